@@ -1,0 +1,3 @@
+//! Thin drivers for the subcommands.
+
+pub mod dump;

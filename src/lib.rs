@@ -1,0 +1,14 @@
+//! pyinspect: read the Python (and native) call stacks of a running CPython
+//! process from the outside.
+
+pub mod commands;
+pub mod cpython_layouts;
+pub mod elf;
+pub mod error;
+pub mod memory;
+pub mod native_unwind;
+pub mod output;
+pub mod pause;
+pub mod procfs;
+pub mod python;
+pub mod stack;

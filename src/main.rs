@@ -1,0 +1,168 @@
+//! The CLI edge: parse arguments, run a command, turn errors into one line.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pyinspect",
+    version,
+    about = "Read the Python call stacks of a running CPython process from the outside",
+    infer_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print every thread's Python stack of a running process, once.
+    Dump(DumpArgs),
+    /// Sample a process into a profile (flame graph, speedscope, Chrome trace, raw, pprof).
+    Record(RecordArgs),
+    /// A live, top-like view of the functions a process spends its time in.
+    Top(TopArgs),
+}
+
+#[derive(Args, Debug)]
+struct DumpArgs {
+    /// Process id of the Python process.
+    #[arg(short, long, value_parser = parse_pid)]
+    pid: i32,
+    /// One JSON object per process per line (JSON Lines).
+    #[arg(short, long)]
+    json: bool,
+    /// Show arguments and local variables of each Python frame.
+    #[arg(short, long)]
+    locals: bool,
+    /// Read without pausing the target (may show torn stacks).
+    #[arg(long)]
+    nonblocking: bool,
+    /// Also dump the Python processes among the target's descendants.
+    #[arg(short, long)]
+    subprocesses: bool,
+    /// Merge native (C, C++, Rust, CUDA-library) frames into each stack.
+    #[arg(short, long)]
+    native: bool,
+    /// With --native: also interpreter plumbing frames and threads Python does not know.
+    #[arg(long)]
+    native_all: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Flamegraph,
+    Speedscope,
+    Chrometrace,
+    Raw,
+    Pprof,
+}
+
+#[derive(Args, Debug)]
+struct RecordArgs {
+    /// Process id to sample (or give a command after --).
+    #[arg(short, long, value_parser = parse_pid)]
+    pid: Option<i32>,
+    /// Output file (default: derived from the program name and the time).
+    #[arg(short, long)]
+    output: Option<std::path::PathBuf>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "flamegraph")]
+    format: Format,
+    /// Samples per second.
+    #[arg(short, long, default_value = "100")]
+    rate: String,
+    /// Wall-clock seconds to record (default: until Ctrl-C or the program exits).
+    #[arg(short, long)]
+    duration: Option<String>,
+    /// Follow child processes (and their children).
+    #[arg(short, long)]
+    subprocesses: bool,
+    /// Include idle threads.
+    #[arg(short, long)]
+    idle: bool,
+    /// Only sample the thread holding the GIL.
+    #[arg(short, long)]
+    gil: bool,
+    /// Add a root frame per thread.
+    #[arg(short, long)]
+    threads: bool,
+    /// Aggregate by function (first line) rather than by line.
+    #[arg(short = 'F', long, conflicts_with = "nolineno")]
+    function: bool,
+    /// Leave line numbers out of frame names.
+    #[arg(long)]
+    nolineno: bool,
+    /// Show full file names rather than package-relative ones.
+    #[arg(long)]
+    full_filenames: bool,
+    /// Read without pausing the target.
+    #[arg(long)]
+    nonblocking: bool,
+    /// Merge native frames.
+    #[arg(short, long)]
+    native: bool,
+    /// The program to launch and profile.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct TopArgs {
+    /// Process id to watch (or give a command after --).
+    #[arg(short, long, value_parser = parse_pid)]
+    pid: Option<i32>,
+    /// Samples per second.
+    #[arg(short, long, default_value = "100")]
+    rate: String,
+    /// Follow child processes.
+    #[arg(short, long)]
+    subprocesses: bool,
+    /// Include idle threads.
+    #[arg(short, long)]
+    idle: bool,
+    /// Only count the thread holding the GIL.
+    #[arg(short, long)]
+    gil: bool,
+    /// Read without pausing the target.
+    #[arg(long)]
+    nonblocking: bool,
+    /// Merge native frames.
+    #[arg(short, long)]
+    native: bool,
+    /// The program to launch and watch.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn parse_pid(s: &str) -> Result<i32, String> {
+    let v = if let Some(h) = s.strip_prefix("0x") {
+        i64::from_str_radix(h, 16)
+    } else {
+        s.parse::<i64>()
+    };
+    match v {
+        Ok(p) if p > 0 && p <= i32::MAX as i64 => Ok(p as i32),
+        _ => Err(format!("'{s}' is not a process id (a positive integer)")),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Dump(a) => pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
+            pid: a.pid,
+            json: a.json,
+            locals: a.locals,
+            nonblocking: a.nonblocking,
+            subprocesses: a.subprocesses,
+            native: a.native || a.native_all,
+            native_all: a.native_all,
+        }),
+        Command::Record(_) | Command::Top(_) => Err(anyhow::anyhow!("not implemented yet")),
+    };
+    if let Err(e) = result {
+        eprintln!("pyinspect: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,1 @@
+//! Native stacks: registers, CFI unwinding, symbols, and merging with Python frames.

@@ -1,0 +1,1 @@
+//! Renderers built on the one stack model.

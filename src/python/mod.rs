@@ -1,0 +1,4 @@
+//! The CPython reader: finds the interpreter, walks threads and frames.
+
+pub mod linetable;
+pub mod strings;

@@ -1,0 +1,1 @@
+//! Decoding of Python string payloads copied out of the target.
