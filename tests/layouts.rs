@@ -102,8 +102,8 @@ fn describe(label: String, python: PathBuf) -> Result<Interpreter, String> {
     })
 }
 
-/// Every interpreter the test must cover; missing ones are errors, not skips.
-fn interpreters() -> Result<Vec<Interpreter>, Vec<String>> {
+/// Every pyenv interpreter, and errors for the ones that do not answer.
+fn pyenv_interpreters() -> (Vec<Interpreter>, Vec<String>) {
     let mut found = Vec::new();
     let mut errors = Vec::new();
     let versions = pyenv_root().join("versions");
@@ -125,6 +125,13 @@ fn interpreters() -> Result<Vec<Interpreter>, Vec<String>> {
             Err(e) => errors.push(e),
         }
     }
+    (found, errors)
+}
+
+/// Every interpreter the test must cover; missing ones are errors, not skips.
+fn interpreters() -> Result<Vec<Interpreter>, Vec<String>> {
+    let (mut found, mut errors) = pyenv_interpreters();
+    let versions = pyenv_root().join("versions");
     for &(major, minor) in EXPECTED {
         if !found.iter().any(|i| (i.major, i.minor) == (major, minor)) {
             errors.push(format!(
@@ -956,5 +963,137 @@ fn tables_match_interpreter_headers() {
         "{} layout problem(s):\n  {}",
         problems.len(),
         problems.join("\n  ")
+    );
+}
+
+fn pyenv_interpreter(major: u8, minor: u8) -> Interpreter {
+    let (found, errors) = pyenv_interpreters();
+    found
+        .into_iter()
+        .find(|i| (i.major, i.minor) == (major, minor))
+        .unwrap_or_else(|| panic!("no pyenv interpreter {major}.{minor}; {errors:?}"))
+}
+
+/// `debug_offsets::V3_13` lists the members of 3.13's `_Py_DebugOffsets` in
+/// order; prove each lands at the offset the header gives it.
+#[test]
+fn debug_offsets_3_13_member_list_matches_header() {
+    use pyinspect::cpython_layouts::debug_offsets::V3_13;
+    let interp = pyenv_interpreter(3, 13);
+    let mut src = String::from(
+        "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <stdio.h>\n\
+         #include <internal/pycore_runtime.h>\nint main(void) {\n",
+    );
+    let mut expected = BTreeMap::new();
+    let mut at = 24i64;
+    for (section, members) in V3_13 {
+        for m in *members {
+            let k = format!("{section}.{m}");
+            src += &format!(
+                "    printf(\"{k} %zu\\n\", offsetof(_Py_DebugOffsets, {section}.{m}));\n"
+            );
+            expected.insert(k, at);
+            at += 8;
+        }
+    }
+    src += "    printf(\"sizeof %zu\\n\", sizeof(_Py_DebugOffsets));\n    return 0;\n}\n";
+    expected.insert("sizeof".to_string(), at);
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("dbg.c");
+    let exe = dir.path().join("dbg");
+    std::fs::write(&c, &src).unwrap();
+    let mut cmd = Command::new("gcc");
+    for i in &interp.includes {
+        cmd.arg("-I").arg(i);
+    }
+    let out = cmd.arg("-w").arg(&c).arg("-o").arg(&exe).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{src}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    let header: BTreeMap<String, i64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+    assert_eq!(header, expected);
+}
+
+/// Kills the child when the test ends, pass or fail.
+struct KillOnDrop(std::process::Child);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `_PyRuntime` of a live process: the dynamic symbol's value in libpython
+/// plus the address where libpython's first page (file offset 0, whose first
+/// PT_LOAD has vaddr 0) is mapped.
+fn pyruntime_address(pid: u32, interp: &Interpreter) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (base, lib) = loop {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let hit = maps.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let path = *f.get(5)?;
+            (path.contains("libpython3.13") && f[2] == "00000000").then(|| {
+                let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
+                Some((start, path.to_string()))
+            })?
+        });
+        if let Some(h) = hit {
+            break h;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} (pid {pid}) never mapped libpython3.13",
+            interp.python.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let nm = Command::new("nm").args(["-D", &lib]).output().expect("nm");
+    let value = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == "_PyRuntime").then(|| u64::from_str_radix(f[0], 16).ok())?
+        })
+        .unwrap_or_else(|| panic!("no _PyRuntime symbol in {lib}"));
+    base + value
+}
+
+/// A live 3.13 process: its `_Py_DebugOffsets` parse and agree with the table.
+#[test]
+fn live_3_13_debug_offsets_agree_with_table() {
+    use pyinspect::cpython_layouts::debug_offsets;
+    use pyinspect::memory::ProcessMemory;
+    let interp = pyenv_interpreter(3, 13);
+    let child = KillOnDrop(
+        Command::new(&interp.python)
+            .args(["-c", "import time; time.sleep(30)"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start python3.13"),
+    );
+    let pid = child.0.id();
+    let addr = pyruntime_address(pid, &interp);
+    let mem = ProcessMemory::new(pid as i32);
+    let d = debug_offsets::read(&mem, addr).expect("read _Py_DebugOffsets");
+    assert_eq!((d.major(), d.minor()), (3, 13));
+    assert!(!d.free_threaded);
+    let (layout, diffs) = debug_offsets::layout(&d).expect("overlay");
+    assert!(
+        diffs.is_empty(),
+        "differences from the 3.13 table: {diffs:#?}"
+    );
+    assert_eq!(&layout, cpython_layouts::for_version(3, 13).unwrap());
+    println!(
+        "live {} pid {pid}: _Py_DebugOffsets at 0x{addr:x}, version 0x{:x}, no differences",
+        interp.python.display(),
+        d.version_hex
     );
 }
