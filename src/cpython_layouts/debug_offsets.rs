@@ -46,8 +46,8 @@ const HEADER_LEN: u64 = 24;
 /// other member is an offset inside a struct of that size.
 type Section = (&'static str, &'static [&'static str]);
 
-/// `Include/internal/pycore_runtime.h` of 3.13.0 (proven against a live
-/// 3.13.0 `_PyRuntime` in the tests below and in `tests/layouts.rs`).
+/// `Include/internal/pycore_runtime.h` of 3.13.0: `tests/layouts.rs` proves
+/// each member's offset against that header and reads a live 3.13.0.
 pub const V3_13: &[Section] = &[
     (
         "runtime_state",
@@ -126,8 +126,9 @@ pub const V3_13: &[Section] = &[
     ("gc", &["size", "collecting"]),
 ];
 
-/// `Include/internal/pycore_debug_offsets.h` of 3.14.0, as read from the
-/// CPython source; UNTESTED against a real 3.14 process. Differences from
+/// `Include/internal/pycore_debug_offsets.h` of 3.14, taken from a
+/// 3.14-derived copy of that header (it agrees with pystack's vendored 3.14
+/// struct; 3.14 pre-releases differ); UNTESTED: no 3.14 was at hand. Differences from
 /// 3.13: `threads_main`, `code_object_generation`, `tlbc_generation`,
 /// `stackpointer`, `tlbc_index`, `co_tlbc`, and the `set_object`,
 /// `gen_object`, `llist_node`, `debugger_support` sections (the last two
