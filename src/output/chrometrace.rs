@@ -44,11 +44,24 @@ impl Events<'_> {
         self.out.write_all(b"}}")
     }
 
-    fn slice(&mut self, p: &Profile, ph: char, frame: u32, ns: u64, pid: i32, tid: u64) -> io::Result<()> {
+    fn slice(
+        &mut self,
+        p: &Profile,
+        ph: char,
+        frame: u32,
+        ns: u64,
+        pid: i32,
+        tid: u64,
+    ) -> io::Result<()> {
         self.separator()?;
         let info = &p.frames[frame as usize];
         // Microseconds, keeping the nanoseconds as decimals.
-        write!(self.out, "{{\"ph\":\"{ph}\",\"ts\":{}.{:03},\"pid\":{pid},\"tid\":{tid},\"name\":", ns / 1000, ns % 1000)?;
+        write!(
+            self.out,
+            "{{\"ph\":\"{ph}\",\"ts\":{}.{:03},\"pid\":{pid},\"tid\":{tid},\"name\":",
+            ns / 1000,
+            ns % 1000
+        )?;
         serde_json::to_writer(&mut *self.out, p.strings.get(info.label))?;
         if ph == 'B' {
             if let Some(file) = info.file {

@@ -41,9 +41,13 @@ fn after_library_dir(file: &str) -> Option<&str> {
         let mut start = 0;
         while let Some(i) = file[start..].find("/lib/python") {
             let rest = &file[start + i + "/lib/python".len()..];
-            let version_len = rest
-                .find('/')
-                .filter(|&n| n > 0 && rest[..n].trim_end_matches('t').chars().all(|c| c.is_ascii_digit() || c == '.'));
+            let version_len = rest.find('/').filter(|&n| {
+                n > 0
+                    && rest[..n]
+                        .trim_end_matches('t')
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == '.')
+            });
             if let Some(n) = version_len {
                 best = Some(start + i + "/lib/python".len() + n + 1);
             }
@@ -76,7 +80,10 @@ fn package_relative(root: &Path, file: &str) -> Option<String> {
 }
 
 fn basename(file: &str) -> &str {
-    file.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(file)
+    file.rsplit('/')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(file)
 }
 
 #[cfg(test)]
@@ -95,14 +102,20 @@ mod tests {
             "numpy/core/x.py"
         );
         assert_eq!(
-            shorten("/root/.pyenv/versions/3.13.0/lib/python3.13t/json/decoder.py", pid),
+            shorten(
+                "/root/.pyenv/versions/3.13.0/lib/python3.13t/json/decoder.py",
+                pid
+            ),
             "json/decoder.py"
         );
         assert_eq!(
             shorten("/usr/lib/python3.11/threading.py", pid),
             "threading.py"
         );
-        assert_eq!(shorten("<frozen importlib._bootstrap>", pid), "<frozen importlib._bootstrap>");
+        assert_eq!(
+            shorten("<frozen importlib._bootstrap>", pid),
+            "<frozen importlib._bootstrap>"
+        );
         assert_eq!(shorten("rel/app.py", pid), "rel/app.py");
         // Not on this machine and no library dir: the base name.
         assert_eq!(shorten("/nonexistent/dir/app.py", pid), "app.py");

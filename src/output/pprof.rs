@@ -167,7 +167,10 @@ fn encode(p: &Profile, title: &str) -> Vec<u8> {
         pb.message(field::SAMPLE, |m| {
             // Leaf first; location ids are frame ids + 1 (0 is invalid).
             let frames = p.stacks.get(stack);
-            m.packed(field::S_LOCATION_ID, frames.iter().rev().map(|&f| u64::from(f) + 1));
+            m.packed(
+                field::S_LOCATION_ID,
+                frames.iter().rev().map(|&f| u64::from(f) + 1),
+            );
             m.packed(field::S_VALUE, [totals.count, totals.ns]);
             m.message(field::S_LABEL, |l| {
                 l.uint(field::L_KEY, k_thread);
@@ -188,17 +191,19 @@ fn encode(p: &Profile, title: &str) -> Vec<u8> {
     let mut functions: HashMap<(u32, Option<u32>), u64> = HashMap::new();
     for (i, frame) in p.frames.iter().enumerate() {
         let next_id = functions.len() as u64 + 1;
-        let function = *functions.entry((frame.function, frame.file)).or_insert_with(|| {
-            let name = s.id(p.strings.get(frame.function));
-            let file = frame.file.map_or(0, |f| s.id(p.strings.get(f)));
-            pb.message(field::FUNCTION, |m| {
-                m.uint(field::F_ID, next_id);
-                m.uint(field::F_NAME, name);
-                m.uint(field::F_SYSTEM_NAME, name);
-                m.uint(field::F_FILENAME, file);
+        let function = *functions
+            .entry((frame.function, frame.file))
+            .or_insert_with(|| {
+                let name = s.id(p.strings.get(frame.function));
+                let file = frame.file.map_or(0, |f| s.id(p.strings.get(f)));
+                pb.message(field::FUNCTION, |m| {
+                    m.uint(field::F_ID, next_id);
+                    m.uint(field::F_NAME, name);
+                    m.uint(field::F_SYSTEM_NAME, name);
+                    m.uint(field::F_FILENAME, file);
+                });
+                next_id
             });
-            next_id
-        });
         pb.message(field::LOCATION, |m| {
             m.uint(field::LOC_ID, i as u64 + 1);
             m.message(field::LOC_LINE, |l| {

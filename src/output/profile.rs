@@ -273,8 +273,8 @@ impl Profile {
         let end_ns = start_ns.saturating_add(weight_ns);
         // A sample more than half an interval after the thread's previous
         // one means the thread was skipped in between (idle, --gil).
-        let after_gap = info.last_run.is_some()
-            && start_ns > info.last_end_ns.saturating_add(weight_ns / 2);
+        let after_gap =
+            info.last_run.is_some() && start_ns > info.last_end_ns.saturating_add(weight_ns / 2);
         match info.last_run {
             Some(i) if !after_gap && self.runs[i].stack == stack => {
                 let run = &mut self.runs[i];
@@ -477,5 +477,173 @@ impl Profile {
         let s = self.strings.intern(&short);
         self.short_files.insert(file, s);
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack::ThreadStatus;
+
+    fn opts() -> ProfileOptions {
+        ProfileOptions {
+            threads: false,
+            nolineno: false,
+            full_filenames: false,
+            subprocesses: false,
+            rate: 100.0,
+            timeline: false,
+        }
+    }
+
+    fn thread(ident: u64, frames: Vec<Frame>) -> ThreadStack {
+        ThreadStack {
+            thread_id: ident,
+            os_thread_id: Some(ident as u32),
+            name: None,
+            interpreter: 0,
+            status: ThreadStatus::Active,
+            holds_gil: true,
+            frames,
+            truncated: None,
+            native_entry: None,
+        }
+    }
+
+    fn py(function: &str, line: u32) -> Frame {
+        Frame::python(function.into(), "/nonexistent/pkg/app.py".into(), line)
+    }
+
+    fn labels(p: &Profile, stack: u32) -> Vec<&str> {
+        p.stacks.get(stack).iter().map(|&f| p.label(f)).collect()
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn frame_labels_follow_the_options() {
+        let stack = thread(7, vec![py("leaf", 12), py("<module>", 3)]);
+        let mut p = Profile::new(opts());
+        p.add(1, "python app.py", &stack, Duration::ZERO, MS);
+        assert_eq!(labels(&p, 0), ["<module> (app.py:3)", "leaf (app.py:12)"]);
+
+        let mut p = Profile::new(ProfileOptions {
+            nolineno: true,
+            full_filenames: true,
+            ..opts()
+        });
+        p.add(1, "python app.py", &stack, Duration::ZERO, MS);
+        let mut other_line = stack.clone();
+        other_line.frames[0].line = Some(99);
+        p.add(1, "python app.py", &other_line, MS, MS);
+        // Without line numbers both samples are one stack.
+        assert_eq!(p.stacks.len(), 1);
+        assert_eq!(
+            labels(&p, 0),
+            [
+                "<module> (/nonexistent/pkg/app.py)",
+                "leaf (/nonexistent/pkg/app.py)"
+            ]
+        );
+    }
+
+    #[test]
+    fn root_frames_and_native_frames() {
+        let mut p = Profile::new(ProfileOptions {
+            threads: true,
+            subprocesses: true,
+            ..opts()
+        });
+        let mut t = thread(42, vec![py("f", 1)]);
+        let mut native = py("memcpy", 0);
+        native.kind = FrameKind::Native;
+        native.file = None;
+        native.module = Some("/lib/x86_64-linux-gnu/libc.so.6".into());
+        let mut unknown = native.clone();
+        unknown.function = String::new();
+        unknown.offset = Some("0x1234".into());
+        t.frames.insert(0, native);
+        t.frames.insert(0, unknown);
+        p.add(9, "python -c 'x'", &t, Duration::ZERO, MS);
+        t.name = Some("Wörker".into());
+        t.truncated = Some("too deep".into());
+        p.add(9, "python -c 'x'", &t, MS, MS);
+        assert_eq!(
+            labels(&p, 0),
+            [
+                "process 9: \"python -c 'x'\"",
+                "thread 42",
+                "f (app.py:1)",
+                "memcpy (libc.so.6)",
+                "libc.so.6+0x1234"
+            ]
+        );
+        // The thread got its name later; the truncated stack is kept apart.
+        assert_eq!(labels(&p, 1)[1..3], ["thread 42 \"Wörker\"", "[truncated]"]);
+        assert_eq!(p.threads_seen(), 1);
+        assert_eq!(p.samples(), 2);
+    }
+
+    #[test]
+    fn timeline_merges_runs_and_marks_gaps() {
+        let mut p = Profile::new(ProfileOptions {
+            timeline: true,
+            ..opts()
+        });
+        let a = thread(1, vec![py("a", 1)]);
+        let b = thread(1, vec![py("b", 1)]);
+        for (tick, t) in [(0, &a), (1, &a), (2, &b), (5, &b), (6, &a)] {
+            p.add(1, "py", t, MS * tick * 10, MS * 10);
+        }
+        let runs: Vec<_> = p
+            .runs
+            .iter()
+            .map(|r| (r.start_ns / 1_000_000, r.dur_ns / 1_000_000, r.after_gap))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (0, 20, false),
+                (20, 10, false),
+                (50, 10, true),
+                (60, 10, false)
+            ]
+        );
+        assert_eq!(p.end_ns, 70_000_000);
+    }
+
+    /// Recording for hours must not grow with the number of samples.
+    #[test]
+    fn memory_stays_bounded() {
+        let stacks: Vec<ThreadStack> = (0..10)
+            .map(|i| {
+                let mut frames: Vec<Frame> = (0..5).map(|d| py(&format!("f{d}"), 10 + d)).collect();
+                frames.insert(0, py(&format!("leaf{i}"), i));
+                thread(3, frames)
+            })
+            .collect();
+        let mut p = Profile::new(opts());
+        for i in 0..1_000_000u32 {
+            let t = &stacks[i as usize % 10];
+            p.add(5, "python app.py", t, MS * i, MS);
+        }
+        assert_eq!(p.samples(), 1_000_000);
+        assert_eq!(p.stacks.len(), 10);
+        assert_eq!(p.frames.len(), 15);
+        assert_eq!(p.totals.len(), 10);
+        assert!(p.runs.is_empty());
+        // 15 function names, 15 labels, the file, its short form, the command line.
+        assert_eq!(p.strings.len(), 33);
+        assert_eq!(p.totals.values().map(|t| t.count).sum::<u64>(), 1_000_000);
+
+        // With the timeline, a steady stack is one run however long it lasts.
+        let mut p = Profile::new(ProfileOptions {
+            timeline: true,
+            ..opts()
+        });
+        for i in 0..100_000u32 {
+            p.add(5, "python app.py", &stacks[0], MS * i, MS);
+        }
+        assert_eq!(p.runs.len(), 1);
     }
 }
