@@ -85,8 +85,9 @@ pub(super) fn write(p: &Profile, out: &mut dyn Write, title: &str) -> io::Result
     out.write_all(b"},\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
     let mut ev = Events { out, first: true };
     for process in &p.processes {
-        let name = format!("{} {}", process.pid, p.strings.get(process.cmdline));
-        ev.metadata("process_name", process.pid, 0, &name)?;
+        // Viewers show the pid next to the name already.
+        let name = p.strings.get(process.cmdline);
+        ev.metadata("process_name", process.pid, 0, name)?;
     }
     for (t, runs) in runs_by_thread(p).iter().enumerate() {
         let thread = &p.threads[t];
