@@ -26,7 +26,10 @@ pub struct BinaryInfo {
 
 impl BinaryInfo {
     pub fn symbol(&self, name: &str) -> Option<u64> {
-        self.symbols.get(name).and_then(|v| v.first()).map(|r| r.addr)
+        self.symbols
+            .get(name)
+            .and_then(|v| v.first())
+            .map(|r| r.addr)
     }
 }
 

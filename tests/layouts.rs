@@ -196,6 +196,11 @@ fn probe(major: u8, minor: u8) -> Probe {
             ("object.tuple_items", "offsetof(PyTupleObject, ob_item)"),
             ("object.list_items", "offsetof(PyListObject, ob_item)"),
             ("object.float_value", "offsetof(PyFloatObject, ob_fval)"),
+            ("object.set_mask", "offsetof(PySetObject, mask)"),
+            ("object.set_table", "offsetof(PySetObject, table)"),
+            ("object.set_entry_key", "offsetof(setentry, key)"),
+            ("object.set_entry_size", "sizeof(setentry)"),
+            ("object.cell_ref", "offsetof(PyCellObject, ob_ref)"),
             ("sizeof.thread", "sizeof(PyThreadState)"),
             ("sizeof.code", "sizeof(PyCodeObject)"),
         ],
@@ -736,6 +741,11 @@ fn table_fields(l: &Layout) -> BTreeMap<String, i64> {
     }
     put("object.bytes_data", o.bytes_data as i64);
     put("object.module_dict", o.module_dict as i64);
+    put("object.set_mask", o.set_mask as i64);
+    put("object.set_table", o.set_table as i64);
+    put("object.set_entry_key", o.set_entry_key as i64);
+    put("object.set_entry_size", o.set_entry_size as i64);
+    put("object.cell_ref", o.cell_ref as i64);
     match o.instance_dict {
         InstanceDict::DictOffset => {}
         InstanceDict::Managed311 { flag, dict, values } => {

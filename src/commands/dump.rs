@@ -98,14 +98,21 @@ fn emit(out: &mut dyn Write, p: &ProcessStacks, opts: &DumpOptions) -> std::io::
 
 pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()> {
     match p.parent_pid {
-        Some(pp) => writeln!(out, "\nProcess {} (child of {}): {}", p.pid, pp, p.command_line)?,
+        Some(pp) => writeln!(
+            out,
+            "\nProcess {} (child of {}): {}",
+            p.pid, pp, p.command_line
+        )?,
         None => writeln!(out, "Process {}: {}", p.pid, p.command_line)?,
     }
     writeln!(out, "Python v{} ({})", p.python_version, p.executable)?;
     for w in &p.warnings {
         writeln!(out, "warning: {w}")?;
     }
-    let several = p.threads.iter().any(|t| t.interpreter != p.threads[0].interpreter);
+    let several = p
+        .threads
+        .iter()
+        .any(|t| t.interpreter != p.threads[0].interpreter);
     for t in &p.threads {
         let id = match t.os_thread_id {
             Some(tid) => tid.to_string(),
@@ -144,7 +151,11 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
                         (Some(file), Some(line)) => format!("{file}:{line}"),
                         _ => f.module.clone().unwrap_or_default(),
                     };
-                    let inl = if f.inlined == Some(true) { " (inlined)" } else { "" };
+                    let inl = if f.inlined == Some(true) {
+                        " (inlined)"
+                    } else {
+                        ""
+                    };
                     writeln!(out, "    {} ({}){}", f.function, place, inl)?
                 }
             }

@@ -418,6 +418,11 @@ pub fn layout(d: &DebugOffsets) -> Result<(Layout, Vec<String>), Error> {
     }
     l.major = d.major();
     l.minor = d.minor();
+    // Frames that hold a stack pointer (3.14+) hold `_PyStackRef`s: tagged
+    // pointers in `f_executable` and in `localsplus`.
+    if d.get("interpreter_frame", "stackpointer").is_some() {
+        o.set("frame.pointer_tag_bits", &mut l.frame.pointer_tag_bits, 3);
+    }
 
     // Runtime. `interpreters.main` directly follows `head` in `struct
     // pyinterpreters`, so keep the table's distance between them.

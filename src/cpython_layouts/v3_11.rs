@@ -36,6 +36,7 @@ pub static LAYOUT: Layout = Layout {
         localsplus: 72,
         entry: EntryMarker::IsEntry(68),
         stack_chunk_data: Some(24),
+        pointer_tag_bits: 0,
     },
     code: CodeLayout {
         size: 192,
@@ -69,6 +70,11 @@ pub static LAYOUT: Layout = Layout {
         int_value: None,
         bytes_data: 32,
         module_dict: 16,
+        set_mask: 32,
+        set_table: 40,
+        set_entry_key: 0,
+        set_entry_size: 16,
+        cell_ref: 16,
         instance_dict: InstanceDict::Managed311 {
             flag: 1 << 4,
             dict: -24,

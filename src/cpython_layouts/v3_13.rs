@@ -40,6 +40,7 @@ pub static LAYOUT: Layout = Layout {
             shim_from: 3,
         },
         stack_chunk_data: Some(24),
+        pointer_tag_bits: 0,
     },
     code: CodeLayout {
         size: 208,
@@ -76,6 +77,11 @@ pub static LAYOUT: Layout = Layout {
         int_value: None,
         bytes_data: 32,
         module_dict: 16,
+        set_mask: 32,
+        set_table: 40,
+        set_entry_key: 0,
+        set_entry_size: 16,
+        cell_ref: 16,
         instance_dict: InstanceDict::Inline313 {
             flag: 1 << 4,
             inline_flag: 1 << 2,

@@ -33,6 +33,7 @@ pub static LAYOUT: Layout = Layout {
         localsplus: 360,
         entry: EntryMarker::EveryFrame,
         stack_chunk_data: None,
+        pointer_tag_bits: 0,
     },
     code: CodeLayout {
         size: 120,
@@ -66,6 +67,11 @@ pub static LAYOUT: Layout = Layout {
         int_value: None,
         bytes_data: 32,
         module_dict: 16,
+        set_mask: 32,
+        set_table: 40,
+        set_entry_key: 0,
+        set_entry_size: 16,
+        cell_ref: 16,
         instance_dict: InstanceDict::DictOffset,
     },
     string: StringLayout::Pep393 {

@@ -2,7 +2,9 @@
 //! dicts and instance attributes, and a bounded repr() for --locals.
 
 use super::strings;
-use crate::cpython_layouts::{DictKeysLayout, DictLayout, InstanceDict, Layout, LongFormat, StringLayout};
+use crate::cpython_layouts::{
+    DictKeysLayout, DictLayout, InstanceDict, Layout, LongFormat, StringLayout,
+};
 use crate::error::MemError;
 use crate::memory::{le_u32, le_u64, Memory, MemoryExt};
 use std::cell::RefCell;
@@ -107,7 +109,9 @@ impl<'a> ObjReader<'a> {
                 } else {
                     self.ptr(obj + data_ptr)?
                 };
-                let bytes = self.mem.read_vec(data, (n * kind as u64) as usize, 4 << 20)?;
+                let bytes = self
+                    .mem
+                    .read_vec(data, (n * kind as u64) as usize, 4 << 20)?;
                 let s = strings::decode_pep393(kind, ascii, &bytes).map_err(|_| bad(obj))?;
                 Ok((s, n < len as u64))
             }
@@ -149,7 +153,9 @@ impl<'a> ObjReader<'a> {
             return Err(bad(obj));
         }
         let n = (len as u64).min(max);
-        let v = self.mem.read_vec(obj + self.layout.object.bytes_data, n as usize, 16 << 20)?;
+        let v = self
+            .mem
+            .read_vec(obj + self.layout.object.bytes_data, n as usize, 16 << 20)?;
         Ok((v, n < len as u64))
     }
 
@@ -160,8 +166,15 @@ impl<'a> ObjReader<'a> {
             return Err(bad(obj));
         }
         let n = (len as u64).min(max);
-        let raw = self.mem.read_vec(obj + self.layout.object.tuple_items, (n * 8) as usize, 8 << 20)?;
-        Ok((raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(), len as u64))
+        let raw = self.mem.read_vec(
+            obj + self.layout.object.tuple_items,
+            (n * 8) as usize,
+            8 << 20,
+        )?;
+        Ok((
+            raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(),
+            len as u64,
+        ))
     }
 
     pub fn list_items(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
@@ -172,7 +185,28 @@ impl<'a> ObjReader<'a> {
         let n = (len as u64).min(max);
         let items = self.ptr(obj + self.layout.object.list_items)?;
         let raw = self.mem.read_vec(items, (n * 8) as usize, 8 << 20)?;
-        Ok((raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(), len as u64))
+        Ok((
+            raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(),
+            len as u64,
+        ))
+    }
+
+    /// Members of a set or frozenset, at most `max`.
+    pub fn set_items(&self, obj: u64, max: u64) -> R<Vec<u64>> {
+        let o = &self.layout.object;
+        let mask = self.mem.read_u64(obj + o.set_mask)?;
+        if mask >= MAX_DICT_ENTRIES {
+            return Err(bad(obj));
+        }
+        let table = self.ptr(obj + o.set_table)?;
+        let raw = self.mem.read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
+        // A removed entry keeps CPython's "<dummy key>" object as its key.
+        Ok(raw
+            .chunks_exact(o.set_entry_size as usize)
+            .map(|e| le_u64(e, o.set_entry_key))
+            .filter(|k| *k != 0 && !self.type_name(*k).is_ok_and(|n| n.contains("dummy")))
+            .take(max as usize)
+            .collect())
     }
 
     /// An int's sign and 30-bit digits (little end first).
@@ -193,8 +227,15 @@ impl<'a> ObjReader<'a> {
                 len: n as usize,
             });
         }
-        let raw = self.mem.read_vec(obj + digits_at, (n * 4) as usize, 1 << 20)?;
-        Ok((neg, raw.chunks_exact(4).map(|c| le_u32(c, 0) & 0x3fff_ffff).collect()))
+        let raw = self
+            .mem
+            .read_vec(obj + digits_at, (n * 4) as usize, 1 << 20)?;
+        Ok((
+            neg,
+            raw.chunks_exact(4)
+                .map(|c| le_u32(c, 0) & 0x3fff_ffff)
+                .collect(),
+        ))
     }
 
     /// An int that fits in 64 bits (e.g. a thread ident).
@@ -247,13 +288,24 @@ impl<'a> ObjReader<'a> {
             } => {
                 let k = self.ptr(dict + ma_keys)?;
                 let values = self.ptr(dict + ma_values)?;
-                self.keys_items(k, (values != 0).then_some(values + values_array), *keys, max)
+                self.keys_items(
+                    k,
+                    (values != 0).then_some(values + values_array),
+                    *keys,
+                    max,
+                )
             }
         }
     }
 
     /// Entries of a `PyDictKeysObject`, with values from `values` when split.
-    fn keys_items(&self, k: u64, values: Option<u64>, keys: DictKeysLayout, max: u64) -> R<Vec<(u64, u64)>> {
+    fn keys_items(
+        &self,
+        k: u64,
+        values: Option<u64>,
+        keys: DictKeysLayout,
+        max: u64,
+    ) -> R<Vec<(u64, u64)>> {
         let (entries_at, n, entry_size, key_off) = match keys {
             DictKeysLayout::Sized {
                 dk_size,
@@ -293,7 +345,9 @@ impl<'a> ObjReader<'a> {
             }
         };
         let n = n.min(MAX_DICT_ENTRIES);
-        let raw = self.mem.read_vec(entries_at, (n * entry_size) as usize, 8 << 20)?;
+        let raw = self
+            .mem
+            .read_vec(entries_at, (n * entry_size) as usize, 8 << 20)?;
         let vals = match values {
             Some(v) => Some(self.mem.read_vec(v, (n * 8) as usize, 8 << 20)?),
             None => None,
@@ -345,7 +399,12 @@ impl<'a> ObjReader<'a> {
         };
         let split = |values: u64| -> R<Option<u64>> {
             let kl = keys_layout.ok_or_else(|| bad(obj))?;
-            let items = self.keys_items(cached_keys()?, Some(values + values_array), kl, MAX_DICT_ENTRIES)?;
+            let items = self.keys_items(
+                cached_keys()?,
+                Some(values + values_array),
+                kl,
+                MAX_DICT_ENTRIES,
+            )?;
             self.find_str_key(items, name)
         };
         let dict = match o.instance_dict {
@@ -357,7 +416,10 @@ impl<'a> ObjReader<'a> {
                 }
                 d
             }
-            InstanceDict::Managed312 { flag, dict_or_values } if flags & flag != 0 => {
+            InstanceDict::Managed312 {
+                flag,
+                dict_or_values,
+            } if flags & flag != 0 => {
                 let w = self.ptr(obj.wrapping_add_signed(dict_or_values))?;
                 if w & 1 != 0 {
                     // Tagged: the word is the values pointer minus one.
@@ -411,7 +473,11 @@ impl<'a> ObjReader<'a> {
         let r: R<()> = (|| {
             match tn.as_str() {
                 "NoneType" => out.push_str("None"),
-                "bool" => out.push_str(if self.int_u64(obj)? != 0 { "True" } else { "False" }),
+                "bool" => out.push_str(if self.int_u64(obj)? != 0 {
+                    "True"
+                } else {
+                    "False"
+                }),
                 "int" | "long" => {
                     out.push_str(&self.int_repr(obj)?);
                     if py2 && tn == "long" {
@@ -449,6 +515,17 @@ impl<'a> ObjReader<'a> {
                         out.push(',');
                     }
                     out.push_str(close);
+                }
+                "set" | "frozenset" if depth > 0 => {
+                    let items = self.set_items(obj, 16)?;
+                    let frozen = tn == "frozenset";
+                    if items.is_empty() {
+                        out.push_str(if frozen { "frozenset()" } else { "set()" });
+                        return Ok(());
+                    }
+                    out.push_str(if frozen { "frozenset({" } else { "{" });
+                    self.seq_into(&items, items.len() as u64, depth, budget, out);
+                    out.push_str(if frozen { "})" } else { "}" });
                 }
                 "dict" if depth > 0 => {
                     let items = self.dict_items(obj, 16)?;
@@ -547,7 +624,11 @@ pub fn float_repr(v: f64) -> String {
         } else if point as usize >= digits.len() {
             format!("{}{}.0", digits, "0".repeat(point as usize - digits.len()))
         } else {
-            format!("{}.{}", &digits[..point as usize], &digits[point as usize..])
+            format!(
+                "{}.{}",
+                &digits[..point as usize],
+                &digits[point as usize..]
+            )
         };
         format!("{sign}{s}")
     } else {
@@ -556,7 +637,11 @@ pub fn float_repr(v: f64) -> String {
         } else {
             digits
         };
-        format!("{sign}{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+        format!(
+            "{sign}{m}e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        )
     }
 }
 
@@ -567,7 +652,10 @@ mod tests {
     #[test]
     fn big_ints_exact() {
         // 2**100 in base 2**30: 100 = 3*30 + 10
-        assert_eq!(digits_to_decimal(false, &[0, 0, 0, 1 << 10]), "1267650600228229401496703205376");
+        assert_eq!(
+            digits_to_decimal(false, &[0, 0, 0, 1 << 10]),
+            "1267650600228229401496703205376"
+        );
         assert_eq!(digits_to_decimal(true, &[5]), "-5");
         assert_eq!(digits_to_decimal(false, &[]), "0");
         assert_eq!(digits_to_decimal(false, &[0, 1]), (1u64 << 30).to_string());

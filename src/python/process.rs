@@ -136,7 +136,11 @@ fn version_from_name(path: &str) -> Option<(u8, u8)> {
     let rest = &name[i..];
     let mut it = rest.splitn(2, '.');
     let major: u8 = it.next()?.parse().ok()?;
-    let minor: String = it.next()?.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let minor: String = it
+        .next()?
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     Some((major, minor.parse().ok()?))
 }
 
@@ -165,8 +169,10 @@ impl PythonProcess {
         let mut bins = Vec::new();
         let mut warnings = Vec::new();
         for p in &paths {
-            let file_maps: Vec<&MapEntry> =
-                maps.iter().filter(|m| m.path.as_deref() == Some(p)).collect();
+            let file_maps: Vec<&MapEntry> = maps
+                .iter()
+                .filter(|m| m.path.as_deref() == Some(p))
+                .collect();
             let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
                 continue;
             };
@@ -189,12 +195,10 @@ impl PythonProcess {
                 || b.info.symbol("_PyRuntime").is_some()
                 || b.info.symbol("interp_head").is_some()
                 || b.info.symbol("Py_Version").is_some()
-        }) || version_from_name(&exe_path).is_some_and(|(m, _)| m == 2 || m == 3);
+        }) || version_from_name(&exe_path)
+            .is_some_and(|(m, _)| m == 2 || m == 3);
         if !looks_python {
-            return Err(Error::NotPython {
-                pid,
-                exe: exe_path,
-            });
+            return Err(Error::NotPython { pid, exe: exe_path });
         }
 
         let version = find_version(mem, &bins)
@@ -222,14 +226,13 @@ impl PythonProcess {
 
         let layout = choose_layout(pid, mem, &version, runtime, &mut warnings)?;
 
-        let interp_head_ptr = find_interp_head(mem, &layout, &bins, runtime).ok_or_else(|| {
-            Error::NoInterpreter {
+        let interp_head_ptr =
+            find_interp_head(mem, &layout, &bins, runtime).ok_or_else(|| Error::NoInterpreter {
                 pid,
                 why: "no _PyRuntime or interp_head symbol validated, and scanning the \
                       binaries' data found no interpreter"
                     .into(),
-            }
-        })?;
+            })?;
 
         let gil = match &layout.runtime.gil {
             GilLocation::CurrentSymbol => bins
@@ -275,7 +278,11 @@ impl PythonProcess {
 fn find_version(mem: &dyn Memory, bins: &[Binary]) -> Option<Version> {
     for b in bins {
         if let Some(a) = b.info.symbol("Py_Version") {
-            if let Some(v) = mem.read_u32(a).ok().and_then(|h| Version::from_hex(h as u64)) {
+            if let Some(v) = mem
+                .read_u32(a)
+                .ok()
+                .and_then(|h| Version::from_hex(h as u64))
+            {
                 return Some(v);
             }
         }
@@ -314,10 +321,7 @@ fn scan_for_version(mem: &dyn Memory, addr: u64, size: u64) -> Option<Version> {
         if mem.read(addr + off, &mut buf).is_ok() {
             for i in 0..n.saturating_sub(8) {
                 let c = buf[i];
-                if (c == b'2' || c == b'3')
-                    && buf[i + 1] == b'.'
-                    && (i == 0 || buf[i - 1] == 0)
-                {
+                if (c == b'2' || c == b'3') && buf[i + 1] == b'.' && (i == 0 || buf[i - 1] == 0) {
                     if let Some(v) = Version::parse_prefix(&buf[i..(i + 64).min(n)]) {
                         return Some(v);
                     }
@@ -343,7 +347,9 @@ fn choose_layout(
             match debug_offsets::read(mem, rt).and_then(|d| debug_offsets::layout(&d)) {
                 Ok((layout, diffs)) => {
                     for d in diffs {
-                        warnings.push(format!("_Py_DebugOffsets differs from the built-in table: {d}"));
+                        warnings.push(format!(
+                            "_Py_DebugOffsets differs from the built-in table: {d}"
+                        ));
                     }
                     return Ok(layout);
                 }
@@ -353,7 +359,9 @@ fn choose_layout(
                         version: format!("{version} ({e})"),
                     })
                 }
-                Err(e) => warnings.push(format!("_Py_DebugOffsets unusable, using the built-in table: {e}")),
+                Err(e) => warnings.push(format!(
+                    "_Py_DebugOffsets unusable, using the built-in table: {e}"
+                )),
             }
         }
     }
@@ -408,7 +416,10 @@ fn find_interp_head(
         }
     }
     // Not yet initialised: the symbol is right but the list is still empty.
-    candidates.first().copied().filter(|c| mem.read_u64(*c).is_ok())
+    candidates
+        .first()
+        .copied()
+        .filter(|c| mem.read_u64(*c).is_ok())
 }
 
 fn scan_for_interp(
@@ -437,19 +448,29 @@ mod tests {
     #[test]
     fn versions_from_hex_strings_and_names() {
         assert_eq!(Version::from_hex(0x030c01f0).unwrap().to_string(), "3.12.1");
-        assert_eq!(Version::from_hex(0x030d00c3).unwrap().to_string(), "3.13.0rc3");
+        assert_eq!(
+            Version::from_hex(0x030d00c3).unwrap().to_string(),
+            "3.13.0rc3"
+        );
         assert!(Version::from_hex(0xdeadbeef).is_none());
         assert_eq!(
-            Version::parse_prefix(b"3.9.18 (main, Jan  1 2024) [GCC]").unwrap().to_string(),
+            Version::parse_prefix(b"3.9.18 (main, Jan  1 2024) [GCC]")
+                .unwrap()
+                .to_string(),
             "3.9.18"
         );
         assert_eq!(
-            Version::parse_prefix(b"2.7.18 (default, x)\0junk").unwrap().to_string(),
+            Version::parse_prefix(b"2.7.18 (default, x)\0junk")
+                .unwrap()
+                .to_string(),
             "2.7.18"
         );
         assert!(Version::parse_prefix(b"3.9.18").is_none());
         assert!(Version::parse_prefix(b"\xff\xfe").is_none());
-        assert_eq!(version_from_name("/usr/lib/libpython3.6m.so.1.0"), Some((3, 6)));
+        assert_eq!(
+            version_from_name("/usr/lib/libpython3.6m.so.1.0"),
+            Some((3, 6))
+        );
         assert_eq!(version_from_name("/usr/bin/python3.11"), Some((3, 11)));
         assert_eq!(version_from_name("/bin/sleep"), None);
     }

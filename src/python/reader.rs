@@ -130,7 +130,10 @@ impl Reader {
     pub fn python_tids(&mut self, mem: &dyn Memory) -> Result<Vec<i32>> {
         let cache = PageCache::new(mem);
         let threads = self.threads(&cache, false)?;
-        Ok(threads.iter().filter_map(|t| t.native_tid.map(|v| v as i32)).collect())
+        Ok(threads
+            .iter()
+            .filter_map(|t| t.native_tid.map(|v| v as i32))
+            .collect())
     }
 
     /// Walk interpreters and thread states (and frames when `frames`).
@@ -194,7 +197,6 @@ impl Reader {
     fn walk(&self, mem: &dyn Memory, mut f: u64, t: &mut RawThread) {
         let l = &self.process.layout.frame;
         let mut buf = vec![0u8; l.size as usize];
-        let mut mark_next_entry = false;
         while f != 0 {
             if t.frames.len() >= MAX_FRAMES {
                 t.truncated = Some(format!("more than {MAX_FRAMES} frames"));
@@ -204,7 +206,7 @@ impl Reader {
                 t.truncated = Some(format!("frame at 0x{f:x} unreadable: {e}"));
                 return;
             }
-            let code = le_u64(&buf, l.code);
+            let code = le_u64(&buf, l.code) & !l.pointer_tag_bits;
             let instr = match l.position {
                 InstrPosition::LastiBytes(o) => le_i32(&buf, o).max(0) as u64,
                 InstrPosition::LastiCodeUnits(o) => le_i32(&buf, o).max(0) as u64 * 2,
@@ -213,7 +215,9 @@ impl Reader {
             let (shim, entry) = match l.entry {
                 EntryMarker::EveryFrame => (false, true),
                 EntryMarker::IsEntry(o) => (false, le_u8(&buf, o) != 0),
-                EntryMarker::OwnerShim { owner, shim_from } => (le_u8(&buf, owner) >= shim_from, false),
+                EntryMarker::OwnerShim { owner, shim_from } => {
+                    (le_u8(&buf, owner) >= shim_from, false)
+                }
             };
             if shim {
                 // The frame inside this shim was the first one of its eval-loop call.
@@ -225,11 +229,9 @@ impl Reader {
                     addr: f,
                     code,
                     instr,
-                    is_entry: entry || mark_next_entry,
+                    is_entry: entry,
                 });
-                mark_next_entry = false;
             }
-            let _ = &mut mark_next_entry;
             f = le_u64(&buf, l.previous);
         }
         if let Some(last) = t.frames.last_mut() {
@@ -296,7 +298,10 @@ impl Reader {
         }
         // Check all code objects in one batched read.
         let code_size = self.process.layout.code.size as usize;
-        cache.prefetch(raw.iter().flat_map(|t| t.frames.iter().map(|f| (f.code, code_size))));
+        cache.prefetch(
+            raw.iter()
+                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size))),
+        );
         if opts.names {
             self.refresh_names(&cache, &raw);
         }
@@ -323,7 +328,8 @@ impl Reader {
                 match self.code_info(&cache, f.code) {
                     Ok(Some(ci)) => {
                         let line = self.line_of(&ci, f);
-                        let mut fr = Frame::python(ci.function.to_string(), ci.file.to_string(), line);
+                        let mut fr =
+                            Frame::python(ci.function.to_string(), ci.file.to_string(), line);
                         if opts.locals {
                             fr.locals = Some(self.locals(&cache, &ci, f));
                         }
@@ -333,7 +339,9 @@ impl Reader {
                     // Not a code object (3.13+ frames of C-level executables): not a Python frame.
                     Ok(None) => {}
                     Err(e) => {
-                        truncated.get_or_insert_with(|| format!("code object at 0x{:x} unreadable: {e}", f.code));
+                        truncated.get_or_insert_with(|| {
+                            format!("code object at 0x{:x} unreadable: {e}", f.code)
+                        });
                         frames.push(Frame::python("<unknown>".into(), "<unknown>".into(), 0));
                         entries.push(f.is_entry);
                     }
@@ -373,7 +381,11 @@ impl Reader {
 
     /// The code object at `addr`, from the cache when its header is unchanged.
     /// `Ok(None)` when the object is not a code object.
-    fn code_info(&mut self, mem: &dyn Memory, addr: u64) -> Result<Option<Arc<CodeInfo>>, MemError> {
+    fn code_info(
+        &mut self,
+        mem: &dyn Memory,
+        addr: u64,
+    ) -> Result<Option<Arc<CodeInfo>>, MemError> {
         let c = self.process.layout.code.clone();
         let ob_type_off = self.process.layout.object.ob_type;
         let mut hdr = vec![0u8; c.size as usize];
@@ -405,7 +417,9 @@ impl Reader {
         let name = objr.full_string(header[2])?;
         let file = objr.full_string(header[1])?;
         let function = match c.qualname {
-            Some(q) => objr.full_string(le_u64(&hdr, q)).unwrap_or_else(|_| name.clone()),
+            Some(q) => objr
+                .full_string(le_u64(&hdr, q))
+                .unwrap_or_else(|_| name.clone()),
             None => name,
         };
         let firstlineno = le_i32(&hdr, c.firstlineno);
@@ -413,7 +427,8 @@ impl Reader {
         let lines = LineTable::parse(c.linetable_format, &table, firstlineno);
         let flags = le_i32(&hdr, c.flags) as u64;
         let nargs = le_i32(&hdr, c.argcount).max(0) as u64
-            + c.kwonlyargcount.map_or(0, |o| le_i32(&hdr, o).max(0) as u64)
+            + c.kwonlyargcount
+                .map_or(0, |o| le_i32(&hdr, o).max(0) as u64)
             + (flags & 0x4 != 0) as u64
             + (flags & 0x8 != 0) as u64;
         let varnames = le_u64(&hdr, c.varnames);
@@ -461,13 +476,15 @@ impl Reader {
             if kinds.get(i).is_some_and(|k| k & 0x10 != 0) {
                 continue;
             }
-            let mut v = le_u64(&raw, i as u64 * 8);
+            let mut v = le_u64(&raw, i as u64 * 8) & !self.process.layout.frame.pointer_tag_bits;
             if v == 0 {
                 continue;
             }
             // Cells and free variables hold a cell object: show what it holds.
-            if kinds.get(i).is_some_and(|k| k & 0xc0 != 0) && objr.type_name(v).is_ok_and(|t| t == "cell") {
-                match mem.read_u64(v + self.process.layout.object.ob_type + 8) {
+            if kinds.get(i).is_some_and(|k| k & 0xc0 != 0)
+                && objr.type_name(v).is_ok_and(|t| t == "cell")
+            {
+                match mem.read_u64(v + self.process.layout.object.cell_ref) {
                     Ok(0) | Err(_) => continue,
                     Ok(inner) => v = inner,
                 }
@@ -487,14 +504,24 @@ impl Reader {
     /// Thread names from each interpreter's `threading._active`, rescanned
     /// only when a thread we have not named appears, and not too often.
     fn refresh_names(&mut self, mem: &dyn Memory, raw: &[RawThread]) {
-        let missing = raw.iter().any(|t| !self.names.contains_key(&(t.interp, t.thread_id)));
-        if !missing || self.last_name_scan.is_some_and(|t| t.elapsed() < NAME_RESCAN) {
+        let missing = raw
+            .iter()
+            .any(|t| !self.names.contains_key(&(t.interp, t.thread_id)));
+        if !missing
+            || self
+                .last_name_scan
+                .is_some_and(|t| t.elapsed() < NAME_RESCAN)
+        {
             return;
         }
         self.last_name_scan = Some(Instant::now());
         let l = &self.process.layout;
         let objr = ObjReader::new(mem, l);
-        let attr = if l.major == 2 { "_Thread__name" } else { "_name" };
+        let attr = if l.major == 2 {
+            "_Thread__name"
+        } else {
+            "_name"
+        };
         let interps: HashSet<u64> = raw.iter().map(|t| t.interp).collect();
         for interp in interps {
             let scan = || -> Result<Vec<(u64, String)>, MemError> {
@@ -531,7 +558,11 @@ impl Reader {
 
 /// Find where glibc keeps the kernel tid in `struct pthread`: an offset at
 /// which every thread's pthread holds one of the process's tids.
-fn calibrate_tid_offset(mem: &dyn Memory, threads: &[RawThread], tids: &HashSet<u32>) -> Option<u64> {
+fn calibrate_tid_offset(
+    mem: &dyn Memory,
+    threads: &[RawThread],
+    tids: &HashSet<u32>,
+) -> Option<u64> {
     const WINDOW: usize = 2048;
     let first = threads.iter().find(|t| t.thread_id != 0)?;
     let mut buf = vec![0u8; WINDOW];
