@@ -48,7 +48,9 @@ pub static LAYOUT: Layout = Layout {
         name: 88,
         qualname: None,
         linetable: 104,
-        linetable_format: LineTableFormat::Lnotab { signed_lines: false },
+        linetable_format: LineTableFormat::Lnotab {
+            signed_lines: false,
+        },
         code_adaptive: None,
     },
     object: ObjectLayout {
@@ -68,6 +70,12 @@ pub static LAYOUT: Layout = Layout {
         module_dict: 16,
         instance_dict: InstanceDict::DictOffset,
     },
-    string: StringLayout::Py2 { unicode_length: 16, unicode_str: 24 },
-    dict: DictLayout::Py2 { mask: 32, table: 40 },
+    string: StringLayout::Py2 {
+        unicode_length: 16,
+        unicode_str: 24,
+    },
+    dict: DictLayout::Py2 {
+        mask: 32,
+        table: 40,
+    },
 };

@@ -68,6 +68,21 @@ pub static LAYOUT: Layout = Layout {
         module_dict: 16,
         instance_dict: InstanceDict::DictOffset,
     },
-    string: StringLayout::Pep393 { length: 16, state: 32, ascii_size: 48, compact_size: 72, data_ptr: 72 },
-    dict: DictLayout::Compact { ma_keys: 32, ma_values: 40, keys: DictKeysLayout::Sized { dk_size: 8, dk_nentries: 32, dk_indices: 40 }, values_array: 0 },
+    string: StringLayout::Pep393 {
+        length: 16,
+        state: 32,
+        ascii_size: 48,
+        compact_size: 72,
+        data_ptr: 72,
+    },
+    dict: DictLayout::Compact {
+        ma_keys: 32,
+        ma_values: 40,
+        keys: DictKeysLayout::Sized {
+            dk_size: 8,
+            dk_nentries: 32,
+            dk_indices: 40,
+        },
+        values_array: 0,
+    },
 };
