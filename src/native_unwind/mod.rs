@@ -504,12 +504,17 @@ impl NativeUnwinder {
         mem: &dyn Memory,
     ) -> (Option<u64>, UnwindMethod) {
         let lookup = addr.address_for_lookup();
-        let covered = match self.module_for(lookup) {
-            Some(i) => self
-                .loaded(i)
-                .is_some_and(|lm| lm.has_cfi(lookup.wrapping_sub(lm.bias))),
-            None => false,
-        };
+        let mut covered = false;
+        let mut callee_start = None;
+        if let Some(i) = self.module_for(lookup) {
+            if let Some(lm) = self.loaded(i) {
+                let svma = lookup.wrapping_sub(lm.bias);
+                covered = lm.has_cfi(svma);
+                if !covered {
+                    callee_start = lm.function_start(svma).map(|s| s.wrapping_add(lm.bias));
+                }
+            }
+        }
         if covered {
             let mut read = |a: u64| stack.read_u64(a);
             // Broken CFI (or a stack we could not read) falls through to the rest.
@@ -519,12 +524,12 @@ impl NativeUnwinder {
         }
         // No CFI here: a frame pointer is believed only when the scan agrees
         // that the nearest return address on the stack is the one it names;
-        // otherwise the nearest validated return address wins (hand-written
-        // assembly keeps rbp as a general register).
+        // otherwise the scan's return address wins (hand-written assembly
+        // keeps rbp as a general register).
         let sp = regs.sp();
         let bp = regs.bp();
-        let scanned = self.scan(sp, stack, mem);
-        if let Some((slot, ra)) = scanned {
+        let stack_end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
+        if let Some((slot, ra)) = self.scan(sp, stack_end, callee_start, stack, mem) {
             if slot == bp.wrapping_add(8) && bp >= sp {
                 if let Ok(saved_bp) = stack.read_u64(bp) {
                     regs.set_sp(bp + 16);
@@ -533,6 +538,24 @@ impl NativeUnwinder {
                 }
             }
             regs.set_sp(slot + 8);
+            // Callers that keep a frame pointer need rbp back. If rbp cannot
+            // be one of theirs (it does not point into an older frame), the
+            // frame-less function overwrote it after saving it: take the
+            // saved copy nearest the return address, where prologues push it.
+            let older = |v: u64| v > slot && v < stack_end && v.is_multiple_of(8);
+            if !older(bp) {
+                let mut a = slot;
+                while a > sp {
+                    a -= 8;
+                    match stack.read_u64(a) {
+                        Ok(v) if older(v) => {
+                            regs.set_bp(v);
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
             return (Some(ra), UnwindMethod::Scan);
         }
         // Nothing within the scan window: a large frame with a frame pointer.
@@ -548,26 +571,37 @@ impl NativeUnwinder {
         (None, UnwindMethod::Scan)
     }
 
-    /// The nearest stack slot at or above `sp` holding a validated return
-    /// address: (slot address, value).
-    fn scan(&mut self, sp: u64, stack: &mut StackReader, mem: &dyn Memory) -> Option<(u64, u64)> {
+    /// The stack slot at or above `sp` holding the return address of the
+    /// frame-less function starting at `callee_start` (when known): (slot,
+    /// value). Stale return addresses left in a frame's uninitialised slots
+    /// are the danger, so a direct call that provably targets another
+    /// function is passed over; if no candidate survives that, the nearest
+    /// validated one is taken (the function may have been tail-called).
+    fn scan(
+        &mut self,
+        sp: u64,
+        stack_end: u64,
+        callee_start: Option<u64>,
+        stack: &mut StackReader,
+        mem: &dyn Memory,
+    ) -> Option<(u64, u64)> {
         if !sp.is_multiple_of(8) {
             return None;
         }
-        let limit = self
-            .mapping(sp)
-            .map(|m| m.end)
-            .unwrap_or(sp)
-            .min(sp.saturating_add(SCAN_WORDS * 8));
+        let limit = stack_end.min(sp.saturating_add(SCAN_WORDS * 8));
+        let mut first = None;
         let mut slot = sp;
         while slot + 8 <= limit {
-            let v = stack.read_u64(slot).ok()?;
+            let Ok(v) = stack.read_u64(slot) else { break };
             if self.is_return_address(v, mem) {
-                return Some((slot, v));
+                first.get_or_insert((slot, v));
+                if callee_start.is_none_or(|c| call_may_target(v, c, mem)) {
+                    return Some((slot, v));
+                }
             }
             slot += 8;
         }
-        None
+        first
     }
 
     /// `v` points into executable code just after a call instruction.
@@ -596,6 +630,42 @@ impl NativeUnwinder {
         }
         r
     }
+}
+
+/// Whether the call instruction that ends at `ra` can have called the
+/// function starting at `callee`: indirect calls can, a direct `call rel32`
+/// only if its target is `callee` or a PLT stub that jumps there.
+fn call_may_target(ra: u64, callee: u64, mem: &dyn Memory) -> bool {
+    let mut b = [0u8; 5];
+    if mem.read(ra.wrapping_sub(5), &mut b).is_err() || b[0] != 0xE8 {
+        return true;
+    }
+    let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i64;
+    let target = ra.wrapping_add(rel as u64);
+    if target == callee {
+        return true;
+    }
+    // PLT stub: [endbr64] [bnd] jmp *disp32(%rip)
+    let mut p = [0u8; 16];
+    if mem.read(target, &mut p).is_err() {
+        return false;
+    }
+    let mut i = if p[..4] == [0xF3, 0x0F, 0x1E, 0xFA] {
+        4
+    } else {
+        0
+    };
+    if p[i] == 0xF2 {
+        i += 1;
+    }
+    if p[i..i + 2] != [0xFF, 0x25] {
+        return false;
+    }
+    let disp = i32::from_le_bytes([p[i + 2], p[i + 3], p[i + 4], p[i + 5]]) as i64;
+    let got = target
+        .wrapping_add((i + 6) as u64)
+        .wrapping_add(disp as u64);
+    mem.read_u64(got).is_ok_and(|t| t == callee)
 }
 
 /// Reads the target's stack in page-sized chunks: one syscall serves many

@@ -142,7 +142,7 @@ impl Symbols {
     /// when it is the nearest one below and nothing else intervenes; a sized
     /// symbol must contain the address, so that a stripped static function
     /// is shown as module+offset rather than as its exported neighbour.
-    fn lookup(&self, svma: u64) -> Option<(&str, bool)> {
+    fn lookup(&self, svma: u64) -> Option<&Sym> {
         let i = self
             .syms
             .partition_point(|s| s.start <= svma)
@@ -151,10 +151,11 @@ impl Symbols {
         if s.size != 0 && svma >= s.start.saturating_add(s.size) {
             return None;
         }
-        Some((
-            &self.names[s.name.start as usize..s.name.end as usize],
-            s.exported,
-        ))
+        Some(s)
+    }
+
+    fn name(&self, s: &Sym) -> &str {
+        &self.names[s.name.start as usize..s.name.end as usize]
     }
 }
 
@@ -454,10 +455,7 @@ impl LoadedModule {
     }
 
     /// (demangled name, exported) of the function containing `svma`; cached.
-    pub(crate) fn symbol(&mut self, svma: u64) -> Option<(Arc<str>, bool)> {
-        if let Some(n) = self.names.get(&svma) {
-            return n.clone();
-        }
+    fn symbols(&mut self) -> &Symbols {
         if self.symbols.is_none() {
             let mut s = Symbols::default();
             if let Ok(obj) = object::File::parse(&**self.bytes) {
@@ -473,11 +471,23 @@ impl LoadedModule {
             s.finish();
             self.symbols = Some(s);
         }
-        let r = self
-            .symbols
-            .as_ref()
-            .and_then(|s| s.lookup(svma))
-            .map(|(n, e)| (Arc::<str>::from(demangle(n)), e));
+        self.symbols.get_or_insert_with(Symbols::default)
+    }
+
+    /// Start (svma) of the sized or nearest function symbol covering `svma`.
+    pub(crate) fn function_start(&mut self, svma: u64) -> Option<u64> {
+        self.symbols().lookup(svma).map(|s| s.start)
+    }
+
+    /// (demangled name, exported) of the function containing `svma`; cached.
+    pub(crate) fn symbol(&mut self, svma: u64) -> Option<(Arc<str>, bool)> {
+        if let Some(n) = self.names.get(&svma) {
+            return n.clone();
+        }
+        let syms = self.symbols();
+        let r = syms
+            .lookup(svma)
+            .map(|s| (Arc::<str>::from(demangle(syms.name(s))), s.exported));
         if self.names.len() >= CACHE_MAX {
             self.names.clear();
         }
@@ -622,10 +632,11 @@ mod tests {
             });
         }
         s.finish();
-        assert_eq!(s.lookup(0x1008), Some(("exported_fn", true)));
+        let name = |a| s.lookup(a).map(|x| (s.name(x), x.exported));
+        assert_eq!(name(0x1008), Some(("exported_fn", true)));
         // Past the end of a sized symbol: a stripped static function.
-        assert_eq!(s.lookup(0x1080), None);
-        assert_eq!(s.lookup(0x1104).map(|x| x.0), Some("asm_label"));
-        assert_eq!(s.lookup(0xfff), None);
+        assert_eq!(name(0x1080), None);
+        assert_eq!(name(0x1104).map(|x| x.0), Some("asm_label"));
+        assert_eq!(name(0xfff), None);
     }
 }
