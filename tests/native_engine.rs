@@ -236,6 +236,13 @@ fn blocked_thread_unwinds_through_stripped_static_helpers() {
         "{libc_internal:?}"
     );
     assert!(u.take_warnings().is_empty());
+    // file:line of libc comes from the (compressed) libc6-dbg DWARF, on request.
+    assert_eq!(u.add_lines(&f[0])[0].line, None);
+    u.set_debug_file_lines(true);
+    let lines = u.add_lines(&f[0]);
+    let file = lines[0].file.as_deref().unwrap_or("");
+    assert!(file.ends_with("read.c"), "{lines:?}");
+    assert!(lines[0].line.is_some());
 
     // A thread in nanosleep.
     let f = unwind_until(&mut u, t.pid(), tids[3], |f| {

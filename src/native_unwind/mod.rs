@@ -160,6 +160,9 @@ pub struct NativeUnwinder {
     known_misses: HashSet<u64>,
     /// Validated return-address checks of stack words (file-backed code only).
     ra_cache: HashMap<u64, bool>,
+    /// Whether [`add_lines`](Self::add_lines) may read DWARF from separate
+    /// debug files (see [`set_debug_file_lines`](Self::set_debug_file_lines)).
+    debug_file_lines: bool,
 }
 
 impl NativeUnwinder {
@@ -174,6 +177,7 @@ impl NativeUnwinder {
             warned: HashSet::new(),
             known_misses: HashSet::new(),
             ra_cache: HashMap::new(),
+            debug_file_lines: false,
         };
         u.refresh()?;
         Ok(u)
@@ -407,6 +411,21 @@ impl NativeUnwinder {
         f
     }
 
+    /// Let [`add_lines`](Self::add_lines) read DWARF from separate debug files
+    /// too (off by default). Their symbol tables are always used, which is
+    /// what names libc's internal functions; but their DWARF is compressed
+    /// (Debian's libc6-dbg: about 6 MB of `.debug_info` to inflate, some
+    /// 50-100 ms) for file:line of C runtime internals a reader rarely needs,
+    /// which would blow a one-shot dump's time budget several times over.
+    pub fn set_debug_file_lines(&mut self, enabled: bool) {
+        self.debug_file_lines = enabled;
+        for m in &mut self.modules {
+            if let LoadState::Loaded(lm) = &mut m.state {
+                lm.forget_lines();
+            }
+        }
+    }
+
     /// Symbolize one address as an exact program counter: DWARF frames,
     /// innermost (most inlined) first, or one frame from the symbol table.
     pub fn symbolize(&mut self, ip: u64) -> Vec<NativeFrame> {
@@ -420,11 +439,12 @@ impl NativeUnwinder {
     /// DWARF comes back unchanged.
     pub fn add_lines(&mut self, frame: &NativeFrame) -> Vec<NativeFrame> {
         let lookup = frame.lookup_ip();
+        let debug_files = self.debug_file_lines;
         let lines = match self.find_module(lookup) {
             Some(i) => match self.loaded(i) {
                 Some(lm) => {
                     let svma = lookup.wrapping_sub(lm.bias);
-                    lm.lines(svma)
+                    lm.lines(svma, debug_files)
                 }
                 None => return vec![frame.clone()],
             },

@@ -117,25 +117,21 @@ impl Symbols {
     /// underscores (`read` over `__libc_read`), then a known size.
     fn finish(&mut self) {
         let names = &self.names;
-        let rank = |s: &Sym| {
+        self.syms.sort_by_cached_key(|s| {
             let n = &names[s.name.start as usize..s.name.end as usize];
             let underscores = n.bytes().take_while(|&b| b == b'_').count();
-            (!s.exported, underscores, s.size == 0)
-        };
-        self.syms
-            .sort_by(|a, b| a.start.cmp(&b.start).then_with(|| rank(a).cmp(&rank(b))));
-        // Drop duplicates at one address once the best one leads; the sizes of
-        // the aliases are the same function's.
-        let mut best_size: HashMap<u64, u64> = HashMap::new();
-        for s in &self.syms {
-            let e = best_size.entry(s.start).or_insert(0);
-            *e = (*e).max(s.size);
+            (s.start, !s.exported, underscores, s.size == 0)
+        });
+        // Keep the best name per address, with the largest size any alias
+        // declares (they all describe the same function).
+        let mut out: Vec<Sym> = Vec::with_capacity(self.syms.len());
+        for s in self.syms.drain(..) {
+            match out.last_mut() {
+                Some(l) if l.start == s.start => l.size = l.size.max(s.size),
+                _ => out.push(s),
+            }
         }
-        self.syms
-            .dedup_by(|later, first| later.start == first.start);
-        for s in &mut self.syms {
-            s.size = best_size.get(&s.start).copied().unwrap_or(s.size);
-        }
+        self.syms = out;
     }
 
     /// The function containing `svma`. A symbol without a size only counts
@@ -495,15 +491,26 @@ impl LoadedModule {
         r
     }
 
-    /// DWARF frames for `svma`, innermost (most inlined) first; empty when the
-    /// module and its debug file have no DWARF for it. Loaded on first use.
-    pub(crate) fn lines(&mut self, svma: u64) -> Arc<[LineFrame]> {
+    /// Drop DWARF state so the next lookup decides afresh where DWARF comes from.
+    pub(crate) fn forget_lines(&mut self) {
+        self.dwarf = None;
+        self.lines.clear();
+    }
+
+    /// DWARF frames for `svma`, innermost (most inlined) first; empty when
+    /// there is no DWARF for it. Loaded on first use, from the module itself
+    /// or, when `debug_files` allows, from its separate debug file.
+    pub(crate) fn lines(&mut self, svma: u64, debug_files: bool) -> Arc<[LineFrame]> {
         if let Some(l) = self.lines.get(&svma) {
             return l.clone();
         }
         if self.dwarf.is_none() {
-            let ctx = DwarfCtx::load(self.bytes.clone())
-                .or_else(|| self.debug_file().and_then(DwarfCtx::load));
+            let ctx = DwarfCtx::load(self.bytes.clone()).or_else(|| {
+                debug_files
+                    .then(|| self.debug_file())
+                    .flatten()
+                    .and_then(DwarfCtx::load)
+            });
             self.dwarf = Some(ctx);
         }
         let mut out = Vec::new();
