@@ -374,13 +374,13 @@ fn choose_layout(
 /// True when `interp` looks like a live `PyInterpreterState`: its first
 /// thread state points back at it.
 pub fn valid_interp(mem: &dyn Memory, layout: &Layout, interp: u64) -> bool {
-    if interp == 0 || interp % 8 != 0 {
+    if interp == 0 || !interp.is_multiple_of(8) {
         return false;
     }
     let Ok(ts) = mem.read_u64(interp + layout.interp.tstate_head) else {
         return false;
     };
-    ts != 0 && ts % 8 == 0 && mem.read_u64(ts + layout.thread.interp).ok() == Some(interp)
+    ts != 0 && ts.is_multiple_of(8) && mem.read_u64(ts + layout.thread.interp).ok() == Some(interp)
 }
 
 fn find_interp_head(
@@ -434,7 +434,7 @@ fn scan_for_interp(
     mem.read(addr, &mut buf).ok()?;
     for (i, w) in buf.chunks_exact(8).enumerate() {
         let v = u64::from_le_bytes(w.try_into().ok()?);
-        if v > 0x10000 && v % 8 == 0 && valid_interp(mem, layout, v) {
+        if v > 0x10000 && v.is_multiple_of(8) && valid_interp(mem, layout, v) {
             return Some(addr + (i * 8) as u64);
         }
     }
