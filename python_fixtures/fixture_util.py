@@ -96,9 +96,10 @@ def code_info(func):
     """Names and file of a function as a stack reader should report them."""
     code = func.__code__
     return {
-        "function": code.co_name,
-        # __qualname__ exists from 3.3; 2.7 has only the plain name.
-        "qualname": getattr(func, "__qualname__", code.co_name),
+        # What a reader shows: the qualified name on 3.11+ (co_qualname), the
+        # plain name before.
+        "function": getattr(code, "co_qualname", code.co_name),
+        "name": code.co_name,
         "file": code.co_filename,
     }
 

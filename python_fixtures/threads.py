@@ -242,10 +242,11 @@ def main():
             }
         )
 
+    script = main.__code__.co_filename  # as given on the command line
     main_frames = [
-        {"function": "main_wait", "name": "main_wait", "file": HERE, "line": MARK["main"]},
-        {"function": "main", "name": "main", "file": HERE, "line": MARK["main_call"]},
-        {"function": "<module>", "name": "<module>", "file": HERE, "line": MARK["module_call"]},
+        fu.frame(main_wait, MARK["main"]),
+        fu.frame(main, MARK["main_call"]),
+        {"function": "<module>", "name": "<module>", "file": script, "line": MARK["module_call"]},
     ]
     threads.append(
         {
