@@ -132,6 +132,7 @@ fn discover() -> Vec<Interpreter> {
         python: debian,
         version: (major, minor),
     });
+    found.sort_by(|a, b| (a.version, &a.label).cmp(&(b.version, &b.label)));
     eprintln!(
         "interpreters covered: {}",
         found
