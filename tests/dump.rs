@@ -36,7 +36,13 @@ fn array_of(v: &Value) -> &Vec<Value> {
 /// Every field of the schema, with its type. `locals` appears with --locals only.
 fn check_shape(process: &Value, with_locals: bool) {
     let object = process.as_object().expect("a process is a JSON object");
-    for key in ["pid", "command_line", "python_version", "executable", "threads"] {
+    for key in [
+        "pid",
+        "command_line",
+        "python_version",
+        "executable",
+        "threads",
+    ] {
         assert!(object.contains_key(key), "process lacks {key:?}: {process}");
     }
     u64_of(&process["pid"]);
@@ -46,15 +52,14 @@ fn check_shape(process: &Value, with_locals: bool) {
     for thread in array_of(&process["threads"]) {
         u64_of(&thread["thread_id"]);
         let os_id = &thread["os_thread_id"];
-        assert!(
-            os_id.is_null() || os_id.is_u64(),
-            "os_thread_id: {thread}"
-        );
+        assert!(os_id.is_null() || os_id.is_u64(), "os_thread_id: {thread}");
         assert!(
             thread.get("os_thread_id").is_some(),
             "os_thread_id missing (null when unknown): {thread}"
         );
-        let name = thread.get("name").expect("name missing (null when unknown)");
+        let name = thread
+            .get("name")
+            .expect("name missing (null when unknown)");
         assert!(name.is_null() || name.is_string(), "name: {thread}");
         u64_of(&thread["interpreter"]);
         let status = str_of(&thread["status"]);
@@ -106,7 +111,7 @@ fn threads_of(process: &Value) -> &Vec<Value> {
     array_of(&process["threads"])
 }
 
-fn find_thread<'a>(process: &'a Value, ident: u64, interpreter: u64) -> Option<&'a Value> {
+fn find_thread(process: &Value, ident: u64, interpreter: u64) -> Option<&Value> {
     threads_of(process)
         .iter()
         .find(|t| t["thread_id"] == ident && t["interpreter"] == interpreter)
@@ -209,74 +214,82 @@ fn gil_holders(process: &Value) -> Vec<u64> {
 
 #[test]
 fn threads_json_names_stacks_statuses_gil() {
-    for_each_interpreter("threads_json", |_| true, |interp| {
-        let mut fx = Fixture::spawn(interp, "threads.py", &[]);
-        let ready = fx.ready.clone();
-        let busy = u64_of(&thread_named(&ready, "busy")["ident"]);
-        let mut matched = false;
-        let mut busy_held_gil = false;
-        let mut last = Vec::new();
-        for _ in 0..ATTEMPTS {
-            let dump = dump_json(fx.pid, &[]);
-            assert_eq!(dump.len(), 1, "one JSON line per process: {dump:?}");
-            let process = &dump[0];
-            check_shape(process, false);
-            check_header(process, &ready, "threads.py");
-            let holders = gil_holders(process);
-            assert!(holders.len() <= 1, "several GIL holders: {holders:?}");
-            busy_held_gil |= holders == [busy];
-            last = threads_problems(process, &ready, true);
-            matched |= last.is_empty();
-            if matched && busy_held_gil {
-                break;
+    for_each_interpreter(
+        "threads_json",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "threads.py", &[]);
+            let ready = fx.ready.clone();
+            let busy = u64_of(&thread_named(&ready, "busy")["ident"]);
+            let mut matched = false;
+            let mut busy_held_gil = false;
+            let mut last = Vec::new();
+            for _ in 0..ATTEMPTS {
+                let dump = dump_json(fx.pid, &[]);
+                assert_eq!(dump.len(), 1, "one JSON line per process: {dump:?}");
+                let process = &dump[0];
+                check_shape(process, false);
+                check_header(process, &ready, "threads.py");
+                let holders = gil_holders(process);
+                assert!(holders.len() <= 1, "several GIL holders: {holders:?}");
+                busy_held_gil |= holders == [busy];
+                last = threads_problems(process, &ready, true);
+                matched |= last.is_empty();
+                if matched && busy_held_gil {
+                    break;
+                }
+                sleep(Duration::from_millis(100));
             }
-            sleep(Duration::from_millis(100));
-        }
-        assert!(
-            matched,
-            "no dump in {ATTEMPTS} matched the fixture; last differences:\n{}",
-            last.join("\n")
-        );
-        assert!(
-            busy_held_gil,
-            "the busy thread never held the GIL in {ATTEMPTS} dumps"
-        );
-        fx.assert_alive();
-    });
+            assert!(
+                matched,
+                "no dump in {ATTEMPTS} matched the fixture; last differences:\n{}",
+                last.join("\n")
+            );
+            assert!(
+                busy_held_gil,
+                "the busy thread never held the GIL in {ATTEMPTS} dumps"
+            );
+            fx.assert_alive();
+        },
+    );
 }
 
 #[test]
 fn threads_text_output() {
-    for_each_interpreter("threads_text", |_| true, |interp| {
-        let mut fx = Fixture::spawn(interp, "threads.py", &[]);
-        let ready = fx.ready.clone();
-        let pid = fx.pid.to_string();
-        let out = pyinspect(&["dump", "--pid", &pid]);
-        out.assert_success();
-        let text = &out.stdout;
-        let must = |needle: String| {
-            assert!(
-                text.contains(&needle),
-                "text output lacks {needle:?}\n{}",
-                out.describe()
-            )
-        };
-        must(format!("Process {pid}:"));
-        must(format!("Python v{}", str_of(&ready["version"])));
-        must("threads.py".to_string());
-        for thread in array_of(&ready["threads"]) {
-            if let Some(name) = thread["name"].as_str() {
-                must(format!("\"{name}\""));
+    for_each_interpreter(
+        "threads_text",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "threads.py", &[]);
+            let ready = fx.ready.clone();
+            let pid = fx.pid.to_string();
+            let out = pyinspect(&["dump", "--pid", &pid]);
+            out.assert_success();
+            let text = &out.stdout;
+            let must = |needle: String| {
+                assert!(
+                    text.contains(&needle),
+                    "text output lacks {needle:?}\n{}",
+                    out.describe()
+                )
+            };
+            must(format!("Process {pid}:"));
+            must(format!("Python v{}", str_of(&ready["version"])));
+            must("threads.py".to_string());
+            for thread in array_of(&ready["threads"]) {
+                if let Some(name) = thread["name"].as_str() {
+                    must(format!("\"{name}\""));
+                }
+                let top = &array_of(&thread["frames"])[0];
+                must(str_of(&top["function"]).to_string());
+                must(format!("{}:{}", str_of(&top["file"]), top["line"]));
             }
-            let top = &array_of(&thread["frames"])[0];
-            must(str_of(&top["function"]).to_string());
-            must(format!("{}:{}", str_of(&top["file"]), top["line"]));
-        }
-        for status in ["idle", "active"] {
-            must(status.to_string());
-        }
-        fx.assert_alive();
-    });
+            for status in ["idle", "active"] {
+                must(status.to_string());
+            }
+            fx.assert_alive();
+        },
+    );
 }
 
 /// Whether `actual` renders the expected value: exactly, or for containers
@@ -310,167 +323,201 @@ fn repr_matches(actual: &str, var: &Value) -> bool {
 
 #[test]
 fn locals_reprs() {
-    for_each_interpreter("locals", |_| true, |interp| {
-        let mut fx = Fixture::spawn(interp, "threads.py", &[]);
-        let ready = fx.ready.clone();
-        let dump = dump_json(fx.pid, &["--locals"]);
-        let process = &dump[0];
-        check_shape(process, true);
-        let expected = &ready["locals"];
-        let ident = u64_of(&thread_named(&ready, str_of(&expected["thread"]))["ident"]);
-        let thread = find_thread(process, ident, 0).expect("the locals thread");
-        let frame = &array_of(&thread["frames"])[0];
-        assert_eq!(frame["function"], expected["function"], "innermost frame");
-        let locals = array_of(&frame["locals"]);
-        let want = array_of(&expected["variables"]);
-        let names = |list: &[Value]| -> Vec<String> {
-            list.iter().map(|v| str_of(&v["name"]).to_string()).collect()
-        };
-        assert_eq!(
-            names(locals),
-            names(want),
-            "local names in order, arguments first"
-        );
-        let mut wrong = Vec::new();
-        for (got, var) in locals.iter().zip(want) {
-            if got["is_arg"] != var["is_arg"] {
-                wrong.push(format!("{}: is_arg {}", var["name"], got["is_arg"]));
-            }
-            let shown = str_of(&got["repr"]);
-            if !repr_matches(shown, var) {
-                wrong.push(format!(
-                    "{}: repr {shown:?}, expected {} (or {})",
-                    var["name"], var["repr"], var["alts"]
-                ));
-            }
-        }
-        assert!(wrong.is_empty(), "locals differ:\n{}", wrong.join("\n"));
-
-        // The innermost of the 50 recursive frames has depth == 1, an argument.
-        let recurser = u64_of(&thread_named(&ready, "recurser")["ident"]);
-        let thread = find_thread(process, recurser, 0).expect("the recurser");
-        let depth = array_of(&array_of(&thread["frames"])[0]["locals"])
-            .iter()
-            .find(|l| l["name"] == "depth")
-            .expect("local `depth` in recurse()");
-        assert_eq!(depth["repr"], "1");
-        assert_eq!(depth["is_arg"], true);
-
-        let pid = fx.pid.to_string();
-        let out = pyinspect(&["dump", "--pid", &pid, "--locals"]);
-        out.assert_success();
-        for needle in ["arg_int = 42", "neg = -42", "nothing = None", "obj = <Foo at 0x"] {
-            assert!(
-                out.stdout.contains(needle),
-                "text --locals lacks {needle:?}\n{}",
-                out.describe()
+    for_each_interpreter(
+        "locals",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "threads.py", &[]);
+            let ready = fx.ready.clone();
+            let dump = dump_json(fx.pid, &["--locals"]);
+            let process = &dump[0];
+            check_shape(process, true);
+            let expected = &ready["locals"];
+            let ident = u64_of(&thread_named(&ready, str_of(&expected["thread"]))["ident"]);
+            let thread = find_thread(process, ident, 0).expect("the locals thread");
+            let frame = &array_of(&thread["frames"])[0];
+            assert_eq!(frame["function"], expected["function"], "innermost frame");
+            let locals = array_of(&frame["locals"]);
+            let want = array_of(&expected["variables"]);
+            let names = |list: &[Value]| -> Vec<String> {
+                list.iter()
+                    .map(|v| str_of(&v["name"]).to_string())
+                    .collect()
+            };
+            assert_eq!(
+                names(locals),
+                names(want),
+                "local names in order, arguments first"
             );
-        }
-        fx.assert_alive();
-    });
+            let mut wrong = Vec::new();
+            for (got, var) in locals.iter().zip(want) {
+                if got["is_arg"] != var["is_arg"] {
+                    wrong.push(format!("{}: is_arg {}", var["name"], got["is_arg"]));
+                }
+                let shown = str_of(&got["repr"]);
+                if !repr_matches(shown, var) {
+                    wrong.push(format!(
+                        "{}: repr {shown:?}, expected {} (or {})",
+                        var["name"], var["repr"], var["alts"]
+                    ));
+                }
+            }
+            assert!(wrong.is_empty(), "locals differ:\n{}", wrong.join("\n"));
+
+            // The innermost of the 50 recursive frames has depth == 1, an argument.
+            let recurser = u64_of(&thread_named(&ready, "recurser")["ident"]);
+            let thread = find_thread(process, recurser, 0).expect("the recurser");
+            let depth = array_of(&array_of(&thread["frames"])[0]["locals"])
+                .iter()
+                .find(|l| l["name"] == "depth")
+                .expect("local `depth` in recurse()");
+            assert_eq!(depth["repr"], "1");
+            assert_eq!(depth["is_arg"], true);
+
+            let pid = fx.pid.to_string();
+            let out = pyinspect(&["dump", "--pid", &pid, "--locals"]);
+            out.assert_success();
+            for needle in [
+                "arg_int = 42",
+                "neg = -42",
+                "nothing = None",
+                "obj = <Foo at 0x",
+            ] {
+                assert!(
+                    out.stdout.contains(needle),
+                    "text --locals lacks {needle:?}\n{}",
+                    out.describe()
+                );
+            }
+            fx.assert_alive();
+        },
+    );
 }
 
 #[test]
 fn nonblocking_reads_the_same_stacks() {
-    for_each_interpreter("nonblocking", |_| true, |interp| {
-        let mut fx = Fixture::spawn(interp, "threads.py", &[]);
-        let ready = fx.ready.clone();
-        let busy = u64_of(&thread_named(&ready, "busy")["ident"]);
-        let mut last = Vec::new();
-        for _ in 0..ATTEMPTS {
-            let dump = dump_json(fx.pid, &["--nonblocking"]);
-            let process = &dump[0];
-            check_shape(process, false);
-            check_header(process, &ready, "threads.py");
-            // Without a pause the busy thread's stack may be torn; the parked
-            // ones must still be exact.
-            last = threads_problems(process, &ready, false)
-                .into_iter()
-                .filter(|p| !p.contains(&format!("({busy})")))
-                .collect();
-            let busy_thread = find_thread(process, busy, 0).expect("busy thread");
-            let top = array_of(&busy_thread["frames"]).first().cloned();
-            if top.as_ref().map(|f| &f["function"]) != Some(&Value::from("spin")) {
-                last.push(format!("busy thread's innermost frame: {top:?}"));
+    for_each_interpreter(
+        "nonblocking",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "threads.py", &[]);
+            let ready = fx.ready.clone();
+            let busy = u64_of(&thread_named(&ready, "busy")["ident"]);
+            let mut last = Vec::new();
+            for _ in 0..ATTEMPTS {
+                let dump = dump_json(fx.pid, &["--nonblocking"]);
+                let process = &dump[0];
+                check_shape(process, false);
+                check_header(process, &ready, "threads.py");
+                // Without a pause the busy thread's stack may be torn; the parked
+                // ones must still be exact.
+                last = threads_problems(process, &ready, false)
+                    .into_iter()
+                    .filter(|p| !p.contains(&format!("({busy})")))
+                    .collect();
+                let busy_thread = find_thread(process, busy, 0).expect("busy thread");
+                let top = array_of(&busy_thread["frames"]).first().cloned();
+                if top.as_ref().map(|f| &f["function"]) != Some(&Value::from("spin")) {
+                    last.push(format!("busy thread's innermost frame: {top:?}"));
+                }
+                if last.is_empty() {
+                    break;
+                }
+                sleep(Duration::from_millis(100));
             }
-            if last.is_empty() {
-                break;
-            }
-            sleep(Duration::from_millis(100));
-        }
-        assert!(
-            last.is_empty(),
-            "no --nonblocking dump matched; last differences:\n{}",
-            last.join("\n")
-        );
-        fx.assert_alive();
-    });
+            assert!(
+                last.is_empty(),
+                "no --nonblocking dump matched; last differences:\n{}",
+                last.join("\n")
+            );
+            fx.assert_alive();
+        },
+    );
 }
 
 #[test]
 fn two_hundred_threads_all_present() {
-    for_each_interpreter("many_threads", |_| true, |interp| {
-        let mut fx =
-            Fixture::spawn_with_timeout(interp, "many_threads.py", &["200"], Duration::from_secs(60));
-        let ready = fx.ready.clone();
-        let dump = dump_json(fx.pid, &[]);
-        let process = &dump[0];
-        check_shape(process, false);
-        let threads = threads_of(process);
-        assert_eq!(threads.len(), 201, "200 parked threads and the main thread");
-        let mut wrong = Vec::new();
-        let frame = &ready["frame"];
-        for expected in array_of(&ready["threads"]) {
-            let Some(thread) = find_thread(process, u64_of(&expected["ident"]), 0) else {
-                wrong.push(format!("{} absent", expected["name"]));
-                continue;
-            };
-            if thread["name"] != expected["name"] {
-                wrong.push(format!("{}: name {}", expected["name"], thread["name"]));
+    for_each_interpreter(
+        "many_threads",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn_with_timeout(
+                interp,
+                "many_threads.py",
+                &["200"],
+                Duration::from_secs(60),
+            );
+            let ready = fx.ready.clone();
+            let dump = dump_json(fx.pid, &[]);
+            let process = &dump[0];
+            check_shape(process, false);
+            let threads = threads_of(process);
+            assert_eq!(threads.len(), 201, "200 parked threads and the main thread");
+            let mut wrong = Vec::new();
+            let frame = &ready["frame"];
+            for expected in array_of(&ready["threads"]) {
+                let Some(thread) = find_thread(process, u64_of(&expected["ident"]), 0) else {
+                    wrong.push(format!("{} absent", expected["name"]));
+                    continue;
+                };
+                if thread["name"] != expected["name"] {
+                    wrong.push(format!("{}: name {}", expected["name"], thread["name"]));
+                }
+                let top = &array_of(&thread["frames"])[0];
+                if top["function"] != frame["function"]
+                    || top["file"] != frame["file"]
+                    || top["line"] != frame["line"]
+                {
+                    wrong.push(format!("{}: innermost frame {top}", expected["name"]));
+                }
+                if let Err(p) = check_os_id(thread, &expected["native_id"]) {
+                    wrong.push(format!("{}: {p}", expected["name"]));
+                }
             }
-            let top = &array_of(&thread["frames"])[0];
-            if top["function"] != frame["function"]
-                || top["file"] != frame["file"]
-                || top["line"] != frame["line"]
-            {
-                wrong.push(format!("{}: innermost frame {top}", expected["name"]));
-            }
-            if let Err(p) = check_os_id(thread, &expected["native_id"]) {
-                wrong.push(format!("{}: {p}", expected["name"]));
-            }
-        }
-        let main = find_thread(process, u64_of(&ready["main"]["ident"]), 0).expect("main thread");
-        assert_eq!(main["frames"][0]["function"], ready["main_frame"]["function"]);
-        assert_eq!(main["frames"][0]["line"], ready["main_frame"]["line"]);
-        assert!(
-            wrong.is_empty(),
-            "{} of 200 threads wrong:\n{}",
-            wrong.len(),
-            wrong.join("\n")
-        );
-        fx.assert_alive();
-    });
+            let main =
+                find_thread(process, u64_of(&ready["main"]["ident"]), 0).expect("main thread");
+            assert_eq!(
+                main["frames"][0]["function"],
+                ready["main_frame"]["function"]
+            );
+            assert_eq!(main["frames"][0]["line"], ready["main_frame"]["line"]);
+            assert!(
+                wrong.is_empty(),
+                "{} of 200 threads wrong:\n{}",
+                wrong.len(),
+                wrong.join("\n")
+            );
+            fx.assert_alive();
+        },
+    );
 }
 
 #[test]
 fn nine_hundred_frames_all_present() {
-    for_each_interpreter("deep_recursion", |_| true, |interp| {
-        let mut fx = Fixture::spawn(interp, "deep.py", &["900"]);
-        let ready = fx.ready.clone();
-        let dump = dump_json(fx.pid, &[]);
-        let process = &dump[0];
-        check_shape(process, false);
-        let threads = threads_of(process);
-        assert_eq!(threads.len(), 1, "one thread");
-        let depth = u64_of(&ready["depth"]) as usize;
-        let mut expected = vec![ready["innermost"].clone()];
-        expected.extend(std::iter::repeat_n(ready["recursive_call"].clone(), depth - 1));
-        expected.extend(array_of(&ready["outer"]).iter().cloned());
-        if let Err(p) = compare_frames(array_of(&threads[0]["frames"]), &expected) {
-            panic!("{p}");
-        }
-        fx.assert_alive();
-    });
+    for_each_interpreter(
+        "deep_recursion",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "deep.py", &["900"]);
+            let ready = fx.ready.clone();
+            let dump = dump_json(fx.pid, &[]);
+            let process = &dump[0];
+            check_shape(process, false);
+            let threads = threads_of(process);
+            assert_eq!(threads.len(), 1, "one thread");
+            let depth = u64_of(&ready["depth"]) as usize;
+            let mut expected = vec![ready["innermost"].clone()];
+            expected.extend(std::iter::repeat_n(
+                ready["recursive_call"].clone(),
+                depth - 1,
+            ));
+            expected.extend(array_of(&ready["outer"]).iter().cloned());
+            if let Err(p) = compare_frames(array_of(&threads[0]["frames"]), &expected) {
+                panic!("{p}");
+            }
+            fx.assert_alive();
+        },
+    );
 }
 
 #[test]
@@ -543,53 +590,69 @@ fn sub_interpreters_show_every_interpreter() {
 
 #[test]
 fn subprocesses_are_dumped() {
-    for_each_interpreter("subprocesses", |_| true, |interp| {
-        let mut fx = Fixture::spawn(interp, "parent.py", &[]);
-        let ready = fx.ready.clone();
-        let children = array_of(&ready["children"]);
-        let sleep_pid = &ready["non_python"]["pid"];
+    for_each_interpreter(
+        "subprocesses",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "parent.py", &[]);
+            let ready = fx.ready.clone();
+            let children = array_of(&ready["children"]);
+            let sleep_pid = &ready["non_python"]["pid"];
 
-        let alone = dump_json(fx.pid, &[]);
-        assert_eq!(alone.len(), 1, "without --subprocesses, only the target");
+            let alone = dump_json(fx.pid, &[]);
+            assert_eq!(alone.len(), 1, "without --subprocesses, only the target");
 
-        let dump = dump_json(fx.pid, &["--subprocesses"]);
-        let pids: BTreeSet<u64> = dump.iter().map(|p| u64_of(&p["pid"])).collect();
-        let mut want: BTreeSet<u64> = children.iter().map(|c| u64_of(&c["pid"])).collect();
-        want.insert(fx.pid as u64);
-        assert_eq!(
-            pids, want,
-            "one JSON line per Python process (the `sleep` child {sleep_pid} is not Python)"
-        );
-        for process in &dump {
-            check_shape(process, false);
-            assert_eq!(process["python_version"], ready["version"]);
-        }
-        let parent = dump.iter().find(|p| p["pid"] == ready["pid"]).unwrap();
-        assert_eq!(
-            parent["threads"][0]["frames"][0]["function"],
-            ready["main_frame"]["function"]
-        );
-        for child in children {
-            let process = dump.iter().find(|p| p["pid"] == child["pid"]).unwrap();
-            let top = &process["threads"][0]["frames"][0];
-            assert_eq!(top["function"], child["frame"]["function"], "{process}");
-            assert_eq!(top["line"], child["frame"]["line"], "{process}");
-        }
+            let dump = dump_json(fx.pid, &["--subprocesses"]);
+            let pids: BTreeSet<u64> = dump.iter().map(|p| u64_of(&p["pid"])).collect();
+            let mut want: BTreeSet<u64> = children.iter().map(|c| u64_of(&c["pid"])).collect();
+            want.insert(fx.pid as u64);
+            assert_eq!(
+                pids, want,
+                "one JSON line per Python process (the `sleep` child {sleep_pid} is not Python)"
+            );
+            for process in &dump {
+                check_shape(process, false);
+                assert_eq!(process["python_version"], ready["version"]);
+            }
+            let parent = dump.iter().find(|p| p["pid"] == ready["pid"]).unwrap();
+            assert_eq!(
+                parent["threads"][0]["frames"][0]["function"],
+                ready["main_frame"]["function"]
+            );
+            for child in children {
+                let process = dump.iter().find(|p| p["pid"] == child["pid"]).unwrap();
+                let top = &process["threads"][0]["frames"][0];
+                assert_eq!(top["function"], child["frame"]["function"], "{process}");
+                assert_eq!(top["line"], child["frame"]["line"], "{process}");
+            }
 
-        let pid = fx.pid.to_string();
-        let out = pyinspect(&["dump", "--pid", &pid, "--subprocesses"]);
-        out.assert_success();
-        for child in children {
-            let needle = format!("Process {}:", child["pid"]);
-            assert!(out.stdout.contains(&needle), "lacks {needle:?}\n{}", out.describe());
-            let function = str_of(&child["frame"]["function"]);
-            assert!(out.stdout.contains(function), "lacks {function}\n{}", out.describe());
-        }
-        let needle = format!("Process {sleep_pid}:");
-        assert!(!out.stdout.contains(&needle), "shows `sleep`\n{}", out.describe());
-        for child in children {
-            common::assert_not_stopped(u64_of(&child["pid"]) as i32);
-        }
-        fx.assert_alive();
-    });
+            let pid = fx.pid.to_string();
+            let out = pyinspect(&["dump", "--pid", &pid, "--subprocesses"]);
+            out.assert_success();
+            for child in children {
+                let needle = format!("Process {}:", child["pid"]);
+                assert!(
+                    out.stdout.contains(&needle),
+                    "lacks {needle:?}\n{}",
+                    out.describe()
+                );
+                let function = str_of(&child["frame"]["function"]);
+                assert!(
+                    out.stdout.contains(function),
+                    "lacks {function}\n{}",
+                    out.describe()
+                );
+            }
+            let needle = format!("Process {sleep_pid}:");
+            assert!(
+                !out.stdout.contains(&needle),
+                "shows `sleep`\n{}",
+                out.describe()
+            );
+            for child in children {
+                common::assert_not_stopped(u64_of(&child["pid"]) as i32);
+            }
+            fx.assert_alive();
+        },
+    );
 }

@@ -80,7 +80,11 @@ fn probe_version(python: &Path) -> (u32, u32, String) {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut parts = text.split_whitespace();
-    let mut next = || parts.next().unwrap_or_else(|| panic!("bad version output {text:?}"));
+    let mut next = || {
+        parts
+            .next()
+            .unwrap_or_else(|| panic!("bad version output {text:?}"))
+    };
     let major = next().parse().expect("major");
     let minor = next().parse().expect("minor");
     (major, minor, next().to_string())
@@ -441,9 +445,8 @@ impl Output {
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(|l| {
-                serde_json::from_str(l).unwrap_or_else(|e| {
-                    panic!("not a JSON line ({e}): {l}\n{}", self.describe())
-                })
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{}", self.describe()))
             })
             .collect()
     }
@@ -537,7 +540,11 @@ pub fn assert_one_clean_error_line(out: &Output) -> String {
             out.describe()
         );
     }
-    let lines: Vec<&str> = out.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
     assert_eq!(
         lines.len(),
         1,
