@@ -164,15 +164,17 @@ fn main() {
         }
     };
     let result = match cli.command {
-        Command::Dump(a) => pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
-            pid: a.pid,
-            json: a.json,
-            locals: a.locals,
-            nonblocking: a.nonblocking,
-            subprocesses: a.subprocesses,
-            native: a.native || a.native_all,
-            native_all: a.native_all,
-        }),
+        Command::Dump(a) => {
+            pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
+                pid: a.pid,
+                json: a.json,
+                locals: a.locals,
+                nonblocking: a.nonblocking,
+                subprocesses: a.subprocesses,
+                native: a.native || a.native_all,
+                native_all: a.native_all,
+            })
+        }
         Command::Record(_) | Command::Top(_) => Err(anyhow::anyhow!("not implemented yet")),
     };
     if let Err(e) = result {

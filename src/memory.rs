@@ -128,7 +128,10 @@ impl Memory for ProcessMemory {
             }
             Err(nix::errno::Errno::ESRCH) => Err(MemError::Gone),
             Err(nix::errno::Errno::EPERM) => Err(MemError::Permission),
-            Err(e) => Err(MemError::Os { addr, errno: e as i32 }),
+            Err(e) => Err(MemError::Os {
+                addr,
+                errno: e as i32,
+            }),
         }
     }
 
@@ -211,7 +214,10 @@ mod tests {
     fn slice_memory_reads_inside_and_refuses_outside() {
         let mut m = SliceMemory::new();
         m.add(0x1000, (0u8..32).collect());
-        assert_eq!(m.read_u32(0x1004).unwrap(), u32::from_le_bytes([4, 5, 6, 7]));
+        assert_eq!(
+            m.read_u32(0x1004).unwrap(),
+            u32::from_le_bytes([4, 5, 6, 7])
+        );
         assert!(m.read_u64(0x101c).is_err());
         assert!(m.read_vec(0x1000, 1 << 30, 1 << 30).is_err());
     }

@@ -1,1 +1,189 @@
-//! procfs
+//! What the kernel says about a process: maps, threads, command line, children.
+
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    pub readable: bool,
+    pub writable: bool,
+    pub executable: bool,
+    pub offset: u64,
+    pub inode: u64,
+    /// The mapped file's path as the target sees it, if file-backed.
+    pub path: Option<String>,
+}
+
+impl MapEntry {
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr < self.end
+    }
+}
+
+fn proc_path(pid: i32, rest: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{rest}"))
+}
+
+fn io_err(pid: i32, e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
+        std::io::ErrorKind::PermissionDenied => Error::Permission { pid },
+        _ => Error::Io(format!("reading /proc/{pid}: {e}")),
+    }
+}
+
+pub fn exists(pid: i32) -> bool {
+    proc_path(pid, "stat").exists()
+}
+
+pub fn maps(pid: i32) -> Result<Vec<MapEntry>> {
+    let text = std::fs::read_to_string(proc_path(pid, "maps")).map_err(|e| io_err(pid, e))?;
+    Ok(parse_maps(&text))
+}
+
+pub fn parse_maps(text: &str) -> Vec<MapEntry> {
+    text.lines().filter_map(parse_map_line).collect()
+}
+
+fn parse_map_line(line: &str) -> Option<MapEntry> {
+    let mut it = line.splitn(6, ' ');
+    let range = it.next()?;
+    let perms = it.next()?.as_bytes();
+    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+    let _dev = it.next()?;
+    let inode = it.next()?.parse().ok()?;
+    let path = it.next().map(str::trim).filter(|p| !p.is_empty());
+    let (s, e) = range.split_once('-')?;
+    Some(MapEntry {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        readable: perms.first() == Some(&b'r'),
+        writable: perms.get(1) == Some(&b'w'),
+        executable: perms.get(2) == Some(&b'x'),
+        offset,
+        inode,
+        path: path.filter(|_| inode != 0).map(str::to_string),
+    })
+}
+
+/// The command line, arguments joined by spaces.
+pub fn cmdline(pid: i32) -> Result<String> {
+    let raw = std::fs::read(proc_path(pid, "cmdline")).map_err(|e| io_err(pid, e))?;
+    let parts: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    Ok(parts.join(" "))
+}
+
+/// The executable as the target sees it (may end in " (deleted)").
+pub fn exe(pid: i32) -> Result<String> {
+    let p = std::fs::read_link(proc_path(pid, "exe")).map_err(|e| io_err(pid, e))?;
+    Ok(p.to_string_lossy().into_owned())
+}
+
+/// The short name of the process (from /proc/PID/comm).
+pub fn comm(pid: i32, tid: i32) -> Option<String> {
+    std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/comm")))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+pub fn tasks(pid: i32) -> Result<Vec<i32>> {
+    let rd = std::fs::read_dir(proc_path(pid, "task")).map_err(|e| io_err(pid, e))?;
+    let mut v: Vec<i32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// Kernel scheduler state letter of a thread (R, S, D, T, t, Z…), from its stat file.
+pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/stat"))).ok()?;
+    parse_stat_state(&s)
+}
+
+pub fn parse_stat_state(stat: &str) -> Option<char> {
+    // The command name may contain spaces and parentheses: the state follows the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.trim_start().chars().next()
+}
+
+/// Parent pid from /proc/PID/stat.
+pub fn ppid(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(proc_path(pid, "stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every descendant of `pid` (children, grandchildren…), parents before children.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut parent_of = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            if let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
+                if let Some(pp) = ppid(p) {
+                    parent_of.push((p, pp));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    // Bounded by the number of processes: each is visited at most once.
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in &parent_of {
+            if pp == p && !out.contains(&c) && c != pid {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Open a file the target has mapped, as the target sees it: through
+/// /proc/PID/map_files (works for deleted files) or /proc/PID/root (containers).
+pub fn target_file(pid: i32, map: &MapEntry) -> Option<PathBuf> {
+    let by_range = proc_path(pid, &format!("map_files/{:x}-{:x}", map.start, map.end));
+    if std::fs::metadata(&by_range).is_ok() {
+        return Some(by_range);
+    }
+    let path = map.path.as_deref()?;
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let rooted = proc_path(pid, "root").join(Path::new(path).strip_prefix("/").ok()?);
+    if rooted.exists() {
+        return Some(rooted);
+    }
+    Some(PathBuf::from(path)).filter(|p| p.exists())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let m = parse_maps(
+            "7f00-7f10 r-xp 00001000 08:01 1234 /usr/lib/lib python.so\n\
+             7f10-7f20 rw-p 00000000 00:00 0 \n\
+             7f20-7f30 rw-p 00000000 00:00 0 [heap]\n",
+        );
+        assert_eq!(m.len(), 3);
+        assert!(m[0].executable && !m[0].writable);
+        assert_eq!(m[0].path.as_deref(), Some("/usr/lib/lib python.so"));
+        assert_eq!(m[0].offset, 0x1000);
+        assert_eq!(m[1].path, None);
+        assert_eq!(m[2].path, None);
+    }
+
+    #[test]
+    fn stat_state_after_odd_comm() {
+        assert_eq!(parse_stat_state("12 (a) b)) S 1 2"), Some('S'));
+        assert_eq!(parse_stat_state("garbage"), None);
+    }
+}

@@ -1,4 +1,14 @@
-//! `pyinspect dump`.
+//! `pyinspect dump`: every thread's stack, once.
+
+use crate::error::Error;
+use crate::memory::ProcessMemory;
+use crate::pause::{self, PauseGuard};
+use crate::procfs;
+use crate::python::process::PythonProcess;
+use crate::python::reader::{ReadOptions, Reader};
+use crate::stack::{FrameKind, ProcessStacks, ThreadStatus};
+use std::collections::HashMap;
+use std::io::Write;
 
 pub struct DumpOptions {
     pub pid: i32,
@@ -10,6 +20,160 @@ pub struct DumpOptions {
     pub native_all: bool,
 }
 
-pub fn run(_opts: &DumpOptions) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+/// Read one process: pause its Python threads (unless nonblocking), read,
+/// let them go.
+pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
+    let mem = ProcessMemory::new(pid);
+    let process = PythonProcess::open(pid, &mem)?;
+    let mut reader = Reader::new(process);
+    let tids = reader.python_tids(&mem)?;
+    // Scheduler states first: a thread we have stopped would read as stopped.
+    let states: HashMap<i32, char> = tids
+        .iter()
+        .filter_map(|&t| Some((t, procfs::thread_state(pid, t)?)))
+        .collect();
+    let guard = if opts.nonblocking {
+        None
+    } else {
+        Some(PauseGuard::new(pid, &tids)?)
+    };
+    let read_opts = ReadOptions {
+        locals: opts.locals,
+        names: true,
+    };
+    let snap = reader.snapshot(&mem, read_opts, &states);
+    drop(guard);
+    let mut snap = snap?;
+    // Oldest interpreter and oldest thread first (the lists are newest first).
+    snap.reverse();
+    snap.sort_by_key(|t| t.stack.interpreter);
+    let p = &reader.process;
+    Ok(ProcessStacks {
+        pid,
+        command_line: p.cmdline.clone(),
+        python_version: p.version.to_string(),
+        executable: p.exe.clone(),
+        threads: snap.into_iter().map(|t| t.stack).collect(),
+        warnings: p.warnings.clone(),
+        parent_pid: None,
+    })
+}
+
+pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
+    pause::install_signal_flag();
+    let mut out = std::io::stdout().lock();
+    let root = read_process(opts.pid, opts)?;
+    emit(&mut out, &root, opts)?;
+    if opts.subprocesses {
+        for child in procfs::descendants(opts.pid) {
+            if pause::interrupted() {
+                break;
+            }
+            match read_process(child, opts) {
+                Ok(mut p) => {
+                    p.parent_pid = procfs::ppid(child);
+                    emit(&mut out, &p, opts)?;
+                }
+                // Not every descendant runs Python; those are simply not shown.
+                Err(Error::NotPython { .. }) | Err(Error::NoSuchProcess(_)) => {}
+                Err(e) => eprintln!("pyinspect: subprocess {child}: {e}"),
+            }
+        }
+    }
+    out.flush()?;
+    if pause::interrupted() {
+        anyhow::bail!("interrupted");
+    }
+    Ok(())
+}
+
+fn emit(out: &mut dyn Write, p: &ProcessStacks, opts: &DumpOptions) -> std::io::Result<()> {
+    if opts.json {
+        serde_json::to_writer(&mut *out, p)?;
+        writeln!(out)
+    } else {
+        write_text(out, p)
+    }
+}
+
+pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()> {
+    match p.parent_pid {
+        Some(pp) => writeln!(
+            out,
+            "\nProcess {} (child of {}): {}",
+            p.pid, pp, p.command_line
+        )?,
+        None => writeln!(out, "Process {}: {}", p.pid, p.command_line)?,
+    }
+    writeln!(out, "Python v{} ({})", p.python_version, p.executable)?;
+    for w in &p.warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    let several = p
+        .threads
+        .iter()
+        .any(|t| t.interpreter != p.threads[0].interpreter);
+    for t in &p.threads {
+        let id = match t.os_thread_id {
+            Some(tid) => tid.to_string(),
+            None => format!("0x{:x}", t.thread_id),
+        };
+        let mut status = match t.status {
+            ThreadStatus::Active => "active".to_string(),
+            ThreadStatus::Idle => "idle".to_string(),
+        };
+        if t.holds_gil {
+            status.push_str(", gil");
+        }
+        if several {
+            status.push_str(&format!(", interpreter {}", t.interpreter));
+        }
+        write!(out, "\nThread {id}")?;
+        if let Some(n) = &t.name {
+            write!(out, " \"{n}\"")?;
+        }
+        write!(out, " ({status})")?;
+        if let Some(e) = &t.native_entry {
+            write!(out, " in {e}")?;
+        }
+        writeln!(out)?;
+        for f in &t.frames {
+            match f.kind {
+                FrameKind::Python => writeln!(
+                    out,
+                    "    {} ({}:{})",
+                    f.function,
+                    f.file.as_deref().unwrap_or("?"),
+                    f.line.unwrap_or(0)
+                )?,
+                FrameKind::Native => {
+                    let place = match (&f.file, f.line) {
+                        (Some(file), Some(line)) => format!("{file}:{line}"),
+                        _ => f.module.clone().unwrap_or_default(),
+                    };
+                    let inl = if f.inlined == Some(true) {
+                        " (inlined)"
+                    } else {
+                        ""
+                    };
+                    writeln!(out, "    {} ({}){}", f.function, place, inl)?
+                }
+            }
+            if let Some(locals) = &f.locals {
+                let (args, rest): (Vec<_>, Vec<_>) = locals.iter().partition(|l| l.is_arg);
+                for (title, group) in [("Arguments", args), ("Locals", rest)] {
+                    if !group.is_empty() {
+                        writeln!(out, "        {title}:")?;
+                        for l in group {
+                            writeln!(out, "            {} = {}", l.name, l.repr)?;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(why) = &t.truncated {
+            writeln!(out, "    ... stack incomplete: {why}")?;
+        }
+    }
+    Ok(())
 }

@@ -1,1 +1,958 @@
 //! `_Py_DebugOffsets` (3.13+): the interpreter's own description of its layout.
+//!
+//! CPython 3.13 put a table of struct sizes and field offsets at the very
+//! start of `_PyRuntime` (so `&_PyRuntime == &_PyRuntime.debug_offsets`):
+//! an 8-byte cookie `xdebugpy`, `PY_VERSION_HEX`, a free-threading flag,
+//! then one sub-struct of `uint64_t` per CPython struct. The outer struct has
+//! no length or layout version of its own and changes between minor
+//! versions, so each known minor version has its field list below ([`V3_13`],
+//! [`V3_14`]); a newer version is refused rather than misread.
+//!
+//! Everything here comes from the target and is untrusted: sizes must be
+//! at most [`MAX_STRUCT_SIZE`] and every offset must lie inside its struct.
+//!
+//! [`layout`] overlays these offsets on the built-in table (3.13's own, or
+//! the newest one for later versions). Fields `_Py_DebugOffsets` does not
+//! carry (`interpreters.main`, `tp_basicsize`, `tp_dictoffset`,
+//! `ht_cached_keys`, `md_dict`, the managed-dict constants, code flags and
+//! counts, `PyCompactUnicodeObject` size, dict keys, `_PyStackChunk.data`)
+//! stay as in that table, which is only proven for the table's own version.
+//!
+//! 3.14 notes (untested: no 3.14 interpreter on the test machine):
+//! `f_executable`, `f_funcobj` and the `localsplus` slots are `_PyStackRef`,
+//! tagged pointers whose low bits must be cleared before use; and the frame
+//! owner enum gained `FRAME_OWNED_BY_INTERPRETER = 3` (the eval-loop entry
+//! frame) with `FRAME_OWNED_BY_CSTACK` moving to 4, so "owner >= 3 is a shim"
+//! (`shim_from: 3`) still holds.
+
+use super::{
+    for_version, CurrentFrame, EntryMarker, GilLocation, InstanceDict, InstrPosition, Layout,
+    LongFormat, StringLayout, ALL,
+};
+use crate::error::Error;
+use crate::memory::Memory;
+
+pub const COOKIE: &[u8; 8] = b"xdebugpy";
+
+/// No CPython struct described here comes near this; a larger value means
+/// we are not looking at `_Py_DebugOffsets`.
+pub const MAX_STRUCT_SIZE: u64 = 1 << 20;
+
+/// cookie, version, free_threaded.
+const HEADER_LEN: u64 = 24;
+
+/// One sub-struct of `_Py_DebugOffsets`: its name and its `uint64_t`
+/// members in declaration order. When the first member is `size`, every
+/// other member is an offset inside a struct of that size.
+type Section = (&'static str, &'static [&'static str]);
+
+/// `Include/internal/pycore_runtime.h` of 3.13.0: `tests/layouts.rs` proves
+/// each member's offset against that header and reads a live 3.13.0.
+pub const V3_13: &[Section] = &[
+    (
+        "runtime_state",
+        &["size", "finalizing", "interpreters_head"],
+    ),
+    (
+        "interpreter_state",
+        &[
+            "size",
+            "id",
+            "next",
+            "threads_head",
+            "gc",
+            "imports_modules",
+            "sysdict",
+            "builtins",
+            "ceval_gil",
+            "gil_runtime_state",
+            "gil_runtime_state_enabled",
+            "gil_runtime_state_locked",
+            "gil_runtime_state_holder",
+        ],
+    ),
+    (
+        "thread_state",
+        &[
+            "size",
+            "prev",
+            "next",
+            "interp",
+            "current_frame",
+            "thread_id",
+            "native_thread_id",
+            "datastack_chunk",
+            "status",
+        ],
+    ),
+    (
+        "interpreter_frame",
+        &[
+            "size",
+            "previous",
+            "executable",
+            "instr_ptr",
+            "localsplus",
+            "owner",
+        ],
+    ),
+    (
+        "code_object",
+        &[
+            "size",
+            "filename",
+            "name",
+            "qualname",
+            "linetable",
+            "firstlineno",
+            "argcount",
+            "localsplusnames",
+            "localspluskinds",
+            "co_code_adaptive",
+        ],
+    ),
+    ("pyobject", &["size", "ob_type"]),
+    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+    ("tuple_object", &["size", "ob_item", "ob_size"]),
+    ("list_object", &["size", "ob_item", "ob_size"]),
+    ("dict_object", &["size", "ma_keys", "ma_values"]),
+    ("float_object", &["size", "ob_fval"]),
+    ("long_object", &["size", "lv_tag", "ob_digit"]),
+    ("bytes_object", &["size", "ob_size", "ob_sval"]),
+    (
+        "unicode_object",
+        &["size", "state", "length", "asciiobject_size"],
+    ),
+    ("gc", &["size", "collecting"]),
+];
+
+/// `Include/internal/pycore_debug_offsets.h` of 3.14, taken from a
+/// 3.14-derived copy of that header (it agrees with pystack's vendored 3.14
+/// struct; 3.14 pre-releases differ); UNTESTED: no 3.14 was at hand. Differences from
+/// 3.13: `threads_main`, `code_object_generation`, `tlbc_generation`,
+/// `stackpointer`, `tlbc_index`, `co_tlbc`, and the `set_object`,
+/// `gen_object`, `llist_node`, `debugger_support` sections (the last two
+/// without a `size`).
+pub const V3_14: &[Section] = &[
+    (
+        "runtime_state",
+        &["size", "finalizing", "interpreters_head"],
+    ),
+    (
+        "interpreter_state",
+        &[
+            "size",
+            "id",
+            "next",
+            "threads_head",
+            "threads_main",
+            "gc",
+            "imports_modules",
+            "sysdict",
+            "builtins",
+            "ceval_gil",
+            "gil_runtime_state",
+            "gil_runtime_state_enabled",
+            "gil_runtime_state_locked",
+            "gil_runtime_state_holder",
+            "code_object_generation",
+            "tlbc_generation",
+        ],
+    ),
+    (
+        "thread_state",
+        &[
+            "size",
+            "prev",
+            "next",
+            "interp",
+            "current_frame",
+            "thread_id",
+            "native_thread_id",
+            "datastack_chunk",
+            "status",
+        ],
+    ),
+    (
+        "interpreter_frame",
+        &[
+            "size",
+            "previous",
+            "executable",
+            "instr_ptr",
+            "localsplus",
+            "owner",
+            "stackpointer",
+            "tlbc_index",
+        ],
+    ),
+    (
+        "code_object",
+        &[
+            "size",
+            "filename",
+            "name",
+            "qualname",
+            "linetable",
+            "firstlineno",
+            "argcount",
+            "localsplusnames",
+            "localspluskinds",
+            "co_code_adaptive",
+            "co_tlbc",
+        ],
+    ),
+    ("pyobject", &["size", "ob_type"]),
+    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+    ("tuple_object", &["size", "ob_item", "ob_size"]),
+    ("list_object", &["size", "ob_item", "ob_size"]),
+    ("set_object", &["size", "used", "table", "mask"]),
+    ("dict_object", &["size", "ma_keys", "ma_values"]),
+    ("float_object", &["size", "ob_fval"]),
+    ("long_object", &["size", "lv_tag", "ob_digit"]),
+    ("bytes_object", &["size", "ob_size", "ob_sval"]),
+    (
+        "unicode_object",
+        &["size", "state", "length", "asciiobject_size"],
+    ),
+    ("gc", &["size", "collecting"]),
+    (
+        "gen_object",
+        &["size", "gi_name", "gi_iframe", "gi_frame_state"],
+    ),
+    ("llist_node", &["next", "prev"]),
+    (
+        "debugger_support",
+        &[
+            "eval_breaker",
+            "remote_debugger_support",
+            "remote_debugging_enabled",
+            "debugger_pending_call",
+            "debugger_script_path",
+            "debugger_script_path_size",
+        ],
+    ),
+];
+
+/// Members that hold a size, not an offset into their section's struct
+/// (they may equal the struct size).
+const SIZE_LIKE: &[(&str, &str)] = &[("unicode_object", "asciiobject_size")];
+
+/// Parsed from the first bytes of `_PyRuntime` (3.13+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebugOffsets {
+    /// `PY_VERSION_HEX` of the target, e.g. `0x030d00f0` for 3.13.0.
+    pub version_hex: u64,
+    /// A free-threaded (`Py_GIL_DISABLED`, "3.13t") build.
+    pub free_threaded: bool,
+    /// (section, member, value) in declaration order.
+    fields: Vec<(&'static str, &'static str, u64)>,
+}
+
+impl DebugOffsets {
+    pub fn major(&self) -> u8 {
+        (self.version_hex >> 24) as u8
+    }
+    pub fn minor(&self) -> u8 {
+        (self.version_hex >> 16) as u8
+    }
+    /// A member by its C names, e.g. `get("interpreter_frame", "stackpointer")`;
+    /// `None` if this version's `_Py_DebugOffsets` has no such member.
+    pub fn get(&self, section: &str, member: &str) -> Option<u64> {
+        self.fields
+            .iter()
+            .find(|(s, m, _)| *s == section && *m == member)
+            .map(|&(_, _, v)| v)
+    }
+    /// Like [`get`](Self::get) for members every supported version has.
+    fn need(&self, section: &str, member: &str) -> Result<u64, Error> {
+        self.get(section, member).ok_or_else(|| {
+            Error::Other(format!(
+                "_Py_DebugOffsets of Python {}.{} has no {section}.{member}",
+                self.major(),
+                self.minor()
+            ))
+        })
+    }
+}
+
+fn sections_for(major: u8, minor: u8) -> Option<&'static [Section]> {
+    match (major, minor) {
+        (3, 13) => Some(V3_13),
+        (3, 14) => Some(V3_14),
+        _ => None,
+    }
+}
+
+fn version_string(v: u64) -> String {
+    format!(
+        "{}.{}.{}",
+        (v >> 24) & 0xff,
+        (v >> 16) & 0xff,
+        (v >> 8) & 0xff
+    )
+}
+
+/// Read and check `_Py_DebugOffsets` at `runtime_addr` (the address of `_PyRuntime`).
+pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> {
+    let mut header = [0u8; HEADER_LEN as usize];
+    mem.read(runtime_addr, &mut header)?;
+    if &header[..8] != COOKIE {
+        return Err(Error::Other(format!(
+            "no _Py_DebugOffsets at 0x{runtime_addr:x}: cookie is {:?}, expected \"xdebugpy\" \
+             (not a Python 3.13+ _PyRuntime)",
+            String::from_utf8_lossy(&header[..8])
+        )));
+    }
+    let version_hex = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
+    let free_threaded = u64::from_le_bytes(header[16..24].try_into().unwrap_or_default());
+    let (major, minor) = ((version_hex >> 24) as u8, (version_hex >> 16) as u8);
+    if version_hex >> 32 != 0 || major != 3 || minor < 13 {
+        return Err(Error::Other(format!(
+            "_Py_DebugOffsets at 0x{runtime_addr:x} claims version 0x{version_hex:x}; \
+             expected Python 3.13 or newer"
+        )));
+    }
+    let Some(sections) = sections_for(major, minor) else {
+        return Err(Error::Other(format!(
+            "Python {} is newer than the _Py_DebugOffsets layouts pyinspect knows \
+             (3.13, 3.14); its layout cannot be read safely",
+            version_string(version_hex)
+        )));
+    };
+    if free_threaded > 1 {
+        return Err(Error::Other(format!(
+            "_Py_DebugOffsets at 0x{runtime_addr:x}: free_threaded is {free_threaded}, expected 0 or 1"
+        )));
+    }
+
+    let count: usize = sections.iter().map(|(_, m)| m.len()).sum();
+    let mut body = vec![0u8; count * 8];
+    mem.read(runtime_addr + HEADER_LEN, &mut body)?;
+    let mut words = body
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+    let mut fields = Vec::with_capacity(count);
+    for &(section, members) in sections {
+        let values: Vec<u64> = words.by_ref().take(members.len()).collect();
+        let size = (members.first() == Some(&"size"))
+            .then(|| values.first().copied())
+            .flatten();
+        if let Some(size) = size {
+            if size == 0 || size > MAX_STRUCT_SIZE {
+                return Err(implausible(section, "size", size, "must be 1..=1 MiB"));
+            }
+        }
+        for (i, (&member, &v)) in members.iter().zip(&values).enumerate() {
+            let ok = match size {
+                _ if i == 0 && size.is_some() => true,
+                Some(size) if SIZE_LIKE.contains(&(section, member)) => v <= size,
+                Some(size) => v < size,
+                None => v < MAX_STRUCT_SIZE,
+            };
+            if !ok {
+                let why = match size {
+                    Some(size) => format!("outside its struct of {size} bytes"),
+                    None => "larger than 1 MiB".to_string(),
+                };
+                return Err(implausible(section, member, v, &why));
+            }
+            fields.push((section, member, v));
+        }
+    }
+    Ok(DebugOffsets {
+        version_hex,
+        free_threaded: free_threaded == 1,
+        fields,
+    })
+}
+
+fn implausible(section: &str, member: &str, value: u64, why: &str) -> Error {
+    Error::Other(format!(
+        "_Py_DebugOffsets looks corrupt: {section}.{member} = {value} is {why}"
+    ))
+}
+
+/// Records each field that `_Py_DebugOffsets` changes relative to the table.
+struct Overlay {
+    diffs: Vec<String>,
+}
+
+impl Overlay {
+    fn set<T: PartialEq + std::fmt::Debug>(&mut self, name: &str, field: &mut T, new: T) {
+        if *field != new {
+            self.diffs
+                .push(format!("{name}: table {field:?}, _Py_DebugOffsets {new:?}"));
+            *field = new;
+        }
+    }
+    /// `set` to a value computed from the field's current one.
+    fn update<T: PartialEq + std::fmt::Debug>(
+        &mut self,
+        name: &str,
+        field: &mut T,
+        f: impl FnOnce(&T) -> T,
+    ) {
+        let new = f(field);
+        self.set(name, field, new);
+    }
+}
+
+/// The layout for the target: the built-in table of the same minor version
+/// (or the newest table) with every field that `_Py_DebugOffsets` provides
+/// overlaid, and a human-readable list of what differs from that table.
+pub fn layout(d: &DebugOffsets) -> Result<(Layout, Vec<String>), Error> {
+    let base = for_version(d.major(), d.minor())
+        .or_else(|| ALL.last().copied())
+        .ok_or_else(|| Error::Other("no built-in layout table".into()))?;
+    let mut l = base.clone();
+    let mut o = Overlay { diffs: Vec::new() };
+    if (l.major, l.minor) != (d.major(), d.minor()) {
+        o.diffs.push(format!(
+            "no built-in table for {}.{}: starting from {}.{}; fields _Py_DebugOffsets lacks are unverified",
+            d.major(),
+            d.minor(),
+            l.major,
+            l.minor
+        ));
+    }
+    l.major = d.major();
+    l.minor = d.minor();
+    // Frames that hold a stack pointer (3.14+) hold `_PyStackRef`s: tagged
+    // pointers in `f_executable` and in `localsplus`.
+    if d.get("interpreter_frame", "stackpointer").is_some() {
+        o.set("frame.pointer_tag_bits", &mut l.frame.pointer_tag_bits, 3);
+    }
+
+    // Runtime. `interpreters.main` directly follows `head` in `struct
+    // pyinterpreters`, so keep the table's distance between them.
+    let head = d.need("runtime_state", "interpreters_head")?;
+    if let (Some(old_head), Some(old_main)) = (
+        base.runtime.interpreters_head,
+        base.runtime.interpreters_main,
+    ) {
+        let main = old_main.wrapping_sub(old_head).wrapping_add(head);
+        o.set(
+            "runtime.interpreters_main",
+            &mut l.runtime.interpreters_main,
+            Some(main),
+        );
+    }
+    o.set(
+        "runtime.interpreters_head",
+        &mut l.runtime.interpreters_head,
+        Some(head),
+    );
+
+    // The reader follows `interp->ceval.gil` to a `_gil_runtime_state`;
+    // `_Py_DebugOffsets` gives holder/locked as offsets of the interpreter's
+    // embedded `_gil`, so make them relative to that struct.
+    let gil = d.need("interpreter_state", "gil_runtime_state")?;
+    let relative = |member: &str| -> Result<u64, Error> {
+        let v = d.need("interpreter_state", member)?;
+        v.checked_sub(gil).filter(|r| *r < 4096).ok_or_else(|| {
+            implausible(
+                "interpreter_state",
+                member,
+                v,
+                &format!("not inside the embedded _gil at {gil}"),
+            )
+        })
+    };
+    let new_gil = GilLocation::InterpGil {
+        ceval_gil: d.need("interpreter_state", "ceval_gil")?,
+        last_holder: relative("gil_runtime_state_holder")?,
+        locked: relative("gil_runtime_state_locked")?,
+    };
+    o.set("runtime.gil", &mut l.runtime.gil, new_gil);
+
+    // Interpreter.
+    o.set(
+        "interp.next",
+        &mut l.interp.next,
+        d.need("interpreter_state", "next")?,
+    );
+    o.set(
+        "interp.tstate_head",
+        &mut l.interp.tstate_head,
+        d.need("interpreter_state", "threads_head")?,
+    );
+    o.set(
+        "interp.id",
+        &mut l.interp.id,
+        Some(d.need("interpreter_state", "id")?),
+    );
+    o.set(
+        "interp.modules",
+        &mut l.interp.modules,
+        d.need("interpreter_state", "imports_modules")?,
+    );
+
+    // Thread state.
+    let t = &mut l.thread;
+    o.set("thread.next", &mut t.next, d.need("thread_state", "next")?);
+    o.set(
+        "thread.interp",
+        &mut t.interp,
+        d.need("thread_state", "interp")?,
+    );
+    let cf = d.need("thread_state", "current_frame")?;
+    o.set(
+        "thread.current_frame",
+        &mut t.current_frame,
+        CurrentFrame::Direct(cf),
+    );
+    o.set(
+        "thread.thread_id",
+        &mut t.thread_id,
+        d.need("thread_state", "thread_id")?,
+    );
+    o.set(
+        "thread.native_thread_id",
+        &mut t.native_thread_id,
+        Some(d.need("thread_state", "native_thread_id")?),
+    );
+    o.set(
+        "thread.datastack_chunk",
+        &mut t.datastack_chunk,
+        Some(d.need("thread_state", "datastack_chunk")?),
+    );
+    let need = [t.next, t.interp, cf, t.thread_id]
+        .into_iter()
+        .chain(t.native_thread_id)
+        .chain(t.datastack_chunk)
+        .max()
+        .unwrap_or(0)
+        + 8;
+    let thread_size = need.min(d.need("thread_state", "size")?);
+    o.set("thread.size", &mut t.size, thread_size);
+
+    // Frames. The shim threshold is not in `_Py_DebugOffsets`; it is 3 on
+    // 3.12–3.14 (CSTACK, then INTERPRETER), kept from the table.
+    let f = &mut l.frame;
+    o.set(
+        "frame.size",
+        &mut f.size,
+        d.need("interpreter_frame", "size")?,
+    );
+    o.set(
+        "frame.previous",
+        &mut f.previous,
+        d.need("interpreter_frame", "previous")?,
+    );
+    o.set(
+        "frame.code",
+        &mut f.code,
+        d.need("interpreter_frame", "executable")?,
+    );
+    o.set(
+        "frame.position",
+        &mut f.position,
+        InstrPosition::InstrPointer(d.need("interpreter_frame", "instr_ptr")?),
+    );
+    o.set(
+        "frame.localsplus",
+        &mut f.localsplus,
+        d.need("interpreter_frame", "localsplus")?,
+    );
+    let shim_from = match f.entry {
+        EntryMarker::OwnerShim { shim_from, .. } => shim_from,
+        _ => 3,
+    };
+    o.set(
+        "frame.entry",
+        &mut f.entry,
+        EntryMarker::OwnerShim {
+            owner: d.need("interpreter_frame", "owner")?,
+            shim_from,
+        },
+    );
+
+    // Objects. In a free-threaded build the object header is larger; the
+    // table's object fields that `_Py_DebugOffsets` does not give sit behind
+    // that header, so they move by the same amount.
+    let ob_size = d.need("pyobject", "size")?;
+    let delta = ob_size as i64 - 16;
+    if delta != 0 {
+        let shift = |v: u64| v.wrapping_add_signed(delta);
+        let ob = &mut l.object;
+        o.update("object.tp_basicsize", &mut ob.tp_basicsize, |v| shift(*v));
+        o.update("object.tp_dictoffset", &mut ob.tp_dictoffset, |v| shift(*v));
+        o.update("object.ht_cached_keys", &mut ob.ht_cached_keys, |v| {
+            v.map(shift)
+        });
+        o.update("object.module_dict", &mut ob.module_dict, |v| shift(*v));
+        let c = &mut l.code;
+        o.update("code.posonlyargcount", &mut c.posonlyargcount, |v| {
+            v.map(shift)
+        });
+        o.update("code.kwonlyargcount", &mut c.kwonlyargcount, |v| {
+            v.map(shift)
+        });
+        o.update("code.nlocals", &mut c.nlocals, |v| shift(*v));
+        o.update("code.flags", &mut c.flags, |v| shift(*v));
+        if let StringLayout::Pep393 {
+            compact_size,
+            data_ptr,
+            ..
+        } = &mut l.string
+        {
+            o.update("string.compact_size", compact_size, |v| shift(*v));
+            o.update("string.data_ptr", data_ptr, |v| shift(*v));
+        }
+    }
+    if d.free_threaded {
+        // 3.13 pycore_object.h: with Py_GIL_DISABLED, MANAGED_DICT_OFFSET is
+        // one word before the object instead of three.
+        if let InstanceDict::Inline313 {
+            flag, inline_flag, ..
+        } = l.object.instance_dict
+        {
+            let new = InstanceDict::Inline313 {
+                flag,
+                inline_flag,
+                dict: -8,
+            };
+            o.set("object.instance_dict", &mut l.object.instance_dict, new);
+        }
+    }
+    let ob = &mut l.object;
+    o.set(
+        "object.ob_type",
+        &mut ob.ob_type,
+        d.need("pyobject", "ob_type")?,
+    );
+    o.set(
+        "object.ob_size",
+        &mut ob.ob_size,
+        d.need("tuple_object", "ob_size")?,
+    );
+    o.set(
+        "object.tp_name",
+        &mut ob.tp_name,
+        d.need("type_object", "tp_name")?,
+    );
+    o.set(
+        "object.tp_flags",
+        &mut ob.tp_flags,
+        d.need("type_object", "tp_flags")?,
+    );
+    o.set(
+        "object.tuple_items",
+        &mut ob.tuple_items,
+        d.need("tuple_object", "ob_item")?,
+    );
+    o.set(
+        "object.list_items",
+        &mut ob.list_items,
+        d.need("list_object", "ob_item")?,
+    );
+    o.set(
+        "object.float_value",
+        &mut ob.float_value,
+        d.need("float_object", "ob_fval")?,
+    );
+    o.set(
+        "object.long",
+        &mut ob.long,
+        LongFormat::LvTag {
+            tag: d.need("long_object", "lv_tag")?,
+            digits: d.need("long_object", "ob_digit")?,
+        },
+    );
+    o.set(
+        "object.bytes_data",
+        &mut ob.bytes_data,
+        d.need("bytes_object", "ob_sval")?,
+    );
+
+    // Code objects.
+    let c = &mut l.code;
+    o.set(
+        "code.filename",
+        &mut c.filename,
+        d.need("code_object", "filename")?,
+    );
+    o.set("code.name", &mut c.name, d.need("code_object", "name")?);
+    o.set(
+        "code.qualname",
+        &mut c.qualname,
+        Some(d.need("code_object", "qualname")?),
+    );
+    o.set(
+        "code.linetable",
+        &mut c.linetable,
+        d.need("code_object", "linetable")?,
+    );
+    o.set(
+        "code.firstlineno",
+        &mut c.firstlineno,
+        d.need("code_object", "firstlineno")?,
+    );
+    o.set(
+        "code.argcount",
+        &mut c.argcount,
+        d.need("code_object", "argcount")?,
+    );
+    o.set(
+        "code.varnames",
+        &mut c.varnames,
+        d.need("code_object", "localsplusnames")?,
+    );
+    o.set(
+        "code.localspluskinds",
+        &mut c.localspluskinds,
+        Some(d.need("code_object", "localspluskinds")?),
+    );
+    o.set(
+        "code.code_adaptive",
+        &mut c.code_adaptive,
+        Some(d.need("code_object", "co_code_adaptive")?),
+    );
+    let need = [
+        c.argcount,
+        c.nlocals,
+        c.flags,
+        c.firstlineno,
+        c.varnames,
+        c.filename,
+        c.name,
+        c.linetable,
+    ]
+    .into_iter()
+    .chain(c.posonlyargcount)
+    .chain(c.kwonlyargcount)
+    .chain(c.localspluskinds)
+    .chain(c.qualname)
+    .chain(c.code_adaptive)
+    .max()
+    .unwrap_or(0)
+        + 8;
+    let code_size = need.min(d.need("code_object", "size")?);
+    o.set("code.size", &mut c.size, code_size);
+
+    // Strings and dicts.
+    if let StringLayout::Pep393 {
+        length,
+        state,
+        ascii_size,
+        ..
+    } = &mut l.string
+    {
+        o.set("string.length", length, d.need("unicode_object", "length")?);
+        o.set("string.state", state, d.need("unicode_object", "state")?);
+        o.set(
+            "string.ascii_size",
+            ascii_size,
+            d.need("unicode_object", "asciiobject_size")?,
+        );
+    }
+    if let super::DictLayout::Compact {
+        ma_keys, ma_values, ..
+    } = &mut l.dict
+    {
+        o.set("dict.ma_keys", ma_keys, d.need("dict_object", "ma_keys")?);
+        o.set(
+            "dict.ma_values",
+            ma_values,
+            d.need("dict_object", "ma_values")?,
+        );
+    }
+    Ok((l, o.diffs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SliceMemory;
+
+    /// The 70 members after the header, read from `_PyRuntime` of a live
+    /// pyenv 3.13.0 (x86-64, GIL build) through /proc/PID/mem.
+    const LIVE_3_13_0: [u64; 70] = [
+        283320, 608, 632, // runtime_state
+        194968, 7272, 7264, 7344, 7400, 7656, 7640, 7648, 16, 7752, 0, 7768, 7760, // interp
+        304, 0, 8, 16, 72, 152, 160, 232, 32, // thread_state
+        80, 8, 0, 56, 72, 70, // interpreter_frame
+        208, 112, 120, 128, 136, 68, 52, 96, 104, 200, // code_object
+        16, 8, // pyobject
+        416, 24, 88, 168, // type_object
+        32, 24, 16, // tuple
+        40, 24, 16, // list
+        48, 32, 40, // dict
+        24, 16, // float
+        32, 16, 24, // long
+        40, 16, 32, // bytes
+        64, 32, 16, 40, // unicode
+        240, 200, // gc
+    ];
+    const ADDR: u64 = 0x7f00_0000_0000;
+
+    fn image(version: u64, free_threaded: u64, words: &[u64]) -> Vec<u8> {
+        let mut b = COOKIE.to_vec();
+        b.extend(version.to_le_bytes());
+        b.extend(free_threaded.to_le_bytes());
+        for w in words {
+            b.extend(w.to_le_bytes());
+        }
+        b
+    }
+
+    fn mem(bytes: Vec<u8>) -> SliceMemory {
+        let mut m = SliceMemory::new();
+        m.add(ADDR, bytes);
+        m
+    }
+
+    fn err(r: Result<DebugOffsets, Error>) -> String {
+        r.expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn section_lists_have_the_header_sizes() {
+        let words = |s: &[Section]| s.iter().map(|(_, m)| m.len()).sum::<usize>();
+        // 3.13: sizeof(_Py_DebugOffsets) == 584 (gc section ends there).
+        assert_eq!(HEADER_LEN as usize + 8 * words(V3_13), 584);
+        assert_eq!(words(V3_13), LIVE_3_13_0.len());
+        assert_eq!(words(V3_14) - words(V3_13), 3 + 2 + 1 + 4 + 4 + 2 + 6);
+    }
+
+    #[test]
+    fn parses_live_3_13_0() {
+        let d = read(&mem(image(0x030d00f0, 0, &LIVE_3_13_0)), ADDR).unwrap();
+        assert_eq!((d.major(), d.minor(), d.free_threaded), (3, 13, false));
+        assert_eq!(d.get("runtime_state", "interpreters_head"), Some(632));
+        assert_eq!(
+            d.get("interpreter_state", "gil_runtime_state_holder"),
+            Some(7760)
+        );
+        assert_eq!(d.get("thread_state", "current_frame"), Some(72));
+        assert_eq!(d.get("gc", "collecting"), Some(200));
+        assert_eq!(d.get("interpreter_frame", "stackpointer"), None);
+    }
+
+    #[test]
+    fn overlay_on_3_13_changes_nothing() {
+        let d = read(&mem(image(0x030d00f0, 0, &LIVE_3_13_0)), ADDR).unwrap();
+        let (l, diffs) = layout(&d).unwrap();
+        assert!(diffs.is_empty(), "{diffs:#?}");
+        assert_eq!(&l, for_version(3, 13).unwrap());
+    }
+
+    #[test]
+    fn refuses_wrong_cookie_version_and_newer_layouts() {
+        let mut b = image(0x030d00f0, 0, &LIVE_3_13_0);
+        b[0] = b'X';
+        assert!(err(read(&mem(b), ADDR)).contains("cookie"));
+        assert!(err(read(&mem(image(0x030c01f0, 0, &LIVE_3_13_0)), ADDR)).contains("3.13 or newer"));
+        assert!(err(read(&mem(image(0x020d00f0, 0, &LIVE_3_13_0)), ADDR)).contains("3.13 or newer"));
+        let newer = err(read(&mem(image(0x030f00a1, 0, &LIVE_3_13_0)), ADDR));
+        assert!(
+            newer.contains("3.15.0") && newer.contains("newer"),
+            "{newer}"
+        );
+        assert!(err(read(&mem(image(0x030d00f0, 7, &LIVE_3_13_0)), ADDR)).contains("free_threaded"));
+        // Too short a region is a memory error, not a panic.
+        let short = image(0x030d00f0, 0, &LIVE_3_13_0[..10]);
+        assert!(read(&mem(short), ADDR).is_err());
+    }
+
+    #[test]
+    fn refuses_corrupt_sizes_and_offsets() {
+        let corrupt = |i: usize, v: u64| {
+            let mut w = LIVE_3_13_0;
+            w[i] = v;
+            err(read(&mem(image(0x030d00f0, 0, &w)), ADDR))
+        };
+        // runtime_state.size beyond 1 MiB, and zero.
+        assert!(corrupt(0, 2 << 20).contains("runtime_state.size"));
+        assert!(corrupt(0, 0).contains("runtime_state.size"));
+        // interpreters_head outside _PyRuntimeState.
+        assert!(corrupt(2, 283320).contains("interpreters_head"));
+        // thread_state.current_frame outside PyThreadState.
+        assert!(corrupt(20, u64::MAX).contains("thread_state.current_frame"));
+        // asciiobject_size may equal the struct size but not exceed it.
+        let mut w = LIVE_3_13_0;
+        w[67] = 64;
+        assert!(read(&mem(image(0x030d00f0, 0, &w)), ADDR).is_ok());
+        assert!(corrupt(67, 65).contains("asciiobject_size"));
+    }
+
+    #[test]
+    fn gil_holder_must_lie_in_the_embedded_gil() {
+        let mut w = LIVE_3_13_0;
+        w[15] = 100; // gil_runtime_state_holder before gil_runtime_state (7752)
+        let d = read(&mem(image(0x030d00f0, 0, &w)), ADDR).unwrap();
+        let e = layout(&d).unwrap_err().to_string();
+        assert!(e.contains("gil_runtime_state_holder"), "{e}");
+    }
+
+    #[test]
+    fn overlay_reports_each_difference() {
+        let mut w = LIVE_3_13_0;
+        w[20] = 80; // thread_state.current_frame
+        w[28] = 64; // interpreter_frame.instr_ptr
+        let d = read(&mem(image(0x030d00f0, 0, &w)), ADDR).unwrap();
+        let (l, diffs) = layout(&d).unwrap();
+        assert_eq!(l.thread.current_frame, CurrentFrame::Direct(80));
+        assert_eq!(l.frame.position, InstrPosition::InstrPointer(64));
+        assert_eq!(diffs.len(), 2, "{diffs:#?}");
+        assert!(diffs[0].starts_with("thread.current_frame"));
+    }
+
+    /// A 3.14 image: 3.13's values with the 3.14 members inserted (values
+    /// made up but self-consistent), to check the 3.14 member order is used.
+    #[test]
+    fn reads_a_3_14_layout() {
+        let mut w: Vec<u64> = Vec::new();
+        w.extend(&LIVE_3_13_0[..7]); // runtime_state, interp up to threads_head
+        w.push(7352); // threads_main
+        w.extend(&LIVE_3_13_0[7..16]);
+        w.extend([7900, 0]); // code_object_generation, tlbc_generation
+        w.extend(&LIVE_3_13_0[16..25]); // thread_state
+        w.extend([88, 8, 0, 56, 80, 74, 64, 0]); // interpreter_frame (3.14 shape)
+        w.extend(&LIVE_3_13_0[31..41]);
+        w.push(0); // co_tlbc
+        w.extend(&LIVE_3_13_0[41..50]); // pyobject, type, tuple
+        w.extend(&LIVE_3_13_0[50..53]); // list
+        w.extend([200, 24, 40, 32]); // set_object
+        w.extend(&LIVE_3_13_0[53..70]); // dict .. gc
+        w.extend([96, 72, 80, 88]); // gen_object
+        w.extend([0, 8]); // llist_node
+        w.extend([32, 400, 5000, 0, 8, 512]); // debugger_support
+        let d = read(&mem(image(0x030e00f0, 0, &w)), ADDR).unwrap();
+        assert_eq!(d.get("interpreter_frame", "stackpointer"), Some(64));
+        assert_eq!(
+            d.get("debugger_support", "debugger_script_path_size"),
+            Some(512)
+        );
+        let (l, diffs) = layout(&d).unwrap();
+        assert_eq!((l.major, l.minor), (3, 14));
+        assert_eq!(l.frame.localsplus, 80);
+        assert_eq!(
+            l.frame.entry,
+            EntryMarker::OwnerShim {
+                owner: 74,
+                shim_from: 3
+            }
+        );
+        assert!(diffs[0].contains("starting from 3.13"), "{diffs:#?}");
+        assert!(diffs.iter().any(|s| s.starts_with("frame.size")));
+    }
+
+    #[test]
+    fn free_threaded_moves_object_fields() {
+        let mut w = LIVE_3_13_0;
+        w[41] = 32; // pyobject.size
+        w[42] = 24; // pyobject.ob_type
+        let d = read(&mem(image(0x030d00f0, 1, &w)), ADDR).unwrap();
+        assert!(d.free_threaded);
+        let (l, diffs) = layout(&d).unwrap();
+        assert_eq!(l.object.ob_type, 24);
+        assert_eq!(l.object.tp_basicsize, 48);
+        assert!(matches!(
+            l.object.instance_dict,
+            InstanceDict::Inline313 { dict: -8, .. }
+        ));
+        assert!(diffs.iter().any(|s| s.starts_with("object.ob_type")));
+    }
+}

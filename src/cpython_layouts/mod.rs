@@ -115,6 +115,9 @@ pub struct FrameLayout {
     pub entry: EntryMarker,
     /// Offset of `data` in `_PyStackChunk` (3.11+), so a whole chunk of frames can be copied at once.
     pub stack_chunk_data: Option<u64>,
+    /// Low bits to clear from `f_executable` and `localsplus` slots: 3.14+
+    /// stores them as tagged `_PyStackRef`s; 0 before.
+    pub pointer_tag_bits: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,6 +201,13 @@ pub struct ObjectLayout {
     pub bytes_data: u64,
     /// `PyModuleObject.md_dict`.
     pub module_dict: u64,
+    /// `PySetObject.mask` and `.table`, and the key's place in a `setentry` of `set_entry_size` bytes.
+    pub set_mask: u64,
+    pub set_table: u64,
+    pub set_entry_key: u64,
+    pub set_entry_size: u64,
+    /// `PyCellObject.ob_ref`: what a closure cell holds.
+    pub cell_ref: u64,
     /// How an instance finds its `__dict__`.
     pub instance_dict: InstanceDict,
 }
@@ -221,7 +231,11 @@ pub enum InstanceDict {
     Managed312 { flag: u64, dict_or_values: i64 },
     /// 3.13: values inline after `tp_basicsize` when `inline_flag` is set,
     /// else the managed dict pointer at `dict`.
-    Inline313 { flag: u64, inline_flag: u64, dict: i64 },
+    Inline313 {
+        flag: u64,
+        inline_flag: u64,
+        dict: i64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,7 +252,10 @@ pub enum StringLayout {
         data_ptr: u64,
     },
     /// 2.7: `str` is bytes (`ob_size`, `ob_sval`); `unicode` is UCS4 at `*str`.
-    Py2 { unicode_length: u64, unicode_str: u64 },
+    Py2 {
+        unicode_length: u64,
+        unicode_str: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,7 +275,11 @@ pub enum DictLayout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DictKeysLayout {
     /// 3.6–3.10: `dk_size` (entries follow `dk_size` indices of width 1/2/4/8).
-    Sized { dk_size: u64, dk_nentries: u64, dk_indices: u64 },
+    Sized {
+        dk_size: u64,
+        dk_nentries: u64,
+        dk_indices: u64,
+    },
     /// 3.11+: `dk_log2_size`, `dk_log2_index_bytes`, `dk_kind` (0 = general
     /// 24-byte entries, else 16-byte unicode entries).
     Log2 {
@@ -272,7 +293,9 @@ pub enum DictKeysLayout {
 
 /// The built-in table for a minor version.
 pub fn for_version(major: u8, minor: u8) -> Option<&'static Layout> {
-    ALL.iter().copied().find(|l| l.major == major && l.minor == minor)
+    ALL.iter()
+        .copied()
+        .find(|l| l.major == major && l.minor == minor)
 }
 
 /// Every built-in table, oldest first.

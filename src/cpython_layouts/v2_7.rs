@@ -33,6 +33,7 @@ pub static LAYOUT: Layout = Layout {
         localsplus: 376,
         entry: EntryMarker::EveryFrame,
         stack_chunk_data: None,
+        pointer_tag_bits: 0,
     },
     code: CodeLayout {
         size: 112,
@@ -48,7 +49,9 @@ pub static LAYOUT: Layout = Layout {
         name: 88,
         qualname: None,
         linetable: 104,
-        linetable_format: LineTableFormat::Lnotab { signed_lines: false },
+        linetable_format: LineTableFormat::Lnotab {
+            signed_lines: false,
+        },
         code_adaptive: None,
     },
     object: ObjectLayout {
@@ -66,8 +69,19 @@ pub static LAYOUT: Layout = Layout {
         int_value: Some(16),
         bytes_data: 36,
         module_dict: 16,
+        set_mask: 32,
+        set_table: 40,
+        set_entry_key: 8,
+        set_entry_size: 16,
+        cell_ref: 16,
         instance_dict: InstanceDict::DictOffset,
     },
-    string: StringLayout::Py2 { unicode_length: 16, unicode_str: 24 },
-    dict: DictLayout::Py2 { mask: 32, table: 40 },
+    string: StringLayout::Py2 {
+        unicode_length: 16,
+        unicode_str: 24,
+    },
+    dict: DictLayout::Py2 {
+        mask: 32,
+        table: 40,
+    },
 };

@@ -8,7 +8,11 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: Some(40),
         interpreters_main: Some(48),
-        gil: GilLocation::InterpGil { ceval_gil: 384, last_holder: 8, locked: 16 },
+        gil: GilLocation::InterpGil {
+            ceval_gil: 384,
+            last_holder: 8,
+            locked: 16,
+        },
     },
     interp: InterpLayout {
         next: 0,
@@ -20,7 +24,10 @@ pub static LAYOUT: Layout = Layout {
         size: 240,
         next: 8,
         interp: 16,
-        current_frame: CurrentFrame::ViaCFrame { cframe: 56, current_frame: 0 },
+        current_frame: CurrentFrame::ViaCFrame {
+            cframe: 56,
+            current_frame: 0,
+        },
         thread_id: 136,
         native_thread_id: Some(144),
         datastack_chunk: Some(232),
@@ -31,8 +38,12 @@ pub static LAYOUT: Layout = Layout {
         code: 0,
         position: InstrPosition::InstrPointer(56),
         localsplus: 72,
-        entry: EntryMarker::OwnerShim { owner: 70, shim_from: 3 },
+        entry: EntryMarker::OwnerShim {
+            owner: 70,
+            shim_from: 3,
+        },
         stack_chunk_data: Some(24),
+        pointer_tag_bits: 0,
     },
     code: CodeLayout {
         size: 200,
@@ -62,12 +73,40 @@ pub static LAYOUT: Layout = Layout {
         tuple_items: 24,
         list_items: 24,
         float_value: 16,
-        long: LongFormat::LvTag { tag: 16, digits: 24 },
+        long: LongFormat::LvTag {
+            tag: 16,
+            digits: 24,
+        },
         int_value: None,
         bytes_data: 32,
         module_dict: 16,
-        instance_dict: InstanceDict::Managed312 { flag: 1 << 4, dict_or_values: -24 },
+        set_mask: 32,
+        set_table: 40,
+        set_entry_key: 0,
+        set_entry_size: 16,
+        cell_ref: 16,
+        instance_dict: InstanceDict::Managed312 {
+            flag: 1 << 4,
+            dict_or_values: -24,
+        },
     },
-    string: StringLayout::Pep393 { length: 16, state: 32, ascii_size: 40, compact_size: 56, data_ptr: 56 },
-    dict: DictLayout::Compact { ma_keys: 32, ma_values: 40, keys: DictKeysLayout::Log2 { dk_log2_size: 8, dk_log2_index_bytes: 9, dk_kind: 10, dk_nentries: 24, dk_indices: 32 }, values_array: 0 },
+    string: StringLayout::Pep393 {
+        length: 16,
+        state: 32,
+        ascii_size: 40,
+        compact_size: 56,
+        data_ptr: 56,
+    },
+    dict: DictLayout::Compact {
+        ma_keys: 32,
+        ma_values: 40,
+        keys: DictKeysLayout::Log2 {
+            dk_log2_size: 8,
+            dk_log2_index_bytes: 9,
+            dk_kind: 10,
+            dk_nentries: 24,
+            dk_indices: 32,
+        },
+        values_array: 0,
+    },
 };

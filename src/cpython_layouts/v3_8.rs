@@ -33,6 +33,7 @@ pub static LAYOUT: Layout = Layout {
         localsplus: 360,
         entry: EntryMarker::EveryFrame,
         stack_chunk_data: None,
+        pointer_tag_bits: 0,
     },
     code: CodeLayout {
         size: 128,
@@ -66,8 +67,28 @@ pub static LAYOUT: Layout = Layout {
         int_value: None,
         bytes_data: 32,
         module_dict: 16,
+        set_mask: 32,
+        set_table: 40,
+        set_entry_key: 0,
+        set_entry_size: 16,
+        cell_ref: 16,
         instance_dict: InstanceDict::DictOffset,
     },
-    string: StringLayout::Pep393 { length: 16, state: 32, ascii_size: 48, compact_size: 72, data_ptr: 72 },
-    dict: DictLayout::Compact { ma_keys: 32, ma_values: 40, keys: DictKeysLayout::Sized { dk_size: 8, dk_nentries: 32, dk_indices: 40 }, values_array: 0 },
+    string: StringLayout::Pep393 {
+        length: 16,
+        state: 32,
+        ascii_size: 48,
+        compact_size: 72,
+        data_ptr: 72,
+    },
+    dict: DictLayout::Compact {
+        ma_keys: 32,
+        ma_values: 40,
+        keys: DictKeysLayout::Sized {
+            dk_size: 8,
+            dk_nentries: 32,
+            dk_indices: 40,
+        },
+        values_array: 0,
+    },
 };

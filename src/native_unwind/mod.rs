@@ -1,1 +1,764 @@
 //! Native stacks: registers, CFI unwinding, symbols, and merging with Python frames.
+//!
+//! [`NativeUnwinder`] unwinds one ptrace-stopped thread at a time: CFI from
+//! `.eh_frame`/`.debug_frame` through framehop where a function has it, and a
+//! frame-pointer walk cross-checked by a validated stack scan where it does
+//! not (hand-written assembly), so the chain reaches the Python frames.
+//! Unwinding names frames from the symbol tables only; DWARF file:line and
+//! inlined frames are added by [`NativeUnwinder::add_lines`] for the frames
+//! that get printed, because parsing a large library's DWARF costs far more
+//! than unwinding.
+
+pub mod maps;
+mod merge;
+mod module;
+pub mod ptrace;
+pub mod scan;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{FrameAddress, Unwinder};
+
+use crate::error::Error;
+use crate::memory::{Memory, MemoryExt, ProcessMemory};
+use maps::Mapping;
+use module::{Backing, LoadedModule, SectionData};
+
+pub use merge::{
+    is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry, Merged,
+    PyFrameForMerge,
+};
+
+/// Deepest stack we walk; deeper ones are cut (and the cut is visible as a
+/// stack that does not end in a thread entry point).
+pub const MAX_FRAMES: usize = 2048;
+/// Stack bytes fetched per read: most stacks need a handful.
+const CHUNK: u64 = 4096;
+/// Bound on stack bytes read for one unwind (chunks).
+const MAX_CHUNKS: usize = 1024;
+/// How far above the stack pointer the scan looks for a return address.
+const SCAN_WORDS: u64 = 4096;
+/// A frame pointer further than this above the stack pointer is not trusted.
+const FP_MAX_FRAME: u64 = 1 << 20;
+
+/// How the caller of a frame was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnwindMethod {
+    /// DWARF call frame information (`.eh_frame`, `.debug_frame`).
+    Cfi,
+    /// The saved frame pointer chain (`rbp`), confirmed by the scan.
+    FramePointer,
+    /// The nearest stack word that is a return address just after a call.
+    Scan,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeFrame {
+    /// The program counter (innermost frame) or the return address.
+    pub ip: u64,
+    /// Demangled function name; None when no symbol covers the address.
+    pub function: Option<String>,
+    /// Library file name, e.g. "libc.so.6"; a pseudo name ("[vdso]",
+    /// "[anon]") for code outside any file.
+    pub module: String,
+    pub module_path: String,
+    /// `ip` as an address in the module's own ELF address space (what
+    /// `addr2line -e module` takes); for code outside any file, the offset
+    /// in its mapping. Stable across runs.
+    pub offset: u64,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// A frame produced by DWARF inlining info (its caller is the next frame).
+    pub inlined: bool,
+    /// Some("cuda") for frames in CUDA libraries.
+    pub tag: Option<&'static str>,
+    /// How this frame's caller was found.
+    pub how: UnwindMethod,
+    /// The function is exported (a global or weak symbol in `.dynsym`).
+    pub exported: bool,
+    /// `ip` is a return address (every frame but the innermost): symbol and
+    /// line lookups use `ip - 1`, which lies inside the call instruction.
+    pub return_address: bool,
+}
+
+impl NativeFrame {
+    /// The function, or `module+0xoffset` when there is no symbol.
+    pub fn name(&self) -> String {
+        match &self.function {
+            Some(f) => f.clone(),
+            None => format!("{}+0x{:x}", self.module, self.offset),
+        }
+    }
+
+    fn lookup_ip(&self) -> u64 {
+        if self.return_address {
+            self.ip.saturating_sub(1)
+        } else {
+            self.ip
+        }
+    }
+}
+
+/// Libraries whose frames are tagged "cuda".
+pub fn cuda_tag(module: &str) -> Option<&'static str> {
+    const PREFIXES: &[&str] = &[
+        "libcuda.",
+        "libcudart",
+        "libcublas",
+        "libcudnn",
+        "libnccl",
+        "libtorch_cuda",
+        "libnvrtc",
+        "libcufft",
+        "libcusparse",
+        "libcurand",
+        "libcusolver",
+        "libnvToolsExt",
+        "libnvJitLink",
+        "libcupti",
+        "libc10_cuda",
+    ];
+    PREFIXES
+        .iter()
+        .any(|p| module.starts_with(p))
+        .then_some("cuda")
+}
+
+enum LoadState {
+    NotLoaded,
+    Loaded(Box<LoadedModule>),
+    /// Could not be opened or parsed: frames show module+offset (warned once).
+    Failed,
+}
+
+/// A file (or the vdso) with executable code in the target.
+struct ModEntry {
+    name: String,
+    path: String,
+    inode: u64,
+    start: u64,
+    end: u64,
+    /// An executable mapping: (start, end, file offset).
+    exec: (u64, u64, u64),
+    state: LoadState,
+}
+
+/// Unwinds threads of one target process; keeps per-module caches.
+pub struct NativeUnwinder {
+    pid: i32,
+    maps: Vec<Mapping>,
+    modules: Vec<ModEntry>,
+    fh: UnwinderX86_64<SectionData>,
+    cache: CacheX86_64,
+    warnings: Vec<String>,
+    warned: HashSet<String>,
+    /// Pages found outside every module even after re-reading the maps, so
+    /// that code outside files (JIT) does not cost a maps read per sample.
+    known_misses: HashSet<u64>,
+    /// Validated return-address checks of stack words (file-backed code only).
+    ra_cache: HashMap<u64, bool>,
+    /// Whether [`add_lines`](Self::add_lines) may read DWARF from separate
+    /// debug files (see [`set_debug_file_lines`](Self::set_debug_file_lines)).
+    debug_file_lines: bool,
+}
+
+impl NativeUnwinder {
+    pub fn new(pid: i32) -> Result<Self, Error> {
+        let mut u = NativeUnwinder {
+            pid,
+            maps: Vec::new(),
+            modules: Vec::new(),
+            fh: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            warnings: Vec::new(),
+            warned: HashSet::new(),
+            known_misses: HashSet::new(),
+            ra_cache: HashMap::new(),
+            debug_file_lines: false,
+        };
+        u.refresh()?;
+        Ok(u)
+    }
+
+    /// Re-read /proc/PID/maps; modules still mapped at the same place keep
+    /// their caches, vanished ones are dropped.
+    fn refresh(&mut self) -> Result<(), Error> {
+        let maps = maps::read_maps(self.pid)?;
+        let mut old: HashMap<(u64, String, u64), ModEntry> = self
+            .modules
+            .drain(..)
+            .map(|m| ((m.start, m.path.clone(), m.inode), m))
+            .collect();
+        let mut modules = Vec::new();
+        let mut i = 0;
+        while i < maps.len() {
+            let m = &maps[i];
+            let mut j = i + 1;
+            while j < maps.len() && maps[j].path == m.path && maps[j].inode == m.inode {
+                j += 1;
+            }
+            let group = &maps[i..j];
+            let eligible = m.is_file() || m.path == "[vdso]";
+            if let Some(x) = group.iter().find(|g| g.executable).filter(|_| eligible) {
+                let start = group[0].start;
+                let key = (start, m.path.clone(), m.inode);
+                let entry = old.remove(&key).unwrap_or_else(|| ModEntry {
+                    name: m
+                        .file_path()
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or(&m.path)
+                        .to_string(),
+                    path: m.file_path().to_string(),
+                    inode: m.inode,
+                    start,
+                    end: group[group.len() - 1].end,
+                    exec: (x.start, x.end, x.offset),
+                    state: LoadState::NotLoaded,
+                });
+                modules.push(entry);
+            }
+            i = j;
+        }
+        for (_, gone) in old {
+            if matches!(gone.state, LoadState::Loaded(_)) {
+                self.fh.remove_module(gone.start);
+            }
+        }
+        self.modules = modules;
+        self.maps = maps;
+        self.known_misses.clear();
+        self.ra_cache.clear();
+        Ok(())
+    }
+
+    fn warn(&mut self, msg: String) {
+        if self.warned.insert(msg.clone()) {
+            self.warnings.push(msg);
+        }
+    }
+
+    /// Warnings collected so far (a module that could not be opened or
+    /// parsed: once per module).
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    fn find_module(&self, addr: u64) -> Option<usize> {
+        let i = self
+            .modules
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        (addr < self.modules[i].end).then_some(i)
+    }
+
+    /// The module containing `addr`, re-reading the maps once when no module
+    /// does (a library loaded after we started).
+    fn module_for(&mut self, addr: u64) -> Option<usize> {
+        if let Some(i) = self.find_module(addr) {
+            return Some(i);
+        }
+        let page = addr >> 12;
+        if self.known_misses.contains(&page) || self.refresh().is_err() {
+            return None;
+        }
+        let r = self.find_module(addr);
+        if r.is_none() {
+            self.known_misses.insert(page);
+        }
+        r
+    }
+
+    /// Load module `i` on first use; None when it cannot be used.
+    fn loaded(&mut self, i: usize) -> Option<&mut LoadedModule> {
+        if matches!(self.modules[i].state, LoadState::NotLoaded) {
+            let state = match self.load_module(i) {
+                Ok((lm, fh)) => {
+                    self.fh.add_module(fh);
+                    LoadState::Loaded(Box::new(lm))
+                }
+                Err(why) => {
+                    let m = &self.modules[i];
+                    let msg = format!("native frames in {} show module+offset only: {why}", m.path);
+                    self.warn(msg);
+                    LoadState::Failed
+                }
+            };
+            self.modules[i].state = state;
+        }
+        match &mut self.modules[i].state {
+            LoadState::Loaded(lm) => Some(lm),
+            _ => None,
+        }
+    }
+
+    fn load_module(
+        &self,
+        i: usize,
+    ) -> Result<(LoadedModule, framehop::Module<SectionData>), String> {
+        let m = &self.modules[i];
+        let (xs, xe, xoff) = m.exec;
+        let bytes = if m.path == "[vdso]" {
+            // The vdso exists only in memory; it is one or two pages.
+            let len = (m.end - m.start) as usize;
+            let v = ProcessMemory::new(self.pid)
+                .read_vec(m.start, len, 1 << 20)
+                .map_err(|e| e.to_string())?;
+            Backing::Owned(v)
+        } else {
+            // map_files reaches deleted files and files inside containers;
+            // /proc/PID/root resolves the path in the target's mount namespace.
+            let candidates = [
+                format!("/proc/{}/map_files/{:x}-{:x}", self.pid, xs, xe),
+                format!("/proc/{}/root{}", self.pid, m.path),
+                m.path.clone(),
+            ];
+            let mut last = None;
+            let mut found = None;
+            for c in &candidates {
+                match Backing::open(c) {
+                    Ok(b) => {
+                        found = Some(b);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            found.ok_or_else(|| {
+                format!(
+                    "cannot open it: {}",
+                    last.map(|e| e.to_string()).unwrap_or_default()
+                )
+            })?
+        };
+        let root = format!("/proc/{}/root", self.pid);
+        let dir = m.path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        let (xs_map, off) = if m.path == "[vdso]" {
+            (m.start, 0)
+        } else {
+            (xs, xoff)
+        };
+        LoadedModule::load(
+            Arc::new(bytes),
+            &m.name,
+            m.start..m.end,
+            xs_map,
+            off,
+            &root,
+            dir,
+        )
+    }
+
+    fn mapping(&self, addr: u64) -> Option<&Mapping> {
+        let i = self
+            .maps
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        Some(&self.maps[i]).filter(|m| m.contains(addr))
+    }
+
+    /// A frame for `ip`, named from the symbol tables only.
+    fn frame(&mut self, ip: u64, return_address: bool, how: UnwindMethod) -> NativeFrame {
+        let lookup = if return_address {
+            ip.saturating_sub(1)
+        } else {
+            ip
+        };
+        let mut f = NativeFrame {
+            ip,
+            function: None,
+            module: String::new(),
+            module_path: String::new(),
+            offset: ip,
+            file: None,
+            line: None,
+            inlined: false,
+            tag: None,
+            how,
+            exported: false,
+            return_address,
+        };
+        if let Some(i) = self.module_for(lookup) {
+            f.module = self.modules[i].name.clone();
+            f.module_path = self.modules[i].path.clone();
+            f.tag = cuda_tag(&f.module);
+            let start = self.modules[i].start;
+            match self.loaded(i) {
+                Some(lm) => {
+                    let bias = lm.bias;
+                    f.offset = ip.wrapping_sub(bias);
+                    if let Some((name, exported)) = lm.symbol(lookup.wrapping_sub(bias)) {
+                        f.function = Some(name.to_string());
+                        f.exported = exported;
+                    }
+                }
+                None => f.offset = ip - start,
+            }
+        } else if let Some(m) = self.mapping(lookup) {
+            f.module = if m.path.is_empty() {
+                "[anon]".to_string()
+            } else {
+                m.path.clone()
+            };
+            f.module_path = m.path.clone();
+            f.offset = ip - m.start;
+        } else {
+            f.module = "[unknown]".to_string();
+        }
+        f
+    }
+
+    /// Let [`add_lines`](Self::add_lines) read DWARF from separate debug files
+    /// too (off by default). Their symbol tables are always used, which is
+    /// what names libc's internal functions; but their DWARF is compressed
+    /// (Debian's libc6-dbg: about 6 MB of `.debug_info` to inflate, some
+    /// 50-100 ms) for file:line of C runtime internals a reader rarely needs,
+    /// which would blow a one-shot dump's time budget several times over.
+    pub fn set_debug_file_lines(&mut self, enabled: bool) {
+        self.debug_file_lines = enabled;
+        for m in &mut self.modules {
+            if let LoadState::Loaded(lm) = &mut m.state {
+                lm.forget_lines();
+            }
+        }
+    }
+
+    /// Symbolize one address as an exact program counter: DWARF frames,
+    /// innermost (most inlined) first, or one frame from the symbol table.
+    pub fn symbolize(&mut self, ip: u64) -> Vec<NativeFrame> {
+        let f = self.frame(ip, false, UnwindMethod::Cfi);
+        self.add_lines(&f)
+    }
+
+    /// Expand a frame from [`unwind`](Self::unwind) with DWARF file:line and
+    /// the functions inlined at that point (innermost first). Cached per
+    /// address; DWARF is parsed on first use per module. A frame without
+    /// DWARF comes back unchanged.
+    pub fn add_lines(&mut self, frame: &NativeFrame) -> Vec<NativeFrame> {
+        let lookup = frame.lookup_ip();
+        let debug_files = self.debug_file_lines;
+        let lines = match self.find_module(lookup) {
+            Some(i) => match self.loaded(i) {
+                Some(lm) => {
+                    let svma = lookup.wrapping_sub(lm.bias);
+                    lm.lines(svma, debug_files)
+                }
+                None => return vec![frame.clone()],
+            },
+            None => return vec![frame.clone()],
+        };
+        if lines.is_empty() {
+            return vec![frame.clone()];
+        }
+        lines
+            .iter()
+            .map(|l| {
+                let mut f = frame.clone();
+                f.file = l.file.clone();
+                f.line = l.line;
+                f.inlined = l.inlined;
+                // The outermost entry is the real function: keep the symbol
+                // table's name (what merging classified) when there is one.
+                if l.inlined || f.function.is_none() {
+                    f.function = l.function.clone().or(f.function);
+                }
+                if l.inlined {
+                    f.exported = false;
+                }
+                f
+            })
+            .collect()
+    }
+
+    /// Unwind thread `tid`, which the caller has stopped with ptrace
+    /// (PTRACE_SEIZE + PTRACE_INTERRUPT + waitpid). Innermost first.
+    pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Result<Vec<NativeFrame>, Error> {
+        let regs =
+            nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)).map_err(|e| match e {
+                nix::errno::Errno::ESRCH => Error::Other(format!(
+                    "thread {tid} is not stopped under ptrace by us (or exited)"
+                )),
+                e => Error::Other(format!("reading the registers of thread {tid}: {e}")),
+            })?;
+        Ok(self.unwind_from_regs(regs.rip, regs.rsp, regs.rbp, mem))
+    }
+
+    /// Unwind from explicit registers (a core file later; tests).
+    pub fn unwind_from_regs(
+        &mut self,
+        ip: u64,
+        sp: u64,
+        bp: u64,
+        mem: &dyn Memory,
+    ) -> Vec<NativeFrame> {
+        let mut stack = StackReader::new(mem);
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut addr = FrameAddress::from_instruction_pointer(ip);
+        let mut out: Vec<NativeFrame> = Vec::new();
+        while out.len() < MAX_FRAMES {
+            let pc = addr.address();
+            out.push(self.frame(pc, addr.is_return_address(), UnwindMethod::Cfi));
+            let old_sp = regs.sp();
+            let (next, how) = self.step(addr, &mut regs, &mut stack, mem);
+            if let Some(last) = out.last_mut() {
+                last.how = how;
+            }
+            // A caller must live higher on the stack; anything else is a loop.
+            match next.and_then(FrameAddress::from_return_address) {
+                Some(a) if regs.sp() > old_sp => addr = a,
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// Find the caller of the frame at `addr`: its return address and how.
+    fn step(
+        &mut self,
+        addr: FrameAddress,
+        regs: &mut UnwindRegsX86_64,
+        stack: &mut StackReader,
+        mem: &dyn Memory,
+    ) -> (Option<u64>, UnwindMethod) {
+        let lookup = addr.address_for_lookup();
+        let mut covered = false;
+        let mut callee_start = None;
+        if let Some(i) = self.module_for(lookup) {
+            if let Some(lm) = self.loaded(i) {
+                let svma = lookup.wrapping_sub(lm.bias);
+                covered = lm.has_cfi(svma);
+                if !covered {
+                    callee_start = lm.function_start(svma).map(|s| s.wrapping_add(lm.bias));
+                }
+            }
+        }
+        if covered {
+            let mut read = |a: u64| stack.read_u64(a);
+            // Broken CFI (or a stack we could not read) falls through to the rest.
+            if let Ok(r) = self.fh.unwind_frame(addr, regs, &mut self.cache, &mut read) {
+                return (r, UnwindMethod::Cfi);
+            }
+        }
+        // No CFI here: a frame pointer is believed only when the scan agrees
+        // that the nearest return address on the stack is the one it names;
+        // otherwise the scan's return address wins (hand-written assembly
+        // keeps rbp as a general register).
+        let sp = regs.sp();
+        let bp = regs.bp();
+        let stack_end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
+        if let Some((slot, ra)) = self.scan(sp, stack_end, callee_start, stack, mem) {
+            if slot == bp.wrapping_add(8) && bp >= sp {
+                if let Ok(saved_bp) = stack.read_u64(bp) {
+                    regs.set_sp(bp + 16);
+                    regs.set_bp(saved_bp);
+                    return (Some(ra), UnwindMethod::FramePointer);
+                }
+            }
+            regs.set_sp(slot + 8);
+            // Callers that keep a frame pointer need rbp back. If rbp cannot
+            // be one of theirs (it does not point into an older frame), the
+            // frame-less function overwrote it after saving it: take the
+            // saved copy nearest the return address, where prologues push it.
+            let older = |v: u64| v > slot && v < stack_end && v.is_multiple_of(8);
+            if !older(bp) {
+                let mut a = slot;
+                while a > sp {
+                    a -= 8;
+                    match stack.read_u64(a) {
+                        Ok(v) if older(v) => {
+                            regs.set_bp(v);
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            return (Some(ra), UnwindMethod::Scan);
+        }
+        // Nothing within the scan window: a large frame with a frame pointer.
+        if bp > sp && bp - sp < FP_MAX_FRAME && bp.is_multiple_of(8) {
+            if let (Ok(ra), Ok(saved_bp)) = (stack.read_u64(bp + 8), stack.read_u64(bp)) {
+                if self.is_return_address(ra, mem) {
+                    regs.set_sp(bp + 16);
+                    regs.set_bp(saved_bp);
+                    return (Some(ra), UnwindMethod::FramePointer);
+                }
+            }
+        }
+        (None, UnwindMethod::Scan)
+    }
+
+    /// The stack slot at or above `sp` holding the return address of the
+    /// frame-less function starting at `callee_start` (when known): (slot,
+    /// value). Stale return addresses left in a frame's uninitialised slots
+    /// are the danger, so a direct call that provably targets another
+    /// function is passed over; if no candidate survives that, the nearest
+    /// validated one is taken (the function may have been tail-called).
+    fn scan(
+        &mut self,
+        sp: u64,
+        stack_end: u64,
+        callee_start: Option<u64>,
+        stack: &mut StackReader,
+        mem: &dyn Memory,
+    ) -> Option<(u64, u64)> {
+        if !sp.is_multiple_of(8) {
+            return None;
+        }
+        let limit = stack_end.min(sp.saturating_add(SCAN_WORDS * 8));
+        let mut first = None;
+        let mut slot = sp;
+        while slot + 8 <= limit {
+            let Ok(v) = stack.read_u64(slot) else { break };
+            if self.is_return_address(v, mem) {
+                first.get_or_insert((slot, v));
+                if callee_start.is_none_or(|c| call_may_target(v, c, mem)) {
+                    return Some((slot, v));
+                }
+            }
+            slot += 8;
+        }
+        first
+    }
+
+    /// `v` points into executable code just after a call instruction.
+    fn is_return_address(&mut self, v: u64, mem: &dyn Memory) -> bool {
+        let Some(m) = self.mapping(v.wrapping_sub(1)) else {
+            return false;
+        };
+        if !m.executable {
+            return false;
+        }
+        let file_backed = m.is_file();
+        let from = v.saturating_sub(scan::CALL_WINDOW as u64).max(m.start);
+        if file_backed {
+            if let Some(&r) = self.ra_cache.get(&v) {
+                return r;
+            }
+        }
+        let mut buf = [0u8; scan::CALL_WINDOW];
+        let n = (v - from) as usize;
+        let r = mem.read(from, &mut buf[..n]).is_ok() && scan::follows_call(&buf[..n]);
+        if file_backed {
+            if self.ra_cache.len() >= 1 << 16 {
+                self.ra_cache.clear();
+            }
+            self.ra_cache.insert(v, r);
+        }
+        r
+    }
+}
+
+/// Whether the call instruction that ends at `ra` can have called the
+/// function starting at `callee`: indirect calls can, a direct `call rel32`
+/// only if its target is `callee` or a PLT stub that jumps there.
+fn call_may_target(ra: u64, callee: u64, mem: &dyn Memory) -> bool {
+    let mut b = [0u8; 5];
+    if mem.read(ra.wrapping_sub(5), &mut b).is_err() || b[0] != 0xE8 {
+        return true;
+    }
+    let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i64;
+    let target = ra.wrapping_add(rel as u64);
+    if target == callee {
+        return true;
+    }
+    // PLT stub: [endbr64] [bnd] jmp *disp32(%rip)
+    let mut p = [0u8; 16];
+    if mem.read(target, &mut p).is_err() {
+        return false;
+    }
+    let mut i = if p[..4] == [0xF3, 0x0F, 0x1E, 0xFA] {
+        4
+    } else {
+        0
+    };
+    if p[i] == 0xF2 {
+        i += 1;
+    }
+    if p[i..i + 2] != [0xFF, 0x25] {
+        return false;
+    }
+    let disp = i32::from_le_bytes([p[i + 2], p[i + 3], p[i + 4], p[i + 5]]) as i64;
+    let got = target
+        .wrapping_add((i + 6) as u64)
+        .wrapping_add(disp as u64);
+    mem.read_u64(got).is_ok_and(|t| t == callee)
+}
+
+/// Reads the target's stack in page-sized chunks: one syscall serves many
+/// frames. Bounded in the number of chunks per unwind.
+struct StackReader<'m> {
+    mem: &'m dyn Memory,
+    chunks: Vec<(u64, Option<Box<[u8]>>)>,
+}
+
+impl<'m> StackReader<'m> {
+    fn new(mem: &'m dyn Memory) -> Self {
+        StackReader {
+            mem,
+            chunks: Vec::new(),
+        }
+    }
+
+    fn read_u64(&mut self, addr: u64) -> Result<u64, ()> {
+        let base = addr & !(CHUNK - 1);
+        let off = (addr - base) as usize;
+        if off + 8 > CHUNK as usize {
+            return self.mem.read_u64(addr).map_err(|_| ());
+        }
+        let idx = match self.chunks.iter().position(|(b, _)| *b == base) {
+            Some(i) => i,
+            None => {
+                if self.chunks.len() >= MAX_CHUNKS {
+                    return Err(());
+                }
+                let mut buf = vec![0u8; CHUNK as usize].into_boxed_slice();
+                let ok = self.mem.read(base, &mut buf).is_ok();
+                self.chunks.push((base, ok.then_some(buf)));
+                self.chunks.len() - 1
+            }
+        };
+        match &self.chunks[idx].1 {
+            Some(b) => Ok(crate::memory::le_u64(b, off as u64)),
+            None => self.mem.read_u64(addr).map_err(|_| ()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_libraries_are_tagged() {
+        assert_eq!(cuda_tag("libcuda.so.1"), Some("cuda"));
+        assert_eq!(cuda_tag("libcublasLt.so.12"), Some("cuda"));
+        assert_eq!(cuda_tag("libtorch_cuda.so"), Some("cuda"));
+        assert_eq!(cuda_tag("libnccl.so.2"), Some("cuda"));
+        assert_eq!(cuda_tag("libc.so.6"), None);
+        assert_eq!(cuda_tag("libcurl.so.4"), None);
+    }
+
+    #[test]
+    fn unnamed_frames_show_module_and_offset() {
+        let f = NativeFrame {
+            ip: 0x7f00_0000_1234,
+            function: None,
+            module: "libfoo.so".into(),
+            module_path: "/x/libfoo.so".into(),
+            offset: 0x1234,
+            file: None,
+            line: None,
+            inlined: false,
+            tag: None,
+            how: UnwindMethod::Cfi,
+            exported: false,
+            return_address: true,
+        };
+        assert_eq!(f.name(), "libfoo.so+0x1234");
+        assert_eq!(f.lookup_ip(), 0x7f00_0000_1233);
+    }
+}

@@ -1,1 +1,97 @@
 //! Renderers built on the one stack model.
+//!
+//! `record` feeds every sampled thread stack into a [`Profile`], which
+//! aggregates as it goes: frames and stacks are interned once, and each sample
+//! only bumps a counter keyed by (stack, thread). Memory therefore grows with
+//! the number of *distinct* stacks, not with recording time. The two
+//! time-ordered formats (speedscope, Chrome trace) also need the order in
+//! which stacks followed each other; for those the profile keeps a compact
+//! timeline (no strings: stack id, thread id, start, duration), where
+//! consecutive samples of a thread with the same stack are merged into one
+//! run. Ask for it with [`ProfileOptions::timeline`] only when the chosen
+//! format needs it ([`OutputFormat::needs_timeline`]).
+
+mod chrometrace;
+mod collapsed;
+mod filenames;
+mod pprof;
+mod profile;
+mod speedscope;
+
+use thiserror::Error;
+
+pub use profile::Profile;
+
+/// How samples are turned into frames, and what the profile keeps.
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    /// A root frame per thread: `thread <os tid or ident> "<name>"`.
+    pub threads: bool,
+    /// Leave line numbers out of frame names (frames of one function merge).
+    /// With `--function` the sampler already passes each frame's first line
+    /// (`co_firstlineno`), so that mode needs nothing here.
+    pub nolineno: bool,
+    /// Keep file names as the target reported them instead of shortening
+    /// them to the package-relative path.
+    pub full_filenames: bool,
+    /// A root frame per process: `process <pid>: "<command line>"`.
+    pub subprocesses: bool,
+    /// Samples per second asked for; the pprof `period`.
+    pub rate: f64,
+    /// Keep the per-thread timeline needed by speedscope and Chrome trace.
+    pub timeline: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Interactive flame graph SVG.
+    Flamegraph,
+    /// speedscope JSON (https://www.speedscope.app).
+    Speedscope,
+    /// Chrome trace event JSON (Perfetto, chrome://tracing).
+    Chrometrace,
+    /// Collapsed stacks, one `a;b;c count` line each (flamegraph.pl, inferno).
+    Raw,
+    /// Gzipped pprof profile.proto (`go tool pprof`, Pyroscope, Grafana).
+    Pprof,
+}
+
+impl OutputFormat {
+    /// File name extension, without the dot.
+    pub fn extension(&self) -> &'static str {
+        match self {
+            OutputFormat::Flamegraph => "svg",
+            OutputFormat::Speedscope | OutputFormat::Chrometrace => "json",
+            OutputFormat::Raw => "txt",
+            OutputFormat::Pprof => "pb.gz",
+        }
+    }
+
+    /// Whether writing this format needs [`ProfileOptions::timeline`].
+    pub fn needs_timeline(&self) -> bool {
+        matches!(self, OutputFormat::Speedscope | OutputFormat::Chrometrace)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            OutputFormat::Flamegraph => "flamegraph",
+            OutputFormat::Speedscope => "speedscope",
+            OutputFormat::Chrometrace => "chrometrace",
+            OutputFormat::Raw => "raw",
+            OutputFormat::Pprof => "pprof",
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum OutputError {
+    #[error("writing the profile failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("no Python stacks were sampled, so there is no flame graph to draw")]
+    Empty,
+    #[error("the {0} format needs the sample timeline, which this profile did not keep")]
+    NoTimeline(&'static str),
+}
+
+/// The version string exporters record, so a file says what wrote it.
+const EXPORTER: &str = concat!("pyinspect@", env!("CARGO_PKG_VERSION"));

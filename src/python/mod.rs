@@ -1,4 +1,8 @@
 //! The CPython reader: finds the interpreter, walks threads and frames.
 
 pub mod linetable;
+pub mod objects;
+pub mod pagecache;
+pub mod process;
+pub mod reader;
 pub mod strings;

@@ -1,0 +1,649 @@
+//! One loaded ELF module of the target: its file bytes, load bias, unwind
+//! tables, symbols, and (lazily) its separate debug file and DWARF line info.
+//! Everything here is computed once per module and cached.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+use gimli::{EndianSlice, LittleEndian, UnwindSection};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+/// The bytes of a module or debug file: a read-only file mapping, or a copy
+/// (the vdso, read from the target's memory).
+pub(crate) enum Backing {
+    Map(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Deref for Backing {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+impl Backing {
+    pub(crate) fn open(path: &str) -> std::io::Result<Backing> {
+        let f = std::fs::File::open(path)?;
+        // SAFETY: the mapping is read-only and private. A library file being
+        // rewritten in place under us is the one risk, the same one every
+        // debugger and profiler that maps ELF files accepts.
+        let m = unsafe { memmap2::Mmap::map(&f)? };
+        Ok(Backing::Map(m))
+    }
+}
+
+/// A section inside a [`Backing`], handed to framehop without copying.
+#[derive(Clone)]
+pub(crate) struct SectionData {
+    owner: Arc<Backing>,
+    range: Range<usize>,
+}
+
+impl Deref for SectionData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.owner[self.range.clone()]
+    }
+}
+
+/// Where a module's CFI is, so we can tell whether an address is covered
+/// before asking framehop (which silently falls back to frame pointers).
+enum CfiCoverage {
+    /// `.eh_frame_hdr`'s sorted table: a binary search per lookup.
+    Hdr {
+        hdr: SectionData,
+        hdr_svma: u64,
+        eh: SectionData,
+        eh_svma: u64,
+    },
+    /// FDE ranges (svma, sorted) for `.eh_frame` without a header or `.debug_frame`.
+    Ranges(Vec<(u64, u64)>),
+    None,
+}
+
+struct Sym {
+    start: u64,
+    size: u64,
+    name: Range<u32>,
+    exported: bool,
+}
+
+/// Function symbols of `.symtab` and `.dynsym` (and the debug file's `.symtab`),
+/// sorted by address; names live in one arena.
+#[derive(Default)]
+struct Symbols {
+    syms: Vec<Sym>,
+    names: String,
+}
+
+impl Symbols {
+    fn add_from(&mut self, file: &object::File, want_static: bool) {
+        let mut push = |sym: object::Symbol, exported: bool| {
+            if !matches!(sym.kind(), SymbolKind::Text) || !sym.is_definition() {
+                return;
+            }
+            let Ok(name) = sym.name() else { return };
+            if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
+                return;
+            }
+            let start = self.names.len() as u32;
+            self.names.push_str(name);
+            self.syms.push(Sym {
+                start: sym.address(),
+                size: sym.size(),
+                name: start..self.names.len() as u32,
+                exported,
+            });
+        };
+        for s in file.dynamic_symbols() {
+            let exported = s.is_global() || s.is_weak();
+            push(s, exported);
+        }
+        if want_static {
+            for s in file.symbols() {
+                push(s, false);
+            }
+        }
+    }
+
+    /// Sort so that, among symbols at one address, the best name comes first:
+    /// exported (the public name of an aliased function), then fewer leading
+    /// underscores (`read` over `__libc_read`), then a known size.
+    fn finish(&mut self) {
+        let names = &self.names;
+        self.syms.sort_by_cached_key(|s| {
+            let n = &names[s.name.start as usize..s.name.end as usize];
+            let underscores = n.bytes().take_while(|&b| b == b'_').count();
+            (s.start, !s.exported, underscores, s.size == 0)
+        });
+        // Keep the best name per address, with the largest size any alias
+        // declares (they all describe the same function).
+        let mut out: Vec<Sym> = Vec::with_capacity(self.syms.len());
+        for s in self.syms.drain(..) {
+            match out.last_mut() {
+                Some(l) if l.start == s.start => l.size = l.size.max(s.size),
+                _ => out.push(s),
+            }
+        }
+        self.syms = out;
+    }
+
+    /// The function containing `svma`. A symbol without a size only counts
+    /// when it is the nearest one below and nothing else intervenes; a sized
+    /// symbol must contain the address, so that a stripped static function
+    /// is shown as module+offset rather than as its exported neighbour.
+    fn lookup(&self, svma: u64) -> Option<&Sym> {
+        let i = self
+            .syms
+            .partition_point(|s| s.start <= svma)
+            .checked_sub(1)?;
+        let s = &self.syms[i];
+        if s.size != 0 && svma >= s.start.saturating_add(s.size) {
+            return None;
+        }
+        Some(s)
+    }
+
+    fn name(&self, s: &Sym) -> &str {
+        &self.names[s.name.start as usize..s.name.end as usize]
+    }
+}
+
+/// Demangle C++ (Itanium) and Rust names; C names come back unchanged.
+pub(crate) fn demangle(name: &str) -> String {
+    let (base, suffix) = match name.find('.') {
+        Some(i) if i > 0 => name.split_at(i),
+        _ => (name, ""),
+    };
+    if base.starts_with("_R") || is_legacy_rust(base) {
+        if let Ok(d) = rustc_demangle::try_demangle(base) {
+            return format!("{d:#}{suffix}");
+        }
+    }
+    if base.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(base) {
+            let opts = cpp_demangle::DemangleOptions::new().no_return_type();
+            if let Ok(d) = sym.demangle_with_options(&opts) {
+                return format!("{d}{suffix}");
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Legacy Rust mangling is Itanium-shaped; its tell is the `17h<16 hex>E` hash.
+fn is_legacy_rust(s: &str) -> bool {
+    s.starts_with("_ZN")
+        && s.len() > 20
+        && s.ends_with('E')
+        && s[..s.len() - 1]
+            .rsplit_once("17h")
+            .is_some_and(|(_, h)| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// DWARF of one module, with the borrowed slices pointing into `owned` and
+/// `file`, which live exactly as long as the context (declared first, so it
+/// is dropped first).
+struct DwarfCtx {
+    ctx: addr2line::Context<EndianSlice<'static, LittleEndian>>,
+    _owned: Vec<Box<[u8]>>,
+    _file: Arc<Backing>,
+}
+
+impl DwarfCtx {
+    fn load(file: Arc<Backing>) -> Option<DwarfCtx> {
+        let obj = object::File::parse(&**file).ok()?;
+        obj.section_by_name(".debug_info")?;
+        let mut owned: Vec<Box<[u8]>> = Vec::new();
+        let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
+            let s: &[u8] = match obj
+                .section_by_name(id.name())
+                .and_then(|s| section_bytes(&s))
+            {
+                Some(Cow::Borrowed(b)) => b,
+                Some(Cow::Owned(v)) => {
+                    owned.push(v.into_boxed_slice());
+                    owned.last().map(|b| &b[..]).unwrap_or(&[])
+                }
+                None => &[],
+            };
+            // SAFETY: `s` points into `file` (an Arc'd mapping that never
+            // moves) or into a boxed slice in `owned` (moving the Vec does not
+            // move the box's contents); both are stored in the returned
+            // DwarfCtx next to the context, which is dropped first.
+            let s: &'static [u8] = unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) };
+            Ok(EndianSlice::new(s, LittleEndian))
+        })
+        .ok()?;
+        let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
+        Some(DwarfCtx {
+            ctx,
+            _owned: owned,
+            _file: file,
+        })
+    }
+}
+
+/// A section's bytes, decompressed when the section is SHF_COMPRESSED (zlib),
+/// as Debian's debug files are.
+fn section_bytes<'d>(sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
+    let c = sec.compressed_data().ok()?;
+    match c.format {
+        object::CompressionFormat::None => Some(Cow::Borrowed(c.data)),
+        object::CompressionFormat::Zlib => {
+            use std::io::Read;
+            // The declared size comes from the file: bound it.
+            let cap = usize::try_from(c.uncompressed_size)
+                .ok()
+                .filter(|&n| n <= 1 << 30)?;
+            let mut out = Vec::with_capacity(cap);
+            flate2::read::ZlibDecoder::new(c.data)
+                .take(cap as u64)
+                .read_to_end(&mut out)
+                .ok()?;
+            Some(Cow::Owned(out))
+        }
+        _ => None,
+    }
+}
+
+/// One line of DWARF symbolization: a function (innermost first when inlined).
+#[derive(Clone)]
+pub(crate) struct LineFrame {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+}
+
+pub(crate) struct LoadedModule {
+    bytes: Arc<Backing>,
+    /// avma = svma + bias.
+    pub bias: u64,
+    cfi: CfiCoverage,
+    cfi_cache: HashMap<u64, bool>,
+    /// Paths tried for a separate debug file (computed at load, opened lazily).
+    debug_candidates: Vec<(String, Option<Vec<u8>>)>,
+    has_symtab: bool,
+    debug: Option<Option<Arc<Backing>>>,
+    symbols: Option<Symbols>,
+    names: HashMap<u64, Option<(Arc<str>, bool)>>,
+    dwarf: Option<Option<DwarfCtx>>,
+    lines: HashMap<u64, Arc<[LineFrame]>>,
+}
+
+/// Bound on per-address caches, so a long `record` over code that keeps
+/// moving cannot grow them without limit.
+const CACHE_MAX: usize = 1 << 16;
+
+impl LoadedModule {
+    /// Parse `bytes` (the module's file) mapped with file offset `map_offset`
+    /// at `map_start` in an executable mapping. Returns the module and its
+    /// framehop module.
+    pub(crate) fn load(
+        bytes: Arc<Backing>,
+        name: &str,
+        avma_range: Range<u64>,
+        map_start: u64,
+        map_offset: u64,
+        root: &str,
+        file_dir: &str,
+    ) -> Result<(LoadedModule, framehop::Module<SectionData>), String> {
+        let obj =
+            object::File::parse(&**bytes).map_err(|e| format!("not a usable ELF file: {e}"))?;
+        let bias = load_bias(&obj, map_start, map_offset)
+            .ok_or_else(|| "no loadable segment matches its mapping".to_string())?;
+        let sect = |n: &str| -> Option<(u64, SectionData)> {
+            let s = obj.section_by_name(n)?;
+            let (off, len) = s.file_range()?;
+            let range = usize::try_from(off).ok()?..usize::try_from(off.checked_add(len)?).ok()?;
+            bytes.get(range.clone())?;
+            Some((
+                s.address(),
+                SectionData {
+                    owner: bytes.clone(),
+                    range,
+                },
+            ))
+        };
+        let eh = sect(".eh_frame");
+        let hdr = sect(".eh_frame_hdr");
+        let debug_frame = if eh.is_none() {
+            sect(".debug_frame")
+        } else {
+            None
+        };
+        let text_svma = obj
+            .section_by_name(".text")
+            .map(|s| s.address()..s.address() + s.size());
+        let got_svma = obj
+            .section_by_name(".got")
+            .map(|s| s.address()..s.address() + s.size());
+        let cfi = match (&eh, &hdr, &debug_frame) {
+            (Some((eh_svma, eh)), Some((hdr_svma, hdr)), _) => CfiCoverage::Hdr {
+                hdr: hdr.clone(),
+                hdr_svma: *hdr_svma,
+                eh: eh.clone(),
+                eh_svma: *eh_svma,
+            },
+            (Some((eh_svma, eh)), None, _) => CfiCoverage::Ranges(eh_frame_ranges(eh, *eh_svma)),
+            (None, _, Some((_, df))) => CfiCoverage::Ranges(debug_frame_ranges(df)),
+            _ => CfiCoverage::None,
+        };
+        let info = framehop::ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma,
+            got_svma,
+            eh_frame_svma: eh.as_ref().map(|(a, d)| *a..*a + d.len() as u64),
+            eh_frame: eh.map(|(_, d)| d),
+            eh_frame_hdr_svma: hdr.as_ref().map(|(a, d)| *a..*a + d.len() as u64),
+            eh_frame_hdr: hdr.map(|(_, d)| d),
+            debug_frame: debug_frame.map(|(_, d)| d),
+            text: None,
+            stubs_svma: None,
+            stub_helper_svma: None,
+            unwind_info: None,
+            text_segment_svma: None,
+            text_segment: None,
+        };
+        let fh = framehop::Module::new(name.to_string(), avma_range, bias, info);
+        let has_symtab = obj.section_by_name(".symtab").is_some();
+        let has_dwarf = obj.section_by_name(".debug_info").is_some();
+        let mut debug_candidates = Vec::new();
+        if !has_symtab || !has_dwarf {
+            let build_id = obj.build_id().ok().flatten().map(|b| b.to_vec());
+            if let Some(id) = &build_id {
+                if id.len() >= 2 {
+                    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                    for r in [root, ""] {
+                        debug_candidates.push((
+                            format!(
+                                "{r}/usr/lib/debug/.build-id/{}/{}.debug",
+                                &hex[..2],
+                                &hex[2..]
+                            ),
+                            build_id.clone(),
+                        ));
+                    }
+                }
+            }
+            if let Ok(Some((link, _crc))) = obj.gnu_debuglink() {
+                if let Ok(link) = std::str::from_utf8(link) {
+                    if !link.contains('/') {
+                        for r in [root, ""] {
+                            for d in [
+                                format!("{r}{file_dir}"),
+                                format!("{r}{file_dir}/.debug"),
+                                format!("{r}/usr/lib/debug{file_dir}"),
+                            ] {
+                                debug_candidates.push((format!("{d}/{link}"), build_id.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok((
+            LoadedModule {
+                bytes,
+                bias,
+                cfi,
+                cfi_cache: HashMap::new(),
+                debug_candidates,
+                has_symtab,
+                debug: None,
+                symbols: None,
+                names: HashMap::new(),
+                dwarf: None,
+                lines: HashMap::new(),
+            },
+            fh,
+        ))
+    }
+
+    /// Whether CFI (the one framehop will use) covers `svma`.
+    pub(crate) fn has_cfi(&mut self, svma: u64) -> bool {
+        if let Some(&c) = self.cfi_cache.get(&svma) {
+            return c;
+        }
+        let c = match &self.cfi {
+            CfiCoverage::Hdr {
+                hdr,
+                hdr_svma,
+                eh,
+                eh_svma,
+            } => hdr_covers(hdr, *hdr_svma, eh, *eh_svma, svma),
+            CfiCoverage::Ranges(r) => {
+                let i = r.partition_point(|&(s, _)| s <= svma);
+                i > 0 && svma < r[i - 1].1
+            }
+            CfiCoverage::None => false,
+        };
+        if self.cfi_cache.len() >= CACHE_MAX {
+            self.cfi_cache.clear();
+        }
+        self.cfi_cache.insert(svma, c);
+        c
+    }
+
+    fn debug_file(&mut self) -> Option<Arc<Backing>> {
+        if let Some(d) = &self.debug {
+            return d.clone();
+        }
+        let found = self.debug_candidates.iter().find_map(|(path, want_id)| {
+            let b = Backing::open(path).ok()?;
+            let obj = object::File::parse(&*b).ok()?;
+            if let Some(want) = want_id {
+                if obj.build_id().ok().flatten() != Some(want.as_slice()) {
+                    return None;
+                }
+            }
+            Some(Arc::new(b))
+        });
+        self.debug = Some(found.clone());
+        found
+    }
+
+    /// (demangled name, exported) of the function containing `svma`; cached.
+    fn symbols(&mut self) -> &Symbols {
+        if self.symbols.is_none() {
+            let mut s = Symbols::default();
+            if let Ok(obj) = object::File::parse(&**self.bytes) {
+                s.add_from(&obj, true);
+            }
+            if !self.has_symtab {
+                if let Some(d) = self.debug_file() {
+                    if let Ok(obj) = object::File::parse(&**d) {
+                        s.add_from(&obj, true);
+                    }
+                }
+            }
+            s.finish();
+            self.symbols = Some(s);
+        }
+        self.symbols.get_or_insert_with(Symbols::default)
+    }
+
+    /// Start (svma) of the sized or nearest function symbol covering `svma`.
+    pub(crate) fn function_start(&mut self, svma: u64) -> Option<u64> {
+        self.symbols().lookup(svma).map(|s| s.start)
+    }
+
+    /// (demangled name, exported) of the function containing `svma`; cached.
+    pub(crate) fn symbol(&mut self, svma: u64) -> Option<(Arc<str>, bool)> {
+        if let Some(n) = self.names.get(&svma) {
+            return n.clone();
+        }
+        let syms = self.symbols();
+        let r = syms
+            .lookup(svma)
+            .map(|s| (Arc::<str>::from(demangle(syms.name(s))), s.exported));
+        if self.names.len() >= CACHE_MAX {
+            self.names.clear();
+        }
+        self.names.insert(svma, r.clone());
+        r
+    }
+
+    /// Drop DWARF state so the next lookup decides afresh where DWARF comes from.
+    pub(crate) fn forget_lines(&mut self) {
+        self.dwarf = None;
+        self.lines.clear();
+    }
+
+    /// DWARF frames for `svma`, innermost (most inlined) first; empty when
+    /// there is no DWARF for it. Loaded on first use, from the module itself
+    /// or, when `debug_files` allows, from its separate debug file.
+    pub(crate) fn lines(&mut self, svma: u64, debug_files: bool) -> Arc<[LineFrame]> {
+        if let Some(l) = self.lines.get(&svma) {
+            return l.clone();
+        }
+        if self.dwarf.is_none() {
+            let ctx = DwarfCtx::load(self.bytes.clone()).or_else(|| {
+                debug_files
+                    .then(|| self.debug_file())
+                    .flatten()
+                    .and_then(DwarfCtx::load)
+            });
+            self.dwarf = Some(ctx);
+        }
+        let mut out = Vec::new();
+        if let Some(Some(d)) = &self.dwarf {
+            if let Ok(mut it) = d.ctx.find_frames(svma).skip_all_loads() {
+                while let Ok(Some(f)) = it.next() {
+                    out.push(LineFrame {
+                        function: f
+                            .function
+                            .as_ref()
+                            .and_then(|n| n.demangle().ok())
+                            .map(|n| n.into_owned()),
+                        file: f.location.as_ref().and_then(|l| l.file).map(str::to_string),
+                        line: f.location.as_ref().and_then(|l| l.line),
+                        inlined: true,
+                    });
+                    // Bound the inline chain; real ones are a handful deep.
+                    if out.len() >= 64 {
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(last) = out.last_mut() {
+            last.inlined = false;
+        }
+        let out: Arc<[LineFrame]> = out.into();
+        if self.lines.len() >= CACHE_MAX {
+            self.lines.clear();
+        }
+        self.lines.insert(svma, out.clone());
+        out
+    }
+}
+
+/// avma - svma for the segment that maps file offset `map_offset` at `map_start`.
+fn load_bias(obj: &object::File, map_start: u64, map_offset: u64) -> Option<u64> {
+    obj.segments().find_map(|seg| {
+        let (off, size) = seg.file_range();
+        let page_off = off & !0xfff;
+        (page_off <= map_offset && map_offset < off.checked_add(size)?).then(|| {
+            map_start
+                .wrapping_add(off)
+                .wrapping_sub(seg.address())
+                .wrapping_sub(map_offset)
+        })
+    })
+}
+
+fn hdr_covers(hdr: &[u8], hdr_svma: u64, eh: &[u8], eh_svma: u64, svma: u64) -> bool {
+    let bases = gimli::BaseAddresses::default()
+        .set_eh_frame_hdr(hdr_svma)
+        .set_eh_frame(eh_svma);
+    let Ok(parsed) = gimli::EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else {
+        return false;
+    };
+    let Some(table) = parsed.table() else {
+        return false;
+    };
+    let eh_frame = gimli::EhFrame::new(eh, LittleEndian);
+    table
+        .fde_for_address(&eh_frame, &bases, svma, gimli::EhFrame::cie_from_offset)
+        .is_ok()
+}
+
+fn eh_frame_ranges(eh: &[u8], eh_svma: u64) -> Vec<(u64, u64)> {
+    let bases = gimli::BaseAddresses::default().set_eh_frame(eh_svma);
+    fde_ranges(&gimli::EhFrame::new(eh, LittleEndian), &bases)
+}
+
+fn debug_frame_ranges(df: &[u8]) -> Vec<(u64, u64)> {
+    let mut s = gimli::DebugFrame::new(df, LittleEndian);
+    s.set_address_size(8);
+    fde_ranges(&s, &gimli::BaseAddresses::default())
+}
+
+fn fde_ranges<'a, S>(section: &S, bases: &gimli::BaseAddresses) -> Vec<(u64, u64)>
+where
+    S: UnwindSection<EndianSlice<'a, LittleEndian>>,
+{
+    let mut out = Vec::new();
+    let mut entries = section.entries(bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let gimli::CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(S::cie_from_offset) {
+                let start = fde.initial_address();
+                out.push((start, start.saturating_add(fde.len())));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_cpp_rust_and_keeps_c() {
+        assert_eq!(demangle("read"), "read");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("_ZN3foo3barEv.cold"), "foo::bar().cold");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_RNvCs1234_5krate4func"), "krate::func");
+    }
+
+    #[test]
+    fn symbol_lookup_respects_sizes() {
+        let mut s = Symbols::default();
+        for (start, size, name, exported) in [
+            (0x1000u64, 0x10u64, "exported_fn", true),
+            (0x1000, 0x10, "__internal_alias", false),
+            (0x1100, 0, "asm_label", false),
+        ] {
+            let b = s.names.len() as u32;
+            s.names.push_str(name);
+            s.syms.push(Sym {
+                start,
+                size,
+                name: b..s.names.len() as u32,
+                exported,
+            });
+        }
+        s.finish();
+        let name = |a| s.lookup(a).map(|x| (s.name(x), x.exported));
+        assert_eq!(name(0x1008), Some(("exported_fn", true)));
+        // Past the end of a sized symbol: a stripped static function.
+        assert_eq!(name(0x1080), None);
+        assert_eq!(name(0x1104).map(|x| x.0), Some("asm_label"));
+        assert_eq!(name(0xfff), None);
+    }
+}

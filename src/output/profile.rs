@@ -1,0 +1,649 @@
+//! The aggregation model every `record` format is written from.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{filenames, OutputError, OutputFormat, ProfileOptions};
+use crate::stack::{Frame, FrameKind, ThreadStack};
+
+/// Values stored once and referred to by a dense `u32` id. `Arc` lets the
+/// map key and the id-indexed list share one allocation.
+pub(super) struct Interner<T: ?Sized> {
+    map: HashMap<Arc<T>, u32>,
+    list: Vec<Arc<T>>,
+}
+
+impl<T: ?Sized + Hash + Eq> Interner<T>
+where
+    for<'a> Arc<T>: From<&'a T>,
+{
+    fn new() -> Self {
+        Interner {
+            map: HashMap::new(),
+            list: Vec::new(),
+        }
+    }
+
+    /// Allocates only the first time a value is seen.
+    fn intern(&mut self, value: &T) -> u32 {
+        if let Some(&id) = self.map.get(value) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        let shared: Arc<T> = Arc::from(value);
+        self.list.push(shared.clone());
+        self.map.insert(shared, id);
+        id
+    }
+
+    pub(super) fn get(&self, id: u32) -> &T {
+        self.list[id as usize].borrow()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+/// What makes two frames the same frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum FrameKey {
+    Python {
+        function: u32,
+        file: Option<u32>,
+        /// 0 with `--nolineno`, so lines of one function merge.
+        line: u32,
+    },
+    Native {
+        function: u32,
+        module: Option<u32>,
+        offset: Option<u32>,
+    },
+    /// Process and thread roots, the truncation marker: the label is all
+    /// there is to them.
+    Synthetic { label: u32 },
+}
+
+/// One distinct frame, as the writers need it. All fields are string ids.
+pub(super) struct FrameInfo {
+    /// `function (short_file:line)`: what flame graphs and traces show.
+    pub label: u32,
+    /// The bare function name (pprof keeps name and line apart).
+    pub function: u32,
+    /// The file name as the target reported it.
+    pub file: Option<u32>,
+    /// 0 when unknown or left out.
+    pub line: u32,
+}
+
+pub(super) struct ProcessInfo {
+    pub pid: i32,
+    pub cmdline: u32,
+    /// (command line it was made for, frame id) of the `process` root.
+    root: Option<(u32, u32)>,
+}
+
+pub(super) struct ThreadInfo {
+    pub pid: i32,
+    /// Python's thread ident (pthread_t).
+    pub ident: u64,
+    pub os_tid: Option<u32>,
+    /// The latest name seen: threads are often named after they start.
+    pub name: Option<u32>,
+    /// (name it was made for, frame id) of the `thread` root.
+    root: Option<(Option<u32>, u32)>,
+    /// Index in `runs` of this thread's latest run.
+    last_run: Option<usize>,
+    last_end_ns: u64,
+}
+
+impl ThreadInfo {
+    /// The id people see: the OS thread id when known (it matches `top`,
+    /// `ps -L`), else Python's ident.
+    pub(super) fn display_id(&self) -> String {
+        match self.os_tid {
+            Some(t) => t.to_string(),
+            None => format!("0x{:x}", self.ident),
+        }
+    }
+}
+
+/// Consecutive samples of one thread with the same stack.
+pub(super) struct Run {
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    pub thread: u32,
+    pub stack: u32,
+    /// The thread went unsampled (idle, filtered out) right before this run.
+    pub after_gap: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Totals {
+    pub count: u64,
+    pub ns: u64,
+}
+
+/// Stacks aggregated as they are sampled; see the module docs of `output`.
+pub struct Profile {
+    pub(super) opts: ProfileOptions,
+    /// Wall-clock time the profile was created: the recording's start.
+    pub(super) started: SystemTime,
+    pub(super) strings: Interner<str>,
+    frame_ids: HashMap<FrameKey, u32>,
+    pub(super) frames: Vec<FrameInfo>,
+    /// Frame ids, root first.
+    pub(super) stacks: Interner<[u32]>,
+    process_ids: HashMap<i32, u32>,
+    pub(super) processes: Vec<ProcessInfo>,
+    thread_ids: HashMap<(i32, u64), u32>,
+    pub(super) threads: Vec<ThreadInfo>,
+    /// (stack, thread) → how often and for how long it was seen.
+    pub(super) totals: HashMap<(u32, u32), Totals>,
+    /// In the order added; only with `opts.timeline`.
+    pub(super) runs: Vec<Run>,
+    /// Full file name id → shortened file name id.
+    short_files: HashMap<u32, u32>,
+    samples: u64,
+    /// Latest sample end (timestamp + weight) seen.
+    pub(super) end_ns: u64,
+    /// Reused for each sample so that a known stack allocates nothing.
+    scratch: Vec<u32>,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Profile {
+    /// Make the profile when sampling starts: its wall-clock creation time
+    /// becomes the profile's start time (pprof's `time_nanos`).
+    pub fn new(opts: ProfileOptions) -> Self {
+        Profile {
+            opts,
+            started: SystemTime::now(),
+            strings: Interner::new(),
+            frame_ids: HashMap::new(),
+            frames: Vec::new(),
+            stacks: Interner::new(),
+            process_ids: HashMap::new(),
+            processes: Vec::new(),
+            thread_ids: HashMap::new(),
+            threads: Vec::new(),
+            totals: HashMap::new(),
+            runs: Vec::new(),
+            short_files: HashMap::new(),
+            samples: 0,
+            end_ns: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Add one thread's stack sampled at `timestamp` (since the recording
+    /// started), standing for `weight` of real time (the interval to the
+    /// next sample).
+    pub fn add(
+        &mut self,
+        pid: i32,
+        cmdline: &str,
+        thread: &ThreadStack,
+        timestamp: Duration,
+        weight: Duration,
+    ) {
+        self.samples += 1;
+        let start_ns = nanos(timestamp);
+        let weight_ns = nanos(weight);
+        let end_ns = start_ns.saturating_add(weight_ns);
+        self.end_ns = self.end_ns.max(end_ns);
+
+        let process = self.process(pid, cmdline);
+        let t = self.thread(pid, thread);
+
+        let mut stack = std::mem::take(&mut self.scratch);
+        stack.clear();
+        if self.opts.subprocesses {
+            stack.push(self.process_root(process));
+        }
+        if self.opts.threads {
+            stack.push(self.thread_root(t));
+        }
+        if thread.truncated.is_some() {
+            // The outer frames are missing: keep the partial stack apart
+            // rather than merging it into whatever its top frame is.
+            let label = self.strings.intern("[truncated]");
+            stack.push(self.synthetic_frame(label));
+        }
+        for frame in thread.frames.iter().rev() {
+            stack.push(self.frame(pid, frame));
+        }
+        let stack_id = self.stacks.intern(&stack);
+        self.scratch = stack;
+
+        let totals = self.totals.entry((stack_id, t)).or_default();
+        totals.count += 1;
+        totals.ns = totals.ns.saturating_add(weight_ns);
+
+        if self.opts.timeline {
+            self.extend_timeline(t, stack_id, start_ns, weight_ns);
+        }
+    }
+
+    /// Thread stacks added (one per thread per tick), as py-spy counts them.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    pub fn threads_seen(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Write the profile in `format`. `title` (usually the profiled command
+    /// line) heads the flame graph and names the speedscope file.
+    pub fn write(
+        &self,
+        format: OutputFormat,
+        out: &mut dyn Write,
+        title: &str,
+    ) -> Result<(), OutputError> {
+        if format.needs_timeline() && !self.opts.timeline {
+            return Err(OutputError::NoTimeline(format.name()));
+        }
+        let mut out = std::io::BufWriter::new(out);
+        match format {
+            OutputFormat::Flamegraph => super::collapsed::write_flamegraph(self, &mut out, title)?,
+            OutputFormat::Raw => super::collapsed::write_raw(self, &mut out)?,
+            OutputFormat::Speedscope => super::speedscope::write(self, &mut out, title)?,
+            OutputFormat::Chrometrace => super::chrometrace::write(self, &mut out, title)?,
+            OutputFormat::Pprof => super::pprof::write(self, &mut out, title)?,
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    pub(super) fn label(&self, frame: u32) -> &str {
+        self.strings.get(self.frames[frame as usize].label)
+    }
+
+    fn extend_timeline(&mut self, t: u32, stack: u32, start_ns: u64, weight_ns: u64) {
+        let info = &mut self.threads[t as usize];
+        let end_ns = start_ns.saturating_add(weight_ns);
+        // A sample more than half an interval after the thread's previous
+        // one means the thread was skipped in between (idle, --gil).
+        let after_gap =
+            info.last_run.is_some() && start_ns > info.last_end_ns.saturating_add(weight_ns / 2);
+        match info.last_run {
+            Some(i) if !after_gap && self.runs[i].stack == stack => {
+                let run = &mut self.runs[i];
+                run.dur_ns = end_ns.saturating_sub(run.start_ns);
+            }
+            _ => {
+                info.last_run = Some(self.runs.len());
+                self.runs.push(Run {
+                    start_ns,
+                    dur_ns: weight_ns,
+                    thread: t,
+                    stack,
+                    after_gap,
+                });
+            }
+        }
+        info.last_end_ns = end_ns;
+    }
+
+    fn process(&mut self, pid: i32, cmdline: &str) -> u32 {
+        let cmdline = self.strings.intern(cmdline);
+        if let Some(&p) = self.process_ids.get(&pid) {
+            // A process may exec: keep the latest command line.
+            self.processes[p as usize].cmdline = cmdline;
+            return p;
+        }
+        let p = self.processes.len() as u32;
+        self.processes.push(ProcessInfo {
+            pid,
+            cmdline,
+            root: None,
+        });
+        self.process_ids.insert(pid, p);
+        p
+    }
+
+    fn thread(&mut self, pid: i32, thread: &ThreadStack) -> u32 {
+        let name = thread.name.as_deref().map(|n| self.strings.intern(n));
+        let t = match self.thread_ids.get(&(pid, thread.thread_id)) {
+            Some(&t) => t,
+            None => {
+                let t = self.threads.len() as u32;
+                self.threads.push(ThreadInfo {
+                    pid,
+                    ident: thread.thread_id,
+                    os_tid: None,
+                    name: None,
+                    root: None,
+                    last_run: None,
+                    last_end_ns: 0,
+                });
+                self.thread_ids.insert((pid, thread.thread_id), t);
+                t
+            }
+        };
+        let info = &mut self.threads[t as usize];
+        if thread.os_thread_id.is_some() {
+            info.os_tid = thread.os_thread_id;
+        }
+        if name.is_some() {
+            info.name = name;
+        }
+        t
+    }
+
+    fn process_root(&mut self, p: u32) -> u32 {
+        let info = &self.processes[p as usize];
+        if let Some((cmdline, frame)) = info.root {
+            if cmdline == info.cmdline {
+                return frame;
+            }
+        }
+        let cmdline = info.cmdline;
+        let label = format!("process {}: \"{}\"", info.pid, self.strings.get(cmdline));
+        let label = self.strings.intern(&label);
+        let frame = self.synthetic_frame(label);
+        self.processes[p as usize].root = Some((cmdline, frame));
+        frame
+    }
+
+    fn thread_root(&mut self, t: u32) -> u32 {
+        let info = &self.threads[t as usize];
+        if let Some((name, frame)) = info.root {
+            if name == info.name {
+                return frame;
+            }
+        }
+        let name = info.name;
+        let label = match name {
+            Some(n) => format!("thread {} \"{}\"", info.display_id(), self.strings.get(n)),
+            None => format!("thread {}", info.display_id()),
+        };
+        let label = self.strings.intern(&label);
+        let frame = self.synthetic_frame(label);
+        self.threads[t as usize].root = Some((name, frame));
+        frame
+    }
+
+    fn synthetic_frame(&mut self, label: u32) -> u32 {
+        self.intern_frame(0, FrameKey::Synthetic { label })
+    }
+
+    fn frame(&mut self, pid: i32, frame: &Frame) -> u32 {
+        let function = self.strings.intern(&frame.function);
+        let key = match frame.kind {
+            FrameKind::Python => FrameKey::Python {
+                function,
+                file: frame.file.as_deref().map(|f| self.strings.intern(f)),
+                line: if self.opts.nolineno {
+                    0
+                } else {
+                    frame.line.unwrap_or(0)
+                },
+            },
+            FrameKind::Native => FrameKey::Native {
+                function,
+                module: frame.module.as_deref().map(|m| self.strings.intern(m)),
+                // Without a symbol the offset is all that tells frames apart.
+                offset: match frame.function.is_empty() {
+                    true => frame.offset.as_deref().map(|o| self.strings.intern(o)),
+                    false => None,
+                },
+            },
+        };
+        self.intern_frame(pid, key)
+    }
+
+    /// The frame id for `key`, making its label the first time.
+    fn intern_frame(&mut self, pid: i32, key: FrameKey) -> u32 {
+        if let Some(&id) = self.frame_ids.get(&key) {
+            return id;
+        }
+        let info = match key {
+            FrameKey::Python {
+                function,
+                file,
+                line,
+            } => {
+                let short = file.map(|f| self.short_file(pid, f));
+                let name = self.strings.get(function);
+                let label = match (short, line) {
+                    (None, _) => name.to_string(),
+                    (Some(s), 0) => format!("{name} ({})", self.strings.get(s)),
+                    (Some(s), l) => format!("{name} ({}:{l})", self.strings.get(s)),
+                };
+                FrameInfo {
+                    label: self.strings.intern(&label),
+                    function,
+                    file,
+                    line,
+                }
+            }
+            FrameKey::Native {
+                function,
+                module,
+                offset,
+            } => {
+                let name = self.strings.get(function);
+                let module = module.map(|m| {
+                    let m = self.strings.get(m);
+                    m.rsplit('/').next().unwrap_or(m)
+                });
+                let label = match (name.is_empty(), module) {
+                    (false, Some(m)) => format!("{name} ({m})"),
+                    (false, None) => name.to_string(),
+                    (true, m) => format!(
+                        "{}+{}",
+                        m.unwrap_or("?"),
+                        offset.map_or("?", |o| self.strings.get(o))
+                    ),
+                };
+                FrameInfo {
+                    label: self.strings.intern(&label),
+                    function,
+                    file: None,
+                    line: 0,
+                }
+            }
+            FrameKey::Synthetic { label } => FrameInfo {
+                label,
+                function: label,
+                file: None,
+                line: 0,
+            },
+        };
+        let id = self.frames.len() as u32;
+        self.frames.push(info);
+        self.frame_ids.insert(key, id);
+        id
+    }
+
+    fn short_file(&mut self, pid: i32, file: u32) -> u32 {
+        if self.opts.full_filenames {
+            return file;
+        }
+        if let Some(&s) = self.short_files.get(&file) {
+            return s;
+        }
+        let short = filenames::shorten(self.strings.get(file), pid);
+        let s = self.strings.intern(&short);
+        self.short_files.insert(file, s);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack::ThreadStatus;
+
+    fn opts() -> ProfileOptions {
+        ProfileOptions {
+            threads: false,
+            nolineno: false,
+            full_filenames: false,
+            subprocesses: false,
+            rate: 100.0,
+            timeline: false,
+        }
+    }
+
+    fn thread(ident: u64, frames: Vec<Frame>) -> ThreadStack {
+        ThreadStack {
+            thread_id: ident,
+            os_thread_id: Some(ident as u32),
+            name: None,
+            interpreter: 0,
+            status: ThreadStatus::Active,
+            holds_gil: true,
+            frames,
+            truncated: None,
+            native_entry: None,
+        }
+    }
+
+    fn py(function: &str, line: u32) -> Frame {
+        Frame::python(function.into(), "/nonexistent/pkg/app.py".into(), line)
+    }
+
+    fn labels(p: &Profile, stack: u32) -> Vec<&str> {
+        p.stacks.get(stack).iter().map(|&f| p.label(f)).collect()
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn frame_labels_follow_the_options() {
+        let stack = thread(7, vec![py("leaf", 12), py("<module>", 3)]);
+        let mut p = Profile::new(opts());
+        p.add(1, "python app.py", &stack, Duration::ZERO, MS);
+        assert_eq!(labels(&p, 0), ["<module> (app.py:3)", "leaf (app.py:12)"]);
+
+        let mut p = Profile::new(ProfileOptions {
+            nolineno: true,
+            full_filenames: true,
+            ..opts()
+        });
+        p.add(1, "python app.py", &stack, Duration::ZERO, MS);
+        let mut other_line = stack.clone();
+        other_line.frames[0].line = Some(99);
+        p.add(1, "python app.py", &other_line, MS, MS);
+        // Without line numbers both samples are one stack.
+        assert_eq!(p.stacks.len(), 1);
+        assert_eq!(
+            labels(&p, 0),
+            [
+                "<module> (/nonexistent/pkg/app.py)",
+                "leaf (/nonexistent/pkg/app.py)"
+            ]
+        );
+    }
+
+    #[test]
+    fn root_frames_and_native_frames() {
+        let mut p = Profile::new(ProfileOptions {
+            threads: true,
+            subprocesses: true,
+            ..opts()
+        });
+        let mut t = thread(42, vec![py("f", 1)]);
+        let mut native = py("memcpy", 0);
+        native.kind = FrameKind::Native;
+        native.file = None;
+        native.module = Some("/lib/x86_64-linux-gnu/libc.so.6".into());
+        let mut unknown = native.clone();
+        unknown.function = String::new();
+        unknown.offset = Some("0x1234".into());
+        t.frames.insert(0, native);
+        t.frames.insert(0, unknown);
+        p.add(9, "python -c 'x'", &t, Duration::ZERO, MS);
+        t.name = Some("Wörker".into());
+        t.truncated = Some("too deep".into());
+        p.add(9, "python -c 'x'", &t, MS, MS);
+        assert_eq!(
+            labels(&p, 0),
+            [
+                "process 9: \"python -c 'x'\"",
+                "thread 42",
+                "f (app.py:1)",
+                "memcpy (libc.so.6)",
+                "libc.so.6+0x1234"
+            ]
+        );
+        // The thread got its name later; the truncated stack is kept apart.
+        assert_eq!(labels(&p, 1)[1..3], ["thread 42 \"Wörker\"", "[truncated]"]);
+        assert_eq!(p.threads_seen(), 1);
+        assert_eq!(p.samples(), 2);
+    }
+
+    #[test]
+    fn timeline_merges_runs_and_marks_gaps() {
+        let mut p = Profile::new(ProfileOptions {
+            timeline: true,
+            ..opts()
+        });
+        let a = thread(1, vec![py("a", 1)]);
+        let b = thread(1, vec![py("b", 1)]);
+        for (tick, t) in [(0, &a), (1, &a), (2, &b), (5, &b), (6, &a)] {
+            p.add(1, "py", t, MS * tick * 10, MS * 10);
+        }
+        let runs: Vec<_> = p
+            .runs
+            .iter()
+            .map(|r| (r.start_ns / 1_000_000, r.dur_ns / 1_000_000, r.after_gap))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (0, 20, false),
+                (20, 10, false),
+                (50, 10, true),
+                (60, 10, false)
+            ]
+        );
+        assert_eq!(p.end_ns, 70_000_000);
+    }
+
+    /// Recording for hours must not grow with the number of samples.
+    #[test]
+    fn memory_stays_bounded() {
+        let stacks: Vec<ThreadStack> = (0..10)
+            .map(|i| {
+                let mut frames: Vec<Frame> = (0..5).map(|d| py(&format!("f{d}"), 10 + d)).collect();
+                frames.insert(0, py(&format!("leaf{i}"), i));
+                thread(3, frames)
+            })
+            .collect();
+        let mut p = Profile::new(opts());
+        for i in 0..1_000_000u32 {
+            let t = &stacks[i as usize % 10];
+            p.add(5, "python app.py", t, MS * i, MS);
+        }
+        assert_eq!(p.samples(), 1_000_000);
+        assert_eq!(p.stacks.len(), 10);
+        assert_eq!(p.frames.len(), 15);
+        assert_eq!(p.totals.len(), 10);
+        assert!(p.runs.is_empty());
+        // 15 function names, 15 labels, the file, its short form, the command line.
+        assert_eq!(p.strings.len(), 33);
+        assert_eq!(p.totals.values().map(|t| t.count).sum::<u64>(), 1_000_000);
+
+        // With the timeline, a steady stack is one run however long it lasts.
+        let mut p = Profile::new(ProfileOptions {
+            timeline: true,
+            ..opts()
+        });
+        for i in 0..100_000u32 {
+            p.add(5, "python app.py", &stacks[0], MS * i, MS);
+        }
+        assert_eq!(p.runs.len(), 1);
+    }
+}

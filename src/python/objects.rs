@@ -1,0 +1,676 @@
+//! Reading Python objects out of the target: strings, ints, containers,
+//! dicts and instance attributes, and a bounded repr() for --locals.
+
+use super::strings;
+use crate::cpython_layouts::{
+    DictKeysLayout, DictLayout, InstanceDict, Layout, LongFormat, StringLayout,
+};
+use crate::error::MemError;
+use crate::memory::{le_u32, le_u64, Memory, MemoryExt};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Longest string we copy (names, file names, values); longer is an error or truncated.
+pub const MAX_STR_CHARS: u64 = 1 << 16;
+/// Largest dict we walk.
+const MAX_DICT_ENTRIES: u64 = 1 << 17;
+/// Most digits of an int we render exactly (about 90,000 decimal digits).
+const MAX_INT_DIGITS: u64 = 10_000;
+
+pub struct ObjReader<'a> {
+    pub mem: &'a dyn Memory,
+    pub layout: &'a Layout,
+    type_names: RefCell<HashMap<u64, String>>,
+}
+
+type R<T> = Result<T, MemError>;
+
+fn bad(addr: u64) -> MemError {
+    MemError::Unmapped { addr, len: 0 }
+}
+
+impl<'a> ObjReader<'a> {
+    pub fn new(mem: &'a dyn Memory, layout: &'a Layout) -> Self {
+        ObjReader {
+            mem,
+            layout,
+            type_names: RefCell::new(HashMap::new()),
+        }
+    }
+
+    fn ptr(&self, addr: u64) -> R<u64> {
+        self.mem.read_u64(addr)
+    }
+
+    pub fn type_of(&self, obj: u64) -> R<u64> {
+        if obj == 0 {
+            return Err(bad(obj));
+        }
+        self.ptr(obj + self.layout.object.ob_type)
+    }
+
+    /// `tp_name` of the object's type, cached per type.
+    pub fn type_name(&self, obj: u64) -> R<String> {
+        let t = self.type_of(obj)?;
+        if let Some(n) = self.type_names.borrow().get(&t) {
+            return Ok(n.clone());
+        }
+        let p = self.ptr(t + self.layout.object.tp_name)?;
+        let name = self.c_string(p, 128)?;
+        self.type_names.borrow_mut().insert(t, name.clone());
+        Ok(name)
+    }
+
+    pub fn c_string(&self, addr: u64, max: usize) -> R<String> {
+        let mut buf = vec![0u8; max];
+        // The string may end near a page end: read less when the full read fails.
+        let mut n = max;
+        while self.mem.read(addr, &mut buf[..n]).is_err() {
+            n /= 2;
+            if n < 8 {
+                return Err(bad(addr));
+            }
+        }
+        let end = buf[..n].iter().position(|b| *b == 0).unwrap_or(n);
+        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+
+    fn ob_size(&self, obj: u64) -> R<i64> {
+        Ok(self.mem.read_u64(obj + self.layout.object.ob_size)? as i64)
+    }
+
+    /// A `str` (or 2.7 `str`/`unicode`) object's text, up to `max_chars`
+    /// characters; the flag says whether it was cut.
+    pub fn string(&self, obj: u64, max_chars: u64) -> R<(String, bool)> {
+        match &self.layout.string {
+            StringLayout::Pep393 {
+                length,
+                state,
+                ascii_size,
+                compact_size,
+                data_ptr,
+            } => {
+                let mut hdr = [0u8; 64];
+                let hdr = &mut hdr[..(*compact_size as usize).min(64)];
+                self.mem.read(obj, hdr)?;
+                let len = le_u64(hdr, *length) as i64;
+                if len < 0 {
+                    return Err(bad(obj));
+                }
+                let (kind, compact, ascii) = strings::parse_state(le_u32(hdr, *state));
+                if !matches!(kind, 1 | 2 | 4) {
+                    return Err(bad(obj));
+                }
+                let n = (len as u64).min(max_chars);
+                let data = if compact && ascii {
+                    obj + ascii_size
+                } else if compact {
+                    obj + compact_size
+                } else {
+                    self.ptr(obj + data_ptr)?
+                };
+                let bytes = self
+                    .mem
+                    .read_vec(data, (n * kind as u64) as usize, 4 << 20)?;
+                let s = strings::decode_pep393(kind, ascii, &bytes).map_err(|_| bad(obj))?;
+                Ok((s, n < len as u64))
+            }
+            StringLayout::Py2 {
+                unicode_length,
+                unicode_str,
+            } => {
+                if self.type_name(obj)? == "unicode" {
+                    let len = self.mem.read_u64(obj + unicode_length)? as i64;
+                    if len < 0 {
+                        return Err(bad(obj));
+                    }
+                    let n = (len as u64).min(max_chars);
+                    let p = self.ptr(obj + unicode_str)?;
+                    let bytes = self.mem.read_vec(p, (n * 4) as usize, 4 << 20)?;
+                    Ok((strings::decode_py2_unicode_ucs4(&bytes), n < len as u64))
+                } else {
+                    let (b, cut) = self.bytes(obj, max_chars)?;
+                    Ok((strings::decode_py2_str(&b), cut))
+                }
+            }
+        }
+    }
+
+    /// A string that must be complete (names, file names).
+    pub fn full_string(&self, obj: u64) -> R<String> {
+        match self.string(obj, MAX_STR_CHARS)? {
+            (s, false) => Ok(s),
+            (_, true) => Err(MemError::TooLarge {
+                addr: obj,
+                len: MAX_STR_CHARS as usize,
+            }),
+        }
+    }
+
+    pub fn bytes(&self, obj: u64, max: u64) -> R<(Vec<u8>, bool)> {
+        let len = self.ob_size(obj)?;
+        if len < 0 {
+            return Err(bad(obj));
+        }
+        let n = (len as u64).min(max);
+        let v = self
+            .mem
+            .read_vec(obj + self.layout.object.bytes_data, n as usize, 16 << 20)?;
+        Ok((v, n < len as u64))
+    }
+
+    /// Items of a tuple (or the first `max` of them) and the total count.
+    pub fn tuple_items(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
+        let len = self.ob_size(obj)?;
+        if len < 0 {
+            return Err(bad(obj));
+        }
+        let n = (len as u64).min(max);
+        let raw = self.mem.read_vec(
+            obj + self.layout.object.tuple_items,
+            (n * 8) as usize,
+            8 << 20,
+        )?;
+        Ok((
+            raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(),
+            len as u64,
+        ))
+    }
+
+    pub fn list_items(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
+        let len = self.ob_size(obj)?;
+        if len < 0 {
+            return Err(bad(obj));
+        }
+        let n = (len as u64).min(max);
+        let items = self.ptr(obj + self.layout.object.list_items)?;
+        let raw = self.mem.read_vec(items, (n * 8) as usize, 8 << 20)?;
+        Ok((
+            raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(),
+            len as u64,
+        ))
+    }
+
+    /// Members of a set or frozenset, at most `max`.
+    pub fn set_items(&self, obj: u64, max: u64) -> R<Vec<u64>> {
+        let o = &self.layout.object;
+        let mask = self.mem.read_u64(obj + o.set_mask)?;
+        if mask >= MAX_DICT_ENTRIES {
+            return Err(bad(obj));
+        }
+        let table = self.ptr(obj + o.set_table)?;
+        let raw = self.mem.read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
+        // A removed entry keeps CPython's "<dummy key>" object as its key.
+        Ok(raw
+            .chunks_exact(o.set_entry_size as usize)
+            .map(|e| le_u64(e, o.set_entry_key))
+            .filter(|k| *k != 0 && !self.type_name(*k).is_ok_and(|n| n.contains("dummy")))
+            .take(max as usize)
+            .collect())
+    }
+
+    /// An int's sign and 30-bit digits (little end first).
+    fn long_digits(&self, obj: u64) -> R<(bool, Vec<u32>)> {
+        let (neg, n, digits_at) = match self.layout.object.long {
+            LongFormat::ObSize { digits } => {
+                let s = self.ob_size(obj)?;
+                (s < 0, s.unsigned_abs(), digits)
+            }
+            LongFormat::LvTag { tag, digits } => {
+                let t = self.mem.read_u64(obj + tag)?;
+                ((t & 3) == 2, t >> 3, digits)
+            }
+        };
+        if n > MAX_INT_DIGITS {
+            return Err(MemError::TooLarge {
+                addr: obj,
+                len: n as usize,
+            });
+        }
+        let raw = self
+            .mem
+            .read_vec(obj + digits_at, (n * 4) as usize, 1 << 20)?;
+        Ok((
+            neg,
+            raw.chunks_exact(4)
+                .map(|c| le_u32(c, 0) & 0x3fff_ffff)
+                .collect(),
+        ))
+    }
+
+    /// An int that fits in 64 bits (e.g. a thread ident).
+    pub fn int_u64(&self, obj: u64) -> R<u64> {
+        if let Some(ival) = self.layout.object.int_value {
+            if self.type_name(obj)? == "int" {
+                return self.mem.read_u64(obj + ival);
+            }
+        }
+        let (_, d) = self.long_digits(obj)?;
+        if d.len() > 3 {
+            return Err(bad(obj));
+        }
+        Ok(d.iter().rev().fold(0u64, |acc, &x| (acc << 30) | x as u64))
+    }
+
+    /// Decimal text of an int, exact.
+    pub fn int_repr(&self, obj: u64) -> R<String> {
+        if let Some(ival) = self.layout.object.int_value {
+            if self.type_name(obj)? == "int" {
+                return Ok((self.mem.read_u64(obj + ival)? as i64).to_string());
+            }
+        }
+        let (neg, d) = self.long_digits(obj)?;
+        Ok(digits_to_decimal(neg, &d))
+    }
+
+    /// (key, value) pointers of a dict, at most `max`.
+    pub fn dict_items(&self, dict: u64, max: u64) -> R<Vec<(u64, u64)>> {
+        match &self.layout.dict {
+            DictLayout::Py2 { mask, table } => {
+                let m = self.mem.read_u64(dict + mask)?;
+                if m >= MAX_DICT_ENTRIES {
+                    return Err(bad(dict));
+                }
+                let t = self.ptr(dict + table)?;
+                let raw = self.mem.read_vec(t, ((m + 1) * 24) as usize, 8 << 20)?;
+                Ok(raw
+                    .chunks_exact(24)
+                    .map(|e| (le_u64(e, 8), le_u64(e, 16)))
+                    .filter(|(k, v)| *k != 0 && *v != 0)
+                    .take(max as usize)
+                    .collect())
+            }
+            DictLayout::Compact {
+                ma_keys,
+                ma_values,
+                keys,
+                values_array,
+            } => {
+                let k = self.ptr(dict + ma_keys)?;
+                let values = self.ptr(dict + ma_values)?;
+                self.keys_items(
+                    k,
+                    (values != 0).then_some(values + values_array),
+                    *keys,
+                    max,
+                )
+            }
+        }
+    }
+
+    /// Entries of a `PyDictKeysObject`, with values from `values` when split.
+    fn keys_items(
+        &self,
+        k: u64,
+        values: Option<u64>,
+        keys: DictKeysLayout,
+        max: u64,
+    ) -> R<Vec<(u64, u64)>> {
+        let (entries_at, n, entry_size, key_off) = match keys {
+            DictKeysLayout::Sized {
+                dk_size,
+                dk_nentries,
+                dk_indices,
+            } => {
+                let size = self.mem.read_u64(k + dk_size)?;
+                let n = self.mem.read_u64(k + dk_nentries)?;
+                if size > MAX_DICT_ENTRIES * 2 || !size.is_power_of_two() || n > size {
+                    return Err(bad(k));
+                }
+                let width = match size {
+                    0..=0xff => 1,
+                    0x100..=0xffff => 2,
+                    0x10000..=0xffff_ffff => 4,
+                    _ => 8,
+                };
+                (k + dk_indices + size * width, n, 24u64, 8u64)
+            }
+            DictKeysLayout::Log2 {
+                dk_log2_size,
+                dk_log2_index_bytes,
+                dk_kind,
+                dk_nentries,
+                dk_indices,
+            } => {
+                let mut hdr = [0u8; 3];
+                self.mem.read(k + dk_log2_size, &mut hdr[..1])?;
+                self.mem.read(k + dk_log2_index_bytes, &mut hdr[1..2])?;
+                self.mem.read(k + dk_kind, &mut hdr[2..3])?;
+                let n = self.mem.read_u64(k + dk_nentries)?;
+                if hdr[0] > 30 || hdr[1] > 34 || n > (1u64 << hdr[0]) {
+                    return Err(bad(k));
+                }
+                let (size, key_off) = if hdr[2] == 0 { (24, 8) } else { (16, 0) };
+                (k + dk_indices + (1u64 << hdr[1]), n, size, key_off)
+            }
+        };
+        let n = n.min(MAX_DICT_ENTRIES);
+        let raw = self
+            .mem
+            .read_vec(entries_at, (n * entry_size) as usize, 8 << 20)?;
+        let vals = match values {
+            Some(v) => Some(self.mem.read_vec(v, (n * 8) as usize, 8 << 20)?),
+            None => None,
+        };
+        let mut out = Vec::new();
+        for (i, e) in raw.chunks_exact(entry_size as usize).enumerate() {
+            let key = le_u64(e, key_off);
+            let val = match &vals {
+                Some(v) => le_u64(v, i as u64 * 8),
+                None => le_u64(e, key_off + 8),
+            };
+            if key != 0 && val != 0 {
+                out.push((key, val));
+                if out.len() as u64 >= max {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Value of the str key `name` in a dict.
+    pub fn dict_get(&self, dict: u64, name: &str) -> R<Option<u64>> {
+        self.find_str_key(self.dict_items(dict, MAX_DICT_ENTRIES)?, name)
+    }
+
+    fn find_str_key(&self, items: Vec<(u64, u64)>, name: &str) -> R<Option<u64>> {
+        for (k, v) in items {
+            if let Ok((s, false)) = self.string(k, name.len() as u64 + 1) {
+                if s == name {
+                    return Ok(Some(v));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Attribute `name` from an instance's `__dict__` (plain, managed or inline).
+    pub fn instance_attr(&self, obj: u64, name: &str) -> R<Option<u64>> {
+        let o = &self.layout.object;
+        let t = self.type_of(obj)?;
+        let flags = self.mem.read_u64(t + o.tp_flags)?;
+        let cached_keys = || -> R<u64> { self.ptr(t + o.ht_cached_keys.ok_or_else(|| bad(t))?) };
+        let (keys_layout, values_array) = match &self.layout.dict {
+            DictLayout::Compact {
+                keys, values_array, ..
+            } => (Some(*keys), *values_array),
+            DictLayout::Py2 { .. } => (None, 0),
+        };
+        let split = |values: u64| -> R<Option<u64>> {
+            let kl = keys_layout.ok_or_else(|| bad(obj))?;
+            let items = self.keys_items(
+                cached_keys()?,
+                Some(values + values_array),
+                kl,
+                MAX_DICT_ENTRIES,
+            )?;
+            self.find_str_key(items, name)
+        };
+        let dict = match o.instance_dict {
+            InstanceDict::Managed311 { flag, dict, values } if flags & flag != 0 => {
+                let d = self.ptr(obj.wrapping_add_signed(dict))?;
+                if d == 0 {
+                    let v = self.ptr(obj.wrapping_add_signed(values))?;
+                    return if v == 0 { Ok(None) } else { split(v) };
+                }
+                d
+            }
+            InstanceDict::Managed312 {
+                flag,
+                dict_or_values,
+            } if flags & flag != 0 => {
+                let w = self.ptr(obj.wrapping_add_signed(dict_or_values))?;
+                if w & 1 != 0 {
+                    // Tagged: the word is the values pointer minus one.
+                    return split(w + 1);
+                }
+                w
+            }
+            InstanceDict::Inline313 {
+                flag,
+                inline_flag,
+                dict,
+            } if flags & flag != 0 => {
+                let d = self.ptr(obj.wrapping_add_signed(dict))?;
+                if d == 0 && flags & inline_flag != 0 {
+                    let basic = self.mem.read_u64(t + o.tp_basicsize)?;
+                    return split(obj + basic);
+                }
+                d
+            }
+            _ => {
+                let off = self.mem.read_u64(t + o.tp_dictoffset)? as i64;
+                if off <= 0 || off > 1 << 20 {
+                    return Ok(None);
+                }
+                self.ptr(obj + off as u64)?
+            }
+        };
+        if dict == 0 {
+            return Ok(None);
+        }
+        self.dict_get(dict, name)
+    }
+
+    /// A bounded, repr()-like rendering of any object.
+    pub fn repr(&self, obj: u64, max_chars: usize) -> String {
+        let mut out = String::new();
+        self.repr_into(obj, 2, max_chars, &mut out);
+        if out.chars().count() > max_chars {
+            out = out.chars().take(max_chars).collect::<String>() + "...";
+        }
+        out
+    }
+
+    fn repr_into(&self, obj: u64, depth: u32, budget: usize, out: &mut String) {
+        let Ok(tn) = self.type_name(obj) else {
+            out.push_str(&format!("<unreadable at 0x{obj:x}>"));
+            return;
+        };
+        let o = &self.layout.object;
+        let py2 = o.int_value.is_some();
+        let r: R<()> = (|| {
+            match tn.as_str() {
+                "NoneType" => out.push_str("None"),
+                "bool" => out.push_str(if self.int_u64(obj)? != 0 {
+                    "True"
+                } else {
+                    "False"
+                }),
+                "int" | "long" => {
+                    out.push_str(&self.int_repr(obj)?);
+                    if py2 && tn == "long" {
+                        out.push('L');
+                    }
+                }
+                "float" => {
+                    let v = f64::from_bits(self.mem.read_u64(obj + o.float_value)?);
+                    out.push_str(&float_repr(v));
+                }
+                "str" if !py2 => {
+                    let (s, _) = self.string(obj, budget as u64 + 1)?;
+                    out.push_str(&strings::repr_str(&s, budget));
+                }
+                "str" | "bytes" => {
+                    let (b, _) = self.bytes(obj, budget as u64 + 1)?;
+                    let r = strings::repr_bytes(&b, budget + 1);
+                    out.push_str(if py2 { &r[1..] } else { &r });
+                }
+                "unicode" => {
+                    let (s, _) = self.string(obj, budget as u64 + 1)?;
+                    out.push('u');
+                    out.push_str(&strings::repr_str(&s, budget));
+                }
+                "list" | "tuple" if depth > 0 => {
+                    let (items, total) = if tn == "list" {
+                        self.list_items(obj, 16)?
+                    } else {
+                        self.tuple_items(obj, 16)?
+                    };
+                    let (open, close) = if tn == "list" { ("[", "]") } else { ("(", ")") };
+                    out.push_str(open);
+                    self.seq_into(&items, total, depth, budget, out);
+                    if tn == "tuple" && total == 1 {
+                        out.push(',');
+                    }
+                    out.push_str(close);
+                }
+                "set" | "frozenset" if depth > 0 => {
+                    let items = self.set_items(obj, 16)?;
+                    let frozen = tn == "frozenset";
+                    if items.is_empty() {
+                        out.push_str(if frozen { "frozenset()" } else { "set()" });
+                        return Ok(());
+                    }
+                    out.push_str(if frozen { "frozenset({" } else { "{" });
+                    self.seq_into(&items, items.len() as u64, depth, budget, out);
+                    out.push_str(if frozen { "})" } else { "}" });
+                }
+                "dict" if depth > 0 => {
+                    let items = self.dict_items(obj, 16)?;
+                    out.push('{');
+                    for (i, (k, v)) in items.iter().enumerate() {
+                        if out.len() > budget {
+                            out.push_str("...");
+                            break;
+                        }
+                        if i > 0 {
+                            out.push_str(", ");
+                        }
+                        self.repr_into(*k, depth - 1, budget, out);
+                        out.push_str(": ");
+                        self.repr_into(*v, depth - 1, budget, out);
+                    }
+                    out.push('}');
+                }
+                _ => out.push_str(&format!("<{tn} at 0x{obj:x}>")),
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            out.push_str(&format!("<{tn} at 0x{obj:x}>"));
+        }
+    }
+
+    fn seq_into(&self, items: &[u64], total: u64, depth: u32, budget: usize, out: &mut String) {
+        for (i, it) in items.iter().enumerate() {
+            if out.len() > budget {
+                out.push_str("...");
+                return;
+            }
+            if i > 0 {
+                out.push_str(", ");
+            }
+            self.repr_into(*it, depth - 1, budget, out);
+        }
+        if total > items.len() as u64 {
+            out.push_str(", ...");
+        }
+    }
+}
+
+/// Base-2^30 digits (least significant first) to decimal.
+pub fn digits_to_decimal(neg: bool, digits: &[u32]) -> String {
+    let mut d: Vec<u32> = digits.to_vec();
+    while d.last() == Some(&0) {
+        d.pop();
+    }
+    if d.is_empty() {
+        return "0".into();
+    }
+    // Repeated division by 10^9, most significant digit first.
+    let mut chunks: Vec<u32> = Vec::new();
+    while !d.is_empty() {
+        let mut rem: u64 = 0;
+        for x in d.iter_mut().rev() {
+            let cur = (rem << 30) | *x as u64;
+            *x = (cur / 1_000_000_000) as u32;
+            rem = cur % 1_000_000_000;
+        }
+        chunks.push(rem as u32);
+        while d.last() == Some(&0) {
+            d.pop();
+        }
+    }
+    let mut s = String::new();
+    if neg {
+        s.push('-');
+    }
+    s.push_str(&chunks.last().unwrap_or(&0).to_string());
+    for c in chunks.iter().rev().skip(1) {
+        s.push_str(&format!("{c:09}"));
+    }
+    s
+}
+
+/// Python's repr() of a float: shortest round-trip digits, exponent outside [1e-4, 1e16).
+pub fn float_repr(v: f64) -> String {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let e = format!("{v:e}"); // e.g. "-1.2345e-7", shortest round-trip digits
+    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mant) = mant.strip_prefix('-').map_or(("", mant), |m| ("-", m));
+    let digits: String = mant.chars().filter(|c| *c != '.').collect();
+    if (-4..16).contains(&exp) {
+        let point = exp + 1; // digits before the decimal point
+        let s = if point <= 0 {
+            format!("0.{}{}", "0".repeat((-point) as usize), digits)
+        } else if point as usize >= digits.len() {
+            format!("{}{}.0", digits, "0".repeat(point as usize - digits.len()))
+        } else {
+            format!(
+                "{}.{}",
+                &digits[..point as usize],
+                &digits[point as usize..]
+            )
+        };
+        format!("{sign}{s}")
+    } else {
+        let m = if digits.len() > 1 {
+            format!("{}.{}", &digits[..1], &digits[1..])
+        } else {
+            digits
+        };
+        format!(
+            "{sign}{m}e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_ints_exact() {
+        // 2**100 in base 2**30: 100 = 3*30 + 10
+        assert_eq!(
+            digits_to_decimal(false, &[0, 0, 0, 1 << 10]),
+            "1267650600228229401496703205376"
+        );
+        assert_eq!(digits_to_decimal(true, &[5]), "-5");
+        assert_eq!(digits_to_decimal(false, &[]), "0");
+        assert_eq!(digits_to_decimal(false, &[0, 1]), (1u64 << 30).to_string());
+    }
+
+    #[test]
+    fn floats_like_python() {
+        assert_eq!(float_repr(1.5), "1.5");
+        assert_eq!(float_repr(2.0), "2.0");
+        assert_eq!(float_repr(-0.0), "-0.0");
+        assert_eq!(float_repr(1e16), "1e+16");
+        assert_eq!(float_repr(1.25e-5), "1.25e-05");
+        assert_eq!(float_repr(0.0001), "0.0001");
+        assert_eq!(float_repr(123456789012345.6), "123456789012345.6");
+        assert_eq!(float_repr(0.1), "0.1");
+        assert_eq!(float_repr(f64::NAN), "nan");
+    }
+}

@@ -1,0 +1,477 @@
+//! Finding the interpreter in a target: its binaries, version and layout,
+//! and where the interpreter list and the GIL holder are recorded.
+
+use crate::cpython_layouts::{self, debug_offsets, GilLocation, Layout};
+use crate::elf::{self, BinaryInfo};
+use crate::error::{Error, Result};
+use crate::memory::{Memory, MemoryExt};
+use crate::procfs::{self, MapEntry};
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    pub major: u8,
+    pub minor: u8,
+    /// None when only the file name told us the version.
+    pub patch: Option<u8>,
+    /// Release level and serial, e.g. "rc1"; empty for a final release.
+    pub suffix: String,
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.patch {
+            Some(p) => write!(f, "{}.{}.{}{}", self.major, self.minor, p, self.suffix),
+            None => write!(f, "{}.{}", self.major, self.minor),
+        }
+    }
+}
+
+impl Version {
+    /// From a `PY_VERSION_HEX` value such as 0x030c01f0.
+    pub fn from_hex(v: u64) -> Option<Version> {
+        let major = ((v >> 24) & 0xff) as u8;
+        let minor = ((v >> 16) & 0xff) as u8;
+        let patch = ((v >> 8) & 0xff) as u8;
+        let level = ((v >> 4) & 0xf) as u8;
+        let serial = (v & 0xf) as u8;
+        if !(2..=3).contains(&major) || minor > 60 {
+            return None;
+        }
+        let suffix = match level {
+            0xa => format!("a{serial}"),
+            0xb => format!("b{serial}"),
+            0xc => format!("rc{serial}"),
+            0xf => String::new(),
+            _ => return None,
+        };
+        Some(Version {
+            major,
+            minor,
+            patch: Some(patch),
+            suffix,
+        })
+    }
+
+    /// From the start of a version string such as "3.9.18 (main, …)".
+    pub fn parse_prefix(s: &[u8]) -> Option<Version> {
+        let text = std::str::from_utf8(s.split(|b| *b == 0).next()?).ok()?;
+        let word = text.split([' ', '+']).next()?;
+        let mut parts = word.splitn(3, '.');
+        let major: u8 = parts.next()?.parse().ok()?;
+        let minor: u8 = parts.next()?.parse().ok()?;
+        let rest = parts.next()?;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let patch: u8 = digits.parse().ok()?;
+        let suffix = rest[digits.len()..].to_string();
+        if !(2..=3).contains(&major) || suffix.len() > 8 {
+            return None;
+        }
+        // A real version string continues with " (" (build info).
+        if !text[word.len()..].starts_with(" (") {
+            return None;
+        }
+        Some(Version {
+            major,
+            minor,
+            patch: Some(patch),
+            suffix,
+        })
+    }
+}
+
+/// Where the GIL holder can be read.
+#[derive(Debug, Clone, Copy)]
+pub enum GilSource {
+    /// A global or runtime field holding the running tstate pointer.
+    TstatePtr(u64),
+    /// Per interpreter, through `interp->ceval.gil`.
+    PerInterp {
+        ceval_gil: u64,
+        last_holder: u64,
+        locked: u64,
+    },
+    Unknown,
+}
+
+pub struct PythonProcess {
+    pub pid: i32,
+    pub exe: String,
+    pub cmdline: String,
+    pub version: Version,
+    pub layout: Layout,
+    /// Address of the word pointing at the newest interpreter.
+    pub interp_head_ptr: u64,
+    pub gil: GilSource,
+    /// File name of the library holding the interpreter (libpython or the executable).
+    pub python_module: String,
+    pub warnings: Vec<String>,
+}
+
+const WANTED: &[&str] = &[
+    "_PyRuntime",
+    "Py_Version",
+    "interp_head",
+    "_PyThreadState_Current",
+    "Py_GetVersion.version",
+    "version.0",
+    "version",
+];
+
+struct Binary {
+    info: BinaryInfo,
+    name: String,
+    maps: Vec<MapEntry>,
+}
+
+fn is_libpython(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("libpython2") || name.starts_with("libpython3")
+}
+
+/// "python3.9" / "libpython3.6m.so.1.0" → (3, 9).
+fn version_from_name(path: &str) -> Option<(u8, u8)> {
+    let name = path.rsplit('/').next()?;
+    let i = name.find("python")? + "python".len();
+    let rest = &name[i..];
+    let mut it = rest.splitn(2, '.');
+    let major: u8 = it.next()?.parse().ok()?;
+    let minor: String = it
+        .next()?
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    Some((major, minor.parse().ok()?))
+}
+
+impl PythonProcess {
+    pub fn open(pid: i32, mem: &dyn Memory) -> Result<PythonProcess> {
+        if !procfs::exists(pid) {
+            return Err(Error::NoSuchProcess(pid));
+        }
+        let exe = procfs::exe(pid)?;
+        let cmdline = procfs::cmdline(pid).unwrap_or_default();
+        let maps = procfs::maps(pid)?;
+        let exe_path = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_string();
+
+        // Candidate binaries: libpython first (shared builds), then the executable.
+        let mut paths: Vec<String> = Vec::new();
+        for m in &maps {
+            if let Some(p) = &m.path {
+                if is_libpython(p) && !paths.contains(p) {
+                    paths.push(p.clone());
+                }
+            }
+        }
+        if !paths.contains(&exe_path) {
+            paths.push(exe_path.clone());
+        }
+        let mut bins = Vec::new();
+        let mut warnings = Vec::new();
+        for p in &paths {
+            let file_maps: Vec<&MapEntry> = maps
+                .iter()
+                .filter(|m| m.path.as_deref() == Some(p))
+                .collect();
+            let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
+                continue;
+            };
+            let Some(file) = procfs::target_file(pid, first) else {
+                warnings.push(format!("cannot open {p}"));
+                continue;
+            };
+            match elf::load(&file, &file_maps, WANTED) {
+                Ok(info) => bins.push(Binary {
+                    info,
+                    name: p.rsplit('/').next().unwrap_or(p).to_string(),
+                    maps: file_maps.into_iter().cloned().collect(),
+                }),
+                Err(e) => warnings.push(e.to_string()),
+            }
+        }
+
+        let looks_python = bins.iter().any(|b| {
+            is_libpython(&b.name)
+                || b.info.symbol("_PyRuntime").is_some()
+                || b.info.symbol("interp_head").is_some()
+                || b.info.symbol("Py_Version").is_some()
+        }) || version_from_name(&exe_path)
+            .is_some_and(|(m, _)| m == 2 || m == 3);
+        if !looks_python {
+            return Err(Error::NotPython { pid, exe: exe_path });
+        }
+
+        let version = find_version(mem, &bins)
+            .or_else(|| {
+                paths.iter().find_map(|p| {
+                    let (major, minor) = version_from_name(p)?;
+                    Some(Version {
+                        major,
+                        minor,
+                        patch: None,
+                        suffix: String::new(),
+                    })
+                })
+            })
+            .ok_or_else(|| Error::UnknownVersion {
+                pid,
+                exe: exe_path.clone(),
+            })?;
+
+        let runtime = bins.iter().find_map(|b| {
+            b.info
+                .symbol("_PyRuntime")
+                .or(b.info.pyruntime.map(|r| r.addr))
+        });
+
+        let layout = choose_layout(pid, mem, &version, runtime, &mut warnings)?;
+
+        let interp_head_ptr =
+            find_interp_head(mem, &layout, &bins, runtime).ok_or_else(|| Error::NoInterpreter {
+                pid,
+                why: "no _PyRuntime or interp_head symbol validated, and scanning the \
+                      binaries' data found no interpreter"
+                    .into(),
+            })?;
+
+        let gil = match &layout.runtime.gil {
+            GilLocation::CurrentSymbol => bins
+                .iter()
+                .find_map(|b| b.info.symbol("_PyThreadState_Current"))
+                .map(GilSource::TstatePtr)
+                .unwrap_or(GilSource::Unknown),
+            GilLocation::RuntimeTstateCurrent(off) => runtime
+                .map(|r| GilSource::TstatePtr(r + off))
+                .unwrap_or(GilSource::Unknown),
+            GilLocation::InterpGil {
+                ceval_gil,
+                last_holder,
+                locked,
+            } => GilSource::PerInterp {
+                ceval_gil: *ceval_gil,
+                last_holder: *last_holder,
+                locked: *locked,
+            },
+        };
+
+        let python_module = bins
+            .iter()
+            .find(|b| is_libpython(&b.name))
+            .or(bins.first())
+            .map(|b| b.name.clone())
+            .unwrap_or_default();
+
+        Ok(PythonProcess {
+            pid,
+            exe: exe_path,
+            cmdline,
+            version,
+            layout,
+            interp_head_ptr,
+            gil,
+            python_module,
+            warnings,
+        })
+    }
+}
+
+fn find_version(mem: &dyn Memory, bins: &[Binary]) -> Option<Version> {
+    for b in bins {
+        if let Some(a) = b.info.symbol("Py_Version") {
+            if let Some(v) = mem
+                .read_u32(a)
+                .ok()
+                .and_then(|h| Version::from_hex(h as u64))
+            {
+                return Some(v);
+            }
+        }
+    }
+    // The buffer Py_GetVersion() fills at start-up (sys.version).
+    for b in bins {
+        for name in ["Py_GetVersion.version", "version.0", "version"] {
+            for r in b.info.symbols.get(name).into_iter().flatten() {
+                let mut buf = [0u8; 64];
+                if mem.read(r.addr, &mut buf).is_ok() {
+                    if let Some(v) = Version::parse_prefix(&buf) {
+                        return Some(v);
+                    }
+                }
+            }
+        }
+    }
+    // Stripped builds: look for that buffer in the writable data.
+    for b in bins {
+        for r in [b.info.bss, b.info.data].into_iter().flatten() {
+            if let Some(v) = scan_for_version(mem, r.addr, r.size) {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
+fn scan_for_version(mem: &dyn Memory, addr: u64, size: u64) -> Option<Version> {
+    const CHUNK: u64 = 1 << 20;
+    let size = size.min(32 << 20);
+    let mut off = 0;
+    while off < size {
+        let n = CHUNK.min(size - off) as usize;
+        let mut buf = vec![0u8; n];
+        if mem.read(addr + off, &mut buf).is_ok() {
+            for i in 0..n.saturating_sub(8) {
+                let c = buf[i];
+                if (c == b'2' || c == b'3') && buf[i + 1] == b'.' && (i == 0 || buf[i - 1] == 0) {
+                    if let Some(v) = Version::parse_prefix(&buf[i..(i + 64).min(n)]) {
+                        return Some(v);
+                    }
+                }
+            }
+        }
+        off += CHUNK;
+    }
+    None
+}
+
+fn choose_layout(
+    pid: i32,
+    mem: &dyn Memory,
+    version: &Version,
+    runtime: Option<u64>,
+    warnings: &mut Vec<String>,
+) -> Result<Layout> {
+    let builtin = cpython_layouts::for_version(version.major, version.minor);
+    let newer_than_tables = (version.major, version.minor) >= (3, 13);
+    if newer_than_tables {
+        if let Some(rt) = runtime {
+            match debug_offsets::read(mem, rt).and_then(|d| debug_offsets::layout(&d)) {
+                Ok((layout, diffs)) => {
+                    for d in diffs {
+                        warnings.push(format!(
+                            "_Py_DebugOffsets differs from the built-in table: {d}"
+                        ));
+                    }
+                    return Ok(layout);
+                }
+                Err(e) if builtin.is_none() => {
+                    return Err(Error::UnsupportedVersion {
+                        pid,
+                        version: format!("{version} ({e})"),
+                    })
+                }
+                Err(e) => warnings.push(format!(
+                    "_Py_DebugOffsets unusable, using the built-in table: {e}"
+                )),
+            }
+        }
+    }
+    builtin.cloned().ok_or_else(|| Error::UnsupportedVersion {
+        pid,
+        version: version.to_string(),
+    })
+}
+
+/// True when `interp` looks like a live `PyInterpreterState`: its first
+/// thread state points back at it.
+pub fn valid_interp(mem: &dyn Memory, layout: &Layout, interp: u64) -> bool {
+    if interp == 0 || interp % 8 != 0 {
+        return false;
+    }
+    let Ok(ts) = mem.read_u64(interp + layout.interp.tstate_head) else {
+        return false;
+    };
+    ts != 0 && ts % 8 == 0 && mem.read_u64(ts + layout.thread.interp).ok() == Some(interp)
+}
+
+fn find_interp_head(
+    mem: &dyn Memory,
+    layout: &Layout,
+    bins: &[Binary],
+    runtime: Option<u64>,
+) -> Option<u64> {
+    let mut candidates: Vec<u64> = Vec::new();
+    if let (Some(rt), Some(off)) = (runtime, layout.runtime.interpreters_head) {
+        candidates.push(rt + off);
+    }
+    for b in bins {
+        if let Some(a) = b.info.symbol("interp_head") {
+            candidates.push(a);
+        }
+        if let (Some(r), Some(off)) = (b.info.pyruntime, layout.runtime.interpreters_head) {
+            candidates.push(r.addr + off);
+        }
+    }
+    for c in &candidates {
+        if mem.read_u64(*c).is_ok_and(|i| valid_interp(mem, layout, i)) {
+            return Some(*c);
+        }
+    }
+    // Stripped and without a .PyRuntime section: a word in the binaries'
+    // data that points at something that validates as an interpreter.
+    for b in bins {
+        for r in [b.info.bss, b.info.data].into_iter().flatten() {
+            if let Some(a) = scan_for_interp(mem, layout, r.addr, r.size, &b.maps) {
+                return Some(a);
+            }
+        }
+    }
+    // Not yet initialised: the symbol is right but the list is still empty.
+    candidates
+        .first()
+        .copied()
+        .filter(|c| mem.read_u64(*c).is_ok())
+}
+
+fn scan_for_interp(
+    mem: &dyn Memory,
+    layout: &Layout,
+    addr: u64,
+    size: u64,
+    _maps: &[MapEntry],
+) -> Option<u64> {
+    let size = size.min(16 << 20) as usize & !7;
+    let mut buf = vec![0u8; size];
+    mem.read(addr, &mut buf).ok()?;
+    for (i, w) in buf.chunks_exact(8).enumerate() {
+        let v = u64::from_le_bytes(w.try_into().ok()?);
+        if v > 0x10000 && v % 8 == 0 && valid_interp(mem, layout, v) {
+            return Some(addr + (i * 8) as u64);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_hex_strings_and_names() {
+        assert_eq!(Version::from_hex(0x030c01f0).unwrap().to_string(), "3.12.1");
+        assert_eq!(
+            Version::from_hex(0x030d00c3).unwrap().to_string(),
+            "3.13.0rc3"
+        );
+        assert!(Version::from_hex(0xdeadbeef).is_none());
+        assert_eq!(
+            Version::parse_prefix(b"3.9.18 (main, Jan  1 2024) [GCC]")
+                .unwrap()
+                .to_string(),
+            "3.9.18"
+        );
+        assert_eq!(
+            Version::parse_prefix(b"2.7.18 (default, x)\0junk")
+                .unwrap()
+                .to_string(),
+            "2.7.18"
+        );
+        assert!(Version::parse_prefix(b"3.9.18").is_none());
+        assert!(Version::parse_prefix(b"\xff\xfe").is_none());
+        assert_eq!(
+            version_from_name("/usr/lib/libpython3.6m.so.1.0"),
+            Some((3, 6))
+        );
+        assert_eq!(version_from_name("/usr/bin/python3.11"), Some((3, 11)));
+        assert_eq!(version_from_name("/bin/sleep"), None);
+    }
+}

@@ -1,0 +1,584 @@
+//! Snapshots of every thread of every interpreter: the frame walk, code
+//! objects (cached), line numbers, thread names, GIL, locals.
+
+use super::linetable::LineTable;
+use super::objects::ObjReader;
+use super::pagecache::PageCache;
+use super::process::{GilSource, PythonProcess};
+use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
+use crate::error::{Error, MemError, Result};
+use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
+use crate::stack::{Frame, Local, ThreadStack, ThreadStatus};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bounds on what a corrupt or racing target can make us walk.
+pub const MAX_INTERPRETERS: usize = 256;
+pub const MAX_THREADS: usize = 8192;
+pub const MAX_FRAMES: usize = 16384;
+const MAX_CODE_CACHE: usize = 100_000;
+/// Longest line table we decode; CPython's own are far smaller.
+const MAX_LINETABLE: u64 = 1 << 20;
+/// Most locals shown per frame, and the length of each repr.
+const MAX_LOCALS: u64 = 256;
+const LOCAL_REPR_CHARS: usize = 128;
+/// A thread name missing from the cache triggers a rescan at most this often.
+const NAME_RESCAN: Duration = Duration::from_millis(500);
+
+/// What is known of a code object; cached by address and checked against
+/// the object's header on every use, so a freed-and-reused address is seen.
+struct CodeInfo {
+    header: [u64; 4],
+    firstlineno: i32,
+    function: Arc<str>,
+    file: Arc<str>,
+    lines: LineTable,
+    /// Number of local slots, how many are arguments, and their names.
+    nslots: u64,
+    nargs: u64,
+    varnames: u64,
+    kinds: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOptions {
+    pub locals: bool,
+    pub names: bool,
+}
+
+/// A Python frame as walked, before it is turned into the output model.
+#[derive(Debug, Clone)]
+pub struct RawFrame {
+    pub addr: u64,
+    pub code: u64,
+    pub instr: u64,
+    /// First Python frame run by its own C eval-loop call (used to merge native stacks).
+    pub is_entry: bool,
+}
+
+/// One thread as read from the interpreter.
+pub struct ThreadSnapshot {
+    pub stack: ThreadStack,
+    pub is_entry: Vec<bool>,
+}
+
+pub struct Reader {
+    pub process: PythonProcess,
+    code_cache: HashMap<u64, Arc<CodeInfo>>,
+    code_types: HashMap<u64, bool>,
+    names: HashMap<(u64, u64), String>,
+    last_name_scan: Option<Instant>,
+    /// Offset of the kernel tid inside glibc's `struct pthread` (< 3.11).
+    tid_offset: Option<Option<u64>>,
+}
+
+struct RawThread {
+    interp: u64,
+    interp_id: i64,
+    tstate: u64,
+    thread_id: u64,
+    native_tid: Option<u32>,
+    frames: Vec<RawFrame>,
+    truncated: Option<String>,
+}
+
+impl Reader {
+    pub fn new(process: PythonProcess) -> Reader {
+        Reader {
+            process,
+            code_cache: HashMap::new(),
+            code_types: HashMap::new(),
+            names: HashMap::new(),
+            last_name_scan: None,
+            tid_offset: None,
+        }
+    }
+
+    fn interpreters(&self, mem: &dyn Memory) -> Result<Vec<(u64, i64)>> {
+        let l = &self.process.layout;
+        let head = mem
+            .read_u64(self.process.interp_head_ptr)
+            .map_err(|e| Error::from_mem(self.process.pid, e))?;
+        if head == 0 {
+            return Err(Error::NotInitialized {
+                pid: self.process.pid,
+            });
+        }
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut i = head;
+        while i != 0 && out.len() < MAX_INTERPRETERS && seen.insert(i) {
+            let id = match l.interp.id {
+                Some(off) => mem.read_u64(i + off).map(|v| v as i64).unwrap_or(-1),
+                None => -1,
+            };
+            out.push((i, id));
+            i = mem.read_u64(i + l.interp.next).unwrap_or(0);
+        }
+        // Without an id field, number them from the oldest (the main one, last in the list).
+        if l.interp.id.is_none() {
+            let n = out.len() as i64;
+            for (k, e) in out.iter_mut().enumerate() {
+                e.1 = n - 1 - k as i64;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The kernel tids of the threads that run Python (the ones to pause).
+    pub fn python_tids(&mut self, mem: &dyn Memory) -> Result<Vec<i32>> {
+        let cache = PageCache::new(mem);
+        let threads = self.threads(&cache, false)?;
+        Ok(threads
+            .iter()
+            .filter_map(|t| t.native_tid.map(|v| v as i32))
+            .collect())
+    }
+
+    /// Walk interpreters and thread states (and frames when `frames`).
+    fn threads(&mut self, mem: &dyn Memory, frames: bool) -> Result<Vec<RawThread>> {
+        let l = self.process.layout.clone();
+        let mut out = Vec::new();
+        for (interp, interp_id) in self.interpreters(mem)? {
+            let mut seen = HashSet::new();
+            let mut ts = mem.read_u64(interp + l.interp.tstate_head).unwrap_or(0);
+            while ts != 0 && out.len() < MAX_THREADS && seen.insert(ts) {
+                let mut buf = vec![0u8; l.thread.size as usize];
+                if let Err(e) = mem.read(ts, &mut buf) {
+                    if e == MemError::Gone {
+                        return Err(Error::ProcessExited {
+                            pid: self.process.pid,
+                        });
+                    }
+                    break;
+                }
+                let thread_id = le_u64(&buf, l.thread.thread_id);
+                let native_tid = l
+                    .thread
+                    .native_thread_id
+                    .map(|o| le_u64(&buf, o) as u32)
+                    .filter(|t| *t != 0);
+                let mut t = RawThread {
+                    interp,
+                    interp_id,
+                    tstate: ts,
+                    thread_id,
+                    native_tid,
+                    frames: Vec::new(),
+                    truncated: None,
+                };
+                if frames {
+                    let top = match l.thread.current_frame {
+                        CurrentFrame::Direct(o) => Ok(le_u64(&buf, o)),
+                        CurrentFrame::ViaCFrame {
+                            cframe,
+                            current_frame,
+                        } => match le_u64(&buf, cframe) {
+                            0 => Ok(0),
+                            cf => mem.read_u64(cf + current_frame),
+                        },
+                    };
+                    match top {
+                        Ok(f) => self.walk(mem, f, &mut t),
+                        Err(e) => t.truncated = Some(format!("frame pointer unreadable: {e}")),
+                    }
+                }
+                out.push(t);
+                ts = le_u64(&buf, l.thread.next);
+            }
+        }
+        if l.thread.native_thread_id.is_none() {
+            self.map_pthreads(mem, &mut out);
+        }
+        Ok(out)
+    }
+
+    fn walk(&self, mem: &dyn Memory, mut f: u64, t: &mut RawThread) {
+        let l = &self.process.layout.frame;
+        let mut buf = vec![0u8; l.size as usize];
+        while f != 0 {
+            if t.frames.len() >= MAX_FRAMES {
+                t.truncated = Some(format!("more than {MAX_FRAMES} frames"));
+                return;
+            }
+            if let Err(e) = mem.read(f, &mut buf) {
+                t.truncated = Some(format!("frame at 0x{f:x} unreadable: {e}"));
+                return;
+            }
+            let code = le_u64(&buf, l.code) & !l.pointer_tag_bits;
+            let instr = match l.position {
+                InstrPosition::LastiBytes(o) => le_i32(&buf, o).max(0) as u64,
+                InstrPosition::LastiCodeUnits(o) => le_i32(&buf, o).max(0) as u64 * 2,
+                InstrPosition::InstrPointer(o) => le_u64(&buf, o),
+            };
+            let (shim, entry) = match l.entry {
+                EntryMarker::EveryFrame => (false, true),
+                EntryMarker::IsEntry(o) => (false, le_u8(&buf, o) != 0),
+                EntryMarker::OwnerShim { owner, shim_from } => {
+                    (le_u8(&buf, owner) >= shim_from, false)
+                }
+            };
+            if shim {
+                // The frame inside this shim was the first one of its eval-loop call.
+                if let Some(last) = t.frames.last_mut() {
+                    last.is_entry = true;
+                }
+            } else if code != 0 {
+                t.frames.push(RawFrame {
+                    addr: f,
+                    code,
+                    instr,
+                    is_entry: entry,
+                });
+            }
+            f = le_u64(&buf, l.previous);
+        }
+        if let Some(last) = t.frames.last_mut() {
+            last.is_entry = true;
+        }
+    }
+
+    /// Before 3.11 the thread state has no kernel tid: find it inside
+    /// glibc's `struct pthread` (which `thread_id` points at). The offset is
+    /// learnt once per process from the tids the kernel lists.
+    fn map_pthreads(&mut self, mem: &dyn Memory, threads: &mut [RawThread]) {
+        let Ok(tids) = crate::procfs::tasks(self.process.pid) else {
+            return;
+        };
+        let tidset: HashSet<u32> = tids.iter().map(|t| *t as u32).collect();
+        if self.tid_offset.is_none() && !threads.is_empty() {
+            self.tid_offset = Some(calibrate_tid_offset(mem, threads, &tidset));
+        }
+        if let Some(Some(off)) = self.tid_offset {
+            for t in threads.iter_mut() {
+                if let Ok(v) = mem.read_u32(t.thread_id.wrapping_add(off)) {
+                    if tidset.contains(&v) {
+                        t.native_tid = Some(v);
+                    }
+                }
+            }
+        }
+    }
+
+    fn gil_holder(&self, mem: &dyn Memory, interp: u64) -> Option<u64> {
+        match self.process.gil {
+            GilSource::TstatePtr(a) => mem.read_u64(a).ok(),
+            GilSource::PerInterp {
+                ceval_gil,
+                last_holder,
+                locked,
+            } => {
+                let g = mem.read_u64(interp + ceval_gil).ok().filter(|g| *g != 0)?;
+                let locked = mem.read_u32(g + locked).ok()?;
+                if locked == 0 {
+                    return Some(0);
+                }
+                mem.read_u64(g + last_holder).ok()
+            }
+            GilSource::Unknown => None,
+        }
+    }
+
+    /// Read every thread's stack. `states` maps kernel tids to their
+    /// scheduler state letter, read before any pausing.
+    pub fn snapshot(
+        &mut self,
+        mem: &dyn Memory,
+        opts: ReadOptions,
+        states: &HashMap<i32, char>,
+    ) -> Result<Vec<ThreadSnapshot>> {
+        let cache = PageCache::new(mem);
+        let raw = self.threads(&cache, true)?;
+        let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
+        for t in &raw {
+            gil_by_interp
+                .entry(t.interp)
+                .or_insert_with(|| self.gil_holder(&cache, t.interp));
+        }
+        // Check all code objects in one batched read.
+        let code_size = self.process.layout.code.size as usize;
+        cache.prefetch(
+            raw.iter()
+                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size))),
+        );
+        if opts.names {
+            self.refresh_names(&cache, &raw);
+        }
+        let mut out = Vec::with_capacity(raw.len());
+        for t in raw {
+            let holds_gil = gil_by_interp
+                .get(&t.interp)
+                .copied()
+                .flatten()
+                .is_some_and(|h| h == t.tstate);
+            let kernel_active = t
+                .native_tid
+                .and_then(|tid| states.get(&(tid as i32)))
+                .map(|s| matches!(s, 'R' | 'D'));
+            let status = if holds_gil || kernel_active == Some(true) {
+                ThreadStatus::Active
+            } else {
+                ThreadStatus::Idle
+            };
+            let mut frames = Vec::with_capacity(t.frames.len());
+            let mut entries = Vec::with_capacity(t.frames.len());
+            let mut truncated = t.truncated.clone();
+            for f in &t.frames {
+                match self.code_info(&cache, f.code) {
+                    Ok(Some(ci)) => {
+                        let line = self.line_of(&ci, f);
+                        let mut fr =
+                            Frame::python(ci.function.to_string(), ci.file.to_string(), line);
+                        if opts.locals {
+                            fr.locals = Some(self.locals(&cache, &ci, f));
+                        }
+                        frames.push(fr);
+                        entries.push(f.is_entry);
+                    }
+                    // Not a code object (3.13+ frames of C-level executables): not a Python frame.
+                    Ok(None) => {}
+                    Err(e) => {
+                        truncated.get_or_insert_with(|| {
+                            format!("code object at 0x{:x} unreadable: {e}", f.code)
+                        });
+                        frames.push(Frame::python("<unknown>".into(), "<unknown>".into(), 0));
+                        entries.push(f.is_entry);
+                    }
+                }
+            }
+            let name = self.names.get(&(t.interp, t.thread_id)).cloned();
+            out.push(ThreadSnapshot {
+                stack: ThreadStack {
+                    thread_id: t.thread_id,
+                    os_thread_id: t.native_tid,
+                    name,
+                    interpreter: t.interp_id,
+                    status,
+                    holds_gil,
+                    frames,
+                    truncated,
+                    native_entry: None,
+                },
+                is_entry: entries,
+            });
+        }
+        Ok(out)
+    }
+
+    fn line_of(&self, ci: &CodeInfo, f: &RawFrame) -> u32 {
+        let l = &self.process.layout;
+        let offset = match (l.frame.position.clone(), l.code.code_adaptive) {
+            (InstrPosition::InstrPointer(_), Some(adaptive)) => {
+                f.instr.saturating_sub(f.code + adaptive)
+            }
+            _ => f.instr,
+        };
+        ci.lines
+            .line_at(offset)
+            .unwrap_or(ci.firstlineno.max(0) as u32)
+    }
+
+    /// The code object at `addr`, from the cache when its header is unchanged.
+    /// `Ok(None)` when the object is not a code object.
+    fn code_info(
+        &mut self,
+        mem: &dyn Memory,
+        addr: u64,
+    ) -> Result<Option<Arc<CodeInfo>>, MemError> {
+        let c = self.process.layout.code.clone();
+        let ob_type_off = self.process.layout.object.ob_type;
+        let mut hdr = vec![0u8; c.size as usize];
+        mem.read(addr, &mut hdr)?;
+        let header = [
+            le_u64(&hdr, ob_type_off),
+            le_u64(&hdr, c.filename),
+            le_u64(&hdr, c.name),
+            le_u64(&hdr, c.linetable),
+        ];
+        if let Some(ci) = self.code_cache.get(&addr) {
+            if ci.header == header && ci.firstlineno == le_i32(&hdr, c.firstlineno) {
+                return Ok(Some(ci.clone()));
+            }
+        }
+        let objr = ObjReader::new(mem, &self.process.layout);
+        let ty = header[0];
+        let is_code = match self.code_types.get(&ty) {
+            Some(v) => *v,
+            None => {
+                let v = objr.type_name(addr).map(|n| n == "code").unwrap_or(false);
+                self.code_types.insert(ty, v);
+                v
+            }
+        };
+        if !is_code {
+            return Ok(None);
+        }
+        let name = objr.full_string(header[2])?;
+        let file = objr.full_string(header[1])?;
+        let function = match c.qualname {
+            Some(q) => objr
+                .full_string(le_u64(&hdr, q))
+                .unwrap_or_else(|_| name.clone()),
+            None => name,
+        };
+        let firstlineno = le_i32(&hdr, c.firstlineno);
+        let (table, _) = objr.bytes(header[3], MAX_LINETABLE)?;
+        let lines = LineTable::parse(c.linetable_format, &table, firstlineno);
+        let flags = le_i32(&hdr, c.flags) as u64;
+        let nargs = le_i32(&hdr, c.argcount).max(0) as u64
+            + c.kwonlyargcount
+                .map_or(0, |o| le_i32(&hdr, o).max(0) as u64)
+            + (flags & 0x4 != 0) as u64
+            + (flags & 0x8 != 0) as u64;
+        let varnames = le_u64(&hdr, c.varnames);
+        let nslots = match c.localspluskinds {
+            // 3.11+: every named slot (locals, cells, free variables).
+            Some(_) => objr.tuple_items(varnames, 0).map(|(_, n)| n).unwrap_or(0),
+            None => le_i32(&hdr, c.nlocals).max(0) as u64,
+        };
+        let ci = Arc::new(CodeInfo {
+            header,
+            firstlineno,
+            function: function.into(),
+            file: file.into(),
+            lines,
+            nslots,
+            nargs,
+            varnames,
+            kinds: c.localspluskinds.map_or(0, |o| le_u64(&hdr, o)),
+        });
+        if self.code_cache.len() >= MAX_CODE_CACHE {
+            self.code_cache.clear();
+        }
+        self.code_cache.insert(addr, ci.clone());
+        Ok(Some(ci))
+    }
+
+    fn locals(&self, mem: &dyn Memory, ci: &CodeInfo, f: &RawFrame) -> Vec<Local> {
+        let objr = ObjReader::new(mem, &self.process.layout);
+        let n = ci.nslots.min(MAX_LOCALS);
+        let Ok((names, _)) = objr.tuple_items(ci.varnames, n) else {
+            return Vec::new();
+        };
+        let kinds = if ci.kinds != 0 {
+            objr.bytes(ci.kinds, n).map(|(k, _)| k).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let slots_at = f.addr + self.process.layout.frame.localsplus;
+        let Ok(raw) = mem.read_vec(slots_at, names.len() * 8, 1 << 20) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, name_obj) in names.iter().enumerate() {
+            // CO_FAST_HIDDEN (0x10): inlined comprehension temporaries, not user locals.
+            if kinds.get(i).is_some_and(|k| k & 0x10 != 0) {
+                continue;
+            }
+            let mut v = le_u64(&raw, i as u64 * 8) & !self.process.layout.frame.pointer_tag_bits;
+            if v == 0 {
+                continue;
+            }
+            // Cells and free variables hold a cell object: show what it holds.
+            if kinds.get(i).is_some_and(|k| k & 0xc0 != 0)
+                && objr.type_name(v).is_ok_and(|t| t == "cell")
+            {
+                match mem.read_u64(v + self.process.layout.object.cell_ref) {
+                    Ok(0) | Err(_) => continue,
+                    Ok(inner) => v = inner,
+                }
+            }
+            let Ok(name) = objr.full_string(*name_obj) else {
+                continue;
+            };
+            out.push(Local {
+                name,
+                repr: objr.repr(v, LOCAL_REPR_CHARS),
+                is_arg: (i as u64) < ci.nargs,
+            });
+        }
+        out
+    }
+
+    /// Thread names from each interpreter's `threading._active`, rescanned
+    /// only when a thread we have not named appears, and not too often.
+    fn refresh_names(&mut self, mem: &dyn Memory, raw: &[RawThread]) {
+        let missing = raw
+            .iter()
+            .any(|t| !self.names.contains_key(&(t.interp, t.thread_id)));
+        if !missing
+            || self
+                .last_name_scan
+                .is_some_and(|t| t.elapsed() < NAME_RESCAN)
+        {
+            return;
+        }
+        self.last_name_scan = Some(Instant::now());
+        let l = &self.process.layout;
+        let objr = ObjReader::new(mem, l);
+        let attr = if l.major == 2 {
+            "_Thread__name"
+        } else {
+            "_name"
+        };
+        let interps: HashSet<u64> = raw.iter().map(|t| t.interp).collect();
+        for interp in interps {
+            let scan = || -> Result<Vec<(u64, String)>, MemError> {
+                let modules = mem.read_u64(interp + l.interp.modules)?;
+                if modules == 0 {
+                    return Ok(Vec::new());
+                }
+                let Some(threading) = objr.dict_get(modules, "threading")? else {
+                    return Ok(Vec::new());
+                };
+                let md = mem.read_u64(threading + l.object.module_dict)?;
+                let Some(active) = objr.dict_get(md, "_active")? else {
+                    return Ok(Vec::new());
+                };
+                let mut names = Vec::new();
+                for (k, v) in objr.dict_items(active, MAX_THREADS as u64)? {
+                    let Ok(ident) = objr.int_u64(k) else { continue };
+                    if let Ok(Some(n)) = objr.instance_attr(v, attr) {
+                        if let Ok((s, _)) = objr.string(n, 256) {
+                            names.push((ident, s));
+                        }
+                    }
+                }
+                Ok(names)
+            };
+            if let Ok(names) = scan() {
+                for (ident, name) in names {
+                    self.names.insert((interp, ident), name);
+                }
+            }
+        }
+    }
+}
+
+/// Find where glibc keeps the kernel tid in `struct pthread`: an offset at
+/// which every thread's pthread holds one of the process's tids.
+fn calibrate_tid_offset(
+    mem: &dyn Memory,
+    threads: &[RawThread],
+    tids: &HashSet<u32>,
+) -> Option<u64> {
+    const WINDOW: usize = 2048;
+    let first = threads.iter().find(|t| t.thread_id != 0)?;
+    let mut buf = vec![0u8; WINDOW];
+    mem.read(first.thread_id, &mut buf).ok()?;
+    // glibc 2.36 on x86-64 keeps it at 0x2d0; try that first, then any.
+    let mut offsets: Vec<u64> = vec![0x2d0];
+    offsets.extend((0..WINDOW as u64).step_by(4).filter(|o| *o != 0x2d0));
+    offsets.into_iter().find(|&off| {
+        let v = crate::memory::le_u32(&buf, off);
+        if !tids.contains(&v) {
+            return false;
+        }
+        let mut seen = HashSet::new();
+        threads.iter().filter(|t| t.thread_id != 0).all(|t| {
+            mem.read_u32(t.thread_id + off)
+                .is_ok_and(|v| tids.contains(&v) && seen.insert(v))
+        })
+    })
+}

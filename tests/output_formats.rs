@@ -1,0 +1,536 @@
+//! Every `record` format written from a synthetic profile and read back.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::time::Duration;
+
+use pyinspect::output::{OutputError, OutputFormat, Profile, ProfileOptions};
+use pyinspect::stack::{Frame, ThreadStack, ThreadStatus};
+use serde_json::Value;
+
+const TICK: Duration = Duration::from_millis(10);
+const TICKS: u32 = 100;
+const TITLE: &str = "python app.py --größe <10> & more";
+
+fn py(function: &str, file: &str, line: u32) -> Frame {
+    Frame::python(function.into(), file.into(), line)
+}
+
+fn thread(ident: u64, os_tid: Option<u32>, name: Option<&str>, frames: Vec<Frame>) -> ThreadStack {
+    ThreadStack {
+        thread_id: ident,
+        os_thread_id: os_tid,
+        name: name.map(String::from),
+        interpreter: 0,
+        status: ThreadStatus::Active,
+        holds_gil: false,
+        frames,
+        truncated: None,
+        native_entry: None,
+    }
+}
+
+/// Innermost first, as the reader hands them over.
+fn main_stack(tick: u32) -> Vec<Frame> {
+    let leaf = if tick.is_multiple_of(4) {
+        py("io_wait", "/usr/lib/python3.11/selectors.py", 468)
+    } else {
+        py("compute_ünïcode", "/srv/app/app.py", 12)
+    };
+    vec![
+        leaf,
+        py("run", "/srv/app/app.py", 30),
+        py("<module>", "/srv/app/app.py", 40),
+    ]
+}
+
+fn worker_stack() -> Vec<Frame> {
+    vec![
+        py("处理", "/v/lib/python3.12/site-packages/pkg;odd/work.py", 7),
+        py("run", "/usr/lib/python3.11/threading.py", 1010),
+        py("_bootstrap", "/usr/lib/python3.11/threading.py", 1030),
+    ]
+}
+
+struct Fixture {
+    profile: Profile,
+    /// (pid, thread ident) → samples added, and their summed weight.
+    added: HashMap<(i32, u64), (u64, Duration)>,
+}
+
+/// Two processes: pid 100 with a main thread sampled every tick and a named
+/// worker that is idle (not sampled) for ticks 40..60; pid 200 with an
+/// anonymous thread without an OS thread id, sampled every other tick.
+fn fixture(timeline: bool) -> Fixture {
+    let mut profile = Profile::new(ProfileOptions {
+        threads: true,
+        nolineno: false,
+        full_filenames: false,
+        subprocesses: true,
+        rate: 100.0,
+        timeline,
+    });
+    let mut added: HashMap<(i32, u64), (u64, Duration)> = HashMap::new();
+    let mut add = |profile: &mut Profile, pid: i32, cmd: &str, t: &ThreadStack, tick: u32| {
+        profile.add(pid, cmd, t, TICK * tick, TICK);
+        let e = added.entry((pid, t.thread_id)).or_default();
+        e.0 += 1;
+        e.1 += TICK;
+    };
+    for tick in 0..TICKS {
+        let main = thread(
+            0x7f00_0000_1000,
+            Some(100),
+            Some("MainThread"),
+            main_stack(tick),
+        );
+        add(&mut profile, 100, TITLE, &main, tick);
+        if !(40..60).contains(&tick) {
+            let worker = thread(
+                0x7f00_0000_2000,
+                Some(101),
+                Some("wörker-λ"),
+                worker_stack(),
+            );
+            add(&mut profile, 100, TITLE, &worker, tick);
+        }
+        if tick.is_multiple_of(2) {
+            let frames = vec![py("child_main", "/srv/app/child.py", 3)];
+            let child = thread(0x7f00_0000_1000, None, None, frames);
+            add(&mut profile, 200, "python -c 'import child'", &child, tick);
+        }
+    }
+    Fixture { profile, added }
+}
+
+fn render(p: &Profile, format: OutputFormat) -> Vec<u8> {
+    let mut out = Vec::new();
+    p.write(format, &mut out, TITLE).unwrap();
+    out
+}
+
+fn total_samples(f: &Fixture) -> u64 {
+    f.added.values().map(|v| v.0).sum()
+}
+
+#[test]
+fn extensions() {
+    assert_eq!(OutputFormat::Flamegraph.extension(), "svg");
+    assert_eq!(OutputFormat::Speedscope.extension(), "json");
+    assert_eq!(OutputFormat::Chrometrace.extension(), "json");
+    assert_eq!(OutputFormat::Raw.extension(), "txt");
+    assert_eq!(OutputFormat::Pprof.extension(), "pb.gz");
+}
+
+#[test]
+fn raw_collapsed_stacks() {
+    let f = fixture(false);
+    assert_eq!(f.profile.samples(), total_samples(&f));
+    assert_eq!(f.profile.threads_seen(), 3);
+    let text = String::from_utf8(render(&f.profile, OutputFormat::Raw)).unwrap();
+    let mut total = 0;
+    let mut stacks = HashMap::new();
+    for line in text.lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        total += count.parse::<u64>().unwrap();
+        stacks.insert(stack.to_string(), count.parse::<u64>().unwrap());
+    }
+    assert_eq!(total, f.profile.samples());
+    let root = "process 100: \"python app.py --größe <10> & more\";thread 100 \"MainThread\"";
+    assert_eq!(
+        stacks[&format!("{root};<module> (app.py:40);run (app.py:30);compute_ünïcode (app.py:12)")],
+        75
+    );
+    assert_eq!(
+        stacks[&format!("{root};<module> (app.py:40);run (app.py:30);io_wait (selectors.py:468)")],
+        25
+    );
+    // The `;` in the file name cannot split the frame.
+    let worker = "process 100: \"python app.py --größe <10> & more\";thread 101 \"wörker-λ\";\
+                  _bootstrap (threading.py:1030);run (threading.py:1010);处理 (pkg,odd/work.py:7)";
+    assert_eq!(stacks[worker], 80);
+    let child =
+        "process 200: \"python -c 'import child'\";thread 0x7f0000001000;child_main (child.py:3)";
+    assert_eq!(stacks[child], 50);
+}
+
+#[test]
+fn flamegraph_svg_parses_and_holds_the_functions() {
+    let f = fixture(false);
+    let svg = String::from_utf8(render(&f.profile, OutputFormat::Flamegraph)).unwrap();
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&svg, opts).expect("the SVG is XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+    let all = texts.join("\n");
+    for name in [
+        "compute_ünïcode (app.py:12)",
+        "io_wait (selectors.py:468)",
+        "<module> (app.py:40)",
+        "处理 (pkg,odd/work.py:7)",
+        "child_main (child.py:3)",
+        "thread 101 \"wörker-λ\"",
+    ] {
+        assert!(all.contains(name), "{name} missing from the SVG");
+    }
+    // The title is the command line.
+    let title = doc
+        .descendants()
+        .find(|n| n.attribute("id") == Some("title"))
+        .and_then(|n| n.text());
+    assert_eq!(title, Some(TITLE));
+}
+
+#[test]
+fn speedscope_has_the_schema_shape() {
+    let f = fixture(true);
+    let v: Value = serde_json::from_slice(&render(&f.profile, OutputFormat::Speedscope)).unwrap();
+    assert_eq!(
+        v["$schema"],
+        "https://www.speedscope.app/file-format-schema.json"
+    );
+    assert!(v["exporter"].as_str().unwrap().starts_with("pyinspect@"));
+    assert_eq!(v["name"], TITLE);
+    assert_eq!(v["activeProfileIndex"], 0);
+    let frames = v["shared"]["frames"].as_array().unwrap();
+    for frame in frames {
+        assert!(frame["name"].is_string());
+    }
+    let names: HashSet<&str> = frames
+        .iter()
+        .map(|fr| fr["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains("compute_ünïcode (app.py:12)"));
+    let unicode = frames
+        .iter()
+        .find(|fr| fr["name"] == "compute_ünïcode (app.py:12)")
+        .unwrap();
+    assert_eq!(unicode["file"], "/srv/app/app.py");
+    assert_eq!(unicode["line"], 12);
+
+    let profiles = v["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), 3);
+    let mut by_name = HashMap::new();
+    for p in profiles {
+        assert_eq!(p["type"], "sampled");
+        assert_eq!(p["unit"], "seconds");
+        let samples = p["samples"].as_array().unwrap();
+        let weights: Vec<f64> = p["weights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_f64().unwrap())
+            .collect();
+        assert_eq!(samples.len(), weights.len());
+        for s in samples {
+            for idx in s.as_array().unwrap() {
+                assert!((idx.as_u64().unwrap() as usize) < frames.len());
+            }
+        }
+        let (start, end) = (
+            p["startValue"].as_f64().unwrap(),
+            p["endValue"].as_f64().unwrap(),
+        );
+        let sum: f64 = weights.iter().sum();
+        assert!((end - start - sum).abs() < 1e-6);
+        // Time with a stack: what was added (gaps are empty samples).
+        let busy: f64 = samples
+            .iter()
+            .zip(&weights)
+            .filter(|(s, _)| !s.as_array().unwrap().is_empty())
+            .map(|(_, w)| w)
+            .sum();
+        by_name.insert(
+            p["name"].as_str().unwrap().to_string(),
+            (busy, start, end, samples.len()),
+        );
+    }
+    let main = by_name["Process 100 Thread 100 \"MainThread\""];
+    assert!((main.0 - 1.0).abs() < 1e-6, "{main:?}");
+    assert!((main.2 - 1.0).abs() < 1e-6);
+    // The worker: 80 ticks busy, a 0.2 s gap, same stack throughout: two
+    // runs and one empty sample.
+    let worker = by_name["Process 100 Thread 101 \"wörker-λ\""];
+    assert!((worker.0 - 0.8).abs() < 1e-6, "{worker:?}");
+    assert!((worker.2 - worker.1 - 1.0).abs() < 1e-6);
+    assert_eq!(worker.3, 3);
+    let child = by_name["Process 200 Thread 0x7f0000001000"];
+    assert!((child.0 - 0.5).abs() < 1e-6, "{child:?}");
+    // Every busy sample's weight adds up to what the sampler reported.
+    let total_busy: f64 = by_name.values().map(|v| v.0).sum();
+    let added: f64 = f.added.values().map(|v| v.1.as_secs_f64()).sum();
+    assert!((total_busy - added).abs() < 1e-6);
+}
+
+#[test]
+fn chrome_trace_events_are_balanced() {
+    let f = fixture(true);
+    let v: Value = serde_json::from_slice(&render(&f.profile, OutputFormat::Chrometrace)).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let mut thread_names = HashMap::new();
+    let mut process_names = HashMap::new();
+    // (pid, tid) → (open slices, last ts)
+    let mut tracks: HashMap<(i64, i64), (Vec<String>, f64)> = HashMap::new();
+    let mut slices = 0;
+    let mut max_ts: f64 = 0.0;
+    for e in events {
+        let pid = e["pid"].as_i64().unwrap();
+        let tid = e["tid"].as_i64().unwrap();
+        let name = e["name"].as_str().unwrap().to_string();
+        match e["ph"].as_str().unwrap() {
+            "M" => {
+                let label = e["args"]["name"].as_str().unwrap().to_string();
+                match name.as_str() {
+                    "thread_name" => thread_names.insert((pid, tid), label),
+                    "process_name" => process_names.insert(pid, label),
+                    other => panic!("unexpected metadata {other}"),
+                };
+            }
+            ph @ ("B" | "E") => {
+                let ts = e["ts"].as_f64().unwrap();
+                max_ts = max_ts.max(ts);
+                let track = tracks.entry((pid, tid)).or_insert((Vec::new(), 0.0));
+                assert!(ts >= track.1, "ts goes back on {pid}/{tid}");
+                track.1 = ts;
+                if ph == "B" {
+                    track.0.push(name);
+                    slices += 1;
+                } else {
+                    assert_eq!(track.0.pop(), Some(name), "E without its B");
+                }
+            }
+            other => panic!("unexpected phase {other}"),
+        }
+    }
+    for (key, (open, _)) in &tracks {
+        assert!(open.is_empty(), "{key:?} leaves {open:?} open");
+        assert!(thread_names.contains_key(key), "{key:?} has no thread_name");
+    }
+    assert_eq!(tracks.len(), 3);
+    assert_eq!(thread_names[&(100, 100)], "MainThread");
+    assert_eq!(thread_names[&(100, 101)], "wörker-λ");
+    assert_eq!(
+        thread_names[&(200, 0x7f00_0000_1000)],
+        "thread 0x7f0000001000"
+    );
+    assert!(process_names[&100].contains(TITLE));
+    assert!(process_names[&200].contains("import child"));
+    // Ends when the last sample's time ends, in microseconds.
+    assert!((max_ts - 1_000_000.0).abs() < 1e-3, "{max_ts}");
+    // Stack diffing: the main thread's two leaves alternate under one
+    // `run`, so `run` opens once; the worker's gap closes and reopens it.
+    assert!(slices < 400, "{slices}");
+}
+
+/// Just enough of protobuf's wire format to read a pprof profile back.
+mod pb {
+    pub enum Field<'a> {
+        Varint(u64),
+        Bytes(&'a [u8]),
+    }
+
+    fn varint(b: &[u8], i: &mut usize) -> u64 {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let byte = b[*i];
+            *i += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return v;
+            }
+            shift += 7;
+        }
+    }
+
+    pub fn fields(b: &[u8]) -> Vec<(u64, Field<'_>)> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            let key = varint(b, &mut i);
+            let field = match key & 7 {
+                0 => Field::Varint(varint(b, &mut i)),
+                2 => {
+                    let len = varint(b, &mut i) as usize;
+                    i += len;
+                    Field::Bytes(&b[i - len..i])
+                }
+                w => panic!("unexpected wire type {w}"),
+            };
+            out.push((key >> 3, field));
+        }
+        out
+    }
+
+    /// A repeated varint field, packed or not.
+    pub fn varints(b: &[u8], number: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (n, f) in fields(b) {
+            match f {
+                Field::Varint(v) if n == number => out.push(v),
+                Field::Bytes(p) if n == number => {
+                    let mut i = 0;
+                    while i < p.len() {
+                        out.push(varint(p, &mut i));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    pub fn one(b: &[u8], number: u64) -> u64 {
+        varints(b, number).first().copied().unwrap_or(0)
+    }
+
+    pub fn messages(b: &[u8], number: u64) -> Vec<&[u8]> {
+        fields(b)
+            .into_iter()
+            .filter_map(|(n, f)| match f {
+                Field::Bytes(p) if n == number => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn pprof_decodes() {
+    let f = fixture(false);
+    let gz = render(&f.profile, OutputFormat::Pprof);
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+
+    let strings: Vec<String> = pb::messages(&raw, 6)
+        .iter()
+        .map(|s| String::from_utf8(s.to_vec()).unwrap())
+        .collect();
+    assert_eq!(strings[0], "");
+    let s = |i: u64| strings[i as usize].as_str();
+
+    let types: Vec<(&str, &str)> = pb::messages(&raw, 1)
+        .iter()
+        .map(|vt| (s(pb::one(vt, 1)), s(pb::one(vt, 2))))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("wall", "nanoseconds")]);
+    let period_type = pb::messages(&raw, 11)[0];
+    assert_eq!(
+        (s(pb::one(period_type, 1)), s(pb::one(period_type, 2))),
+        ("wall", "nanoseconds")
+    );
+    assert_eq!(pb::one(&raw, 12), 10_000_000);
+    assert_eq!(pb::one(&raw, 10), 1_000_000_000);
+    assert!(pb::one(&raw, 9) > 1_600_000_000_000_000_000);
+    assert_eq!(s(pb::one(&raw, 14)), "wall");
+
+    let functions: HashMap<u64, (String, String)> = pb::messages(&raw, 5)
+        .iter()
+        .map(|m| {
+            (
+                pb::one(m, 1),
+                (s(pb::one(m, 2)).to_string(), s(pb::one(m, 4)).to_string()),
+            )
+        })
+        .collect();
+    let locations: HashMap<u64, (u64, u64)> = pb::messages(&raw, 4)
+        .iter()
+        .map(|m| {
+            let line = pb::messages(m, 4)[0];
+            (pb::one(m, 1), (pb::one(line, 1), pb::one(line, 2)))
+        })
+        .collect();
+    let names: HashSet<&str> = functions.values().map(|(n, _)| n.as_str()).collect();
+    for name in [
+        "compute_ünïcode",
+        "io_wait",
+        "<module>",
+        "处理",
+        "child_main",
+    ] {
+        assert!(names.contains(name), "{name} missing");
+    }
+    assert!(functions
+        .values()
+        .any(|(n, file)| n == "处理" && file == "/v/lib/python3.12/site-packages/pkg;odd/work.py"));
+
+    let (mut count, mut nanos) = (0, 0);
+    let mut leaf_counts: HashMap<String, u64> = HashMap::new();
+    let mut thread_labels = HashSet::new();
+    for sample in pb::messages(&raw, 2) {
+        let values = pb::varints(sample, 2);
+        assert_eq!(values.len(), 2);
+        count += values[0];
+        nanos += values[1];
+        let locs = pb::varints(sample, 1);
+        let (function, line) = locations[&locs[0]];
+        let leaf = format!("{}:{line}", functions[&function].0);
+        *leaf_counts.entry(leaf).or_default() += values[0];
+        // Leaf first: the root is the process frame.
+        let (root, _) = locations[locs.last().unwrap()];
+        assert!(functions[&root].0.starts_with("process "));
+        let mut labels = HashMap::new();
+        for label in pb::messages(sample, 3) {
+            labels.insert(
+                s(pb::one(label, 1)),
+                (s(pb::one(label, 2)), pb::one(label, 3)),
+            );
+        }
+        thread_labels.insert((labels["thread"].0, labels["thread_id"].1, labels["pid"].1));
+    }
+    assert_eq!(count, f.profile.samples());
+    let added: Duration = f.added.values().map(|v| v.1).sum();
+    assert_eq!(nanos as u128, added.as_nanos());
+    assert_eq!(leaf_counts["compute_ünïcode:12"], 75);
+    assert_eq!(leaf_counts["io_wait:468"], 25);
+    assert_eq!(leaf_counts["处理:7"], 80);
+    assert_eq!(
+        thread_labels,
+        HashSet::from([
+            ("MainThread", 100, 100),
+            ("wörker-λ", 101, 100),
+            ("thread 0x7f0000001000", 0x7f00_0000_1000, 200)
+        ])
+    );
+}
+
+#[test]
+fn timeline_formats_need_the_timeline() {
+    let f = fixture(false);
+    for format in [OutputFormat::Speedscope, OutputFormat::Chrometrace] {
+        let err = f.profile.write(format, &mut Vec::new(), TITLE).unwrap_err();
+        assert!(matches!(err, OutputError::NoTimeline(_)), "{err}");
+    }
+}
+
+#[test]
+fn an_empty_profile() {
+    let p = Profile::new(ProfileOptions {
+        threads: false,
+        nolineno: false,
+        full_filenames: false,
+        subprocesses: false,
+        rate: 100.0,
+        timeline: true,
+    });
+    let err = p
+        .write(OutputFormat::Flamegraph, &mut Vec::new(), TITLE)
+        .unwrap_err();
+    assert!(matches!(err, OutputError::Empty));
+    assert!(render(&p, OutputFormat::Raw).is_empty());
+    let v: Value = serde_json::from_slice(&render(&p, OutputFormat::Speedscope)).unwrap();
+    assert_eq!(v["profiles"].as_array().unwrap().len(), 0);
+    let v: Value = serde_json::from_slice(&render(&p, OutputFormat::Chrometrace)).unwrap();
+    assert_eq!(v["traceEvents"].as_array().unwrap().len(), 0);
+    let mut raw = Vec::new();
+    let gz = render(&p, OutputFormat::Pprof);
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    assert!(pb::messages(&raw, 2).is_empty());
+}
