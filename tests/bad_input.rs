@@ -74,7 +74,13 @@ fn pid_of_an_exited_process() {
     assert_mentions(&line, &[&pid]);
     assert_mentions(
         &line,
-        &["no such process", "no process", "not running", "does not exist", "exited"],
+        &[
+            "no such process",
+            "no process",
+            "not running",
+            "does not exist",
+            "exited",
+        ],
     );
 }
 
