@@ -245,3 +245,37 @@ fn process_exits_during_the_dump() {
         },
     );
 }
+
+#[test]
+fn unrecognised_python_version_is_named() {
+    // A program whose name claims a Python version pyinspect has no layout
+    // for: the error must name that version, not just "unsupported".
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fake = dir.path().join("python3.99");
+    std::fs::copy("/bin/sleep", &fake).expect("copy sleep");
+    let child = Command::new(&fake)
+        .arg("100")
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("start fake python");
+    let target = Sleep(child);
+    let line = assert_one_clean_error_line(&dump(&target.pid().to_string()));
+    assert_mentions(&line, &["3.99"]);
+    assert_mentions(&line, &["not support", "unsupported", "unrecognised"]);
+    assert_not_stopped(target.pid());
+}
+
+#[test]
+fn native_with_nonblocking_is_refused() {
+    let target = Sleep::start();
+    let out = pyinspect(&[
+        "dump",
+        "--pid",
+        &target.pid().to_string(),
+        "--native",
+        "--nonblocking",
+    ]);
+    let line = assert_one_clean_error_line(&out);
+    assert_mentions(&line, &["--nonblocking"]);
+}
