@@ -243,20 +243,23 @@ impl Reader {
     /// glibc's `struct pthread` (which `thread_id` points at). The offset is
     /// learnt once per process from the tids the kernel lists.
     fn map_pthreads(&mut self, mem: &dyn Memory, threads: &mut [RawThread]) {
-        let Ok(tids) = crate::procfs::tasks(self.process.pid) else {
-            return;
-        };
-        let tidset: HashSet<u32> = tids.iter().map(|t| *t as u32).collect();
         if self.tid_offset.is_none() && !threads.is_empty() {
+            // Learnt once; afterwards the field is read directly, so sampling
+            // does not list /proc/PID/task every time.
+            let Ok(tids) = crate::procfs::tasks(self.process.pid) else {
+                return;
+            };
+            let tidset: HashSet<u32> = tids.iter().map(|t| *t as u32).collect();
             self.tid_offset = Some(calibrate_tid_offset(mem, threads, &tidset));
         }
         if let Some(Some(off)) = self.tid_offset {
             for t in threads.iter_mut() {
-                if let Ok(v) = mem.read_u32(t.thread_id.wrapping_add(off)) {
-                    if tidset.contains(&v) {
-                        t.native_tid = Some(v);
-                    }
-                }
+                // glibc writes the tid when it (re)uses a struct pthread, so
+                // the field is current even for recycled thread descriptors.
+                t.native_tid = mem
+                    .read_u32(t.thread_id.wrapping_add(off))
+                    .ok()
+                    .filter(|v| *v != 0 && *v <= i32::MAX as u32);
             }
         }
     }
