@@ -626,7 +626,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .flat_map(|(i, w)| {
-                    let v = if (w ^ seed) % 3 == 0 { BASE + (w % 4096 & !7) } else { *w };
+                    let v = if (w ^ seed) % 3 == 0 { BASE + ((w % 4096) & !7) } else { *w };
                     let v = if i == 0 { BASE + 64 } else { v };
                     v.to_le_bytes()
                 })
