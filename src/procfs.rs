@@ -103,8 +103,13 @@ pub fn tasks(pid: i32) -> Result<Vec<i32>> {
 
 /// Kernel scheduler state letter of a thread (R, S, D, T, t, Z…), from its stat file.
 pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
-    let s = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/stat"))).ok()?;
-    parse_stat_state(&s)
+    use std::io::Read;
+    // One read into a stack buffer: the state is near the start, and
+    // read_to_string would stat the file first.
+    let mut f = std::fs::File::open(proc_path(pid, &format!("task/{tid}/stat"))).ok()?;
+    let mut buf = [0u8; 512];
+    let n = f.read(&mut buf).ok()?;
+    parse_stat_state(&String::from_utf8_lossy(&buf[..n]))
 }
 
 pub fn parse_stat_state(stat: &str) -> Option<char> {

@@ -103,7 +103,7 @@ pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
         );
     }
     pause::install_signal_flag();
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let root = read_process(opts.pid, opts)?;
     emit(&mut out, &root, opts)?;
     if opts.subprocesses {
