@@ -118,6 +118,33 @@ pub fn parse_stat_state(stat: &str) -> Option<char> {
     rest.trim_start().chars().next()
 }
 
+/// When the target lives in another pid namespace (a container), the tids
+/// it records for itself differ from ours: map its view to ours, from the
+/// `NSpid` line of each thread's status. None when the namespace is ours.
+pub fn namespaced_tids(pid: i32) -> Option<std::collections::HashMap<u32, u32>> {
+    let ours = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let theirs = std::fs::read_link(proc_path(pid, "ns/pid")).ok()?;
+    if ours == theirs {
+        return None;
+    }
+    let mut map = std::collections::HashMap::new();
+    for tid in tasks(pid).ok()? {
+        let Ok(status) = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/status")))
+        else {
+            continue;
+        };
+        if let Some(inner) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|ids| ids.split_whitespace().last())
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            map.insert(inner, tid as u32);
+        }
+    }
+    Some(map)
+}
+
 /// Parent pid from /proc/PID/stat.
 pub fn ppid(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(proc_path(pid, "stat")).ok()?;
