@@ -11,4 +11,5 @@ pub mod output;
 pub mod pause;
 pub mod procfs;
 pub mod python;
+pub mod sampler;
 pub mod stack;
