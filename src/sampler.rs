@@ -332,11 +332,6 @@ impl Sampler {
         Ok(s)
     }
 
-    /// Pids followed now (Python processes being sampled).
-    pub fn pids(&self) -> Vec<i32> {
-        self.targets.iter().map(|t| t.pid).collect()
-    }
-
     /// Open the Python processes among the descendants not followed yet.
     /// `remember` records the ones that are not Python so they are skipped
     /// until they exec something else.
