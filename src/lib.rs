@@ -12,3 +12,4 @@ pub mod pause;
 pub mod procfs;
 pub mod python;
 pub mod stack;
+pub mod top;
