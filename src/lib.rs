@@ -11,5 +11,6 @@ pub mod output;
 pub mod pause;
 pub mod procfs;
 pub mod python;
+pub mod sampler;
 pub mod stack;
 pub mod top;

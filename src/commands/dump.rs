@@ -40,6 +40,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
     let read_opts = ReadOptions {
         locals: opts.locals,
         names: true,
+        function_lines: false,
     };
     let snap = reader.snapshot(&mem, read_opts, &states);
     drop(guard);

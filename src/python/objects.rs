@@ -199,7 +199,9 @@ impl<'a> ObjReader<'a> {
             return Err(bad(obj));
         }
         let table = self.ptr(obj + o.set_table)?;
-        let raw = self.mem.read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
+        let raw = self
+            .mem
+            .read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
         // A removed entry keeps CPython's "<dummy key>" object as its key.
         Ok(raw
             .chunks_exact(o.set_entry_size as usize)

@@ -45,6 +45,9 @@ struct CodeInfo {
 pub struct ReadOptions {
     pub locals: bool,
     pub names: bool,
+    /// Report each frame's first line (`co_firstlineno`) instead of the
+    /// current one, so that samples aggregate by function (`record -F`).
+    pub function_lines: bool,
 }
 
 /// A Python frame as walked, before it is turned into the output model.
@@ -327,7 +330,11 @@ impl Reader {
             for f in &t.frames {
                 match self.code_info(&cache, f.code) {
                     Ok(Some(ci)) => {
-                        let line = self.line_of(&ci, f);
+                        let line = if opts.function_lines {
+                            ci.firstlineno.max(0) as u32
+                        } else {
+                            self.line_of(&ci, f)
+                        };
                         let mut fr =
                             Frame::python(ci.function.to_string(), ci.file.to_string(), line);
                         if opts.locals {
