@@ -113,8 +113,8 @@ struct TopArgs {
     #[arg(short, long, value_parser = parse_pid)]
     pid: Option<i32>,
     /// Samples per second.
-    #[arg(short, long, default_value = "100")]
-    rate: String,
+    #[arg(short, long, default_value = "100", value_parser = pyinspect::sampler::parse_rate)]
+    rate: f64,
     /// Follow child processes.
     #[arg(short, long)]
     subprocesses: bool,
@@ -147,6 +147,20 @@ fn parse_pid(s: &str) -> Result<i32, String> {
     }
 }
 
+fn top(a: TopArgs) -> anyhow::Result<()> {
+    use pyinspect::commands::top;
+    top::run(top::TopOptions {
+        pid: a.pid,
+        command: a.command,
+        rate: a.rate,
+        subprocesses: a.subprocesses,
+        nonblocking: a.nonblocking,
+        native: a.native,
+        idle: a.idle,
+        gil: a.gil,
+    })
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -161,7 +175,8 @@ fn main() {
                 native_all: a.native_all,
             })
         }
-        Command::Record(_) | Command::Top(_) => Err(anyhow::anyhow!("not implemented yet")),
+        Command::Record(_) => Err(anyhow::anyhow!("not implemented yet")),
+        Command::Top(a) => top(a),
     };
     if let Err(e) = result {
         eprintln!("pyinspect: {e:#}");

@@ -265,11 +265,13 @@ impl Aggregator {
     }
 
     /// Start a tick: call once per sampling interval, before its threads.
-    pub fn begin_tick(&mut self, late: bool, late_by: Duration, errors: &[String]) {
+    /// `late_samples` counts this sample if it was late, plus the samples
+    /// the sampler skipped because it fell behind.
+    pub fn begin_tick(&mut self, late_samples: u64, late_by: Duration, errors: &[String]) {
         self.ticks += 1;
         self.window.ticks += 1;
-        if late {
-            self.late += 1;
+        if late_samples > 0 {
+            self.late += late_samples;
             self.max_late = self.max_late.max(late_by);
         }
         self.errors += errors.len() as u64;
@@ -499,7 +501,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(10);
 
     fn tick(a: &mut Aggregator, threads: &[ThreadStack]) {
-        a.begin_tick(false, Duration::ZERO, &[]);
+        a.begin_tick(0, Duration::ZERO, &[]);
         let mut short = |f: &str| f.rsplit('/').next().unwrap().to_string();
         a.add_threads(threads.iter().map(|t| (1, t)), MS, &mut short);
     }
@@ -636,7 +638,7 @@ mod tests {
         tick(&mut a, &[stack(1, true, false, &[("hot", 3)])]);
         a.roll_window();
         // The process is gone: ticks with no threads, then refreshes.
-        a.begin_tick(false, Duration::ZERO, &["gone".to_string()]);
+        a.begin_tick(0, Duration::ZERO, &["gone".to_string()]);
         a.add_threads(std::iter::empty(), MS, &mut |f| f.to_string());
         a.roll_window();
         a.roll_window();

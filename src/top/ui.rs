@@ -337,7 +337,7 @@ mod tests {
             truncated: None,
             native_entry: None,
         };
-        a.begin_tick(false, Duration::ZERO, &[]);
+        a.begin_tick(0, Duration::ZERO, &[]);
         a.add_threads([(9, &t)], Duration::from_millis(10), &mut |f| {
             f.rsplit('/').next().unwrap().to_string()
         });

@@ -293,7 +293,7 @@ mod tests {
         let mut a = Aggregator::new(CountFilter::default());
         let ten = Duration::from_millis(10);
         for i in 0..4 {
-            a.begin_tick(false, Duration::ZERO, &[]);
+            a.begin_tick(0, Duration::ZERO, &[]);
             let mut t = vec![stack(1, &["hot", "main"])];
             if i == 0 {
                 t.push(stack(2, &["cold", "run"]));
