@@ -5,6 +5,7 @@ pub mod commands;
 pub mod cpython_layouts;
 pub mod elf;
 pub mod error;
+pub mod launch;
 pub mod memory;
 pub mod native_unwind;
 pub mod output;

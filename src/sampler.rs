@@ -50,7 +50,9 @@ pub struct SamplerConfig {
     pub native_all: bool,
     /// Keep only the thread holding the GIL.
     pub gil_only: bool,
-    /// Keep idle threads (waiting in the kernel, not holding the GIL).
+    /// Keep idle threads (waiting in the kernel, not holding the GIL). With
+    /// it (or `gil_only`) kernel states are not read, and a thread's status
+    /// is Active only while it holds the GIL.
     pub include_idle: bool,
     /// Report co_firstlineno instead of the current line (record -F).
     pub function_lines: bool,
@@ -164,7 +166,15 @@ impl Target {
             // The set to pause must be current: a thread missed here would be read running.
             self.tids = self.reader.python_tids(&self.mem)?;
         }
-        self.read_states();
+        // Kernel states only decide which threads are idle: reading them
+        // (the kernel formats a whole stat line per thread) is skipped when
+        // no thread is dropped for being idle.
+        let filter_idle = !cfg.include_idle && !cfg.gil_only;
+        if filter_idle {
+            self.read_states();
+        } else {
+            self.states.clear();
+        }
         let guard = if cfg.nonblocking {
             None
         } else {

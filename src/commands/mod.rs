@@ -1,4 +1,5 @@
 //! Thin drivers for the subcommands.
 
 pub mod dump;
+pub mod record;
 pub mod top;

@@ -21,7 +21,7 @@ use crossterm::event::{self, Event, KeyEventKind};
 use crossterm::{cursor, execute, terminal};
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::sync::Mutex;
@@ -70,7 +70,8 @@ pub fn run(opts: TopOptions) -> anyhow::Result<()> {
         (None, true) => bail!("give a process to watch: --pid PID, or a command after --"),
         (Some(pid), true) => (pid, None, None),
         (None, false) => {
-            let log = std::env::temp_dir().join(format!("pyinspect-top-{}.log", std::process::id()));
+            let log =
+                std::env::temp_dir().join(format!("pyinspect-top-{}.log", std::process::id()));
             let child = spawn_quietly(&opts.command, &log)?;
             (child.pid(), Some(child), Some(log))
         }
@@ -173,10 +174,12 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         nonblocking: opts.nonblocking,
         native: opts.native,
         native_all: false,
-        // The threads panel shows every thread; idle and GIL filtering
-        // apply to the function table only (in the aggregator).
+        // The GIL filter applies to the function table only (in the
+        // aggregator), so the threads panel still sees the other threads.
+        // Idle threads are dropped by the sampler, which alone knows the
+        // kernel states at sampling time; the panel lists them from /proc.
         gil_only: false,
-        include_idle: true,
+        include_idle: opts.idle,
         function_lines: false,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
@@ -195,6 +198,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         view: View::new(pid, procfs::cmdline(pid).unwrap_or_default(), opts.rate),
         monitor: ThreadMonitor::new(),
         rates: HashMap::new(),
+        gone: HashSet::new(),
         root_pid: pid,
         interval: Duration::from_secs_f64(1.0 / opts.rate),
         ended: false,
@@ -222,6 +226,7 @@ struct App {
     view: View,
     monitor: ThreadMonitor,
     rates: HashMap<(i32, u32), ThreadRates>,
+    gone: HashSet<(i32, u32)>,
     root_pid: i32,
     /// Mean sampling interval: a sample later than this counts as late.
     interval: Duration,
@@ -269,27 +274,27 @@ impl App {
                 terminal.draw(|f| ui::draw(f, &self.view, &self.agg))?;
                 dirty = false;
             }
-            let wait = next_refresh.saturating_duration_since(Instant::now()).min(POLL);
+            let wait = next_refresh
+                .saturating_duration_since(Instant::now())
+                .min(POLL);
             if !event::poll(wait)? {
                 continue;
             }
             match event::read()? {
-                Event::Key(k) if k.kind != KeyEventKind::Release => {
-                    match self.view.handle_key(k) {
-                        Action::Quit => return Ok(()),
-                        Action::Nothing => {}
-                        Action::Redraw => dirty = true,
-                        Action::Rebuild => {
-                            self.view.rebuild(&self.agg, &self.rates);
-                            dirty = true;
-                        }
-                        Action::Reset => {
-                            self.agg.reset();
-                            self.view.rebuild(&self.agg, &self.rates);
-                            dirty = true;
-                        }
+                Event::Key(k) if k.kind != KeyEventKind::Release => match self.view.handle_key(k) {
+                    Action::Quit => return Ok(()),
+                    Action::Nothing => {}
+                    Action::Redraw => dirty = true,
+                    Action::Rebuild => {
+                        self.view.rebuild(&self.agg, &self.rates);
+                        dirty = true;
                     }
-                }
+                    Action::Reset => {
+                        self.agg.reset();
+                        self.view.rebuild(&self.agg, &self.rates);
+                        dirty = true;
+                    }
+                },
                 Event::Resize(..) => dirty = true,
                 _ => {}
             }
@@ -339,14 +344,15 @@ impl App {
         if !self.ended {
             let keys: Vec<(i32, u32)> = self
                 .agg
-                .latest_threads()
-                .iter()
-                .filter_map(|&i| {
-                    let t = self.agg.thread_info(i);
-                    Some((t.pid, t.os_tid?))
-                })
+                .threads()
+                .filter_map(|(_, t)| Some((t.pid, t.os_tid?)))
+                .filter(|k| !self.gone.contains(k))
                 .collect();
             self.rates = self.monitor.refresh(&keys);
+            // Threads that have exited are not looked up again: a program
+            // churning through threads would otherwise cost more each second.
+            self.gone
+                .extend(keys.into_iter().filter(|k| !self.rates.contains_key(k)));
         }
         if !self.view.paused {
             self.view.rebuild(&self.agg, &self.rates);

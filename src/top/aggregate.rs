@@ -427,6 +427,11 @@ impl Aggregator {
         &self.latest
     }
 
+    /// Every thread seen since the start, in the order first seen.
+    pub fn threads(&self) -> impl Iterator<Item = (u32, &ThreadInfo)> {
+        self.threads.iter().enumerate().map(|(i, t)| (i as u32, t))
+    }
+
     /// The function table for the last window; only `thread` if given.
     /// Rows are unsorted.
     pub fn rows(&self, grouping: Grouping, thread: Option<u32>) -> Vec<Row> {

@@ -208,21 +208,27 @@ impl View {
     pub fn rebuild(&mut self, agg: &Aggregator, rates: &HashMap<(i32, u32), ThreadRates>) {
         self.snapshot.rows = agg.rows(self.grouping, self.filter);
         self.sort_rows();
+        // Idle threads are not in every tick (the sampler drops them unless
+        // --idle): a thread is listed while its kernel thread lives, and
+        // while it is in the latest tick (its tid may be unknown).
+        let latest = agg.latest_threads();
         self.snapshot.threads = agg
-            .latest_threads()
-            .iter()
-            .map(|&i| {
-                let t = agg.thread_info(i);
-                ThreadRow {
+            .threads()
+            .filter_map(|(i, t)| {
+                let r = t.os_tid.and_then(|tid| rates.get(&(t.pid, tid)).copied());
+                if r.is_none() && !latest.contains(&i) {
+                    return None;
+                }
+                Some(ThreadRow {
                     index: i,
                     pid: t.pid,
                     thread_id: t.thread_id,
                     os_tid: t.os_tid,
                     name: t.name.clone(),
-                    rates: t.os_tid.and_then(|tid| rates.get(&(t.pid, tid)).copied()),
+                    rates: r,
                     gil_pct: t.gil_pct(),
                     current: t.current.map(|l| agg.location(l).to_string()),
-                }
+                })
             })
             .collect();
         // A filtered thread that has exited stays selectable by Esc only.
