@@ -230,7 +230,12 @@ impl View {
                     current: t.current.map(|l| agg.location(l).to_string()),
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // Stable rows: by process, then kernel tid (the main thread first),
+        // not by when the sampler first saw each thread active.
+        self.snapshot
+            .threads
+            .sort_by_key(|t| (t.pid, t.os_tid.unwrap_or(u32::MAX), t.index));
         // A filtered thread that has exited stays selectable by Esc only.
         self.selected = self
             .selected
