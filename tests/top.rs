@@ -167,6 +167,32 @@ fn thread_cpu(screen: &str, name: &str) -> Option<f64> {
     })
 }
 
+/// TID column of the threads-panel row named `name`.
+fn thread_tid(screen: &str, name: &str) -> Option<u32> {
+    screen.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.first().map(|n| n.trim_start_matches('*')) != Some(name) {
+            return None;
+        }
+        f.get(1)?.parse().ok()
+    })
+}
+
+/// CPU use of kernel thread `tid` over `span`, in percent of one core.
+fn kernel_cpu_pct(tid: u32, span: Duration) -> Option<f64> {
+    let ticks = || -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+        let f: Vec<&str> = s[s.rfind(')')? + 2..].split(' ').collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    };
+    let (a, t0) = (ticks()?, Instant::now());
+    std::thread::sleep(span);
+    let (b, secs) = (ticks()?, t0.elapsed().as_secs_f64());
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(100.0 * (b - a) as f64 / hz / secs)
+}
+
 fn hot_loop_own(screen: &str) -> Option<f64> {
     function_rows(screen)
         .into_iter()
@@ -185,16 +211,23 @@ fn check_screen(version: &str, pyinspect_cmd: &str) -> Vec<String> {
     if !ok {
         return vec![format!("{version}: hot_loop never appeared:\n{screen}")];
     }
+    // On a machine busy with other work the busy thread gets less than a
+    // core; then pyinspect must show at least half of what the kernel
+    // gives it, measured here over two seconds.
+    let cpu_floor = thread_tid(&screen, "busy")
+        .and_then(|tid| kernel_cpu_pct(tid, Duration::from_secs(2)))
+        .map_or(50.0, |measured| (measured / 2.0).min(50.0));
     // By function, so hot_loop's lines add up; then a few refreshes.
     tmux.keys("l");
     let (ok, screen) = tmux.wait_for(Duration::from_secs(15), |s| {
         s.contains("Function (file)")
             && hot_loop_own(s).is_some_and(|p| p > 50.0)
-            && thread_cpu(s, "busy").is_some_and(|c| c > 50.0)
+            && thread_cpu(s, "busy").is_some_and(|c| c > cpu_floor)
     });
     if !ok {
         problems.push(format!(
-            "{version}: expected hot_loop above 50% own and the busy thread above 50% CPU:\n{screen}"
+            "{version}: expected hot_loop above 50% own and the busy thread above \
+             {cpu_floor:.0}% CPU:\n{screen}"
         ));
     }
     let rows = function_rows(&screen);
@@ -205,16 +238,22 @@ fn check_screen(version: &str, pyinspect_cmd: &str) -> Vec<String> {
         problems.push(format!("{version}: a percentage over 100:\n{screen}"));
     }
     if !screen.contains(&format!("Python {version}.")) {
-        problems.push(format!("{version}: the header lacks the version:\n{screen}"));
+        problems.push(format!(
+            "{version}: the header lacks the version:\n{screen}"
+        ));
     }
     tmux.keys("q");
     let (ok, screen) = tmux.wait_for(Duration::from_secs(10), |s| s.contains("EXITED rc="));
     if !ok || !screen.contains("EXITED rc=0") {
-        problems.push(format!("{version}: q did not end pyinspect cleanly:\n{screen}"));
+        problems.push(format!(
+            "{version}: q did not end pyinspect cleanly:\n{screen}"
+        ));
     }
     // Raw mode off again: the shell's terminal is canonical with echo.
     if !screen.contains(" icanon") || !screen.contains(" echo ") || screen.contains("%Own") {
-        problems.push(format!("{version}: the terminal was not restored:\n{screen}"));
+        problems.push(format!(
+            "{version}: the terminal was not restored:\n{screen}"
+        ));
     }
     problems
 }
