@@ -63,10 +63,10 @@ struct RecordArgs {
     #[arg(short, long, value_enum, default_value = "flamegraph")]
     format: OutputFormat,
     /// Samples per second.
-    #[arg(short, long, default_value = "100", value_parser = pyinspect::sampler::parse_rate)]
+    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
     rate: f64,
     /// Wall-clock seconds to record, or "unlimited" (default: until Ctrl-C or the program exits).
-    #[arg(short, long, value_parser = parse_duration)]
+    #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// Follow child processes (and their children).
     #[arg(short, long)]

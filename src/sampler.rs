@@ -117,6 +117,13 @@ impl Target {
         let mut reader = Reader::new(process);
         // Fails while the interpreter is not up yet (NotInitialized).
         let tids = reader.python_tids(&mem)?;
+        // Opened very early, interpreter discovery can settle on a wrong
+        // candidate (seen with Debian's static 3.11 right after exec); its
+        // thread ids then are not threads of the process. Try again later.
+        let tasks = procfs::tasks(pid)?;
+        if tids.iter().any(|t| !tasks.contains(t)) {
+            return Err(Error::NotInitialized { pid });
+        }
         let p = &reader.process;
         Ok(Target {
             pid,
@@ -242,7 +249,7 @@ fn is_zombie(pid: i32) -> bool {
 }
 
 impl Sampler {
-    /// Start following `root_pid`. When it is our own child (just launched),
+    /// Start following `root_pid`. When we launched it (see [`crate::launch`]),
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
     pub fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
@@ -264,7 +271,10 @@ impl Sampler {
                 "sampling rate {rate} is out of range (above 0, at most {MAX_RATE})"
             )));
         }
-        let launched = procfs::ppid(root_pid) == Some(std::process::id() as i32);
+        // Launched by us: our child, or the child of our launch keeper.
+        let me = Some(std::process::id() as i32);
+        let parent = procfs::ppid(root_pid);
+        let launched = parent == me || parent.and_then(procfs::ppid) == me;
         let began = Instant::now();
         let mut s = Sampler {
             mean: Duration::from_secs_f64(1.0 / rate),
@@ -305,6 +315,7 @@ impl Sampler {
             }
             // A root that is not Python may still start Python children.
             let keep_waiting = launched && is_transient(&e)
+                || matches!(e, Error::NotInitialized { .. })
                 || s.cfg.subprocesses && matches!(e, Error::NotPython { .. });
             let limit = if launched {
                 STARTUP_WAIT
@@ -319,11 +330,6 @@ impl Sampler {
         s.start = Instant::now();
         s.last_scan = s.start;
         Ok(s)
-    }
-
-    /// Pids followed now (Python processes being sampled).
-    pub fn pids(&self) -> Vec<i32> {
-        self.targets.iter().map(|t| t.pid).collect()
     }
 
     /// Open the Python processes among the descendants not followed yet.

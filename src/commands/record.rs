@@ -1,6 +1,6 @@
 //! `pyinspect record`: sample a running or launched process into a profile.
 
-use crate::launch::{self, Launched};
+use crate::launch::Launched;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
 use crate::sampler::{Sampler, SamplerConfig};
@@ -160,7 +160,7 @@ fn progress(stats: &Stats, profile: &Profile, elapsed: Duration) {
 /// Record; returns the exit code for pyinspect.
 pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     pause::install_signal_flag();
-    if opts.pid.is_some() == !opts.command.is_empty() {
+    if opts.pid.is_some() != opts.command.is_empty() {
         bail!("give either --pid PID or a command to launch after --");
     }
     let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
@@ -189,8 +189,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
             if let Some(l) = launched {
                 // It runs unprofiled otherwise; say why, then let it finish.
                 eprintln!("pyinspect: {e}");
-                let st = l.finish(None)?;
-                return Ok(match launch::exit_code(st) {
+                return Ok(match l.finish(None)? {
                     0 => 1,
                     c => c,
                 });
@@ -268,9 +267,9 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         } else {
             None
         };
-        let st = l.finish(grace)?;
+        let child_code = l.finish(grace)?;
         if !stopped && code == 0 {
-            code = launch::exit_code(st);
+            code = child_code;
         }
     }
     Ok(code)
