@@ -20,7 +20,9 @@ use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{assert_one_clean_error_line, dump_json, for_each_interpreter, pyinspect, Fixture};
+use common::{
+    assert_one_clean_error_line, dump_json, for_each_interpreter, pyinspect, Fixture, Interpreter,
+};
 use serde_json::Value;
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
@@ -514,8 +516,15 @@ fn thread_problems(x: &Expect, name_: &str, thread: &Value, plain: &Value) -> Ve
                 .iter()
                 .position(|n| n.starts_with("list_sort") || n.starts_with("listsort"));
             let sorted = names.iter().position(|n| n.starts_with("builtin_sorted"));
-            // Debian's stripped interpreter cannot name its static functions.
-            let named_ok = x.debian || (sort.is_some() && sort < sorted);
+            // Debian's stripped interpreter cannot name its static functions;
+            // pyenv's has DWARF: file and line too.
+            let lines_ok = sorted.is_some_and(|i| {
+                between[i]["file"]
+                    .as_str()
+                    .is_some_and(|f| f.ends_with("bltinmodule.c"))
+                    && between[i]["line"].is_u64()
+            });
+            let named_ok = x.debian || (sort.is_some() && sort < sorted && lines_ok);
             if between.is_empty() || !between.iter().all(|f| is_interpreter(f)) || !named_ok {
                 check(Some(format!(
                     "between sort_key and sorter: {names:?}, expected list_sort <- builtin_sorted"
@@ -745,6 +754,26 @@ fn native_stacks_on_every_interpreter() {
                 );
             }
 
+            // The text output: the entry point in the header, module+offset names.
+            let p = pid.to_string();
+            let out = pyinspect(&["dump", "--pid", &p, "--native"]);
+            out.assert_success();
+            let tid = &ready["threads"]["blocker"]["native_id"];
+            for needle in [
+                format!("Thread {tid} \"blocker\""),
+                "in fixture_block (libfixture.so)".to_string(),
+                "    libfixture.so+0x".to_string(),
+                "    read (libc.so.6)".to_string(),
+                "    blob.bin+0x10\n".to_string(),
+                format!("    blocker ({file}:{})", x.line("blocker")),
+            ] {
+                assert!(
+                    out.stdout.contains(&needle),
+                    "text lacks {needle:?}\n{}",
+                    out.describe()
+                );
+            }
+
             // 6: --native-all adds the C thread, named from /proc.
             dump_until(pid, "--native-all", "--native-all", |d, _| {
                 foreign_problems(&x, pid, d)
@@ -769,6 +798,163 @@ fn native_stacks_on_every_interpreter() {
                 sleep(Duration::from_millis(100));
             }
             let _ = std::fs::remove_file(dir.join(format!("trigger-{pid}")));
+        },
+    );
+}
+
+// ------------------------------------------------------------ matmul.py
+
+/// The interpreters the numpy test runs on: one before 3.11 (an eval-loop C
+/// frame per Python frame) and one after.
+const NUMPY_ON: &[(u32, u32)] = &[(3, 9), (3, 12)];
+const MATMUL_SAMPLES: usize = 10;
+
+/// numpy (with its bundled OpenBLAS) in `interp`, installed with pip when
+/// missing (.ci/run installs it into 3.12 beforehand).
+fn ensure_numpy(interp: &Interpreter) {
+    let has = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import numpy"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if has(&interp.python) {
+        return;
+    }
+    let out = Command::new(&interp.python)
+        .args(["-m", "pip", "install", "-q", "numpy"])
+        .output()
+        .expect("run pip");
+    assert!(
+        out.status.success() && has(&interp.python),
+        "cannot install numpy into {} (`{} -m pip install numpy`), which the OpenBLAS test needs:\n{}{}",
+        interp.label,
+        interp.python.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn is_openblas(f: &Value) -> bool {
+    module(f).contains("openblas")
+}
+
+/// One sample of the matmul thread: Python frames intact, and when it is in
+/// OpenBLAS, the chain down from the kernel through numpy's C functions to
+/// the interpreter's `@` and the Python caller.
+fn matmul_problems(thread: &Value, plain: &Value, file: &str, line: u64) -> Vec<String> {
+    let mut p = common_problems(thread, plain);
+    let frames = frames_of(thread);
+    let (inner, first_py) = inner_natives(frames);
+    p.extend(expect_py(frames.get(first_py), "matmul", file, line));
+    if inner.is_empty() {
+        p.push("no native frames".into());
+    }
+    // Between two products the thread may be elsewhere (freeing the last
+    // result from the eval loop, say): only a thread in OpenBLAS has a
+    // chain to check.
+    if inner.first().is_some_and(is_openblas) {
+        if inner.last().is_some_and(|f| !is_interpreter(f)) {
+            p.push("the frame next to the Python caller is not the interpreter's".into());
+        }
+        let blas_end = inner.iter().position(|f| !is_openblas(f)).unwrap_or(0);
+        let names: Vec<&str> = inner.iter().map(name).collect();
+        let numpy_end = inner[blas_end..]
+            .iter()
+            .position(is_interpreter)
+            .map_or(inner.len(), |i| blas_end + i);
+        let numpy = &inner[blas_end..numpy_end];
+        let ok = names[..blas_end].iter().any(|n| n.contains("dgemm"))
+            && !numpy.is_empty()
+            && numpy
+                .iter()
+                .all(|f| module(f).starts_with("_multiarray_umath"))
+            && numpy.iter().any(|f| name(f).starts_with("DOUBLE_matmul"))
+            && numpy.iter().any(|f| name(f).contains("ufunc"));
+        if !ok {
+            p.push("not OpenBLAS dgemm <- numpy DOUBLE_matmul ... ufunc <- interpreter".into());
+        }
+    }
+    if !p.is_empty() {
+        p.push(show(frames));
+    }
+    p
+}
+
+#[test]
+fn numpy_matmul_through_openblas() {
+    for_each_interpreter(
+        "numpy_openblas",
+        |i| i.label.starts_with("pyenv") && NUMPY_ON.contains(&i.version),
+        |interp| {
+            ensure_numpy(interp);
+            let fx = Fixture::spawn_with_timeout(
+                interp,
+                "native/matmul.py",
+                &[],
+                Duration::from_secs(60),
+            );
+            let pid = fx.pid;
+            let file = fx.ready["file"].as_str().unwrap().to_string();
+            let line = fx.ready["line"].as_u64().unwrap();
+            let tid = fx.ready["native_id"].clone();
+            let plain = dump_one(pid, &[]);
+            let find = |d: &Value| -> Value {
+                threads(d)
+                    .iter()
+                    .find(|t| t["os_thread_id"] == tid)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no matmul thread in {d}"))
+            };
+            let plain_thread = find(&plain);
+            let mut kernels = 0;
+            for i in 0..MATMUL_SAMPLES {
+                let d = dump_one(pid, &["--native"]);
+                let t = find(&d);
+                let p = matmul_problems(&t, &plain_thread, &file, line);
+                assert!(p.is_empty(), "sample {i}:\n{}", p.join("\n"));
+                kernels += usize::from(
+                    frames_of(&t)
+                        .iter()
+                        .any(|f| is_openblas(f) && name(f).contains("kernel")),
+                );
+            }
+            eprintln!(
+                "numpy_openblas [{}]: numpy {}, {kernels}/{MATMUL_SAMPLES} samples in a GEMM kernel",
+                interp.label, fx.ready["numpy"]
+            );
+            assert!(kernels > 0, "no sample caught a GEMM kernel");
+
+            // --native-all: OpenBLAS's worker, named from /proc, in OpenBLAS.
+            let d = dump_one(pid, &["--native-all"]);
+            let python: BTreeSet<u64> = threads(&plain)
+                .iter()
+                .filter_map(|t| t["os_thread_id"].as_u64())
+                .collect();
+            let foreign: Vec<&Value> = threads(&d)
+                .iter()
+                .filter(|t| {
+                    !t["os_thread_id"]
+                        .as_u64()
+                        .is_some_and(|x| python.contains(&x))
+                })
+                .collect();
+            assert!(!foreign.is_empty(), "no OpenBLAS worker thread shown");
+            for t in &foreign {
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", t["os_thread_id"]))
+                        .unwrap_or_default();
+                assert_eq!(t["name"], comm.trim(), "thread named from comm: {t}");
+            }
+            assert!(
+                foreign.iter().any(|t| frames_of(t).iter().any(is_openblas)),
+                "no worker thread in OpenBLAS:\n{}",
+                foreign
+                    .iter()
+                    .map(|t| show(frames_of(t)))
+                    .collect::<Vec<_>>()
+                    .join("\n\n")
+            );
         },
     );
 }
