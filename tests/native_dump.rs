@@ -326,7 +326,7 @@ fn library_chain(
         if module(f) != lib || !unnamed(f) {
             return Some(format!("frame {} should be an unnamed {lib} frame", 1 + i));
         }
-        let found = offline_name(full, offset(f) - 1);
+        let found = offline_name(full, offset(f).saturating_sub(1));
         if !found.starts_with(h) {
             return Some(format!(
                 "frame {} is at {lib}+0x{:x}, which is {found} in the unstripped build, not {h}",
@@ -400,7 +400,8 @@ fn thread_problems(x: &Expect, name_: &str, thread: &Value, plain: &Value) -> Ve
                         .all(|f| module(f) == "libc.so.6" && name(f).contains("nanosleep"))
                     && module(&inner[s - 1]) == "libfixture.so"
                     && unnamed(&inner[s - 1])
-                    && offline_name(&fixture, offset(&inner[s - 1]) - 1).starts_with("helper_sleep")
+                    && offline_name(&fixture, offset(&inner[s - 1]).saturating_sub(1))
+                        .starts_with("helper_sleep")
             });
             if !ok {
                 check(Some(
@@ -482,9 +483,9 @@ fn thread_problems(x: &Expect, name_: &str, thread: &Value, plain: &Value) -> Ve
                                 || is_interpreter(f)
                         });
                     if !ok {
-                        check(Some(
-                            "between in_callback and callback: not ctypes/libffi frames around fixture_call".into(),
-                        ));
+                        let why = "between in_callback and callback: not ctypes and libffi \
+                                   frames around fixture_call";
+                        check(Some(why.into()));
                     }
                     check(expect_py(
                         frames.get(o),
@@ -696,7 +697,7 @@ fn foreign_problems(x: &Expect, pid: i32, process: &Value) -> Vec<String> {
     let thread_fn = frames
         .get(4)
         .filter(|f| module(f) == "libfixture.so" && unnamed(f))
-        .map(|f| offline_name(&full, offset(f) - 1))
+        .map(|f| offline_name(&full, offset(f).saturating_sub(1)))
         .unwrap_or_default();
     if thread_fn != "c_thread" || names.get(5..) != Some(&["start_thread", "clone3"][..]) {
         p.push(
