@@ -326,14 +326,12 @@ impl Sampler {
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
     pub fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
-        if cfg.native {
-            if cfg.nonblocking {
-                return Err(Error::Other(
-                    "--native needs to pause threads to unwind them; it cannot be used with \
-                     --nonblocking"
-                        .into(),
-                ));
-            }
+        if cfg.native && cfg.nonblocking {
+            return Err(Error::Other(
+                "--native needs to pause threads to unwind them; it cannot be used with \
+                 --nonblocking"
+                    .into(),
+            ));
         }
         let rate = cfg.rate;
         if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {

@@ -684,7 +684,7 @@ mod tests {
                     function_lines: false,
                 };
                 let _ = r.snapshot(&mem, opts, &HashMap::new());
-                let _ = r.python_tids(&mem);
+                let _ = r.python_threads(&mem);
             }
         }
     }
