@@ -3,22 +3,34 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone)]
+/// One line of /proc/PID/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapEntry {
     pub start: u64,
     pub end: u64,
     pub readable: bool,
     pub writable: bool,
     pub executable: bool,
+    /// File offset of `start`.
     pub offset: u64,
     pub inode: u64,
-    /// The mapped file's path as the target sees it, if file-backed.
-    pub path: Option<String>,
+    /// The path, or a pseudo name such as `[stack]`, `[vdso]`; empty for
+    /// anonymous memory.
+    pub path: String,
 }
 
 impl MapEntry {
     pub fn contains(&self, addr: u64) -> bool {
         addr >= self.start && addr < self.end
+    }
+    /// Backed by a file (as opposed to `[heap]`, `[vdso]`, anonymous memory).
+    pub fn is_file(&self) -> bool {
+        self.inode != 0 && self.path.starts_with('/')
+    }
+    /// The path as it names a file; a mapping whose file was deleted keeps
+    /// its old path with a " (deleted)" suffix.
+    pub fn file_path(&self) -> &str {
+        self.path.strip_suffix(" (deleted)").unwrap_or(&self.path)
     }
 }
 
@@ -43,6 +55,8 @@ pub fn maps(pid: i32) -> Result<Vec<MapEntry>> {
     Ok(parse_maps(&text))
 }
 
+/// Parse the text of /proc/PID/maps. Malformed lines are skipped: a parse
+/// problem in one line must not cost the whole map.
 pub fn parse_maps(text: &str) -> Vec<MapEntry> {
     text.lines().filter_map(parse_map_line).collect()
 }
@@ -54,17 +68,24 @@ fn parse_map_line(line: &str) -> Option<MapEntry> {
     let offset = u64::from_str_radix(it.next()?, 16).ok()?;
     let _dev = it.next()?;
     let inode = it.next()?.parse().ok()?;
-    let path = it.next().map(str::trim).filter(|p| !p.is_empty());
+    let path = it.next().unwrap_or("").trim_start().to_string();
     let (s, e) = range.split_once('-')?;
+    let (start, end) = (
+        u64::from_str_radix(s, 16).ok()?,
+        u64::from_str_radix(e, 16).ok()?,
+    );
+    if end <= start {
+        return None;
+    }
     Some(MapEntry {
-        start: u64::from_str_radix(s, 16).ok()?,
-        end: u64::from_str_radix(e, 16).ok()?,
+        start,
+        end,
         readable: perms.first() == Some(&b'r'),
         writable: perms.get(1) == Some(&b'w'),
         executable: perms.get(2) == Some(&b'x'),
         offset,
         inode,
-        path: path.filter(|_| inode != 0).map(str::to_string),
+        path,
     })
 }
 
@@ -185,8 +206,10 @@ pub fn target_file(pid: i32, map: &MapEntry) -> Option<PathBuf> {
     if std::fs::metadata(&by_range).is_ok() {
         return Some(by_range);
     }
-    let path = map.path.as_deref()?;
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    if !map.is_file() {
+        return None;
+    }
+    let path = map.file_path();
     let rooted = proc_path(pid, "root").join(Path::new(path).strip_prefix("/").ok()?);
     if rooted.exists() {
         return Some(rooted);
@@ -199,18 +222,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_maps_lines() {
-        let m = parse_maps(
-            "7f00-7f10 r-xp 00001000 08:01 1234 /usr/lib/lib python.so\n\
-             7f10-7f20 rw-p 00000000 00:00 0 \n\
-             7f20-7f30 rw-p 00000000 00:00 0 [heap]\n",
-        );
-        assert_eq!(m.len(), 3);
-        assert!(m[0].executable && !m[0].writable);
-        assert_eq!(m[0].path.as_deref(), Some("/usr/lib/lib python.so"));
-        assert_eq!(m[0].offset, 0x1000);
-        assert_eq!(m[1].path, None);
-        assert_eq!(m[2].path, None);
+    fn parses_file_anon_and_deleted_lines() {
+        let text = "\
+55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1234 /usr/bin/prog
+7f0000001000-7f0000002000 r-xp 00001000 08:01 99 /tmp/lib x.so (deleted)
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+7f0000003000-7f0000004000 rw-p 00000000 00:00 0
+garbage line
+";
+        let m = parse_maps(text);
+        assert_eq!(m.len(), 4);
+        assert!(m[0].is_file() && !m[0].executable && !m[0].writable);
+        assert!(m[1].executable && m[1].file_path() == "/tmp/lib x.so" && m[1].offset == 0x1000);
+        assert_eq!(m[2].path, "[stack]");
+        assert!(!m[2].is_file() && m[2].writable);
+        assert_eq!(m[3].path, "");
+        assert!(m[1].contains(0x7f0000001fff) && !m[1].contains(0x7f0000002000));
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! that get printed, because parsing a large library's DWARF costs far more
 //! than unwinding.
 
-pub mod maps;
 mod merge;
 mod module;
 pub mod ptrace;
@@ -23,7 +22,7 @@ use framehop::{FrameAddress, Unwinder};
 
 use crate::error::Error;
 use crate::memory::{Memory, MemoryExt, ProcessMemory};
-use maps::Mapping;
+use crate::procfs::{self, MapEntry as Mapping};
 use module::{Backing, LoadedModule, SectionData};
 
 pub use merge::{
@@ -186,7 +185,7 @@ impl NativeUnwinder {
     /// Re-read /proc/PID/maps; modules still mapped at the same place keep
     /// their caches, vanished ones are dropped.
     fn refresh(&mut self) -> Result<(), Error> {
-        let maps = maps::read_maps(self.pid)?;
+        let maps = procfs::maps(self.pid)?;
         let mut old: HashMap<(u64, String, u64), ModEntry> = self
             .modules
             .drain(..)

@@ -157,10 +157,8 @@ impl PythonProcess {
         // Candidate binaries: libpython first (shared builds), then the executable.
         let mut paths: Vec<String> = Vec::new();
         for m in &maps {
-            if let Some(p) = &m.path {
-                if is_libpython(p) && !paths.contains(p) {
-                    paths.push(p.clone());
-                }
+            if m.is_file() && is_libpython(&m.path) && !paths.contains(&m.path) {
+                paths.push(m.path.clone());
             }
         }
         if !paths.contains(&exe_path) {
@@ -169,10 +167,7 @@ impl PythonProcess {
         let mut bins = Vec::new();
         let mut warnings = Vec::new();
         for p in &paths {
-            let file_maps: Vec<&MapEntry> = maps
-                .iter()
-                .filter(|m| m.path.as_deref() == Some(p))
-                .collect();
+            let file_maps: Vec<&MapEntry> = maps.iter().filter(|m| &m.path == p).collect();
             let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
                 continue;
             };
