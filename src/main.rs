@@ -148,7 +148,21 @@ fn parse_pid(s: &str) -> Result<i32, String> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One line, like every other error: clap's first paragraph, without its usage block.
+            let text = e.render().to_string();
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(|l| l.trim().trim_start_matches("error: "))
+                .collect();
+            eprintln!("pyinspect: {} (see pyinspect --help)", first.join(" "));
+            std::process::exit(2);
+        }
+    };
     let result = match cli.command {
         Command::Dump(a) => {
             pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {

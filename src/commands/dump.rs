@@ -2,8 +2,10 @@
 
 use crate::error::Error;
 use crate::memory::ProcessMemory;
+use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
+use crate::python::native::NativeStacks;
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{FrameKind, ProcessStacks, ThreadStatus};
@@ -26,7 +28,16 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
     let mem = ProcessMemory::new(pid);
     let process = PythonProcess::open(pid, &mem)?;
     let mut reader = Reader::new(process);
-    let tids = reader.python_tids(&mem)?;
+    let python_tids = reader.python_tids(&mem)?;
+    let mut tids = python_tids.clone();
+    if opts.native_all {
+        tids = procfs::tasks(pid)?;
+    }
+    let mut native = if opts.native {
+        Some(NativeStacks::new(pid, opts.native_all)?)
+    } else {
+        None
+    };
     // Scheduler states first: a thread we have stopped would read as stopped.
     let states: HashMap<i32, char> = tids
         .iter()
@@ -42,8 +53,34 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         names: true,
     };
     let snap = reader.snapshot(&mem, read_opts, &states);
+    // Native stacks must be read while the threads are still stopped.
+    let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
+    if let (Some(n), Some(g)) = (native.as_mut(), guard.as_ref()) {
+        for tid in g.tids() {
+            unwound.insert(tid, n.unwind(tid, &mem));
+        }
+    }
     drop(guard);
     let mut snap = snap?;
+    let mut warnings = reader.process.warnings.clone();
+    let mut foreign = Vec::new();
+    if let Some(n) = native.as_mut() {
+        for t in snap.iter_mut() {
+            if let Some(frames) = t
+                .stack
+                .os_thread_id
+                .and_then(|tid| unwound.get(&(tid as i32)))
+            {
+                n.merge(t, frames);
+            }
+        }
+        for tid in tids.iter().filter(|t| !python_tids.contains(t)) {
+            if let Some(frames) = unwound.get(tid) {
+                foreign.push(n.foreign_thread(pid, *tid, states.get(tid).copied(), frames));
+            }
+        }
+        warnings.extend(n.warnings());
+    }
     // Oldest interpreter and oldest thread first (the lists are newest first).
     snap.reverse();
     snap.sort_by_key(|t| t.stack.interpreter);
@@ -53,13 +90,18 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         command_line: p.cmdline.clone(),
         python_version: p.version.to_string(),
         executable: p.exe.clone(),
-        threads: snap.into_iter().map(|t| t.stack).collect(),
-        warnings: p.warnings.clone(),
+        threads: snap.into_iter().map(|t| t.stack).chain(foreign).collect(),
+        warnings,
         parent_pid: None,
     })
 }
 
 pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
+    if opts.native && opts.nonblocking {
+        anyhow::bail!(
+            "--native needs the threads paused to read their registers; it cannot be used with --nonblocking"
+        );
+    }
     pause::install_signal_flag();
     let mut out = std::io::stdout().lock();
     let root = read_process(opts.pid, opts)?;
@@ -147,16 +189,19 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
                     f.line.unwrap_or(0)
                 )?,
                 FrameKind::Native => {
+                    let module = f.module.as_deref().unwrap_or("");
                     let place = match (&f.file, f.line) {
-                        (Some(file), Some(line)) => format!("{file}:{line}"),
-                        _ => f.module.clone().unwrap_or_default(),
+                        (Some(file), Some(line)) => format!(" ({file}:{line}) [{module}]"),
+                        // An unnamed frame's name already is module+offset.
+                        _ if f.function.starts_with(module) => String::new(),
+                        _ => format!(" ({module})"),
                     };
                     let inl = if f.inlined == Some(true) {
                         " (inlined)"
                     } else {
                         ""
                     };
-                    writeln!(out, "    {} ({}){}", f.function, place, inl)?
+                    writeln!(out, "    {}{}{}", f.function, place, inl)?
                 }
             }
             if let Some(locals) = &f.locals {

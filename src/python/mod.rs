@@ -1,6 +1,7 @@
 //! The CPython reader: finds the interpreter, walks threads and frames.
 
 pub mod linetable;
+pub mod native;
 pub mod objects;
 pub mod pagecache;
 pub mod process;

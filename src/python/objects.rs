@@ -199,7 +199,9 @@ impl<'a> ObjReader<'a> {
             return Err(bad(obj));
         }
         let table = self.ptr(obj + o.set_table)?;
-        let raw = self.mem.read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
+        let raw = self
+            .mem
+            .read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
         // A removed entry keeps CPython's "<dummy key>" object as its key.
         Ok(raw
             .chunks_exact(o.set_entry_size as usize)
@@ -241,7 +243,8 @@ impl<'a> ObjReader<'a> {
     /// An int that fits in 64 bits (e.g. a thread ident).
     pub fn int_u64(&self, obj: u64) -> R<u64> {
         if let Some(ival) = self.layout.object.int_value {
-            if self.type_name(obj)? == "int" {
+            // 2.7's bool is an int subtype with the same layout.
+            if matches!(self.type_name(obj)?.as_str(), "int" | "bool") {
                 return self.mem.read_u64(obj + ival);
             }
         }

@@ -218,11 +218,23 @@ impl PythonProcess {
                 exe: exe_path.clone(),
             })?;
 
-        let runtime = bins.iter().find_map(|b| {
-            b.info
-                .symbol("_PyRuntime")
-                .or(b.info.pyruntime.map(|r| r.addr))
-        });
+        let runtime = bins
+            .iter()
+            .find_map(|b| {
+                b.info
+                    .symbol("_PyRuntime")
+                    .or(b.info.pyruntime.map(|r| r.addr))
+            })
+            .or_else(|| {
+                // 3.13+ without symbols or sections: `_PyRuntime` starts
+                // with the `_Py_DebugOffsets` cookie, in the binary's data.
+                let ranges = bins
+                    .iter()
+                    .flat_map(|b| b.maps.iter())
+                    .filter(|m| m.writable)
+                    .map(|m| (m.start, m.end));
+                find_debug_cookie(mem, ranges)
+            });
 
         let layout = choose_layout(pid, mem, &version, runtime, &mut warnings)?;
 
@@ -333,6 +345,39 @@ fn scan_for_version(mem: &dyn Memory, addr: u64, size: u64) -> Option<Version> {
     None
 }
 
+/// Address of a `_Py_DebugOffsets` cookie (`xdebugpy`) followed by a
+/// plausible 3.13+ version, in the given writable ranges (bounded scan).
+fn find_debug_cookie(mem: &dyn Memory, ranges: impl Iterator<Item = (u64, u64)>) -> Option<u64> {
+    const CHUNK: u64 = 1 << 20;
+    let mut budget: u64 = 64 << 20;
+    for (start, end) in ranges {
+        let mut at = start;
+        while at < end && budget > 0 {
+            let n = CHUNK.min(end - at).min(budget);
+            budget -= n;
+            let mut buf = vec![0u8; n as usize + 16];
+            let len = if mem.read(at, &mut buf).is_ok() {
+                buf.len()
+            } else if mem.read(at, &mut buf[..n as usize]).is_ok() {
+                n as usize
+            } else {
+                at += n;
+                continue;
+            };
+            for i in (0..n as usize).step_by(8) {
+                if buf[i..].starts_with(debug_offsets::COOKIE) && i + 16 <= len {
+                    let v = crate::memory::le_u64(&buf, i as u64 + 8);
+                    if Version::from_hex(v).is_some_and(|v| (v.major, v.minor) >= (3, 13)) {
+                        return Some(at + i as u64);
+                    }
+                }
+            }
+            at += n;
+        }
+    }
+    None
+}
+
 fn choose_layout(
     pid: i32,
     mem: &dyn Memory,
@@ -374,13 +419,13 @@ fn choose_layout(
 /// True when `interp` looks like a live `PyInterpreterState`: its first
 /// thread state points back at it.
 pub fn valid_interp(mem: &dyn Memory, layout: &Layout, interp: u64) -> bool {
-    if interp == 0 || interp % 8 != 0 {
+    if interp == 0 || !interp.is_multiple_of(8) {
         return false;
     }
     let Ok(ts) = mem.read_u64(interp + layout.interp.tstate_head) else {
         return false;
     };
-    ts != 0 && ts % 8 == 0 && mem.read_u64(ts + layout.thread.interp).ok() == Some(interp)
+    ts != 0 && ts.is_multiple_of(8) && mem.read_u64(ts + layout.thread.interp).ok() == Some(interp)
 }
 
 fn find_interp_head(
@@ -434,7 +479,7 @@ fn scan_for_interp(
     mem.read(addr, &mut buf).ok()?;
     for (i, w) in buf.chunks_exact(8).enumerate() {
         let v = u64::from_le_bytes(w.try_into().ok()?);
-        if v > 0x10000 && v % 8 == 0 && valid_interp(mem, layout, v) {
+        if v > 0x10000 && v.is_multiple_of(8) && valid_interp(mem, layout, v) {
             return Some(addr + (i * 8) as u64);
         }
     }
@@ -444,6 +489,24 @@ fn scan_for_interp(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_the_debug_cookie_only_with_a_plausible_version() {
+        use crate::memory::SliceMemory;
+        let mut region = vec![0u8; 8192];
+        // A stray copy of the cookie with garbage after it, then the real one.
+        region[64..72].copy_from_slice(b"xdebugpy");
+        region[4096..4104].copy_from_slice(b"xdebugpy");
+        region[4104..4112].copy_from_slice(&0x030d00f0u64.to_le_bytes());
+        let mut m = SliceMemory::new();
+        m.add(0x40000, region);
+        let found = find_debug_cookie(&m, [(0x40000u64, 0x42000u64)].into_iter());
+        assert_eq!(found, Some(0x41000));
+        assert_eq!(
+            find_debug_cookie(&m, [(0x40000u64, 0x41000u64)].into_iter()),
+            None
+        );
+    }
 
     #[test]
     fn versions_from_hex_strings_and_names() {

@@ -243,20 +243,23 @@ impl Reader {
     /// glibc's `struct pthread` (which `thread_id` points at). The offset is
     /// learnt once per process from the tids the kernel lists.
     fn map_pthreads(&mut self, mem: &dyn Memory, threads: &mut [RawThread]) {
-        let Ok(tids) = crate::procfs::tasks(self.process.pid) else {
-            return;
-        };
-        let tidset: HashSet<u32> = tids.iter().map(|t| *t as u32).collect();
         if self.tid_offset.is_none() && !threads.is_empty() {
+            // Learnt once; afterwards the field is read directly, so sampling
+            // does not list /proc/PID/task every time.
+            let Ok(tids) = crate::procfs::tasks(self.process.pid) else {
+                return;
+            };
+            let tidset: HashSet<u32> = tids.iter().map(|t| *t as u32).collect();
             self.tid_offset = Some(calibrate_tid_offset(mem, threads, &tidset));
         }
         if let Some(Some(off)) = self.tid_offset {
             for t in threads.iter_mut() {
-                if let Ok(v) = mem.read_u32(t.thread_id.wrapping_add(off)) {
-                    if tidset.contains(&v) {
-                        t.native_tid = Some(v);
-                    }
-                }
+                // glibc writes the tid when it (re)uses a struct pthread, so
+                // the field is current even for recycled thread descriptors.
+                t.native_tid = mem
+                    .read_u32(t.thread_id.wrapping_add(off))
+                    .ok()
+                    .filter(|v| *v != 0 && *v <= i32::MAX as u32);
             }
         }
     }
@@ -581,4 +584,61 @@ fn calibrate_tid_offset(
                 .is_ok_and(|v| tids.contains(&v) && seen.insert(v))
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpython_layouts::ALL;
+    use crate::memory::SliceMemory;
+    use crate::python::process::Version;
+    use proptest::prelude::*;
+
+    fn process(layout: &crate::cpython_layouts::Layout, head: u64) -> PythonProcess {
+        PythonProcess {
+            pid: std::process::id() as i32,
+            exe: "python".into(),
+            cmdline: String::new(),
+            version: Version {
+                major: layout.major,
+                minor: layout.minor,
+                patch: Some(0),
+                suffix: String::new(),
+            },
+            layout: layout.clone(),
+            interp_head_ptr: head,
+            gil: GilSource::TstatePtr(head + 8),
+            python_module: "libpython".into(),
+            warnings: Vec::new(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        /// A corrupt or racing target: arbitrary bytes where the interpreter,
+        /// threads, frames and objects should be. Every layout must come back
+        /// with an error or a partial stack, never a panic or a hang.
+        #[test]
+        fn arbitrary_memory_never_panics(words in proptest::collection::vec(any::<u64>(), 512), seed in any::<u64>()) {
+            const BASE: u64 = 0x10_0000;
+            // Pointers that land inside the region make the walk go deep.
+            let bytes: Vec<u8> = words
+                .iter()
+                .enumerate()
+                .flat_map(|(i, w)| {
+                    let v = if (w ^ seed) % 3 == 0 { BASE + ((w % 4096) & !7) } else { *w };
+                    let v = if i == 0 { BASE + 64 } else { v };
+                    v.to_le_bytes()
+                })
+                .collect();
+            let mut mem = SliceMemory::new();
+            mem.add(BASE, bytes);
+            for layout in ALL {
+                let mut r = Reader::new(process(layout, BASE));
+                let opts = ReadOptions { locals: true, names: true };
+                let _ = r.snapshot(&mem, opts, &HashMap::new());
+                let _ = r.python_tids(&mem);
+            }
+        }
+    }
 }

@@ -1,0 +1,281 @@
+//! Bad input to `pyinspect dump`: each gets one clear `pyinspect: ` line on
+//! stderr and a failing exit status, never a panic, and the target is left
+//! running, unstopped and responsive.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{
+    assert_not_stopped, assert_one_clean_error_line, for_each_interpreter, interpreters, pyinspect,
+    run_command, Fixture, Output,
+};
+
+fn dump(pid: &str) -> Output {
+    pyinspect(&["dump", "--pid", pid])
+}
+
+fn assert_mentions(line: &str, any_of: &[&str]) {
+    let lower = line.to_lowercase();
+    assert!(
+        any_of.iter().any(|w| lower.contains(&w.to_lowercase())),
+        "the error line should mention one of {any_of:?}: {line}"
+    );
+}
+
+/// A non-Python process in its own process group, killed on drop.
+struct Sleep(std::process::Child);
+
+impl Sleep {
+    fn start() -> Sleep {
+        let child = Command::new("sleep")
+            .arg("100")
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start sleep");
+        Sleep(child)
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn pid_that_cannot_exist() {
+    // Beyond any pid_max: rejected as an argument or as a missing process.
+    for flags in [&[][..], &["--json"][..]] {
+        let mut args = vec!["dump", "--pid", "999999999"];
+        args.extend_from_slice(flags);
+        let out = pyinspect(&args);
+        let line = assert_one_clean_error_line(&out);
+        assert_mentions(&line, &["999999999"]);
+    }
+}
+
+#[test]
+fn pid_of_an_exited_process() {
+    let mut child = Command::new("true").spawn().expect("run true");
+    let pid = child.id().to_string();
+    child.wait().expect("reap true");
+    let line = assert_one_clean_error_line(&dump(&pid));
+    assert_mentions(&line, &[&pid]);
+    assert_mentions(
+        &line,
+        &[
+            "no such process",
+            "no process",
+            "not running",
+            "does not exist",
+            "exited",
+        ],
+    );
+}
+
+#[test]
+fn not_a_python_process() {
+    let target = Sleep::start();
+    let pid = target.pid().to_string();
+    for extra in [
+        &[][..],
+        &["--json"][..],
+        &["--locals"][..],
+        &["--nonblocking"][..],
+    ] {
+        let mut args = vec!["dump", "--pid", pid.as_str()];
+        args.extend_from_slice(extra);
+        let line = assert_one_clean_error_line(&pyinspect(&args));
+        // Naming the executable tells the user which process they picked.
+        assert_mentions(&line, &["sleep"]);
+        assert_not_stopped(target.pid());
+    }
+}
+
+/// A copy of the binary that an unprivileged user can run, wherever the
+/// target directory lives.
+fn binary_for_nobody(dir: &Path) -> std::path::PathBuf {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join("pyinspect");
+    std::fs::copy(common::pyinspect_bin(), &copy).expect("copy the binary");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+#[test]
+fn permission_denied_says_what_is_needed() {
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "this test runs the binary as `nobody` against a root-owned Python: run the suite as root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let binary = binary_for_nobody(dir.path());
+    for_each_interpreter(
+        "permission_denied",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "deep.py", &["3"]);
+            let mut command = Command::new("setpriv");
+            command
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&binary)
+                .args(["dump", "--pid", &fx.pid.to_string()]);
+            let out = run_command(command, Duration::from_secs(60));
+            let line = assert_one_clean_error_line(&out);
+            assert_mentions(&line, &["CAP_SYS_PTRACE", "root", "ptrace_scope"]);
+            fx.assert_alive();
+        },
+    );
+}
+
+#[test]
+fn invalid_pid_strings() {
+    let cases: &[&[&str]] = &[
+        &["dump", "--pid", "abc"],
+        &["dump", "--pid", "-5"],
+        &["dump", "--pid=-5"],
+        &["dump", "--pid", "0"],
+        &["dump", "--pid", ""],
+        &["dump", "--pid", "12abc"],
+        &["dump"],
+    ];
+    for args in cases {
+        let out = pyinspect(args);
+        let line = assert_one_clean_error_line(&out);
+        if let Some(value) = args.get(2).filter(|v| !v.is_empty()) {
+            assert_mentions(&line, &[value]);
+        } else {
+            assert_mentions(&line, &["pid"]);
+        }
+    }
+}
+
+#[test]
+fn unknown_flags_leave_the_target_alone() {
+    let interp = &interpreters()[0];
+    let mut fx = Fixture::spawn(interp, "deep.py", &["3"]);
+    let pid = fx.pid.to_string();
+    let cases: &[&[&str]] = &[
+        &["dump", "--pid", &pid, "--bogus"],
+        &["dump", "--frobnicate", "--pid", &pid],
+        &["dump", "--pid", &pid, "-Z"],
+        &["dumpster", "--pid", &pid],
+    ];
+    for args in cases {
+        let out = pyinspect(args);
+        assert_one_clean_error_line(&out);
+        assert!(out.stdout.is_empty(), "{}", out.describe());
+        fx.assert_alive();
+    }
+}
+
+/// Either a dump (valid JSON) or one clean error line; never a panic.
+fn success_or_clean_error(out: &Output) {
+    if out.status.success() {
+        let processes = out.json_lines();
+        assert!(processes.len() <= 1, "{}", out.describe());
+        assert!(!out.stderr.contains("panicked"), "{}", out.describe());
+    } else {
+        assert_one_clean_error_line(out);
+    }
+}
+
+#[test]
+fn process_exits_during_the_dump() {
+    // Pythons that exit while being started, read or torn down: each dump
+    // races a different phase.
+    const SCRIPT: &str = "import threading, time\n\
+        for i in range(4):\n    threading.Thread(target=time.sleep, args=(0.002 * i,)).start()\n\
+        time.sleep(0.003)\n";
+    for_each_interpreter(
+        "exits_during_dump",
+        |_| true,
+        |interp| {
+            for round in 0..6 {
+                let mut child = Command::new(&interp.python)
+                    .args(["-c", SCRIPT])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start python");
+                let pid = child.id().to_string();
+                if round % 2 == 1 {
+                    std::thread::sleep(Duration::from_millis(5 * round as u64));
+                }
+                let out = pyinspect(&["dump", "--pid", &pid, "--json"]);
+                let _ = child.wait();
+                success_or_clean_error(&out);
+            }
+
+            // A zombie: exited, not yet reaped; /proc/PID still exists.
+            let mut child = Command::new(&interp.python)
+                .args(["-c", "pass"])
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("start python");
+            let pid = child.id();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'))
+                {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "python -c pass did not exit");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let out = pyinspect(&["dump", "--pid", &pid.to_string()]);
+            let _ = child.wait();
+            success_or_clean_error(&out);
+        },
+    );
+}
+
+#[test]
+fn unrecognised_python_version_is_named() {
+    // A program whose name claims a Python version pyinspect has no layout
+    // for: the error must name that version, not just "unsupported".
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fake = dir.path().join("python3.99");
+    std::fs::copy("/bin/sleep", &fake).expect("copy sleep");
+    let child = Command::new(&fake)
+        .arg("100")
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("start fake python");
+    let target = Sleep(child);
+    let line = assert_one_clean_error_line(&dump(&target.pid().to_string()));
+    assert_mentions(&line, &["3.99"]);
+    assert_mentions(&line, &["not support", "unsupported", "unrecognised"]);
+    assert_not_stopped(target.pid());
+}
+
+#[test]
+fn native_with_nonblocking_is_refused() {
+    let target = Sleep::start();
+    let out = pyinspect(&[
+        "dump",
+        "--pid",
+        &target.pid().to_string(),
+        "--native",
+        "--nonblocking",
+    ]);
+    let line = assert_one_clean_error_line(&out);
+    assert_mentions(&line, &["--nonblocking"]);
+}

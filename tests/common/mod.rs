@@ -1,0 +1,560 @@
+//! Harness shared by the integration tests: the interpreters to test against,
+//! the Python fixtures (spawned, waited for, killed on drop), and the binary.
+//!
+//! Every test crate uses a different part of this module, hence the allow.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The CPython versions every run must cover: a missing one fails the suite
+/// rather than shrinking it silently.
+const REQUIRED_PYENV: &[(u32, u32)] = &[
+    (2, 7),
+    (3, 6),
+    (3, 7),
+    (3, 8),
+    (3, 9),
+    (3, 10),
+    (3, 11),
+    (3, 12),
+    (3, 13),
+];
+/// Debian's statically linked, stripped, non-PIE build.
+const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
+
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    /// e.g. "pyenv 3.12.1" or "debian 3.11.2 (static)".
+    pub label: String,
+    pub python: PathBuf,
+    /// (major, minor).
+    pub version: (u32, u32),
+}
+
+impl Interpreter {
+    pub fn at_least(&self, major: u32, minor: u32) -> bool {
+        self.version >= (major, minor)
+    }
+}
+
+fn pyenv_root() -> PathBuf {
+    if let Ok(out) = Command::new("pyenv").arg("root").output() {
+        let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !root.is_empty() {
+            return PathBuf::from(root);
+        }
+    }
+    if let Some(root) = std::env::var_os("PYENV_ROOT") {
+        return PathBuf::from(root);
+    }
+    let home = std::env::var_os("HOME").expect("HOME is not set and `pyenv root` failed");
+    Path::new(&home).join(".pyenv")
+}
+
+/// Asks the interpreter itself: (major, minor, full version string).
+fn probe_version(python: &Path) -> (u32, u32, String) {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import platform, sys; print('%d %d %s' % (sys.version_info[0], sys.version_info[1], platform.python_version()))",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        python.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.split_whitespace();
+    let mut next = || {
+        parts
+            .next()
+            .unwrap_or_else(|| panic!("bad version output {text:?}"))
+    };
+    let major = next().parse().expect("major");
+    let minor = next().parse().expect("minor");
+    (major, minor, next().to_string())
+}
+
+fn discover() -> Vec<Interpreter> {
+    let versions = pyenv_root().join("versions");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&versions)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", versions.display()))
+        .map(|entry| entry.expect("read_dir entry").path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    let mut found = Vec::new();
+    for dir in dirs {
+        let python = dir.join("bin/python");
+        assert!(
+            python.exists(),
+            "{} has no bin/python: a broken pyenv version?",
+            dir.display()
+        );
+        let (major, minor, full) = probe_version(&python);
+        found.push(Interpreter {
+            label: format!("pyenv {full}"),
+            python,
+            version: (major, minor),
+        });
+    }
+    let have: BTreeSet<(u32, u32)> = found.iter().map(|i| i.version).collect();
+    let missing: Vec<String> = REQUIRED_PYENV
+        .iter()
+        .filter(|v| !have.contains(v))
+        .map(|(a, b)| format!("{a}.{b}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pyenv versions missing under {}: {} (install them with `pyenv install`; the suite never skips an interpreter)",
+        versions.display(),
+        missing.join(", ")
+    );
+    let debian = PathBuf::from(DEBIAN_PYTHON);
+    assert!(
+        debian.exists(),
+        "{DEBIAN_PYTHON} is missing (apt-get install python3.11): the static build must be covered"
+    );
+    let (major, minor, full) = probe_version(&debian);
+    found.push(Interpreter {
+        label: format!("debian {full} (static)"),
+        python: debian,
+        version: (major, minor),
+    });
+    found.sort_by(|a, b| (a.version, &a.label).cmp(&(b.version, &b.label)));
+    eprintln!(
+        "interpreters covered: {}",
+        found
+            .iter()
+            .map(|i| format!("{} ({})", i.label, i.python.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    found
+}
+
+/// Every interpreter the tests must cover; fails when an expected one is missing.
+pub fn interpreters() -> &'static [Interpreter] {
+    static ALL: OnceLock<Vec<Interpreter>> = OnceLock::new();
+    ALL.get_or_init(discover)
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else {
+        "(non-string panic)".to_string()
+    }
+}
+
+/// Runs `check` for every interpreter that `select` keeps, a few at a time,
+/// and fails with every interpreter's failure at once. Prints a summary line.
+pub fn for_each_interpreter<S, F>(test: &str, select: S, check: F)
+where
+    S: Fn(&Interpreter) -> bool,
+    F: Fn(&Interpreter) + Sync,
+{
+    let chosen: Vec<&Interpreter> = interpreters().iter().filter(|i| select(i)).collect();
+    assert!(!chosen.is_empty(), "{test}: no interpreter selected");
+    // Two cores here, and some fixtures keep one busy: more jobs only contend.
+    let jobs = std::env::var("PYINSPECT_TEST_JOBS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2)
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(String, Option<String>)>> = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for _ in 0..jobs.min(chosen.len()) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::SeqCst);
+                let Some(interp) = chosen.get(index) else {
+                    break;
+                };
+                let started = Instant::now();
+                let outcome = catch_unwind(AssertUnwindSafe(|| check(interp)));
+                let failure = outcome.err().map(|p| panic_text(p.as_ref()));
+                eprintln!(
+                    "{test} [{}]: {} in {:.1?}",
+                    interp.label,
+                    if failure.is_some() { "FAILED" } else { "ok" },
+                    started.elapsed()
+                );
+                results
+                    .lock()
+                    .unwrap()
+                    .push((interp.label.clone(), failure));
+            });
+        }
+    });
+    let results = results.into_inner().unwrap();
+    let passed: Vec<&str> = results
+        .iter()
+        .filter(|(_, f)| f.is_none())
+        .map(|(l, _)| l.as_str())
+        .collect();
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|(l, f)| f.as_ref().map(|f| format!("[{l}] {f}")))
+        .collect();
+    eprintln!(
+        "{test}: {}/{} interpreters passed: {}",
+        passed.len(),
+        results.len(),
+        passed.join(", ")
+    );
+    assert!(
+        failed.is_empty(),
+        "{test} failed on {} interpreter(s):\n{}",
+        failed.len(),
+        failed.join("\n\n")
+    );
+}
+
+pub fn fixture_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python_fixtures")
+        .join(name)
+}
+
+/// A running fixture, killed with its whole process group (children included)
+/// when dropped.
+pub struct Fixture {
+    pub child: Child,
+    pub pid: i32,
+    /// The JSON of the fixture's READY line.
+    pub ready: Value,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    pub label: String,
+}
+
+fn collect_stderr(stream: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let buffer = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&buffer);
+    thread::spawn(move || {
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+            sink.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+    buffer
+}
+
+impl Fixture {
+    /// Starts `python_fixtures/<name>` with `interp` and waits (bounded) for READY.
+    pub fn spawn(interp: &Interpreter, name: &str, args: &[&str]) -> Fixture {
+        Self::spawn_with_timeout(interp, name, args, Duration::from_secs(20))
+    }
+
+    pub fn spawn_with_timeout(
+        interp: &Interpreter,
+        name: &str,
+        args: &[&str],
+        timeout: Duration,
+    ) -> Fixture {
+        let mut command = Command::new(&interp.python);
+        command
+            .arg(fixture_path(name))
+            .args(args)
+            .current_dir(fixture_path(""))
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONIOENCODING", "utf-8")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so that drop kills its children too.
+            .process_group(0);
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} with {}: {e}", interp.label));
+        let pid = child.id() as i32;
+        let stderr = collect_stderr(child.stderr.take().unwrap());
+        let (tx, lines) = channel();
+        let stdout = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut fixture = Fixture {
+            child,
+            pid,
+            ready: Value::Null,
+            lines,
+            stderr,
+            label: format!("{name} on {}", interp.label),
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match fixture.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(json) = line.strip_prefix("READY ") {
+                        fixture.ready = serde_json::from_str(json).unwrap_or_else(|e| {
+                            panic!("{}: bad READY line ({e}): {json}", fixture.label)
+                        });
+                        break;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: no READY within {timeout:?}; stderr:\n{}",
+                    fixture.label,
+                    fixture.stderr()
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Let the stderr reader catch up with the exit.
+                    let _ = fixture.child.wait();
+                    thread::sleep(Duration::from_millis(100));
+                    panic!(
+                        "{}: exited before READY; stderr:\n{}",
+                        fixture.label,
+                        fixture.stderr()
+                    )
+                }
+            }
+        }
+        assert_eq!(
+            fixture.ready["pid"].as_i64(),
+            Some(pid as i64),
+            "{}: READY names another pid",
+            fixture.label
+        );
+        fixture
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends SIGUSR1 and waits for the fixture's PONG: it still runs Python code.
+    pub fn ping(&self) {
+        // SAFETY: kill(2) with a pid we own and a valid signal number.
+        let rc = unsafe { libc::kill(self.pid, libc::SIGUSR1) };
+        assert_eq!(rc, 0, "{}: kill(SIGUSR1) failed", self.label);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line == "PONG" => return,
+                Ok(_) => continue,
+                Err(_) => panic!(
+                    "{}: no PONG after SIGUSR1: the target no longer runs Python code; stderr:\n{}",
+                    self.label,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// The target survived whatever was done to it: alive, no thread stopped,
+    /// and its Python code still runs.
+    pub fn assert_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "{}: exited ({status}); stderr:\n{}",
+                self.label,
+                self.stderr()
+            );
+        }
+        assert_not_stopped(self.pid);
+        self.ping();
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the fixture's own process group.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The scheduler state letter of /proc/PID[/task/TID]/stat, or None when gone.
+fn stat_state(path: &Path) -> Option<char> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The command name may hold spaces and parentheses: the state follows the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.trim_start().chars().next()
+}
+
+/// Fails when any thread of `pid` is stopped (by a signal or by ptrace).
+pub fn assert_not_stopped(pid: i32) {
+    let state = stat_state(Path::new(&format!("/proc/{pid}/stat")));
+    assert!(state.is_some(), "process {pid} is gone");
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap_or_else(|e| panic!("cannot list threads of {pid}: {e}"));
+    for task in tasks.flatten() {
+        let state = stat_state(&task.path().join("stat"));
+        assert!(
+            !matches!(state, Some('t') | Some('T')),
+            "thread {} of {pid} left stopped (state {state:?})",
+            task.file_name().to_string_lossy()
+        );
+    }
+}
+
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The command line, for messages.
+    pub command: String,
+}
+
+impl Output {
+    pub fn describe(&self) -> String {
+        format!(
+            "`{}` exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.command, self.status, self.stdout, self.stderr
+        )
+    }
+
+    pub fn assert_success(&self) -> &Self {
+        assert!(self.status.success(), "{}", self.describe());
+        self
+    }
+
+    /// One JSON value per non-empty line of stdout.
+    pub fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{}", self.describe()))
+            })
+            .collect()
+    }
+}
+
+pub fn pyinspect_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_pyinspect")
+}
+
+/// Runs a command to completion with a time limit, capturing its output.
+pub fn run_command(mut command: Command, timeout: Duration) -> Output {
+    let description = format!("{command:?}");
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {description}: {e}"));
+    let mut stdout_pipe = child.stdout.take().unwrap();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stdout_reader = thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout_pipe.read_to_end(&mut bytes);
+        bytes
+    });
+    let stderr_reader = thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stderr_pipe.read_to_end(&mut bytes);
+        bytes
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{description} did not finish within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: String::from_utf8_lossy(&stdout_reader.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr_reader.join().unwrap()).into_owned(),
+        command: description,
+    }
+}
+
+/// Runs `pyinspect ARGS`.
+pub fn pyinspect(args: &[&str]) -> Output {
+    let mut command = Command::new(pyinspect_bin());
+    command.args(args);
+    run_command(command, Duration::from_secs(60))
+}
+
+/// Runs `pyinspect dump --pid PID --json EXTRA...`, requires success and
+/// returns one JSON object per process.
+pub fn dump_json(pid: i32, extra: &[&str]) -> Vec<Value> {
+    let pid = pid.to_string();
+    let mut args = vec!["dump", "--pid", pid.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let out = pyinspect(&args);
+    out.assert_success();
+    let lines = out.json_lines();
+    assert!(!lines.is_empty(), "no JSON output\n{}", out.describe());
+    lines
+}
+
+/// Checks that stderr is exactly one line `pyinspect: ...` with no panic or
+/// backtrace, and returns that line.
+pub fn assert_one_clean_error_line(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected a failure\n{}",
+        out.describe()
+    );
+    // 101 is Rust's exit status for a panic; signals mean a crash.
+    assert_ne!(out.status.code(), Some(101), "panicked\n{}", out.describe());
+    assert!(
+        out.status.code().is_some(),
+        "killed by a signal\n{}",
+        out.describe()
+    );
+    for bad in ["panicked", "RUST_BACKTRACE", "stack backtrace"] {
+        assert!(
+            !out.stderr.contains(bad),
+            "stderr contains {bad:?}\n{}",
+            out.describe()
+        );
+    }
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected exactly one line on stderr\n{}",
+        out.describe()
+    );
+    assert!(
+        lines[0].starts_with("pyinspect: "),
+        "the error line must start with `pyinspect: `\n{}",
+        out.describe()
+    );
+    lines[0].to_string()
+}
