@@ -60,6 +60,7 @@ class Results:
             "target": target,
             "verdict": verdict,
             "note": note,
+            "load_average": os.getloadavg()[0],
         }
         self.rows.append(row)
         print(format_row(row), flush=True)
@@ -661,6 +662,8 @@ def main():
     print(f"pyinspect {commit} vs py-spy {PYSPY_VERSION}; target Python {version} ({args.python})")
     print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
           f"{'; --quick' if args.quick else ''}")
+    if load[0] > (os.cpu_count() or 1):
+        print("warning: the load average is above the CPU count; expect slow, noisy figures")
     print()
     print(HEADER, flush=True)
 
