@@ -1,6 +1,8 @@
 //! The CLI edge: parse arguments, run a command, turn errors into one line.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+use pyinspect::output::OutputFormat;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -49,15 +51,6 @@ struct DumpArgs {
     native_all: bool,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    Flamegraph,
-    Speedscope,
-    Chrometrace,
-    Raw,
-    Pprof,
-}
-
 #[derive(Args, Debug)]
 struct RecordArgs {
     /// Process id to sample (or give a command after --).
@@ -68,13 +61,13 @@ struct RecordArgs {
     output: Option<std::path::PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "flamegraph")]
-    format: Format,
+    format: OutputFormat,
     /// Samples per second.
-    #[arg(short, long, default_value = "100")]
-    rate: String,
-    /// Wall-clock seconds to record (default: until Ctrl-C or the program exits).
-    #[arg(short, long)]
-    duration: Option<String>,
+    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
+    rate: f64,
+    /// Wall-clock seconds to record, or "unlimited" (default: until Ctrl-C or the program exits).
+    #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// Follow child processes (and their children).
     #[arg(short, long)]
     subprocesses: bool,
@@ -147,6 +140,43 @@ fn parse_pid(s: &str) -> Result<i32, String> {
     }
 }
 
+/// Seconds (fractions allowed) or "unlimited", which is like leaving it out.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s == "unlimited" {
+        return Ok(Duration::MAX);
+    }
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "'{s}' is not a duration (seconds above 0, or \"unlimited\")"
+        )),
+    }
+}
+
+fn record(a: RecordArgs) -> anyhow::Result<i32> {
+    use pyinspect::commands::record;
+    record::run(record::RecordOptions {
+        pid: a.pid,
+        command: a.command,
+        output: a.output,
+        format: a.format,
+        sampler: pyinspect::sampler::SamplerConfig {
+            rate: a.rate,
+            duration: a.duration.filter(|d| *d != Duration::MAX),
+            subprocesses: a.subprocesses,
+            nonblocking: a.nonblocking,
+            native: a.native,
+            native_all: false,
+            gil_only: a.gil,
+            include_idle: a.idle,
+            function_lines: a.function,
+        },
+        threads: a.threads,
+        nolineno: a.nolineno,
+        full_filenames: a.full_filenames,
+    })
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -174,11 +204,16 @@ fn main() {
                 native: a.native || a.native_all,
                 native_all: a.native_all,
             })
+            .map(|()| 0)
         }
-        Command::Record(_) | Command::Top(_) => Err(anyhow::anyhow!("not implemented yet")),
+        Command::Record(a) => record(a),
+        Command::Top(_) => Err(anyhow::anyhow!("not implemented yet")),
     };
-    if let Err(e) = result {
-        eprintln!("pyinspect: {e:#}");
-        std::process::exit(1);
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("pyinspect: {e:#}");
+            std::process::exit(1);
+        }
     }
 }

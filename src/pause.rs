@@ -26,29 +26,39 @@ impl PauseGuard {
         let mut g = PauseGuard {
             stopped: Vec::with_capacity(tids.len()),
         };
+        // Interrupt every thread first and only then wait for the stops, so
+        // the threads stop in parallel rather than one scheduling delay each.
+        let mut interrupted = Vec::with_capacity(tids.len());
         for &tid in tids {
             let t = Pid::from_raw(tid);
             match ptrace::seize(t, ptrace::Options::empty()) {
                 Ok(()) => {}
                 Err(Errno::ESRCH) => continue,
                 Err(Errno::EPERM) => {
-                    if g.stopped.is_empty() {
+                    if interrupted.is_empty() {
                         return Err(Error::Permission { pid });
                     }
                     // Already traced by someone else (a debugger): read it running.
                     continue;
                 }
-                Err(e) => return Err(Error::Io(format!("ptrace seize of thread {tid}: {e}"))),
+                Err(e) => {
+                    // Let go of the ones already seized before reporting.
+                    for t in interrupted {
+                        g.stopped.push((t, wait_stopped(t).flatten()));
+                    }
+                    return Err(Error::Io(format!("ptrace seize of thread {tid}: {e}")));
+                }
             }
             if ptrace::interrupt(t).is_err() {
                 let _ = ptrace::detach(t, None);
                 continue;
             }
-            match wait_stopped(t) {
-                Some(sig) => g.stopped.push((t, sig)),
-                None => {
-                    // Exited while we waited: nothing to detach.
-                }
+            interrupted.push(t);
+        }
+        for t in interrupted {
+            // None: the thread exited while we waited, nothing to detach.
+            if let Some(sig) = wait_stopped(t) {
+                g.stopped.push((t, sig));
             }
         }
         Ok(g)

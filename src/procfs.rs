@@ -103,14 +103,46 @@ pub fn tasks(pid: i32) -> Result<Vec<i32>> {
 
 /// Kernel scheduler state letter of a thread (R, S, D, T, t, Z…), from its stat file.
 pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
-    let s = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/stat"))).ok()?;
-    parse_stat_state(&s)
+    use std::io::Read;
+    // One read into a stack buffer: the state is near the start, and
+    // read_to_string would stat the file first.
+    let mut f = std::fs::File::open(proc_path(pid, &format!("task/{tid}/stat"))).ok()?;
+    let mut buf = [0u8; 512];
+    let n = f.read(&mut buf).ok()?;
+    parse_stat_state(&String::from_utf8_lossy(&buf[..n]))
 }
 
 pub fn parse_stat_state(stat: &str) -> Option<char> {
     // The command name may contain spaces and parentheses: the state follows the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.trim_start().chars().next()
+}
+
+/// When the target lives in another pid namespace (a container), the tids
+/// it records for itself differ from ours: map its view to ours, from the
+/// `NSpid` line of each thread's status. None when the namespace is ours.
+pub fn namespaced_tids(pid: i32) -> Option<std::collections::HashMap<u32, u32>> {
+    let ours = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let theirs = std::fs::read_link(proc_path(pid, "ns/pid")).ok()?;
+    if ours == theirs {
+        return None;
+    }
+    let mut map = std::collections::HashMap::new();
+    for tid in tasks(pid).ok()? {
+        let Ok(status) = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/status")))
+        else {
+            continue;
+        };
+        if let Some(inner) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|ids| ids.split_whitespace().last())
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            map.insert(inner, tid as u32);
+        }
+    }
+    Some(map)
 }
 
 /// Parent pid from /proc/PID/stat.

@@ -737,3 +737,67 @@ fn subprocesses_are_dumped() {
         },
     );
 }
+
+/// The target runs in its own pid namespace, as in a container: the tids it
+/// records for itself are not ours, and must be mapped to the host's view.
+#[test]
+fn container_pid_namespace_maps_thread_ids() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    // One interpreter that records native ids itself, one where they come from glibc.
+    for_each_interpreter(
+        "container_pid_namespace_maps_thread_ids",
+        |i| i.version == (3, 12) || i.version == (3, 9),
+        |interp| {
+            let mut unshare = Command::new("unshare")
+                .args(["--pid", "--fork", "--mount-proc"])
+                .arg(&interp.python)
+                .arg(common::fixture_path("many_threads.py"))
+                .arg("5")
+                .stdout(Stdio::piped())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("unshare (util-linux) must be installed");
+            let mut line = String::new();
+            std::io::BufReader::new(unshare.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert!(line.starts_with("READY"), "fixture said {line:?}");
+            // The python is unshare's child; its host pid is what a user passes.
+            let python = std::fs::read_to_string(format!(
+                "/proc/{}/task/{}/children",
+                unshare.id(),
+                unshare.id()
+            ))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .expect("unshare has a child")
+            .parse::<i32>()
+            .unwrap();
+            let result = std::panic::catch_unwind(|| {
+                let process = dump_json(python, &[]).remove(0);
+                let host_tids: Vec<u64> = std::fs::read_dir(format!("/proc/{python}/task"))
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+                    .collect();
+                let threads = threads_of(&process);
+                assert_eq!(threads.len(), 6, "main + 5 parked threads");
+                for t in threads {
+                    let tid = t["os_thread_id"].as_u64().expect("an os thread id");
+                    assert!(
+                        host_tids.contains(&tid),
+                        "tid {tid} is not a host tid of {python}: {host_tids:?}"
+                    );
+                    assert!(t["name"].is_string(), "named: {t}");
+                }
+            });
+            let _ = unshare.kill();
+            let _ = Command::new("kill").arg(python.to_string()).status();
+            let _ = unshare.wait();
+            if let Err(p) = result {
+                std::panic::resume_unwind(p);
+            }
+        },
+    );
+}

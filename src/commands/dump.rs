@@ -51,6 +51,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
     let read_opts = ReadOptions {
         locals: opts.locals,
         names: true,
+        function_lines: false,
     };
     let snap = reader.snapshot(&mem, read_opts, &states);
     // Native stacks must be read while the threads are still stopped.
@@ -103,7 +104,7 @@ pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
         );
     }
     pause::install_signal_flag();
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let root = read_process(opts.pid, opts)?;
     emit(&mut out, &root, opts)?;
     if opts.subprocesses {

@@ -1,3 +1,4 @@
 //! Thin drivers for the subcommands.
 
 pub mod dump;
+pub mod record;

@@ -45,6 +45,9 @@ struct CodeInfo {
 pub struct ReadOptions {
     pub locals: bool,
     pub names: bool,
+    /// Report each frame's first line (`co_firstlineno`) instead of the
+    /// current one, so that samples aggregate by function (`record -F`).
+    pub function_lines: bool,
 }
 
 /// A Python frame as walked, before it is turned into the output model.
@@ -71,6 +74,8 @@ pub struct Reader {
     last_name_scan: Option<Instant>,
     /// Offset of the kernel tid inside glibc's `struct pthread` (< 3.11).
     tid_offset: Option<Option<u64>>,
+    /// The target's own tids → ours, when it runs in another pid namespace.
+    ns_tids: Option<Option<HashMap<u32, u32>>>,
 }
 
 struct RawThread {
@@ -92,6 +97,7 @@ impl Reader {
             names: HashMap::new(),
             last_name_scan: None,
             tid_offset: None,
+            ns_tids: None,
         }
     }
 
@@ -191,6 +197,7 @@ impl Reader {
         if l.thread.native_thread_id.is_none() {
             self.map_pthreads(mem, &mut out);
         }
+        self.translate_namespaced(&mut out);
         Ok(out)
     }
 
@@ -242,14 +249,39 @@ impl Reader {
     /// Before 3.11 the thread state has no kernel tid: find it inside
     /// glibc's `struct pthread` (which `thread_id` points at). The offset is
     /// learnt once per process from the tids the kernel lists.
+    /// A containerised target records tids of its own pid namespace: turn
+    /// them into ours (the map is rebuilt when a thread is not in it).
+    fn translate_namespaced(&mut self, threads: &mut [RawThread]) {
+        let pid = self.process.pid;
+        let ns = self
+            .ns_tids
+            .get_or_insert_with(|| crate::procfs::namespaced_tids(pid));
+        let Some(map) = ns else { return };
+        if threads
+            .iter()
+            .any(|t| t.native_tid.is_some_and(|v| !map.contains_key(&v)))
+        {
+            *ns = crate::procfs::namespaced_tids(pid);
+        }
+        let Some(map) = ns else { return };
+        for t in threads.iter_mut() {
+            t.native_tid = t.native_tid.and_then(|v| map.get(&v).copied());
+        }
+    }
+
     fn map_pthreads(&mut self, mem: &dyn Memory, threads: &mut [RawThread]) {
         if self.tid_offset.is_none() && !threads.is_empty() {
             // Learnt once; afterwards the field is read directly, so sampling
-            // does not list /proc/PID/task every time.
-            let Ok(tids) = crate::procfs::tasks(self.process.pid) else {
-                return;
+            // does not list /proc/PID/task every time. In another pid
+            // namespace glibc holds the target's own view of the tids.
+            let pid = self.process.pid;
+            let tidset: HashSet<u32> = match crate::procfs::namespaced_tids(pid) {
+                Some(map) => map.keys().copied().collect(),
+                None => match crate::procfs::tasks(pid) {
+                    Ok(tids) => tids.iter().map(|t| *t as u32).collect(),
+                    Err(_) => return,
+                },
             };
-            let tidset: HashSet<u32> = tids.iter().map(|t| *t as u32).collect();
             self.tid_offset = Some(calibrate_tid_offset(mem, threads, &tidset));
         }
         if let Some(Some(off)) = self.tid_offset {
@@ -330,7 +362,11 @@ impl Reader {
             for f in &t.frames {
                 match self.code_info(&cache, f.code) {
                     Ok(Some(ci)) => {
-                        let line = self.line_of(&ci, f);
+                        let line = if opts.function_lines {
+                            ci.firstlineno.max(0) as u32
+                        } else {
+                            self.line_of(&ci, f)
+                        };
                         let mut fr =
                             Frame::python(ci.function.to_string(), ci.file.to_string(), line);
                         if opts.locals {

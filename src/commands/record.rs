@@ -1,0 +1,355 @@
+//! `pyinspect record`: sample a running or launched process into a profile.
+
+use crate::launch::Launched;
+use crate::output::{OutputFormat, Profile, ProfileOptions};
+use crate::pause;
+use crate::sampler::{Sampler, SamplerConfig};
+use anyhow::{bail, Context};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{IsTerminal, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub struct RecordOptions {
+    pub pid: Option<i32>,
+    pub command: Vec<String>,
+    pub output: Option<PathBuf>,
+    pub format: OutputFormat,
+    pub sampler: SamplerConfig,
+    pub threads: bool,
+    pub nolineno: bool,
+    pub full_filenames: bool,
+}
+
+/// Longest a launched program gets to exit after Ctrl-C before it is ended.
+const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
+/// How often the progress line is redrawn.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// The output file, opened before sampling so an unwritable path fails at
+/// once. Removed again if nothing gets written to a file we created.
+struct Output {
+    path: PathBuf,
+    file: File,
+    created: bool,
+}
+
+impl Output {
+    fn open(path: PathBuf) -> anyhow::Result<Output> {
+        let existed = path.exists();
+        if path.is_dir() {
+            bail!(
+                "cannot write the profile to {}: it is a directory",
+                path.display()
+            );
+        }
+        // No truncation yet: an existing file is only replaced by a profile.
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("cannot write the profile to {}", path.display()))?;
+        Ok(Output {
+            path,
+            file,
+            created: !existed,
+        })
+    }
+
+    fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// `<program or pid>-<YYYYmmddTHHMMSS>.<ext>`, in the current directory.
+fn default_output(opts: &RecordOptions) -> PathBuf {
+    let stem = match opts.pid {
+        Some(pid) => pid.to_string(),
+        None => program_name(&opts.command),
+    };
+    PathBuf::from(format!(
+        "{stem}-{}.{}",
+        local_timestamp(),
+        opts.format.extension()
+    ))
+}
+
+/// The program's short name; for `python app.py` the script's name, which
+/// says more than "python".
+fn program_name(argv: &[String]) -> String {
+    let base = |s: &str| {
+        Path::new(s)
+            .file_stem()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "profile".into())
+    };
+    let Some(first) = argv.first() else {
+        return "profile".into();
+    };
+    let prog = base(first);
+    if prog.starts_with("python") {
+        if let Some(script) = argv[1..].iter().find(|a| !a.starts_with('-')) {
+            return base(script);
+        }
+    }
+    prog
+}
+
+fn local_timestamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as libc::time_t)
+        .unwrap_or(0);
+    // SAFETY: localtime_r writes only into the tm we pass.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::localtime_r(&now, &mut tm);
+    }
+    format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+/// Error messages differ by address; group them by what remains.
+fn error_cause(e: &str) -> String {
+    let mut out = String::with_capacity(e.len());
+    let mut it = e.split_inclusive(|c: char| !c.is_ascii_alphanumeric());
+    for word in it.by_ref() {
+        let (body, sep) = match word.char_indices().last() {
+            Some((i, c)) if !c.is_ascii_alphanumeric() => (&word[..i], &word[i..]),
+            _ => (word, ""),
+        };
+        if body.starts_with("0x") || (!body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()))
+        {
+            out.push('N');
+        } else {
+            out.push_str(body);
+        }
+        out.push_str(sep);
+    }
+    out
+}
+
+struct Stats {
+    ticks: u64,
+    late: u64,
+    errors: u64,
+    causes: HashMap<String, u64>,
+}
+
+fn progress(stats: &Stats, profile: &Profile, elapsed: Duration) {
+    eprint!(
+        "\r\x1b[Kpyinspect: {:.1} s, {} samples, {} errors, {} late",
+        elapsed.as_secs_f64(),
+        profile.samples(),
+        stats.errors,
+        stats.late
+    );
+}
+
+/// Record; returns the exit code for pyinspect.
+pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
+    pause::install_signal_flag();
+    if opts.pid.is_some() != opts.command.is_empty() {
+        bail!("give either --pid PID or a command to launch after --");
+    }
+    let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
+    let out = Output::open(path)?;
+
+    let launched = if opts.command.is_empty() {
+        None
+    } else {
+        match Launched::spawn(&opts.command) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                out.abandon();
+                return Err(e.into());
+            }
+        }
+    };
+    let root = match (&launched, opts.pid) {
+        (Some(l), _) => l.pid(),
+        (None, Some(p)) => p,
+        (None, None) => unreachable!("checked above"),
+    };
+    let mut sampler = match Sampler::new(root, opts.sampler.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            out.abandon();
+            if let Some(l) = launched {
+                // It runs unprofiled otherwise; say why, then let it finish.
+                eprintln!("pyinspect: {e}");
+                return Ok(match l.finish(None)? {
+                    0 => 1,
+                    c => c,
+                });
+            }
+            return Err(e.into());
+        }
+    };
+
+    let mut profile = Profile::new(ProfileOptions {
+        threads: opts.threads,
+        nolineno: opts.nolineno,
+        full_filenames: opts.full_filenames,
+        subprocesses: opts.sampler.subprocesses,
+        rate: opts.sampler.rate,
+        timeline: opts.format.needs_timeline(),
+    });
+    let mut stats = Stats {
+        ticks: 0,
+        late: 0,
+        errors: 0,
+        causes: HashMap::new(),
+    };
+    let show_progress = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut last_progress = started;
+    while let Some(tick) = sampler.next_tick() {
+        stats.ticks += 1 + tick.missed;
+        stats.late += tick.missed + u64::from(sampler.is_late(tick.late));
+        for p in &tick.processes {
+            for t in &p.threads {
+                profile.add(p.pid, &p.cmdline, t, tick.timestamp, tick.weight);
+            }
+        }
+        for e in tick.errors {
+            stats.errors += 1;
+            *stats.causes.entry(error_cause(&e)).or_default() += 1;
+        }
+        if show_progress && last_progress.elapsed() >= PROGRESS_EVERY {
+            last_progress = Instant::now();
+            progress(&stats, &profile, started.elapsed());
+        }
+    }
+    let elapsed = started.elapsed();
+    if show_progress {
+        eprint!("\r\x1b[K");
+    }
+    let stopped = pause::interrupted();
+
+    // Write before waiting for the child: the profile is what was asked for.
+    let title = match &launched {
+        Some(_) => opts.command.join(" "),
+        None => crate::procfs::cmdline(root).unwrap_or_else(|_| format!("pid {root}")),
+    };
+    let written = write_profile(&profile, &out, opts.format, &title);
+    summary(&stats, &profile, elapsed);
+    let mut code = 0;
+    match written {
+        Ok(()) => eprintln!(
+            "pyinspect: wrote {} profile to {}",
+            format_name(opts.format),
+            out.path.display()
+        ),
+        Err(e) => {
+            eprintln!("pyinspect: {e:#}");
+            out.abandon();
+            code = 1;
+        }
+    }
+    if let Some(l) = launched {
+        let grace = if stopped {
+            Some(CHILD_GRACE_ON_STOP)
+        } else if opts.sampler.duration.is_some_and(|d| elapsed >= d) {
+            // The recording is over; the launched program does not outlive it.
+            Some(Duration::ZERO)
+        } else {
+            None
+        };
+        let child_code = l.finish(grace)?;
+        if !stopped && code == 0 {
+            code = child_code;
+        }
+    }
+    Ok(code)
+}
+
+fn format_name(f: OutputFormat) -> &'static str {
+    match f {
+        OutputFormat::Flamegraph => "flame graph",
+        OutputFormat::Speedscope => "speedscope",
+        OutputFormat::Chrometrace => "Chrome trace",
+        OutputFormat::Raw => "collapsed stacks",
+        OutputFormat::Pprof => "pprof",
+    }
+}
+
+fn write_profile(
+    profile: &Profile,
+    out: &Output,
+    format: OutputFormat,
+    title: &str,
+) -> anyhow::Result<()> {
+    let mut f = &out.file;
+    f.set_len(0)?;
+    f.rewind()?;
+    profile.write(format, &mut f, title)?;
+    f.flush()?;
+    Ok(())
+}
+
+fn summary(stats: &Stats, profile: &Profile, elapsed: Duration) {
+    let mut line = format!(
+        "pyinspect: {} samples of {} threads over {:.1} s",
+        profile.samples(),
+        profile.threads_seen(),
+        elapsed.as_secs_f64()
+    );
+    if stats.ticks > 0 {
+        line.push_str(&format!(
+            ", {:.1}% late",
+            100.0 * stats.late as f64 / stats.ticks as f64
+        ));
+    }
+    if stats.errors > 0 {
+        let (cause, n) = stats
+            .causes
+            .iter()
+            .max_by_key(|(c, n)| (**n, std::cmp::Reverse(c.as_str())))
+            .map(|(c, n)| (c.as_str(), *n))
+            .unwrap_or(("", 0));
+        line.push_str(&format!(
+            ", {} errors (most common, {n}: {cause})",
+            stats.errors
+        ));
+    }
+    eprintln!("{line}");
+    if stats.ticks > 10 && stats.late * 10 > stats.ticks {
+        eprintln!(
+            "pyinspect: sampling fell behind often; the results may be skewed: try a lower --rate"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_causes_group_by_text() {
+        assert_eq!(
+            error_cause("frame at 0x7f00 unreadable: errno 14"),
+            error_cause("frame at 0x7f88 unreadable: errno 14")
+        );
+        assert_eq!(error_cause("a b"), "a b");
+    }
+
+    #[test]
+    fn program_names() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(program_name(&v(&["python3", "-u", "app.py"])), "app");
+        assert_eq!(program_name(&v(&["/usr/bin/myprog", "x"])), "myprog");
+        assert_eq!(program_name(&v(&[])), "profile");
+    }
+}

@@ -1,0 +1,200 @@
+//! Launching the program to profile (`pyinspect record -- python app.py`).
+//!
+//! The child inherits stdin, stdout and stderr and stays in our process
+//! group, so a terminal's Ctrl-C reaches it directly. A signal sent to
+//! pyinspect alone (`kill -INT`, `kill -TERM`) is forwarded to the child
+//! from the signal handler, then handed on to the handler that tells the
+//! sampling loop to stop.
+
+use crate::error::Error;
+use nix::sys::signal::{kill, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::unistd::Pid;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+/// The handler installed before ours (pause's stop flag), per signal.
+static PREVIOUS: [AtomicUsize; 3] = [
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+];
+const FORWARDED: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+pub struct Launched {
+    /// Our direct child, which runs the program and passes on its exit status.
+    keeper: Pid,
+    /// The program itself.
+    pid: i32,
+}
+
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    // si_code > 0 means the kernel raised it (a terminal's Ctrl-C goes to the
+    // whole foreground group, child included); <= 0 means someone sent it to
+    // us alone with kill/tgkill/sigqueue.
+    let pid = CHILD_PID.load(Ordering::SeqCst);
+    if code <= 0 && pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+    if let Some(i) = FORWARDED.iter().position(|s| *s as libc::c_int == sig) {
+        let prev = PREVIOUS[i].load(Ordering::SeqCst);
+        if prev != 0 {
+            // SAFETY: stored from a SigHandler::Handler fn pointer below.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(prev) };
+            f(sig);
+        }
+    }
+}
+
+impl Launched {
+    /// Start `argv` (program and arguments). Call after
+    /// [`crate::pause::install_signal_flag`]: forwarding chains to it.
+    ///
+    /// The program runs under a small keeper process of ours rather than as
+    /// our own child: pausing a thread waits on it with `waitpid`, which
+    /// would reap our own child's exit status should it exit meanwhile. The
+    /// keeper reaps the program and exits with its status.
+    pub fn spawn(argv: &[String]) -> Result<Launched, Error> {
+        let (prog, args) = argv
+            .split_first()
+            .ok_or_else(|| Error::Other("no command to launch".into()))?;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Error::Io(format!("pipe: {e}")))?;
+        // SAFETY: pyinspect has started no threads yet, so the child may do
+        // anything the parent could.
+        match unsafe { nix::unistd::fork() }.map_err(|e| Error::Io(format!("fork: {e}")))? {
+            nix::unistd::ForkResult::Child => {
+                drop(r);
+                keeper(prog, args, std::fs::File::from(w))
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                drop(w);
+                let mut msg = String::new();
+                let _ = std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut msg);
+                let pid = match msg.strip_prefix("pid ").and_then(|p| p.parse::<i32>().ok()) {
+                    Some(p) => p,
+                    None => {
+                        let _ = nix::sys::wait::waitpid(child, None);
+                        return Err(Error::Other(format!("cannot launch '{prog}': {msg}")));
+                    }
+                };
+                CHILD_PID.store(pid, Ordering::SeqCst);
+                install_forwarding();
+                Ok(Launched { keeper: child, pid })
+            }
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Wait for the program to exit, up to `grace` (None: as long as it
+    /// runs, until a stop signal arrives, then 3 s more); then end it
+    /// (SIGTERM, and SIGKILL 2 s later) so that no launched program outlives
+    /// the recording unseen. Returns the exit code a shell would report.
+    pub fn finish(self, grace: Option<Duration>) -> Result<i32, Error> {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        let mut deadline = grace.map(|g| Instant::now() + g);
+        let mut termed = false;
+        let code = loop {
+            match waitpid(self.keeper, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, c)) => break c,
+                Ok(WaitStatus::Signaled(_, s, _)) => break 128 + s as i32,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(Error::Io(format!("waiting for the program: {e}"))),
+            }
+            if deadline.is_none() && crate::pause::interrupted() {
+                deadline = Some(Instant::now() + Duration::from_secs(3));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                let sig = if termed {
+                    Signal::SIGKILL
+                } else {
+                    Signal::SIGTERM
+                };
+                let _ = kill(Pid::from_raw(self.pid), sig);
+                termed = true;
+                deadline = Some(Instant::now() + Duration::from_secs(2));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        CHILD_PID.store(0, Ordering::SeqCst);
+        Ok(code)
+    }
+}
+
+fn install_forwarding() {
+    let act = SigAction::new(
+        SigHandler::SigAction(forward),
+        SaFlags::SA_SIGINFO | SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for (i, s) in FORWARDED.iter().enumerate() {
+        // SAFETY: the handler only calls async-signal-safe functions and
+        // the previous handler, which stores to an atomic.
+        if let Ok(old) = unsafe { sigaction(*s, &act) } {
+            if let SigHandler::Handler(f) = old.handler() {
+                PREVIOUS[i].store(f as usize, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// The keeper: start the program, tell the parent its pid (or why it could
+/// not start), wait for it and exit with its status. Never returns.
+fn keeper(prog: &str, args: &[String], mut report: std::fs::File) -> ! {
+    use std::io::Write;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    // Die with pyinspect rather than linger; the program itself runs on.
+    // SAFETY: plain prctl call.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    // SAFETY: only resets signal dispositions (async-signal-safe) between
+    // fork and exec; the program must not inherit the keeper's.
+    unsafe {
+        cmd.pre_exec(|| {
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    // The terminal's Ctrl-C reaches the whole group: the keeper outlives it
+    // to pass on the program's status; pyinspect forwards what it gets.
+    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: setting a disposition to SIG_IGN.
+        unsafe {
+            libc::signal(s, libc::SIG_IGN);
+        }
+    }
+    let code = match cmd.spawn() {
+        Ok(mut child) => {
+            let _ = write!(report, "pid {}", child.id());
+            drop(report);
+            match child.wait() {
+                Ok(st) => match (st.code(), st.signal()) {
+                    (Some(c), _) => c,
+                    (None, Some(s)) => 128 + s,
+                    _ => 1,
+                },
+                Err(_) => 1,
+            }
+        }
+        Err(e) => {
+            let _ = write!(report, "{e}");
+            127
+        }
+    };
+    // SAFETY: ends the keeper without running the parent's atexit handlers.
+    unsafe { libc::_exit(code) }
+}

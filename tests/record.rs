@@ -1,0 +1,525 @@
+//! `pyinspect record` end to end: the real binary against real interpreters.
+
+mod common_output;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
+
+fn fixture(name: &str) -> String {
+    format!("{}/python_fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn pyenv(version: &str) -> PathBuf {
+    PathBuf::from(format!("/root/.pyenv/versions/{version}/bin/python"))
+}
+
+/// The interpreters the format and launch tests must cover.
+fn required_pythons() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = ["2.7.18", "3.8.18", "3.11.7", "3.12.1", "3.13.0"]
+        .iter()
+        .map(|v| pyenv(v))
+        .collect();
+    v.push(PathBuf::from("/usr/bin/python3.11"));
+    for p in &v {
+        assert!(p.exists(), "{} is not installed", p.display());
+    }
+    v
+}
+
+fn all_pythons() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("/root/.pyenv/versions")
+        .map(|rd| rd.flatten().map(|e| e.path().join("bin/python")).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.exists());
+    v.sort();
+    v.push(PathBuf::from("/usr/bin/python3.11"));
+    v
+}
+
+fn py312() -> PathBuf {
+    pyenv("3.12.1")
+}
+
+struct Recorded {
+    out: Output,
+    file: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+impl Recorded {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn code(&self) -> Option<i32> {
+        self.out.status.code()
+    }
+    fn raw(&self) -> Vec<(String, u64)> {
+        common_output::raw_stacks(&self.file)
+    }
+    fn count_with(&self, needle: &str) -> u64 {
+        self.raw()
+            .iter()
+            .filter(|(s, _)| s.contains(needle))
+            .map(|(_, c)| c)
+            .sum()
+    }
+}
+
+/// Run `pyinspect record -o <tmp file> <args>` to completion.
+fn record(args: &[&str]) -> Recorded {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile");
+    let out = Command::new(BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&path)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let file = std::fs::read(&path).unwrap_or_default();
+    let r = Recorded {
+        out,
+        file,
+        _dir: dir,
+    };
+    assert!(!r.stderr().contains("panicked"), "{}", r.stderr());
+    r
+}
+
+fn launch_args<'a>(python: &'a Path, script: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--", python.to_str().unwrap(), script];
+    v.extend_from_slice(rest);
+    v
+}
+
+/// Check one format's file and return the function-bearing text it holds.
+fn read_back(format: &str, bytes: &[u8], ctx: &str) -> String {
+    match format {
+        "raw" => {
+            let stacks = common_output::raw_stacks(bytes);
+            assert!(!stacks.is_empty(), "{ctx}");
+            stacks
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+        "flamegraph" => common_output::svg_text(bytes),
+        "speedscope" => {
+            let (names, busy) = common_output::speedscope(bytes);
+            assert!(busy > 0, "{ctx}");
+            names.join("\n")
+        }
+        "chrometrace" => common_output::chrome_trace(bytes).join("\n"),
+        "pprof" => {
+            let (names, count) = common_output::pprof(bytes);
+            assert!(count > 0, "{ctx}");
+            names.join("\n")
+        }
+        f => panic!("unknown format {f}"),
+    }
+}
+
+const FORMATS: [&str; 5] = ["flamegraph", "speedscope", "chrometrace", "raw", "pprof"];
+
+#[test]
+fn every_format_reads_back_on_every_required_version() {
+    // Each version gets two formats (rotating), so every format meets
+    // several versions and the suite stays short.
+    let threads = fixture("record_threads.py");
+    for (i, python) in required_pythons().iter().enumerate() {
+        for k in 0..2 {
+            let format = FORMATS[(2 * i + k) % FORMATS.len()];
+            let mut args = vec!["-f", format, "-r", "200"];
+            args.extend(launch_args(python, &threads, &["0.7"]));
+            let r = record(&args);
+            assert_eq!(
+                r.code(),
+                Some(0),
+                "{} {format}: {}",
+                python.display(),
+                r.stderr()
+            );
+            let ctx = format!("{} {format}: {}", python.display(), r.stderr());
+            let text = read_back(format, &r.file, &ctx);
+            for name in ["busy_main", "busy_worker"] {
+                assert!(
+                    text.contains(name),
+                    "{} {format}: {name} missing\n{}",
+                    python.display(),
+                    r.stderr()
+                );
+            }
+            assert!(r.stderr().contains("wrote"), "{}", r.stderr());
+        }
+    }
+}
+
+#[test]
+fn smoke_every_installed_version() {
+    let threads = fixture("record_threads.py");
+    for python in all_pythons() {
+        let mut args = vec!["-f", "raw", "-r", "100"];
+        args.extend(launch_args(&python, &threads, &["0.4"]));
+        let r = record(&args);
+        assert_eq!(r.code(), Some(0), "{}: {}", python.display(), r.stderr());
+        assert!(r.count_with("busy_main") > 0, "{}", python.display());
+    }
+}
+
+#[test]
+fn launched_program_exit_status_is_passed_on() {
+    for python in [
+        py312(),
+        pyenv("2.7.18"),
+        PathBuf::from("/usr/bin/python3.11"),
+    ] {
+        let threads = fixture("record_threads.py");
+        let mut args = vec!["-f", "raw"];
+        args.extend(launch_args(&python, &threads, &["0.3", "3"]));
+        let r = record(&args);
+        assert_eq!(r.code(), Some(3), "{}: {}", python.display(), r.stderr());
+        // The profile of what was sampled is still written.
+        assert!(r.count_with("busy_main") > 0);
+    }
+}
+
+#[test]
+fn default_output_name_is_program_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["record", "-f", "raw", "--", py312().to_str().unwrap()])
+        .arg(fixture("record_threads.py"))
+        .arg("0.3")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let n = &names[0];
+    // record_threads-YYYYmmddTHHMMSS.txt
+    assert!(
+        n.starts_with("record_threads-") && n.ends_with(".txt"),
+        "{n}"
+    );
+    assert_eq!(n.len(), "record_threads-".len() + 15 + 4, "{n}");
+}
+
+fn spawn_python(python: &Path, args: &[&str]) -> Child {
+    let child = Command::new(python)
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let the interpreter come up before attaching by pid.
+    std::thread::sleep(Duration::from_millis(400));
+    child
+}
+
+fn state(pid: u32) -> char {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &s[s.rfind(')').unwrap() + 1..];
+    rest.trim_start().chars().next().unwrap()
+}
+
+fn thread_states(pid: u32) -> Vec<char> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let s = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.trim_start().chars().next()
+        })
+        .collect()
+}
+
+fn sigint(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+}
+
+#[test]
+fn ctrl_c_writes_the_profile_and_leaves_the_target_running() {
+    let mut target = spawn_python(&py312(), &[&fixture("record_threads.py"), "30"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.txt");
+    let rec = Command::new(BIN)
+        .args(["record", "-f", "raw", "-r", "500", "-o"])
+        .arg(&path)
+        .args(["--pid", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    sigint(rec.id());
+    let out = rec.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stacks = common_output::raw_stacks(&std::fs::read(&path).unwrap());
+    assert!(stacks.iter().any(|(s, _)| s.contains("busy_main")));
+    // Still running, and no thread left stopped.
+    assert!(target.try_wait().unwrap().is_none());
+    std::thread::sleep(Duration::from_millis(100));
+    let states = thread_states(target.id());
+    assert!(!states.iter().any(|s| matches!(s, 't' | 'T')), "{states:?}");
+    target.kill().unwrap();
+    target.wait().unwrap();
+}
+
+#[test]
+fn signal_to_pyinspect_reaches_the_launched_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.txt");
+    let rec = Command::new(BIN)
+        .args(["record", "-f", "raw", "-o"])
+        .arg(&path)
+        .args(["--", py312().to_str().unwrap()])
+        .arg(fixture("record_threads.py"))
+        .arg("30")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let started = Instant::now();
+    sigint(rec.id());
+    let out = rec.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The child got SIGINT (KeyboardInterrupt) and exited well before its 30 s.
+    assert!(started.elapsed() < Duration::from_secs(8));
+    let stacks = common_output::raw_stacks(&std::fs::read(&path).unwrap());
+    assert!(
+        stacks.iter().any(|(s, _)| s.contains("busy_main")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn subprocesses_follow_multiprocessing_workers() {
+    let mut args = vec!["-s", "-f", "raw", "-r", "200"];
+    let py = py312();
+    let script = fixture("record_workers.py");
+    args.extend(launch_args(&py, &script, &["1.5"]));
+    let r = record(&args);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr());
+    let stacks = r.raw();
+    let mut worker_pids = std::collections::HashSet::new();
+    for (s, _) in &stacks {
+        assert!(s.starts_with("process "), "{s}");
+        if s.contains("worker_task") {
+            let pid: i32 = s["process ".len()..]
+                .split(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            worker_pids.insert(pid);
+        }
+    }
+    assert!(worker_pids.len() >= 2, "{worker_pids:?}\n{}", r.stderr());
+}
+
+#[test]
+fn idle_threads_only_with_idle() {
+    let py = py312();
+    let script = fixture("record_threads.py");
+    let mut args = vec!["-f", "raw", "-r", "200"];
+    args.extend(launch_args(&py, &script, &["1"]));
+    let r = record(&args);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr());
+    assert!(r.count_with("busy_main") > 0);
+    assert!(r.count_with("busy_worker") > 0);
+    // A thread sleeping in the kernel is idle; only a rare sample catches
+    // it between sleeps.
+    // On a loaded machine a thread just woken waits runnable (R) for a CPU,
+    // which the kernel reports as running: allow for that.
+    let (sleeping, busy) = (r.count_with("sleeping_worker"), r.count_with("busy_main"));
+    assert!(sleeping * 3 < busy, "{sleeping} {busy}");
+
+    let mut args = vec!["-i", "-f", "raw", "-r", "200"];
+    args.extend(launch_args(&py, &script, &["1"]));
+    let r = record(&args);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr());
+    assert!(r.count_with("sleeping_worker") * 2 > r.count_with("busy_main"));
+}
+
+#[test]
+fn gil_keeps_only_the_holder() {
+    let py = py312();
+    let script = fixture("record_threads.py");
+    let mut args = vec!["-g", "-t", "-f", "raw", "-r", "200", "-d", "1"];
+    args.extend(launch_args(&py, &script, &["3"]));
+    let gil = record(&args);
+    let mut args = vec!["-i", "-t", "-f", "raw", "-r", "200", "-d", "1"];
+    args.extend(launch_args(&py, &script, &["3"]));
+    let all = record(&args);
+    let total = |r: &Recorded| r.raw().iter().map(|(_, c)| c).sum::<u64>();
+    // At most one thread per tick with --gil: 200 ticks expected in 1 s
+    // (Poisson, so a few more at most), where all threads would give 600.
+    assert_eq!(gil.count_with("sleeping_worker"), 0);
+    assert!(gil.count_with("busy_main") > 0 && gil.count_with("busy_worker") > 0);
+    assert!(total(&gil) <= 270, "{}", total(&gil));
+    assert!(all.count_with("sleeping_worker") > 0);
+}
+
+#[test]
+fn function_mode_reports_first_lines() {
+    let py = py312();
+    let script = fixture("record_threads.py");
+    let mut args = vec!["-F", "-f", "raw", "-r", "200"];
+    args.extend(launch_args(&py, &script, &["0.5"]));
+    let r = record(&args);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr());
+    // def busy_main is on line 21 of the fixture.
+    let leaves: Vec<String> = r
+        .raw()
+        .into_iter()
+        .filter_map(|(s, _)| s.rsplit(';').next().map(str::to_string))
+        .filter(|l| l.starts_with("busy_main"))
+        .collect();
+    assert!(!leaves.is_empty());
+    assert!(
+        leaves
+            .iter()
+            .all(|l| l == "busy_main (record_threads.py:21)"),
+        "{leaves:?}"
+    );
+}
+
+#[test]
+fn hot_function_share_is_accurate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.txt");
+    let out = Command::new(BIN)
+        .args(["record", "-f", "raw", "-r", "1000", "-o"])
+        .arg(&path)
+        .args(["--", py312().to_str().unwrap()])
+        .arg(fixture("record_hot.py"))
+        .arg("4")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("true_share "))
+        .expect("the fixture prints its share")
+        .trim()
+        .parse()
+        .unwrap();
+    let stacks = common_output::raw_stacks(&std::fs::read(&path).unwrap());
+    let count = |f: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(s, _)| s.contains(f))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    let (hot, cold) = (count("hot_function"), count("cold_function"));
+    assert!(hot + cold > 1000, "{hot} {cold}");
+    let share = hot as f64 / (hot + cold) as f64;
+    assert!(
+        (share - truth).abs() <= 0.02,
+        "sampled {share:.4}, true {truth:.4}"
+    );
+}
+
+fn assert_fails(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("record")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("pyinspect: ") || first.starts_with("error: "),
+        "{args:?}: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn bad_input_is_one_clear_line() {
+    let py = py312();
+    let py = py.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("x.txt");
+    let o = o.to_str().unwrap();
+    for rate in ["0", "-5", "1e9", "abc", "nan"] {
+        let e = assert_fails(&["-r", rate, "-o", o, "--", py, "-c", "pass"]);
+        assert!(e.contains("rate"), "{e}");
+    }
+    for d in ["abc", "0", "-1"] {
+        let e = assert_fails(&["-d", d, "-o", o, "--", py, "-c", "pass"]);
+        assert!(e.contains("duration"), "{e}");
+    }
+    let e = assert_fails(&["-f", "gif", "-o", o, "--", py, "-c", "pass"]);
+    assert!(e.contains("gif"), "{e}");
+
+    // An unwritable output fails before the program is launched.
+    let marker = dir.path().join("ran");
+    let code = format!("open({:?}, 'w')", marker.to_str().unwrap());
+    for bad in ["/nonexistent-dir/x.svg", "/proc/x.svg", "/"] {
+        let e = assert_fails(&["-o", bad, "--", py, "-c", &code]);
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("cannot write"), "{e}");
+    }
+    assert!(!marker.exists());
+
+    let e = assert_fails(&["-o", o, "--", "/nonexistent/program", "x"]);
+    assert!(e.contains("cannot launch"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+
+    // A pid that is gone before sampling starts.
+    let mut c = Command::new("true").spawn().unwrap();
+    let gone = c.id().to_string();
+    c.wait().unwrap();
+    let e = assert_fails(&["-o", o, "--pid", &gone]);
+    assert_eq!(e.lines().count(), 1, "{e}");
+
+    assert_fails(&["-o", o]);
+    let e = assert_fails(&["--nonblocking", "--native", "-o", o, "--", py, "-c", "pass"]);
+    assert!(e.contains("--native"), "{e}");
+    // Nothing left behind by failed runs.
+    assert!(!Path::new(o).exists());
+}
+
+#[test]
+fn a_non_python_pid_is_refused_quickly() {
+    let mut sleeper = Command::new("sleep").arg("10").spawn().unwrap();
+    let started = Instant::now();
+    let e = assert_fails(&[
+        "-f",
+        "raw",
+        "-o",
+        "/tmp/pyinspect-np.txt",
+        "--pid",
+        &sleeper.id().to_string(),
+    ]);
+    assert!(e.contains("not a Python process"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(matches!(state(sleeper.id()), 'S' | 'R'));
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+}
