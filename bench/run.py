@@ -134,6 +134,12 @@ def run_measured(cmd, stdout=subprocess.DEVNULL, timeout=120):
         return Measured(line, text)
 
 
+def not_implemented(stderr):
+    """The binary's own words for a feature that has not landed yet."""
+    text = stderr.lower()
+    return any(p in text for p in ("not implemented", "not available", "not supported yet"))
+
+
 def first_line(text):
     for line in text.splitlines():
         if line.strip():
@@ -209,7 +215,7 @@ def early_exit(proc, what):
     if proc.poll() is not None:
         err = stderr_of(proc)
         reason = first_line(err)
-        if "not implemented" in err:
+        if not_implemented(err):
             reason = f"not-implemented: {reason}"
         raise Skip(f"{what} exited early: {reason}")
 
@@ -279,7 +285,7 @@ class Bench:
             m = run_measured(cmd, stdout=f)
         if m.rc != 0:
             reason = first_line(m.err)
-            if "not implemented" in m.err:
+            if not_implemented(m.err):
                 reason = f"not-implemented: {reason}"
             raise Skip(f"{what} failed: {reason}")
         return out.read_text(errors="replace")
@@ -370,7 +376,7 @@ class Bench:
                 if m.rc != 0 or not stacks:
                     tool = "pyinspect" if who == "ours" else "py-spy"
                     reason = first_line(m.err) if m.rc != 0 else "empty profile"
-                    if "not implemented" in m.err:
+                    if not_implemented(m.err):
                         reason = f"not-implemented: {reason}"
                     raise Skip(f"{tool} record failed: {reason}")
                 runs[who].append((m, stacks))
@@ -486,7 +492,7 @@ class Bench:
             if proc.poll() is not None:
                 err = proc.screen if hasattr(proc, "screen") else stderr_of(proc)
                 reason = first_line(err)
-                if "not implemented" in err:
+                if not_implemented(err):
                     reason = f"not-implemented: {reason}"
                 raise Skip(f"{what} exited early: {reason}")
         c0, t0 = cpu_seconds(proc.pid), time.monotonic()
