@@ -14,3 +14,4 @@ pub mod procfs;
 pub mod python;
 pub mod sampler;
 pub mod stack;
+pub mod top;

@@ -106,8 +106,8 @@ struct TopArgs {
     #[arg(short, long, value_parser = parse_pid)]
     pid: Option<i32>,
     /// Samples per second.
-    #[arg(short, long, default_value = "100")]
-    rate: String,
+    #[arg(short, long, default_value = "100", value_parser = pyinspect::sampler::parse_rate)]
+    rate: f64,
     /// Follow child processes.
     #[arg(short, long)]
     subprocesses: bool,
@@ -177,6 +177,20 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
     })
 }
 
+fn top(a: TopArgs) -> anyhow::Result<()> {
+    use pyinspect::commands::top;
+    top::run(top::TopOptions {
+        pid: a.pid,
+        command: a.command,
+        rate: a.rate,
+        subprocesses: a.subprocesses,
+        nonblocking: a.nonblocking,
+        native: a.native,
+        idle: a.idle,
+        gil: a.gil,
+    })
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -207,7 +221,7 @@ fn main() {
             .map(|()| 0)
         }
         Command::Record(a) => record(a),
-        Command::Top(_) => Err(anyhow::anyhow!("not implemented yet")),
+        Command::Top(a) => top(a).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -2,3 +2,4 @@
 
 pub mod dump;
 pub mod record;
+pub mod top;

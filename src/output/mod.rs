@@ -20,6 +20,7 @@ mod speedscope;
 
 use thiserror::Error;
 
+pub use filenames::shorten as short_filename;
 pub use profile::Profile;
 
 /// How samples are turned into frames, and what the profile keeps.

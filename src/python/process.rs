@@ -451,6 +451,12 @@ fn find_interp_head(
             return Some(*c);
         }
     }
+    // The symbol or section is authoritative: an empty list there means the
+    // interpreter is not up yet (or is gone), and the caller says so. A scan
+    // now could latch onto some other pointer to the interpreter.
+    if let Some(c) = candidates.iter().find(|c| mem.read_u64(**c).is_ok()) {
+        return Some(*c);
+    }
     // Stripped and without a .PyRuntime section: a word in the binaries'
     // data that points at something that validates as an interpreter.
     for b in bins {
@@ -460,11 +466,7 @@ fn find_interp_head(
             }
         }
     }
-    // Not yet initialised: the symbol is right but the list is still empty.
-    candidates
-        .first()
-        .copied()
-        .filter(|c| mem.read_u64(*c).is_ok())
+    None
 }
 
 fn scan_for_interp(

@@ -671,7 +671,11 @@ mod tests {
             mem.add(BASE, bytes);
             for layout in ALL {
                 let mut r = Reader::new(process(layout, BASE));
-                let opts = ReadOptions { locals: true, names: true };
+                let opts = ReadOptions {
+                    locals: true,
+                    names: true,
+                    function_lines: false,
+                };
                 let _ = r.snapshot(&mem, opts, &HashMap::new());
                 let _ = r.python_tids(&mem);
             }

@@ -1,0 +1,412 @@
+//! `pyinspect top`: a live, top-like view of the functions a process spends
+//! its time in, with a panel of its threads as the kernel sees them.
+//!
+//! The sampler runs on its own thread and hands each tick over a bounded
+//! channel (a UI that cannot keep up slows sampling, and shows it as late
+//! samples, rather than growing a queue). This thread drains the channel
+//! every [`POLL`], folds ticks into the aggregator (a few counter bumps per
+//! frame), and draws only at a refresh (once a second) or after a key.
+
+use crate::launch::Launched;
+use crate::output::short_filename;
+use crate::pause;
+use crate::procfs;
+use crate::sampler::{Sampler, SamplerConfig, Tick};
+use crate::top::aggregate::{Aggregator, CountFilter};
+use crate::top::threads::{ThreadMonitor, ThreadRates};
+use crate::top::ui;
+use crate::top::view::{Action, TargetState, View};
+use anyhow::{bail, Context};
+use crossterm::event::{self, Event, KeyEventKind};
+use crossterm::{cursor, execute, terminal};
+use ratatui::backend::CrosstermBackend;
+use ratatui::Terminal;
+use std::collections::{HashMap, HashSet};
+use std::io::IsTerminal;
+use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
+use std::sync::Mutex;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+pub struct TopOptions {
+    pub pid: Option<i32>,
+    pub command: Vec<String>,
+    pub rate: f64,
+    pub subprocesses: bool,
+    pub nonblocking: bool,
+    pub native: bool,
+    pub idle: bool,
+    pub gil: bool,
+}
+
+const REFRESH: Duration = Duration::from_secs(1);
+/// The first refresh comes sooner, so the screen is not empty for a second.
+const FIRST_REFRESH: Duration = Duration::from_millis(300);
+/// How often queued ticks are folded in between refreshes.
+const POLL: Duration = Duration::from_millis(100);
+/// Ticks the channel holds: ten seconds at the default rate.
+const CHANNEL_BOUND: usize = 1000;
+
+enum Msg {
+    Started,
+    Tick(Tick),
+    /// Every followed process has exited (or a stop signal arrived).
+    Ended,
+    Failed(String),
+}
+
+/// Panics of the sampler thread, kept while the screen is taken and
+/// printed once the terminal is restored.
+static OTHER_PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+pub fn run(opts: TopOptions) -> anyhow::Result<()> {
+    // Checked first: nothing is launched or attached for a run that cannot draw.
+    if !std::io::stdout().is_terminal() {
+        bail!("top needs a terminal (stdout is not a tty)");
+    }
+    pause::install_signal_flag();
+    let (pid, launched, log) = match (opts.pid, opts.command.is_empty()) {
+        (Some(_), false) => bail!("give either --pid or a command after --, not both"),
+        (None, true) => bail!("give a process to watch: --pid PID, or a command after --"),
+        (Some(pid), true) => (pid, None, None),
+        (None, false) => {
+            let log =
+                std::env::temp_dir().join(format!("pyinspect-top-{}.log", std::process::id()));
+            let child = spawn_quietly(&opts.command, &log)?;
+            (child.pid(), Some(child), Some(log))
+        }
+    };
+    let result = watch(pid, &opts, log.as_deref());
+    if let Some(child) = launched {
+        // A launched program ends with the view, as it began with it.
+        let _ = child.finish(Some(Duration::ZERO));
+    }
+    let panics = std::mem::take(&mut *OTHER_PANICS.lock().unwrap_or_else(|e| e.into_inner()));
+    for p in &panics {
+        eprintln!("pyinspect: sampler thread {p}");
+    }
+    result
+}
+
+/// Launch `argv` with stdin from /dev/null and its output to `log`: its
+/// prints would tear the screen, and a child reading the terminal would
+/// steal our keys. The launcher passes our own descriptors on, so they are
+/// pointed away for the moment of the spawn (nothing else runs yet).
+fn spawn_quietly(argv: &[String], log: &std::path::Path) -> anyhow::Result<Launched> {
+    use std::os::fd::AsRawFd;
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let null = std::fs::File::open("/dev/null").context("opening /dev/null")?;
+    let targets = [
+        (0, null.as_raw_fd()),
+        (1, out.as_raw_fd()),
+        (2, out.as_raw_fd()),
+    ];
+    let mut saved = Vec::new();
+    for (fd, to) in targets {
+        // SAFETY: plain descriptor calls on descriptors we own; each saved
+        // copy is put back and closed below on every path.
+        unsafe {
+            let copy = libc::dup(fd);
+            if copy < 0 || libc::dup2(to, fd) < 0 {
+                if copy >= 0 {
+                    libc::close(copy);
+                }
+                break;
+            }
+            saved.push((fd, copy));
+        }
+    }
+    let spawned = if saved.len() == targets.len() {
+        Launched::spawn(argv).map_err(anyhow::Error::from)
+    } else {
+        Err(anyhow::anyhow!(
+            "could not redirect the launched program's input and output"
+        ))
+    };
+    for (fd, copy) in saved {
+        // SAFETY: see above.
+        unsafe {
+            libc::dup2(copy, fd);
+            libc::close(copy);
+        }
+    }
+    spawned
+}
+
+fn start_sampler(pid: i32, cfg: SamplerConfig) -> (Receiver<Msg>, JoinHandle<()>) {
+    let (tx, rx) = sync_channel(CHANNEL_BOUND);
+    let handle = thread::spawn(move || {
+        let panicked = tx.clone();
+        let body = std::panic::AssertUnwindSafe(move || {
+            let mut sampler = match Sampler::new(pid, cfg) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = tx.send(Msg::Failed(e.to_string()));
+                    return;
+                }
+            };
+            if tx.send(Msg::Started).is_err() {
+                return;
+            }
+            while let Some(t) = sampler.next_tick() {
+                // The receiver is gone once the user quit: stop (dropping
+                // the sampler lets every paused thread go).
+                if tx.send(Msg::Tick(t)).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Msg::Ended);
+        });
+        if std::panic::catch_unwind(body).is_err() {
+            let _ = panicked.send(Msg::Failed(
+                "sampling stopped on an internal error (printed on exit)".into(),
+            ));
+        }
+    });
+    (rx, handle)
+}
+
+fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let cfg = SamplerConfig {
+        rate: opts.rate,
+        duration: None,
+        subprocesses: opts.subprocesses,
+        nonblocking: opts.nonblocking,
+        native: opts.native,
+        native_all: false,
+        // The GIL filter applies to the function table only (in the
+        // aggregator), so the threads panel still sees the other threads.
+        // Idle threads are dropped by the sampler, which alone knows the
+        // kernel states at sampling time; the panel lists them from /proc.
+        gil_only: false,
+        include_idle: opts.idle,
+        function_lines: false,
+    };
+    let (rx, sampler) = start_sampler(pid, cfg);
+    // Attach errors (not Python, permission) are printed plainly, before
+    // the screen is taken.
+    match rx.recv() {
+        Ok(Msg::Started) => {}
+        Ok(Msg::Failed(e)) => bail!("{e}"),
+        Ok(Msg::Ended) | Ok(Msg::Tick(_)) | Err(_) => bail!("process {pid} exited"),
+    }
+    let mut app = App {
+        agg: Aggregator::new(CountFilter {
+            idle: opts.idle,
+            gil_only: opts.gil,
+        }),
+        view: View::new(pid, procfs::cmdline(pid).unwrap_or_default(), opts.rate),
+        monitor: ThreadMonitor::new(),
+        rates: HashMap::new(),
+        gone: HashSet::new(),
+        root_pid: pid,
+        interval: Duration::from_secs_f64(1.0 / opts.rate),
+        ended: false,
+        log: log.map(|l| l.display().to_string()),
+    };
+    let result = {
+        install_panic_hook();
+        let _guard = TerminalGuard::enter()?;
+        let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+        terminal.clear()?;
+        app.run(&mut terminal, &rx)
+    };
+    // Quitting drops the receiver: the sampler's next send fails and it
+    // returns, letting its paused threads go. Give it a moment.
+    drop(rx);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !sampler.is_finished() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    result
+}
+
+struct App {
+    agg: Aggregator,
+    view: View,
+    monitor: ThreadMonitor,
+    rates: HashMap<(i32, u32), ThreadRates>,
+    gone: HashSet<(i32, u32)>,
+    root_pid: i32,
+    /// Mean sampling interval: a sample later than this counts as late.
+    interval: Duration,
+    ended: bool,
+    log: Option<String>,
+}
+
+impl App {
+    fn run(
+        &mut self,
+        terminal: &mut Terminal<CrosstermBackend<std::io::Stdout>>,
+        rx: &Receiver<Msg>,
+    ) -> anyhow::Result<()> {
+        let mut next_refresh = Instant::now() + FIRST_REFRESH;
+        let mut dirty = true;
+        loop {
+            loop {
+                match rx.try_recv() {
+                    Ok(Msg::Tick(t)) => self.add_tick(t),
+                    Ok(Msg::Started) => {}
+                    Ok(Msg::Ended) => self.end(format!("process {} exited", self.root_pid)),
+                    Ok(Msg::Failed(e)) => self.end(e),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        if !self.ended {
+                            self.end("sampling stopped".into());
+                        }
+                        break;
+                    }
+                }
+                if self.ended {
+                    dirty = true;
+                }
+            }
+            if pause::interrupted() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= next_refresh {
+                self.refresh();
+                next_refresh = now + REFRESH;
+                dirty = true;
+            }
+            if dirty {
+                terminal.draw(|f| ui::draw(f, &self.view, &self.agg))?;
+                dirty = false;
+            }
+            let wait = next_refresh
+                .saturating_duration_since(Instant::now())
+                .min(POLL);
+            if !event::poll(wait)? {
+                continue;
+            }
+            match event::read()? {
+                Event::Key(k) if k.kind != KeyEventKind::Release => match self.view.handle_key(k) {
+                    Action::Quit => return Ok(()),
+                    Action::Nothing => {}
+                    Action::Redraw => dirty = true,
+                    Action::Rebuild => {
+                        self.view.rebuild(&self.agg, &self.rates);
+                        dirty = true;
+                    }
+                    Action::Reset => {
+                        self.agg.reset();
+                        self.view.rebuild(&self.agg, &self.rates);
+                        dirty = true;
+                    }
+                },
+                Event::Resize(..) => dirty = true,
+                _ => {}
+            }
+        }
+    }
+
+    fn add_tick(&mut self, t: Tick) {
+        let late = u64::from(t.late > self.interval) + t.missed;
+        self.agg.begin_tick(late, t.late, &t.errors);
+        if !t.processes.is_empty() {
+            self.view.processes = t.processes.len();
+        }
+        if self.view.python_version.is_empty() {
+            let root = t.processes.iter().find(|p| p.pid == self.root_pid);
+            if let Some(p) = root.or(t.processes.first()) {
+                self.view.python_version = p.python_version.clone();
+                self.view.cmdline = p.cmdline.to_string();
+            }
+        }
+        let pid = self.root_pid;
+        let threads = t
+            .processes
+            .iter()
+            .flat_map(|p| p.threads.iter().map(move |th| (p.pid, th)));
+        self.agg
+            .add_threads(threads, t.weight, &mut |f| short_filename(f, pid));
+    }
+
+    fn end(&mut self, why: String) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        // Fold in what arrived since the last refresh, so the last data is
+        // the latest.
+        self.refresh();
+        let why = match &self.log {
+            Some(l) => format!("{why} (its output: {l})"),
+            None => why,
+        };
+        self.view.state = TargetState::Ended(why);
+    }
+
+    fn refresh(&mut self) {
+        self.agg.roll_window();
+        // After the end, the last readings stay: the threads are gone.
+        if !self.ended {
+            let keys: Vec<(i32, u32)> = self
+                .agg
+                .threads()
+                .filter_map(|(_, t)| Some((t.pid, t.os_tid?)))
+                .filter(|k| !self.gone.contains(k))
+                .collect();
+            self.rates = self.monitor.refresh(&keys);
+            // Threads that have exited are not looked up again: a program
+            // churning through threads would otherwise cost more each second.
+            self.gone
+                .extend(keys.into_iter().filter(|k| !self.rates.contains_key(k)));
+        }
+        if !self.view.paused {
+            self.view.rebuild(&self.agg, &self.rates);
+        }
+    }
+}
+
+/// Raw mode and the alternate screen, undone on drop (every return path)
+/// and by the panic hook (a panic of ours).
+struct TerminalGuard;
+
+impl TerminalGuard {
+    fn enter() -> anyhow::Result<TerminalGuard> {
+        terminal::enable_raw_mode().context("switching the terminal to raw mode")?;
+        let guard = TerminalGuard;
+        execute!(
+            std::io::stdout(),
+            terminal::EnterAlternateScreen,
+            cursor::Hide
+        )?;
+        Ok(guard)
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+fn restore_terminal() {
+    let _ = execute!(
+        std::io::stdout(),
+        terminal::LeaveAlternateScreen,
+        cursor::Show
+    );
+    let _ = terminal::disable_raw_mode();
+}
+
+/// A panic on this (the UI) thread restores the terminal before the
+/// message is printed, so it is readable and the shell usable. A panic on
+/// another thread is kept for after the screen is given back.
+fn install_panic_hook() {
+    let ui_thread = thread::current().id();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if thread::current().id() == ui_thread {
+            restore_terminal();
+            previous(info);
+        } else {
+            OTHER_PANICS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(info.to_string());
+        }
+    }));
+}
