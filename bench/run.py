@@ -599,7 +599,8 @@ class Bench:
                          verdict(err["ours"] <= 2), "pp",
                          f"sampled {shares['ours']:.1f}% vs true {truth['ours']:.1f}%; "
                          f"py-spy {shares['theirs']:.1f}% vs {truth['theirs']:.1f}%; 200 Hz, {secs} s",
-                         {"sampled_pct": shares, "true_pct": truth})
+                         {"sampled_pct": {"pyinspect": shares["ours"], "py-spy": shares["theirs"]},
+                          "true_pct": {"pyinspect": truth["ours"], "py-spy": truth["theirs"]}})
 
 
 SCENARIOS = [
