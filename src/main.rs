@@ -170,6 +170,8 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             gil_only: a.gil,
             include_idle: a.idle,
             function_lines: a.function,
+            locals: false,
+            statuses: false,
         },
         threads: a.threads,
         nolineno: a.nolineno,

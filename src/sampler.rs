@@ -9,8 +9,10 @@
 
 use crate::error::Error;
 use crate::memory::ProcessMemory;
+use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
+use crate::python::native::NativeStacks;
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{ThreadStack, ThreadStatus};
@@ -56,6 +58,11 @@ pub struct SamplerConfig {
     pub include_idle: bool,
     /// Report co_firstlineno instead of the current line (record -F).
     pub function_lines: bool,
+    /// Arguments and locals of each frame (dump --locals).
+    pub locals: bool,
+    /// Read kernel states for every thread's status even when no thread is
+    /// dropped for being idle (dump and top show the status).
+    pub statuses: bool,
 }
 
 /// One process's threads at one tick (after filtering).
@@ -94,36 +101,42 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
-/// One followed Python process and what is kept between its samples.
-struct Target {
-    pid: i32,
-    exe: String,
-    cmdline: Arc<str>,
-    version: String,
+/// One followed Python process and what is kept between its samples. `dump`
+/// reads through this too, once: one read path for every command.
+pub struct Target {
+    pub pid: i32,
+    pub exe: String,
+    pub cmdline: Arc<str>,
+    pub version: String,
     mem: ProcessMemory,
     reader: Reader,
+    native: Option<NativeStacks>,
     /// Open `/proc/PID/task/TID/stat` of each Python thread, read with
     /// pread each tick rather than reopened.
     stat_files: HashMap<i32, File>,
-    /// Python threads' kernel tids as of the latest snapshot.
-    tids: Vec<i32>,
+    /// Python threads' kernel tids as of the latest read, and which holds the GIL.
+    threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
 }
 
 impl Target {
-    fn open(pid: i32) -> Result<Target, Error> {
+    pub fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
         let mem = ProcessMemory::new(pid);
         let process = PythonProcess::open(pid, &mem)?;
         let mut reader = Reader::new(process);
         // Fails while the interpreter is not up yet (NotInitialized).
-        let tids = reader.python_tids(&mem)?;
+        let threads = reader.python_threads(&mem)?;
         // Opened very early, interpreter discovery can settle on a wrong
-        // candidate (seen with Debian's static 3.11 right after exec); its
-        // thread ids then are not threads of the process. Try again later.
+        // candidate; its thread ids then are not threads of the process.
         let tasks = procfs::tasks(pid)?;
-        if tids.iter().any(|t| !tasks.contains(t)) {
+        if threads.iter().any(|(t, _)| !tasks.contains(t)) {
             return Err(Error::NotInitialized { pid });
         }
+        let native = if cfg.native {
+            Some(NativeStacks::new(pid, cfg.native_all)?)
+        } else {
+            None
+        };
         let p = &reader.process;
         Ok(Target {
             pid,
@@ -132,10 +145,20 @@ impl Target {
             version: p.version.to_string(),
             mem,
             reader,
+            native,
             stat_files: HashMap::new(),
-            tids,
+            threads,
             states: HashMap::new(),
         })
+    }
+
+    /// What went wrong without stopping the read (shown once by dump).
+    pub fn warnings(&mut self) -> Vec<String> {
+        let mut w = self.reader.process.warnings.clone();
+        if let Some(n) = self.native.as_mut() {
+            w.extend(n.warnings());
+        }
+        w
     }
 
     /// Scheduler state of each known Python thread, before any pausing
@@ -143,10 +166,12 @@ impl Target {
     fn read_states(&mut self) {
         let pid = self.pid;
         // Files of threads that are gone are closed; new ones are opened.
-        self.stat_files.retain(|tid, _| self.tids.contains(tid));
+        let threads = &self.threads;
+        self.stat_files
+            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
         self.states.clear();
         let mut buf = [0u8; 512];
-        for &tid in &self.tids {
+        for &(tid, _) in &self.threads {
             let f = match self.stat_files.entry(tid) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -168,16 +193,35 @@ impl Target {
         }
     }
 
-    fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+    /// The threads that must stand still for a consistent read. Python
+    /// frames only change under the GIL, so a sleeping thread that does not
+    /// hold it cannot move them: pausing it would only wake it (and make it
+    /// look busy at the next sample). Native stacks need every thread's
+    /// registers, so then all of them are paused.
+    fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
+        if cfg.native_all {
+            return procfs::tasks(self.pid);
+        }
+        Ok(self
+            .threads
+            .iter()
+            .filter(|(tid, gil)| {
+                cfg.native || *gil || !matches!(self.states.get(tid), Some('S' | 'D' | 'I'))
+            })
+            .map(|(tid, _)| *tid)
+            .collect())
+    }
+
+    pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         if !cfg.nonblocking {
             // The set to pause must be current: a thread missed here would be read running.
-            self.tids = self.reader.python_tids(&self.mem)?;
+            self.threads = self.reader.python_threads(&self.mem)?;
         }
-        // Kernel states only decide which threads are idle: reading them
-        // (the kernel formats a whole stat line per thread) is skipped when
-        // no thread is dropped for being idle.
+        // Kernel states decide what to pause and which threads are idle:
+        // reading them (the kernel formats a whole stat line per thread) is
+        // skipped when neither is needed.
         let filter_idle = !cfg.include_idle && !cfg.gil_only;
-        if filter_idle {
+        if filter_idle || cfg.statuses || (!cfg.nonblocking && !cfg.native) {
             self.read_states();
         } else {
             self.states.clear();
@@ -185,33 +229,62 @@ impl Target {
         let guard = if cfg.nonblocking {
             None
         } else {
-            Some(PauseGuard::new(self.pid, &self.tids)?)
+            Some(PauseGuard::new(self.pid, &self.to_pause(cfg)?)?)
         };
         let opts = ReadOptions {
-            locals: false,
+            locals: cfg.locals,
             names: true,
             function_lines: cfg.function_lines,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
+        // Native stacks must be unwound while the threads are still stopped.
+        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
+        if let (Some(n), Some(g)) = (self.native.as_mut(), guard.as_ref()) {
+            for tid in g.tids() {
+                unwound.insert(tid, n.unwind(tid, &self.mem));
+            }
+        }
         drop(guard);
-        let snap = snap?;
+        let mut snap = snap?;
         if cfg.nonblocking {
             // No pause needs the list up front: the next tick reads the
             // states of the threads this one saw.
-            self.tids.clear();
-            self.tids.extend(
-                snap.iter()
-                    .filter_map(|t| t.stack.os_thread_id.map(|v| v as i32)),
-            );
+            self.threads = snap
+                .iter()
+                .filter_map(|t| Some((t.stack.os_thread_id? as i32, t.stack.holds_gil)))
+                .collect();
+        }
+        let mut foreign = Vec::new();
+        if let Some(n) = self.native.as_mut() {
+            for t in snap.iter_mut() {
+                if let Some(frames) = t
+                    .stack
+                    .os_thread_id
+                    .and_then(|tid| unwound.get(&(tid as i32)))
+                {
+                    n.merge(t, frames);
+                }
+            }
+            for (tid, frames) in &unwound {
+                if !self.threads.iter().any(|(t, _)| t == tid) {
+                    let state = procfs::thread_state(self.pid, *tid);
+                    foreign.push(n.foreign_thread(self.pid, *tid, state, frames));
+                }
+            }
+            foreign.sort_by_key(|t| t.os_thread_id);
         }
         let mut threads: Vec<ThreadStack> = snap.into_iter().map(|t| t.stack).collect();
         if cfg.gil_only {
             threads.retain(|t| t.holds_gil);
         } else if !cfg.include_idle {
             threads.retain(|t| t.status != ThreadStatus::Idle);
+            foreign.retain(|t| t.status != ThreadStatus::Idle);
         }
-        // Oldest thread first, as dump shows them (the lists are newest first).
+        // Oldest interpreter and thread first, as dump shows them (the
+        // interpreter's lists are newest first).
         threads.reverse();
+        threads.sort_by_key(|t| t.interpreter);
+        threads.extend(foreign);
         Ok(threads)
     }
 }
@@ -253,16 +326,11 @@ impl Sampler {
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
     pub fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
-        if cfg.native {
-            if cfg.nonblocking {
-                return Err(Error::Other(
-                    "--native needs to pause threads to unwind them; it cannot be used with \
-                     --nonblocking"
-                        .into(),
-                ));
-            }
+        if cfg.native && cfg.nonblocking {
             return Err(Error::Other(
-                "--native is not available for sampling yet".into(),
+                "--native needs to pause threads to unwind them; it cannot be used with \
+                 --nonblocking"
+                    .into(),
             ));
         }
         let rate = cfg.rate;
@@ -288,7 +356,7 @@ impl Sampler {
             rng: rand::rng(),
         };
         loop {
-            let root_err = match Target::open(root_pid) {
+            let root_err = match Target::open(root_pid, &s.cfg) {
                 Ok(t) => {
                     s.targets.push(t);
                     None
@@ -354,7 +422,7 @@ impl Sampler {
                     continue;
                 }
             }
-            match Target::open(pid) {
+            match Target::open(pid, &self.cfg) {
                 Ok(t) => {
                     self.not_python.remove(&pid);
                     self.targets.push(t);

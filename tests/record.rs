@@ -126,8 +126,13 @@ fn read_back(format: &str, bytes: &[u8], ctx: &str) -> String {
 
 const FORMATS: [&str; 5] = ["flamegraph", "speedscope", "chrometrace", "raw", "pprof"];
 
+/// The accuracy test measures time shares, which other tests' busy
+/// fixtures on the same two cores would distort: it runs alone.
+static ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 #[test]
 fn every_format_reads_back_on_every_required_version() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     // Each version gets two formats (rotating), so every format meets
     // several versions and the suite stays short.
     let threads = fixture("record_threads.py");
@@ -161,6 +166,7 @@ fn every_format_reads_back_on_every_required_version() {
 
 #[test]
 fn smoke_every_installed_version() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let threads = fixture("record_threads.py");
     for python in all_pythons() {
         let mut args = vec!["-f", "raw", "-r", "100"];
@@ -173,6 +179,7 @@ fn smoke_every_installed_version() {
 
 #[test]
 fn launched_program_exit_status_is_passed_on() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     for python in [
         py312(),
         pyenv("2.7.18"),
@@ -190,6 +197,7 @@ fn launched_program_exit_status_is_passed_on() {
 
 #[test]
 fn default_output_name_is_program_and_time() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
         .current_dir(dir.path())
@@ -253,6 +261,7 @@ fn sigint(pid: u32) {
 
 #[test]
 fn ctrl_c_writes_the_profile_and_leaves_the_target_running() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let mut target = spawn_python(&py312(), &[&fixture("record_threads.py"), "30"]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.txt");
@@ -281,6 +290,7 @@ fn ctrl_c_writes_the_profile_and_leaves_the_target_running() {
 
 #[test]
 fn signal_to_pyinspect_reaches_the_launched_child() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.txt");
     let rec = Command::new(BIN)
@@ -309,6 +319,7 @@ fn signal_to_pyinspect_reaches_the_launched_child() {
 
 #[test]
 fn subprocesses_follow_multiprocessing_workers() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let mut args = vec!["-s", "-f", "raw", "-r", "200"];
     let py = py312();
     let script = fixture("record_workers.py");
@@ -334,6 +345,7 @@ fn subprocesses_follow_multiprocessing_workers() {
 
 #[test]
 fn idle_threads_only_with_idle() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let py = py312();
     let script = fixture("record_threads.py");
     let mut args = vec!["-f", "raw", "-r", "200"];
@@ -358,6 +370,7 @@ fn idle_threads_only_with_idle() {
 
 #[test]
 fn gil_keeps_only_the_holder() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let py = py312();
     let script = fixture("record_threads.py");
     let mut args = vec!["-g", "-t", "-f", "raw", "-r", "200", "-d", "1"];
@@ -377,6 +390,7 @@ fn gil_keeps_only_the_holder() {
 
 #[test]
 fn function_mode_reports_first_lines() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let py = py312();
     let script = fixture("record_threads.py");
     let mut args = vec!["-F", "-f", "raw", "-r", "200"];
@@ -401,6 +415,7 @@ fn function_mode_reports_first_lines() {
 
 #[test]
 fn hot_function_share_is_accurate() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.txt");
     let out = Command::new(BIN)
@@ -461,6 +476,7 @@ fn assert_fails(args: &[&str]) -> String {
 
 #[test]
 fn bad_input_is_one_clear_line() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let py = py312();
     let py = py.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -507,6 +523,7 @@ fn bad_input_is_one_clear_line() {
 
 #[test]
 fn a_non_python_pid_is_refused_quickly() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let mut sleeper = Command::new("sleep").arg("10").spawn().unwrap();
     let started = Instant::now();
     let e = assert_fails(&[

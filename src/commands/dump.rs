@@ -1,15 +1,10 @@
 //! `pyinspect dump`: every thread's stack, once.
 
 use crate::error::Error;
-use crate::memory::ProcessMemory;
-use crate::native_unwind::NativeFrame;
-use crate::pause::{self, PauseGuard};
+use crate::pause;
 use crate::procfs;
-use crate::python::native::NativeStacks;
-use crate::python::process::PythonProcess;
-use crate::python::reader::{ReadOptions, Reader};
+use crate::sampler::{SamplerConfig, Target};
 use crate::stack::{FrameKind, ProcessStacks, ThreadStatus};
-use std::collections::HashMap;
 use std::io::Write;
 
 pub struct DumpOptions {
@@ -22,77 +17,30 @@ pub struct DumpOptions {
     pub native_all: bool,
 }
 
-/// Read one process: pause its Python threads (unless nonblocking), read,
-/// let them go.
+/// Read one process once, through the same path as the samplers.
 pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
-    let mem = ProcessMemory::new(pid);
-    let process = PythonProcess::open(pid, &mem)?;
-    let mut reader = Reader::new(process);
-    let python_tids = reader.python_tids(&mem)?;
-    let mut tids = python_tids.clone();
-    if opts.native_all {
-        tids = procfs::tasks(pid)?;
-    }
-    let mut native = if opts.native {
-        Some(NativeStacks::new(pid, opts.native_all)?)
-    } else {
-        None
-    };
-    // Scheduler states first: a thread we have stopped would read as stopped.
-    let states: HashMap<i32, char> = tids
-        .iter()
-        .filter_map(|&t| Some((t, procfs::thread_state(pid, t)?)))
-        .collect();
-    let guard = if opts.nonblocking {
-        None
-    } else {
-        Some(PauseGuard::new(pid, &tids)?)
-    };
-    let read_opts = ReadOptions {
-        locals: opts.locals,
-        names: true,
+    let cfg = SamplerConfig {
+        rate: 1.0,
+        duration: None,
+        subprocesses: false,
+        nonblocking: opts.nonblocking,
+        native: opts.native,
+        native_all: opts.native_all,
+        gil_only: false,
+        include_idle: true,
         function_lines: false,
+        locals: opts.locals,
+        statuses: true,
     };
-    let snap = reader.snapshot(&mem, read_opts, &states);
-    // Native stacks must be read while the threads are still stopped.
-    let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
-    if let (Some(n), Some(g)) = (native.as_mut(), guard.as_ref()) {
-        for tid in g.tids() {
-            unwound.insert(tid, n.unwind(tid, &mem));
-        }
-    }
-    drop(guard);
-    let mut snap = snap?;
-    let mut warnings = reader.process.warnings.clone();
-    let mut foreign = Vec::new();
-    if let Some(n) = native.as_mut() {
-        for t in snap.iter_mut() {
-            if let Some(frames) = t
-                .stack
-                .os_thread_id
-                .and_then(|tid| unwound.get(&(tid as i32)))
-            {
-                n.merge(t, frames);
-            }
-        }
-        for tid in tids.iter().filter(|t| !python_tids.contains(t)) {
-            if let Some(frames) = unwound.get(tid) {
-                foreign.push(n.foreign_thread(pid, *tid, states.get(tid).copied(), frames));
-            }
-        }
-        warnings.extend(n.warnings());
-    }
-    // Oldest interpreter and oldest thread first (the lists are newest first).
-    snap.reverse();
-    snap.sort_by_key(|t| t.stack.interpreter);
-    let p = &reader.process;
+    let mut target = Target::open(pid, &cfg)?;
+    let threads = target.sample(&cfg)?;
     Ok(ProcessStacks {
         pid,
-        command_line: p.cmdline.clone(),
-        python_version: p.version.to_string(),
-        executable: p.exe.clone(),
-        threads: snap.into_iter().map(|t| t.stack).chain(foreign).collect(),
-        warnings,
+        command_line: target.cmdline.to_string(),
+        python_version: target.version.clone(),
+        executable: target.exe.clone(),
+        threads,
+        warnings: target.warnings(),
         parent_pid: None,
     })
 }
@@ -152,10 +100,15 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
     for w in &p.warnings {
         writeln!(out, "warning: {w}")?;
     }
-    let several = p
+    // Threads Python does not know (--native-all) carry interpreter -1.
+    let mut interps: Vec<i64> = p
         .threads
         .iter()
-        .any(|t| t.interpreter != p.threads[0].interpreter);
+        .map(|t| t.interpreter)
+        .filter(|i| *i >= 0)
+        .collect();
+    interps.dedup();
+    let several = interps.len() > 1;
     for t in &p.threads {
         let id = match t.os_thread_id {
             Some(tid) => tid.to_string(),
@@ -168,7 +121,9 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
         if t.holds_gil {
             status.push_str(", gil");
         }
-        if several {
+        if t.interpreter < 0 {
+            status.push_str(", not a Python thread");
+        } else if several {
             status.push_str(&format!(", interpreter {}", t.interpreter));
         }
         write!(out, "\nThread {id}")?;

@@ -181,6 +181,8 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         gil_only: false,
         include_idle: opts.idle,
         function_lines: false,
+        locals: false,
+        statuses: true,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
     // Attach errors (not Python, permission) are printed plainly, before

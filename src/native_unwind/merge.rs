@@ -78,6 +78,17 @@ const HIDE_EXACT: &[&str] = &[
     "do_call_core",
     "fast_function",
     "function_code_fastcall",
+    // 2.7 and 3.6: calling a function object or a bound method, `f(*args)`.
+    "function_call",
+    "instancemethod_call",
+    "ext_do_call",
+    // 3.7+: PyObject_CallFunctionObjArgs and PyObject_CallMethod* internals.
+    "object_vacall",
+    "callmethod",
+    "call_function_tail",
+    "methoddescr_call",
+    "wrapperdescr_call",
+    "classmethoddescr_call",
     "type_call",
     "wrapper_call",
     "method_call",
@@ -213,13 +224,18 @@ pub fn merge<F: Clone>(
 }
 
 /// Drop `_start`, `__libc_start_main`, `start_thread`, `clone3`... at the
-/// outer end (innermost-first input), unless everything is wanted.
+/// outer end (innermost-first input), unless everything is wanted. Unnamed
+/// interpreter frames there go too: outside the outermost Python frame the
+/// interpreter only starts threads and the main program (`thread_run`,
+/// `pymain_*`), which a stripped interpreter such as Debian's static
+/// python3.11 cannot name (its `.dynsym` has only the exported API).
 fn drop_outer_start<F>(mut frames: Vec<Merged<F>>, keep_all: bool) -> Vec<Merged<F>> {
     if keep_all {
         return frames;
     }
     while let Some(Merged::Native(f)) = frames.last() {
-        if f.function.as_deref().is_some_and(is_start_frame) {
+        let unnamed_interpreter = f.function.is_none() && is_python_module(&f.module);
+        if unnamed_interpreter || f.function.as_deref().is_some_and(is_start_frame) {
             frames.pop();
         } else {
             break;
@@ -455,6 +471,38 @@ mod tests {
     }
 
     #[test]
+    fn unnamed_interpreter_frames_outside_python_are_dropped() {
+        // Debian's static, stripped python3.11: thread_run and
+        // pythread_wrapper have no symbol; builtin_sorted has none either.
+        let exe = "python3.11";
+        let native = vec![
+            nf("read", "libc.so.6"),
+            nf("", exe),
+            nf("_PyEval_EvalFrameDefault", exe),
+            nf("", exe),
+            nf("_PyEval_EvalFrameDefault", exe),
+            nf("", exe),
+            nf("", exe),
+            nf("start_thread", "libc.so.6"),
+        ];
+        let python = [py("key", true), py("caller", true)];
+        let (m, why) = merge(&native, &python, false);
+        assert_eq!(why, None);
+        assert_eq!(
+            names(&m),
+            [
+                "read",
+                "python3.11+0x10",
+                "py:key",
+                "python3.11+0x10",
+                "py:caller"
+            ]
+        );
+        let (all, _) = merge(&native, &python, true);
+        assert_eq!(all.len(), 8);
+    }
+
+    #[test]
     fn plumbing_classification() {
         assert!(is_eval_frame("_PyEval_EvalFrameDefault"));
         assert!(is_eval_frame("_PyEval_EvalFrameDefault.cold"));
@@ -468,6 +516,10 @@ mod tests {
             "slot_tp_call",
             "call_function",
             "pymain_run_python.constprop.0",
+            "function_call",
+            "instancemethod_call",
+            "ext_do_call",
+            "object_vacall",
         ] {
             assert!(is_interpreter_plumbing(hidden, true), "{hidden}");
         }

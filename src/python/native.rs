@@ -71,7 +71,18 @@ impl NativeStacks {
                 Merged::Python(f) => out.push(f),
                 Merged::Native(nf) => {
                     for f in self.unwinder.add_lines(&nf) {
-                        out.push(native_frame(&f));
+                        // Merging judged the real function; the calls DWARF
+                        // says were inlined into it can still be CPython's
+                        // header-inline call machinery
+                        // (`_PyObject_VectorcallTstate`, `PyObject_CallOneArg`),
+                        // wherever it was inlined.
+                        let inlined_plumbing = f.inlined
+                            && f.function
+                                .as_deref()
+                                .is_some_and(|n| native_unwind::is_interpreter_plumbing(n, true));
+                        if self.keep_all || !inlined_plumbing {
+                            out.push(native_frame(&f));
+                        }
                     }
                 }
             }

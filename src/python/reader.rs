@@ -132,13 +132,20 @@ impl Reader {
         Ok(out)
     }
 
-    /// The kernel tids of the threads that run Python (the ones to pause).
-    pub fn python_tids(&mut self, mem: &dyn Memory) -> Result<Vec<i32>> {
+    /// Each Python thread's kernel tid, and whether it holds the GIL: what
+    /// deciding which threads to pause needs, without walking any frame.
+    pub fn python_threads(&mut self, mem: &dyn Memory) -> Result<Vec<(i32, bool)>> {
         let cache = PageCache::new(mem);
         let threads = self.threads(&cache, false)?;
+        let mut holders: HashMap<u64, Option<u64>> = HashMap::new();
         Ok(threads
             .iter()
-            .filter_map(|t| t.native_tid.map(|v| v as i32))
+            .filter_map(|t| {
+                let holder = *holders
+                    .entry(t.interp)
+                    .or_insert_with(|| self.gil_holder(&cache, t.interp));
+                Some((t.native_tid? as i32, holder == Some(t.tstate)))
+            })
             .collect())
     }
 
@@ -677,7 +684,7 @@ mod tests {
                     function_lines: false,
                 };
                 let _ = r.snapshot(&mem, opts, &HashMap::new());
-                let _ = r.python_tids(&mem);
+                let _ = r.python_threads(&mem);
             }
         }
     }
