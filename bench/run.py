@@ -445,7 +445,7 @@ class Bench:
 
     # 6
     def record_150_native_threads(self):
-        rounds, secs = (1, 2) if self.quick else (4, 3)
+        rounds, secs = (2, 2) if self.quick else (4, 3)
         lib = self.tmp / "libnative_threads.so"
         build = subprocess.run(
             ["gcc", "-O2", "-shared", "-fPIC", "-o", lib, FIXTURES / "native_threads.c", "-lpthread"],
