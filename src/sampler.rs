@@ -206,7 +206,9 @@ impl Target {
             .threads
             .iter()
             .filter(|(tid, gil)| {
-                cfg.native || *gil || !matches!(self.states.get(tid), Some('S' | 'D' | 'I'))
+                // Idle threads that will be dropped need no registers either.
+                let native_wanted = cfg.native && cfg.include_idle;
+                native_wanted || *gil || !matches!(self.states.get(tid), Some('S' | 'D' | 'I'))
             })
             .map(|(tid, _)| *tid)
             .collect())
@@ -221,7 +223,8 @@ impl Target {
         // reading them (the kernel formats a whole stat line per thread) is
         // skipped when neither is needed.
         let filter_idle = !cfg.include_idle && !cfg.gil_only;
-        if filter_idle || cfg.statuses || (!cfg.nonblocking && !cfg.native) {
+        let pause_all = cfg.native && cfg.include_idle;
+        if filter_idle || cfg.statuses || (!cfg.nonblocking && !pause_all) {
             self.read_states();
         } else {
             self.states.clear();

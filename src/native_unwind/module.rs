@@ -147,6 +147,11 @@ impl Symbols {
         if s.size != 0 && svma >= s.start.saturating_add(s.size) {
             return None;
         }
+        // An unsized marker such as `_init` would otherwise swallow the PLT
+        // and everything up to the next symbol: cover a page at most.
+        if s.size == 0 && svma - s.start >= UNSIZED_SYMBOL_SPAN {
+            return None;
+        }
         Some(s)
     }
 
@@ -281,6 +286,8 @@ pub(crate) struct LoadedModule {
 /// Bound on per-address caches, so a long `record` over code that keeps
 /// moving cannot grow them without limit.
 const CACHE_MAX: usize = 1 << 16;
+/// How far past an unsized symbol an address may still be named after it.
+const UNSIZED_SYMBOL_SPAN: u64 = 4096;
 
 impl LoadedModule {
     /// Parse `bytes` (the module's file) mapped with file offset `map_offset`
