@@ -1,0 +1,742 @@
+#!/usr/bin/env python3
+"""pyinspect benchmark: pyinspect side by side with py-spy 0.4.3, in one run.
+
+    python3 bench/run.py [--quick] [--only NAME[,NAME...]] [--python PATH]
+                         [--json OUT.json] [--no-build] [--pyinspect PATH]
+
+Machines are noisy: every figure is a median over interleaved repetitions
+(pyinspect, py-spy, pyinspect, ...), compared as a ratio or against the
+issue's target. Nothing here is a timed test; the verdicts are for reading.
+See bench/README.md for what each scenario measures.
+"""
+
+import argparse
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import fcntl
+import termios
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "bench" / "fixtures"
+PYINSPECT = ROOT / "target" / "release" / "pyinspect"
+PYSPY_VERSION = "0.4.3"
+DEFAULT_PYTHON = "/root/.pyenv/versions/3.12.1/bin/python"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Skip(Exception):
+    """The scenario cannot run here (a feature not in the binary yet...)."""
+
+
+# ---------------------------------------------------------------- results
+
+
+class Results:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, scenario, ours, theirs, target, verdict, unit="", note="", detail=None):
+        ratio = None
+        if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)) and theirs:
+            ratio = ours / theirs
+        row = {
+            "scenario": scenario,
+            "pyinspect": ours,
+            "py-spy": theirs,
+            "ratio": ratio,
+            "unit": unit,
+            "target": target,
+            "verdict": verdict,
+            "note": note,
+            "load_average": os.getloadavg()[0],
+            # Every measurement behind the medians, for --json readers.
+            "detail": detail,
+        }
+        self.rows.append(row)
+        print(format_row(row), flush=True)
+
+    def skip(self, scenario, reason):
+        self.add(scenario, None, None, "", "SKIPPED", note=reason)
+
+
+def fmt(value, unit):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    else:
+        text = str(value)
+    return f"{text} {unit}".strip()
+
+
+HEADER = f"{'scenario':<34} {'pyinspect':>13} {'py-spy':>13} {'ratio':>6}  {'target':<26} verdict"
+
+
+def format_row(row):
+    ratio = f"{row['ratio']:.2f}" if row["ratio"] is not None else "-"
+    line = (
+        f"{row['scenario']:<34} {fmt(row['pyinspect'], row['unit']):>13} "
+        f"{fmt(row['py-spy'], row['unit']):>13} {ratio:>6}  {row['target']:<26} {row['verdict']}"
+    )
+    if row["note"]:
+        line += f"  ({row['note']})"
+    return line
+
+
+def verdict(ok):
+    return "PASS" if ok else "FAIL"
+
+
+# ------------------------------------------------------------ processes
+
+
+class Measured:
+    """What bench/measure.c reports about one finished command."""
+
+    def __init__(self, report, err):
+        wall_ns, utime_us, stime_us, maxrss_kib, rc = report.split()
+        self.wall = int(wall_ns) / 1e9
+        self.cpu = (int(utime_us) + int(stime_us)) / 1e6
+        self.rss_mib = int(maxrss_kib) / 1024
+        self.rc = int(rc)
+        self.err = err
+
+
+MEASURE = None  # path of the compiled bench/measure.c, set by main()
+
+
+def run_measured(cmd, stdout=subprocess.DEVNULL, timeout=120):
+    """Run cmd to completion under bench/measure.c (wall time, CPU time and
+    peak RSS of the command alone); its stderr is kept for error messages."""
+    with tempfile.NamedTemporaryFile(suffix=".measure") as report, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([MEASURE, report.name, *map(str, cmd)], stdin=subprocess.DEVNULL,
+                                stdout=stdout, stderr=err, start_new_session=True)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+        line = Path(report.name).read_text().strip()
+        if not line:
+            raise RuntimeError(f"{Path(cmd[0]).name} did not finish within {timeout} s: {first_line(text)}")
+        return Measured(line, text)
+
+
+def not_implemented(stderr):
+    """The binary's own words for a feature that has not landed yet."""
+    text = stderr.lower()
+    return any(p in text for p in ("not implemented", "not available", "not supported yet"))
+
+
+def first_line(text):
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:120]
+    return "no output"
+
+
+class Target:
+    """A fixture program; it prints "ready" when set up and may answer
+    requests written to its stdin, one line each."""
+
+    def __init__(self, python, script, *args):
+        self.proc = subprocess.Popen(
+            [python, str(FIXTURES / script), *map(str, args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = self.proc.pid
+        line = self.read_line(30)
+        if line != "ready":
+            self.stop()
+            raise RuntimeError(f"fixture {script} did not start (said {line!r})")
+        # Let the threads settle into their functions before measuring.
+        time.sleep(0.3)
+
+    def read_line(self, timeout):
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        return self.proc.stdout.readline().strip()
+
+    def ask(self, request, timeout):
+        self.proc.stdin.write(f"{request}\n")
+        self.proc.stdin.flush()
+        return self.read_line(timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def cpu_seconds(pid):
+    """utime + stime of every thread of pid so far, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def spawn(cmd):
+    """Start a profiler in the background, its stderr kept in a file (a pipe
+    nobody reads could fill up and stall it)."""
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    proc.err = err
+    return proc
+
+
+def stderr_of(proc):
+    proc.err.seek(0)
+    return proc.err.read().decode(errors="replace")
+
+
+def early_exit(proc, what):
+    """Skip when a background profiler has already given up."""
+    if proc.poll() is not None:
+        err = stderr_of(proc)
+        reason = first_line(err)
+        if not_implemented(err):
+            reason = f"not-implemented: {reason}"
+        raise Skip(f"{what} exited early: {reason}")
+
+
+def stop_gently(proc, wait=10):
+    """SIGINT (both profilers write their output and exit), then SIGKILL."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ----------------------------------------------------------- raw profiles
+
+
+def read_raw(path):
+    """Collapsed stacks: [(frames, count)]."""
+    stacks = []
+    try:
+        text = Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return stacks
+    for line in text.splitlines():
+        stack, _, count = line.rstrip().rpartition(" ")
+        if stack and count.isdigit():
+            stacks.append((stack.split(";"), int(count)))
+    return stacks
+
+
+def function_of(frame):
+    """`Class.name (file.py:12)` -> `name`."""
+    return frame.split(" (", 1)[0].strip().rsplit(".", 1)[-1]
+
+
+def is_native(frame):
+    """Python frames read `name (file.py:line)`; native ones name a module
+    (`name (libc.so.6)`) or a C source file."""
+    where = frame.rpartition(" (")[2]
+    return ".py" not in where or ".so" in where
+
+
+# ------------------------------------------------------------- scenarios
+
+
+class Bench:
+    def __init__(self, args, pyspy, results):
+        self.args = args
+        self.python = args.python
+        self.pyspy = pyspy
+        self.results = results
+        self.quick = args.quick
+        self.tmp = Path(tempfile.mkdtemp(prefix="pyinspect-bench-"))
+        self.last_detail = None  # the measurements behind dump_times' medians
+
+    def ours(self, *args):
+        return [str(PYINSPECT), *map(str, args)]
+
+    def theirs(self, *args):
+        return [self.pyspy, *map(str, args)]
+
+    def probe(self, cmd, what):
+        """Run cmd once; Skip with its first stderr line when it fails."""
+        out = self.tmp / "probe.out"
+        with open(out, "wb") as f:
+            m = run_measured(cmd, stdout=f)
+        if m.rc != 0:
+            reason = first_line(m.err)
+            if not_implemented(m.err):
+                reason = f"not-implemented: {reason}"
+            raise Skip(f"{what} failed: {reason}")
+        return out.read_text(errors="replace")
+
+    def dump_times(self, pid, ours_args, theirs_args, runs):
+        """Interleaved dumps; medians of wall time and peak RSS (MiB)."""
+        walls = {"ours": [], "theirs": []}
+        rss = {"ours": [], "theirs": []}
+        for _ in range(runs):
+            for who, cmd in (("ours", self.ours(*ours_args)), ("theirs", self.theirs(*theirs_args))):
+                m = run_measured(cmd)
+                if m.rc != 0:
+                    tool = "pyinspect" if who == "ours" else "py-spy"
+                    raise Skip(f"{tool} dump failed: {first_line(m.err)}")
+                walls[who].append(m.wall * 1000)
+                rss[who].append(m.rss_mib)
+        med = {k: statistics.median(v) for k, v in walls.items()}
+        med_rss = {k: statistics.median(v) for k, v in rss.items()}
+        names = {"ours": "pyinspect", "theirs": "py-spy"}
+        self.last_detail = {
+            "wall_ms": {names[k]: v for k, v in walls.items()},
+            "rss_mib": {names[k]: v for k, v in rss.items()},
+        }
+        return med, med_rss
+
+    def dump_json(self, pid, *extra):
+        text = self.probe(self.ours("dump", "--json", "--pid", pid, *extra), "pyinspect dump --json")
+        return json.loads(text.splitlines()[0])
+
+    # 1
+    def dump_4threads(self):
+        runs = 10 if self.quick else 30
+        with Target(self.python, "threads.py", 4, 1) as t:
+            self.probe(self.ours("dump", "--pid", t.pid), "pyinspect dump")
+            wall, rss = self.dump_times(t.pid, ["dump", "--pid", t.pid], ["dump", "--pid", t.pid], runs)
+        r = self.results
+        r.add("dump-4threads wall", wall["ours"], wall["theirs"], "<= 0.5x py-spy",
+              verdict(wall["ours"] <= 0.5 * wall["theirs"]), "ms", f"median of {runs}",
+              self.last_detail["wall_ms"])
+        r.add("dump-4threads peak RSS", rss["ours"], rss["theirs"], "<= 10 MiB",
+              verdict(rss["ours"] <= 10), "MiB", detail=self.last_detail["rss_mib"])
+
+    # 2
+    def dump_200threads(self):
+        runs = 10 if self.quick else 20
+        with Target(self.python, "threads.py", 200, 1) as t:
+            doc = self.dump_json(t.pid)
+            wall, _ = self.dump_times(t.pid, ["dump", "--pid", t.pid], ["dump", "--pid", t.pid], runs)
+        threads = len(doc.get("threads", []))
+        ok = wall["ours"] < 25 and threads == 200
+        self.results.add("dump-200threads wall", wall["ours"], wall["theirs"], "< 25 ms, 200 threads",
+                         verdict(ok), "ms", f"{threads}/200 threads in --json",
+                         self.last_detail["wall_ms"])
+
+    def dump_900frames(self):
+        runs = 10 if self.quick else 20
+        with Target(self.python, "deep.py", 900) as t:
+            doc = self.dump_json(t.pid)
+            wall, _ = self.dump_times(t.pid, ["dump", "--pid", t.pid], ["dump", "--pid", t.pid], runs)
+        deepest = max(
+            (sum(1 for f in th.get("frames", []) if f.get("function") == "deep") for th in doc.get("threads", [])),
+            default=0,
+        )
+        ok = wall["ours"] < 25 and deepest == 900
+        self.results.add("dump-900frames wall", wall["ours"], wall["theirs"], "< 25 ms, 900 frames",
+                         verdict(ok), "ms", f"{deepest}/900 `deep` frames in --json",
+                         self.last_detail["wall_ms"])
+
+    # 3
+    def dump_native_3threads(self):
+        runs = 10 if self.quick else 30
+        with Target(self.python, "threads.py", 3, 1) as t:
+            doc = self.dump_json(t.pid, "--native")
+            native = sum(1 for th in doc.get("threads", []) for f in th.get("frames", [])
+                         if f.get("kind") == "native")
+            if not native:
+                raise Skip("not-implemented: dump --native printed no native frames")
+            args = ["dump", "--native", "--pid", t.pid]
+            wall, _ = self.dump_times(t.pid, args, args, runs)
+        self.results.add("dump-native-3threads wall", wall["ours"], wall["theirs"], "<= 0.5x py-spy",
+                         verdict(wall["ours"] <= 0.5 * wall["theirs"]), "ms", f"median of {runs}",
+                         self.last_detail["wall_ms"])
+
+    def record_both(self, pid, ours_args, theirs_args, reps):
+        """Interleaved records to raw files; per run (Measured, stacks)."""
+        runs = {"ours": [], "theirs": []}
+        for i in range(reps):
+            for who in ("ours", "theirs"):
+                out = self.tmp / f"rec-{who}-{i}.txt"
+                out.unlink(missing_ok=True)
+                if who == "ours":
+                    cmd = self.ours("record", "--pid", pid, "-f", "raw", "-o", out, *ours_args)
+                else:
+                    cmd = self.theirs("record", "--pid", pid, "-f", "raw", "-o", out, *theirs_args)
+                m = run_measured(cmd, timeout=60)
+                stacks = read_raw(out)
+                if m.rc != 0 or not stacks:
+                    tool = "pyinspect" if who == "ours" else "py-spy"
+                    reason = first_line(m.err) if m.rc != 0 else "empty profile"
+                    if not_implemented(m.err):
+                        reason = f"not-implemented: {reason}"
+                    raise Skip(f"{tool} record failed: {reason}")
+                runs[who].append((m, stacks))
+        return runs
+
+    # 4
+    def record_cpu_per_sample(self):
+        reps, secs, rate, threads = (1 if self.quick else 3), 5, 1000, 4
+        with Target(self.python, "threads.py", threads, 1) as t:
+            runs = self.record_both(
+                t.pid,
+                ["--rate", rate, "--nonblocking", "--idle", "-d", secs],
+                ["-r", rate, "--nonblocking", "--idle", "-d", secs],
+                reps,
+            )
+        per_sample, delivered, detail = {}, {}, {}
+        for who, rs in runs.items():
+            us, dl = [], []
+            for m, stacks in rs:
+                # One sample = one tick over every thread; with --idle all 4
+                # threads are in each tick, so ticks = total count / 4.
+                ticks = sum(c for _, c in stacks) / threads
+                us.append(m.cpu / ticks * 1e6)
+                dl.append(ticks / (rate * secs) * 100)
+            per_sample[who] = statistics.median(us)
+            delivered[who] = statistics.median(dl)
+            detail["pyinspect" if who == "ours" else "py-spy"] = {"us_per_sample": us, "delivered_pct": dl}
+        r = self.results
+        r.add("record-cpu-per-sample", per_sample["ours"], per_sample["theirs"], "<= 1/3 of py-spy",
+              verdict(per_sample["ours"] <= per_sample["theirs"] / 3), "us",
+              f"CPU / ticks, 1000 Hz, median of {reps}", detail)
+        r.add("record-1000Hz-delivered", delivered["ours"], delivered["theirs"], ">= 95%",
+              verdict(delivered["ours"] >= 95), "%", "ticks / (1000 x 5 s)")
+
+    # 5
+    def record_native_rate(self):
+        reps, secs, rate, threads = 1, 5, 500, 4
+        with Target(self.python, "threads.py", threads, 1) as t:
+            runs = self.record_both(
+                t.pid,
+                ["--native", "--rate", rate, "--idle", "-d", secs],
+                ["--native", "-r", rate, "--idle", "-d", secs],
+                reps,
+            )
+        delivered = {}
+        for who, rs in runs.items():
+            _, stacks = rs[-1]
+            if who == "ours" and not any(is_native(f) for frames, _ in stacks for f in frames):
+                raise Skip("not-implemented: record --native wrote no native frames")
+            delivered[who] = sum(c for _, c in stacks) / threads / (rate * secs) * 100
+        self.results.add("record-native-rate delivered", delivered["ours"], delivered["theirs"],
+                         ">= 95% of 500 Hz", verdict(delivered["ours"] >= 95), "%",
+                         "ticks / (500 x 5 s), --idle")
+
+    # 6
+    def record_150_native_threads(self):
+        rounds, secs = (2, 2) if self.quick else (4, 3)
+        lib = self.tmp / "libnative_threads.so"
+        build = subprocess.run(
+            ["gcc", "-O2", "-shared", "-fPIC", "-o", lib, FIXTURES / "native_threads.c", "-lpthread"],
+            capture_output=True, text=True,
+        )
+        if build.returncode != 0:
+            raise Skip(f"gcc failed: {first_line(build.stderr)}")
+        # Alone, pyinspect, alone, py-spy, ..., alone: each profiled window
+        # is compared with the two alone windows around it, so the slow drift
+        # of a shared machine's load cancels out of each pair.
+        order = ["alone"] + ["ours", "alone", "theirs", "alone"] * rounds
+        rates = []
+        with Target(self.python, "native_work.py", lib, 150, 1000) as t:
+            t.ask(1, 30)  # warm-up: the first window after start-up runs slow
+            for i, who in enumerate(order):
+                prof = None
+                if who != "alone":
+                    tool = self.ours if who == "ours" else self.theirs
+                    prof = spawn(tool("record", "--pid", t.pid, "-r", 100, "-f", "raw",
+                                      "-o", self.tmp / f"native150-{i}.txt", "-d", secs + 10))
+                    time.sleep(1.0)  # attached and sampling before the work starts
+                    early_exit(prof, ("pyinspect" if who == "ours" else "py-spy") + " record")
+                answer = t.ask(secs, secs + 30)
+                if prof is not None:
+                    stop_gently(prof)
+                if not answer or not answer.startswith("rate "):
+                    raise RuntimeError(f"native_work.py answered {answer!r}")
+                rates.append(float(answer.split()[1]))
+        slow = {"ours": [], "theirs": []}
+        for i, who in enumerate(order):
+            if who != "alone":
+                alone = (rates[i - 1] + rates[i + 1]) / 2
+                slow[who].append((alone - rates[i]) / alone * 100)
+        med = {k: statistics.median(v) for k, v in slow.items()}
+        alone = statistics.median(r for r, who in zip(rates, order) if who == "alone")
+        self.results.add("record-150-native-threads slowdown", med["ours"], med["theirs"], "<= 5%",
+                         verdict(med["ours"] <= 5), "%",
+                         f"100 Hz, {secs} s windows, median of {rounds} paired rounds; "
+                         f"Python loop alone {alone / 1e6:.2f} M it/s",
+                         {"order": order, "rates": rates, "slowdowns_pct": slow})
+
+    # 7
+    def top_overhead(self):
+        window = 5 if self.quick else 12
+        warmup = 2
+        with Target(self.python, "threads.py", 4, 1) as t:
+            top_ours = self.cpu_in_pty(self.ours("top", "--pid", t.pid, "-r", 100), warmup, window, "pyinspect top")
+            rec = spawn(self.ours("record", "--pid", t.pid, "-r", 100, "-f", "raw", "-o", self.tmp / "top-rec.txt",
+                                  "-d", warmup + window + 10))
+            try:
+                rec_cpu = self.cpu_over(rec, warmup, window, "pyinspect record")
+            finally:
+                stop_gently(rec)
+            top_theirs = self.cpu_in_pty(self.theirs("top", "--pid", t.pid, "-r", 100), warmup, window, "py-spy top")
+        self.results.add("top-overhead (top - record)", top_ours - rec_cpu, None, "<= 5% of a core",
+                         verdict(top_ours - rec_cpu <= 5), "%",
+                         f"top {top_ours:.1f}%, record {rec_cpu:.1f}%, py-spy top {top_theirs:.1f}%; {window} s")
+
+    def cpu_over(self, proc, warmup, window, what, drain=None):
+        """CPU % of one core that proc uses over `window` seconds after `warmup`."""
+        deadline = time.monotonic() + warmup
+        while time.monotonic() < deadline:
+            if drain:
+                drain(0.05)
+            else:
+                time.sleep(0.05)
+            if proc.poll() is not None:
+                err = proc.screen if hasattr(proc, "screen") else stderr_of(proc)
+                reason = first_line(err)
+                if not_implemented(err):
+                    reason = f"not-implemented: {reason}"
+                raise Skip(f"{what} exited early: {reason}")
+        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        end = t0 + window
+        while time.monotonic() < end:
+            if drain:
+                drain(0.05)
+            else:
+                time.sleep(0.05)
+        return (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0) * 100
+
+    def cpu_in_pty(self, cmd, warmup, window, what):
+        """Run an interactive view in a 120x40 pseudo-terminal, keep reading
+        its screen output (as a terminal would), measure its CPU, quit it."""
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        os.close(slave)
+        screen = bytearray()
+
+        def drain(timeout):
+            ready, _, _ = select.select([master], [], [], timeout)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    return
+                screen.extend(chunk)
+                del screen[:-4096]
+                proc.screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode(errors="replace"))
+
+        proc.screen = ""
+        try:
+            return self.cpu_over(proc, warmup, window, what, drain)
+        finally:
+            try:
+                os.write(master, b"q")
+            except OSError:
+                pass
+            deadline = time.monotonic() + 1.5
+            while proc.poll() is None and time.monotonic() < deadline:
+                drain(0.05)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # py-spy top quits only on Ctrl-C
+                deadline = time.monotonic() + 3
+                while proc.poll() is None and time.monotonic() < deadline:
+                    drain(0.05)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            os.close(master)
+
+    # 8
+    def accuracy(self):
+        secs = 8 if self.quick else 20
+        shares, truth = {}, {}
+        with Target(self.python, "accuracy.py") as t:
+            for who in ("ours", "theirs"):
+                out = self.tmp / f"accuracy-{who}.txt"
+                tool = self.ours if who == "ours" else self.theirs
+                prof = spawn(tool("record", "--pid", t.pid, "-r", 200, "-f", "raw", "-o", out, "-d", secs + 10))
+                time.sleep(1.0)
+                name = "pyinspect" if who == "ours" else "py-spy"
+                early_exit(prof, f"{name} record")
+                answer = t.ask(secs, secs + 30)
+                stop_gently(prof)
+                if not answer or not answer.startswith("share "):
+                    raise RuntimeError(f"accuracy.py answered {answer!r}")
+                truth[who] = float(answer.split()[1]) * 100
+                # Only samples inside `work` count: before and after the
+                # request the fixture waits on stdin.
+                in_work = [(frames, c) for frames, c in read_raw(out)
+                           if any(function_of(f) == "work" for f in frames)]
+                total = sum(c for _, c in in_work)
+                if not total:
+                    raise Skip(f"{name}: no samples inside work()")
+                hot = sum(c for frames, c in in_work if any(function_of(f) == "hot" for f in frames))
+                shares[who] = hot / total * 100
+        err = {k: abs(shares[k] - truth[k]) for k in shares}
+        self.results.add("accuracy hot-share error", err["ours"], err["theirs"], "within 2 pp",
+                         verdict(err["ours"] <= 2), "pp",
+                         f"sampled {shares['ours']:.1f}% vs true {truth['ours']:.1f}%; "
+                         f"py-spy {shares['theirs']:.1f}% vs {truth['theirs']:.1f}%; 200 Hz, {secs} s",
+                         {"sampled_pct": {"pyinspect": shares["ours"], "py-spy": shares["theirs"]},
+                          "true_pct": {"pyinspect": truth["ours"], "py-spy": truth["theirs"]}})
+
+
+SCENARIOS = [
+    ("dump-4threads", Bench.dump_4threads),
+    ("dump-200threads", Bench.dump_200threads),
+    ("dump-900frames", Bench.dump_900frames),
+    ("dump-native-3threads", Bench.dump_native_3threads),
+    ("record-cpu-per-sample", Bench.record_cpu_per_sample),
+    ("record-native-rate", Bench.record_native_rate),
+    ("record-150-native-threads", Bench.record_150_native_threads),
+    ("top-overhead", Bench.top_overhead),
+    ("accuracy", Bench.accuracy),
+]
+
+
+# ---------------------------------------------------------------- set-up
+
+
+def build_measure(tmp):
+    out = tmp / "measure"
+    done = subprocess.run(["gcc", "-O2", "-o", out, ROOT / "bench" / "measure.c"], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench: gcc failed on bench/measure.c: {first_line(done.stderr)}")
+    return str(out)
+
+
+def build():
+    print("building: cargo build --release", flush=True)
+    done = subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT)
+    if done.returncode != 0:
+        sys.exit("bench: cargo build --release failed")
+
+
+def pyspy_version(path):
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return None
+    return out.split()[-1] if out.split() else None
+
+
+def find_pyspy(python):
+    """py-spy 0.4.3 from PATH or next to the target Python; else pip-install
+    it into that Python (pyenv's, so no system packages are touched)."""
+    candidates = [shutil.which("py-spy"), str(Path(python).parent / "py-spy")]
+    for c in candidates:
+        if c and Path(c).exists() and pyspy_version(c) == PYSPY_VERSION:
+            return c
+    print(f"installing py-spy=={PYSPY_VERSION} with pip", flush=True)
+    subprocess.run([python, "-m", "pip", "install", "-q", f"py-spy=={PYSPY_VERSION}"], check=True)
+    c = str(Path(python).parent / "py-spy")
+    if pyspy_version(c) != PYSPY_VERSION:
+        sys.exit(f"bench: could not get py-spy {PYSPY_VERSION}")
+    return c
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter records (~2 min)")
+    parser.add_argument("--only", help="comma-separated scenario names (or prefixes) to run")
+    parser.add_argument("--python", default=DEFAULT_PYTHON, help="Python that runs the target programs")
+    parser.add_argument("--json", metavar="OUT", help="also save the results as JSON")
+    parser.add_argument("--no-build", action="store_true", help="use target/release/pyinspect as it is")
+    parser.add_argument("--pyinspect", metavar="PATH",
+                        help="benchmark this pyinspect binary instead of building target/release/pyinspect")
+    args = parser.parse_args()
+    global PYINSPECT
+    if args.pyinspect:
+        PYINSPECT = Path(args.pyinspect).resolve()
+        args.no_build = True
+
+    chosen = SCENARIOS
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        chosen = [(n, f) for n, f in SCENARIOS if any(n.startswith(w) for w in wanted)]
+        if not chosen:
+            sys.exit(f"bench: no scenario matches {args.only!r}; have: {', '.join(n for n, _ in SCENARIOS)}")
+
+    if os.geteuid() != 0:
+        print("bench: warning: not root; attaching may need CAP_SYS_PTRACE", file=sys.stderr)
+    if not args.no_build:
+        build()
+    pyspy = find_pyspy(args.python)
+
+    load = os.getloadavg()
+    started = time.monotonic()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    version = subprocess.run([args.python, "-c", "import sys; print(sys.version.split()[0])"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"pyinspect {commit} vs py-spy {PYSPY_VERSION}; target Python {version} ({args.python})")
+    print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+          f"{'; --quick' if args.quick else ''}")
+    if load[0] > (os.cpu_count() or 1):
+        print("warning: the load average is above the CPU count; expect slow, noisy figures")
+    print()
+    print(HEADER, flush=True)
+
+    results = Results()
+    bench = Bench(args, pyspy, results)
+    global MEASURE
+    MEASURE = build_measure(bench.tmp)
+    try:
+        for name, scenario in chosen:
+            try:
+                scenario(bench)
+            except Skip as e:
+                results.skip(name, str(e))
+            except Exception as e:  # one broken scenario must not hide the others
+                results.add(name, None, None, "", "ERROR", note=f"{type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(bench.tmp, ignore_errors=True)
+
+    elapsed = time.monotonic() - started
+    counts = {}
+    for row in results.rows:
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    print()
+    print(f"summary ({elapsed:.0f} s, load average now {os.getloadavg()[0]:.2f}): "
+          + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    print(HEADER)
+    for row in results.rows:
+        print(format_row(row))
+
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "pyinspect_commit": commit,
+            "py_spy_version": PYSPY_VERSION,
+            "python": version,
+            "cpus": os.cpu_count(),
+            "load_average_start": load,
+            "quick": args.quick,
+            "elapsed_s": elapsed,
+            "results": results.rows,
+        }, indent=2) + "\n")
+        print(f"results saved to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
