@@ -279,7 +279,13 @@ impl App {
             let wait = next_refresh
                 .saturating_duration_since(Instant::now())
                 .min(POLL);
-            if !event::poll(wait)? {
+            // Wait on the terminal ourselves: once it is hung up, crossterm's
+            // reader loops forever on end-of-file, so it is only asked when
+            // the terminal is still there, and then without waiting.
+            if wait_for_terminal(wait) == TerminalWait::Gone {
+                return Ok(());
+            }
+            if !event::poll(Duration::ZERO)? {
                 continue;
             }
             match event::read()? {
@@ -411,4 +417,33 @@ fn install_panic_hook() {
                 .push(info.to_string());
         }
     }));
+}
+
+#[derive(PartialEq, Eq)]
+enum TerminalWait {
+    Ready,
+    Gone,
+}
+
+/// Wait up to `timeout` for input on the terminal. `Gone` when it was
+/// closed under us (a killed tmux pane, a dropped ssh session), where a
+/// hang-up signal does not always reach us.
+fn wait_for_terminal(timeout: Duration) -> TerminalWait {
+    // SAFETY: isatty and poll on our own standard input, with a timeout.
+    if unsafe { libc::isatty(0) } != 1 {
+        std::thread::sleep(timeout);
+        return TerminalWait::Ready;
+    }
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let n = unsafe { libc::poll(&mut fd, 1, ms) };
+    if n > 0 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        TerminalWait::Gone
+    } else {
+        TerminalWait::Ready
+    }
 }
