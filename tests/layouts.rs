@@ -13,7 +13,7 @@
 //! How to make a table for a new CPython version:
 //! 1. add its C expressions to [`probe`] (start from the newest version's
 //!    branch; a field the new headers lack fails to compile, which tells you
-//!    what moved), add it to [`EXPECTED`];
+//!    what moved), add it to the required versions in `tests/common/mod.rs`;
 //! 2. copy the newest `src/cpython_layouts/v3_*.rs` to the new version, list it
 //!    in `ALL`, and run `cargo test --test layouts`: the failure lists every
 //!    field whose value differs, with the header's value — copy those in;
@@ -29,18 +29,8 @@ use pyinspect::cpython_layouts::{
     InstrPosition, Layout, LongFormat, StringLayout,
 };
 
-/// (major, minor) that must be installed under pyenv.
-const EXPECTED: &[(u8, u8)] = &[
-    (2, 7),
-    (3, 6),
-    (3, 7),
-    (3, 8),
-    (3, 9),
-    (3, 10),
-    (3, 11),
-    (3, 12),
-    (3, 13),
-];
+mod common;
+
 const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
 const DEBIAN_HEADERS_PACKAGE: &str = "libpython3.11-dev (or python3.11-dev)";
 
@@ -51,19 +41,6 @@ struct Interpreter {
     major: u8,
     minor: u8,
     includes: Vec<PathBuf>,
-}
-
-fn pyenv_root() -> PathBuf {
-    if let Ok(out) = Command::new("pyenv").arg("root").output() {
-        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if out.status.success() && !s.is_empty() {
-            return PathBuf::from(s);
-        }
-    }
-    if let Some(r) = std::env::var_os("PYENV_ROOT") {
-        return PathBuf::from(r);
-    }
-    PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".pyenv")
 }
 
 /// Ask the interpreter for its version and header directories (2.7-compatible code).
@@ -102,56 +79,28 @@ fn describe(label: String, python: PathBuf) -> Result<Interpreter, String> {
     })
 }
 
-/// Every pyenv interpreter, and errors for the ones that do not answer.
-fn pyenv_interpreters() -> (Vec<Interpreter>, Vec<String>) {
+/// Every interpreter the test must cover (the shared harness fails when an
+/// expected one is missing), with its header directories; missing headers
+/// are errors, not skips.
+fn interpreters() -> Result<Vec<Interpreter>, Vec<String>> {
     let mut found = Vec::new();
     let mut errors = Vec::new();
-    let versions = pyenv_root().join("versions");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&versions)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    for dir in dirs {
-        let python = dir.join("bin/python");
-        if !python.exists() {
-            continue;
-        }
-        let label = format!(
-            "pyenv {}",
-            dir.file_name().unwrap_or_default().to_string_lossy()
-        );
-        match describe(label, python) {
-            Ok(i) => found.push(i),
+    for i in common::interpreters() {
+        match describe(i.label.clone(), i.python.clone()) {
+            Ok(d) if !d.includes.iter().any(|p| p.join("Python.h").exists()) => {
+                let fix = if i.python == Path::new(DEBIAN_PYTHON) {
+                    format!("install the apt package {DEBIAN_HEADERS_PACKAGE}")
+                } else {
+                    "reinstall it with its headers".to_string()
+                };
+                errors.push(format!(
+                    "the headers of {} are missing (no Python.h in {:?}): {fix}",
+                    i.label, d.includes
+                ));
+            }
+            Ok(d) => found.push(d),
             Err(e) => errors.push(e),
         }
-    }
-    (found, errors)
-}
-
-/// Every interpreter the test must cover; missing ones are errors, not skips.
-fn interpreters() -> Result<Vec<Interpreter>, Vec<String>> {
-    let (mut found, mut errors) = pyenv_interpreters();
-    let versions = pyenv_root().join("versions");
-    for &(major, minor) in EXPECTED {
-        if !found.iter().any(|i| (i.major, i.minor) == (major, minor)) {
-            errors.push(format!(
-                "no pyenv interpreter {major}.{minor} under {}: install it (pyenv install {major}.{minor})",
-                versions.display()
-            ));
-        }
-    }
-    match describe("debian".into(), PathBuf::from(DEBIAN_PYTHON)) {
-        Ok(i) if (i.major, i.minor) != (3, 11) => errors.push(format!(
-            "{DEBIAN_PYTHON} is {}.{}, expected 3.11",
-            i.major, i.minor
-        )),
-        Ok(i) if !i.includes.iter().any(|d| d.join("Python.h").exists()) => errors.push(format!(
-            "the headers of {DEBIAN_PYTHON} are missing (no Python.h in {:?}): install the apt \
-             package {DEBIAN_HEADERS_PACKAGE}",
-            i.includes
-        )),
-        Ok(i) => found.push(i),
-        Err(e) => errors.push(format!("{e} (install apt package python3.11)")),
     }
     if errors.is_empty() {
         Ok(found)
@@ -977,11 +926,11 @@ fn tables_match_interpreter_headers() {
 }
 
 fn pyenv_interpreter(major: u8, minor: u8) -> Interpreter {
-    let (found, errors) = pyenv_interpreters();
-    found
-        .into_iter()
-        .find(|i| (i.major, i.minor) == (major, minor))
-        .unwrap_or_else(|| panic!("no pyenv interpreter {major}.{minor}; {errors:?}"))
+    let i = common::interpreters()
+        .iter()
+        .find(|i| i.version == (major as u32, minor as u32) && i.label.starts_with("pyenv"))
+        .unwrap_or_else(|| panic!("no pyenv interpreter {major}.{minor}"));
+    describe(i.label.clone(), i.python.clone()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `debug_offsets::V3_13` lists the members of 3.13's `_Py_DebugOffsets` in
