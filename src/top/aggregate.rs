@@ -252,7 +252,8 @@ impl Aggregator {
             let loc = Location {
                 function: base.function.clone(),
                 file: base.file.clone(),
-                line: Some(line),
+                // Native frames without DWARF lines: show the module alone.
+                line: (line != 0).then_some(line),
             };
             locations.push(loc);
             (locations.len() - 1) as u32
