@@ -87,7 +87,7 @@ fn load_bias(obj: &object::File, maps: &[&MapEntry]) -> Option<u64> {
     let first = maps.iter().min_by_key(|m| m.offset)?;
     for seg in obj.segments() {
         let (off, size) = seg.file_range();
-        if first.offset >= off && first.offset < off + size.max(1) {
+        if first.offset >= off && first.offset < off.saturating_add(size.max(1)) {
             let linked = seg.address().wrapping_sub(off).wrapping_add(first.offset);
             return Some(first.start.wrapping_sub(linked));
         }

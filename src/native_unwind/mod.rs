@@ -551,7 +551,7 @@ impl NativeUnwinder {
         if let Some((slot, ra)) = self.scan(sp, stack_end, callee_start, stack, mem) {
             if slot == bp.wrapping_add(8) && bp >= sp {
                 if let Ok(saved_bp) = stack.read_u64(bp) {
-                    regs.set_sp(bp + 16);
+                    regs.set_sp(bp.wrapping_add(16));
                     regs.set_bp(saved_bp);
                     return (Some(ra), UnwindMethod::FramePointer);
                 }
@@ -579,9 +579,10 @@ impl NativeUnwinder {
         }
         // Nothing within the scan window: a large frame with a frame pointer.
         if bp > sp && bp - sp < FP_MAX_FRAME && bp.is_multiple_of(8) {
-            if let (Ok(ra), Ok(saved_bp)) = (stack.read_u64(bp + 8), stack.read_u64(bp)) {
+            if let (Ok(ra), Ok(saved_bp)) = (stack.read_u64(bp.wrapping_add(8)), stack.read_u64(bp))
+            {
                 if self.is_return_address(ra, mem) {
-                    regs.set_sp(bp + 16);
+                    regs.set_sp(bp.wrapping_add(16));
                     regs.set_bp(saved_bp);
                     return (Some(ra), UnwindMethod::FramePointer);
                 }

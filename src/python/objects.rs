@@ -46,7 +46,7 @@ impl<'a> ObjReader<'a> {
         if obj == 0 {
             return Err(bad(obj));
         }
-        self.ptr(obj + self.layout.object.ob_type)
+        self.ptr(obj.wrapping_add(self.layout.object.ob_type))
     }
 
     /// `tp_name` of the object's type, cached per type.
@@ -55,7 +55,7 @@ impl<'a> ObjReader<'a> {
         if let Some(n) = self.type_names.borrow().get(&t) {
             return Ok(n.clone());
         }
-        let p = self.ptr(t + self.layout.object.tp_name)?;
+        let p = self.ptr(t.wrapping_add(self.layout.object.tp_name))?;
         let name = self.c_string(p, 128)?;
         self.type_names.borrow_mut().insert(t, name.clone());
         Ok(name)
@@ -76,7 +76,9 @@ impl<'a> ObjReader<'a> {
     }
 
     fn ob_size(&self, obj: u64) -> R<i64> {
-        Ok(self.mem.read_u64(obj + self.layout.object.ob_size)? as i64)
+        Ok(self
+            .mem
+            .read_u64(obj.wrapping_add(self.layout.object.ob_size))? as i64)
     }
 
     /// A `str` (or 2.7 `str`/`unicode`) object's text, up to `max_chars`
@@ -103,11 +105,11 @@ impl<'a> ObjReader<'a> {
                 }
                 let n = (len as u64).min(max_chars);
                 let data = if compact && ascii {
-                    obj + ascii_size
+                    obj.wrapping_add(*ascii_size)
                 } else if compact {
-                    obj + compact_size
+                    obj.wrapping_add(*compact_size)
                 } else {
-                    self.ptr(obj + data_ptr)?
+                    self.ptr(obj.wrapping_add(*data_ptr))?
                 };
                 let bytes = self
                     .mem
@@ -120,12 +122,12 @@ impl<'a> ObjReader<'a> {
                 unicode_str,
             } => {
                 if self.type_name(obj)? == "unicode" {
-                    let len = self.mem.read_u64(obj + unicode_length)? as i64;
+                    let len = self.mem.read_u64(obj.wrapping_add(*unicode_length))? as i64;
                     if len < 0 {
                         return Err(bad(obj));
                     }
                     let n = (len as u64).min(max_chars);
-                    let p = self.ptr(obj + unicode_str)?;
+                    let p = self.ptr(obj.wrapping_add(*unicode_str))?;
                     let bytes = self.mem.read_vec(p, (n * 4) as usize, 4 << 20)?;
                     Ok((strings::decode_py2_unicode_ucs4(&bytes), n < len as u64))
                 } else {
@@ -153,9 +155,11 @@ impl<'a> ObjReader<'a> {
             return Err(bad(obj));
         }
         let n = (len as u64).min(max);
-        let v = self
-            .mem
-            .read_vec(obj + self.layout.object.bytes_data, n as usize, 16 << 20)?;
+        let v = self.mem.read_vec(
+            obj.wrapping_add(self.layout.object.bytes_data),
+            n as usize,
+            16 << 20,
+        )?;
         Ok((v, n < len as u64))
     }
 
@@ -167,7 +171,7 @@ impl<'a> ObjReader<'a> {
         }
         let n = (len as u64).min(max);
         let raw = self.mem.read_vec(
-            obj + self.layout.object.tuple_items,
+            obj.wrapping_add(self.layout.object.tuple_items),
             (n * 8) as usize,
             8 << 20,
         )?;
@@ -183,7 +187,7 @@ impl<'a> ObjReader<'a> {
             return Err(bad(obj));
         }
         let n = (len as u64).min(max);
-        let items = self.ptr(obj + self.layout.object.list_items)?;
+        let items = self.ptr(obj.wrapping_add(self.layout.object.list_items))?;
         let raw = self.mem.read_vec(items, (n * 8) as usize, 8 << 20)?;
         Ok((
             raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(),
@@ -194,11 +198,11 @@ impl<'a> ObjReader<'a> {
     /// Members of a set or frozenset, at most `max`.
     pub fn set_items(&self, obj: u64, max: u64) -> R<Vec<u64>> {
         let o = &self.layout.object;
-        let mask = self.mem.read_u64(obj + o.set_mask)?;
+        let mask = self.mem.read_u64(obj.wrapping_add(o.set_mask))?;
         if mask >= MAX_DICT_ENTRIES {
             return Err(bad(obj));
         }
-        let table = self.ptr(obj + o.set_table)?;
+        let table = self.ptr(obj.wrapping_add(o.set_table))?;
         let raw = self
             .mem
             .read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
@@ -219,7 +223,7 @@ impl<'a> ObjReader<'a> {
                 (s < 0, s.unsigned_abs(), digits)
             }
             LongFormat::LvTag { tag, digits } => {
-                let t = self.mem.read_u64(obj + tag)?;
+                let t = self.mem.read_u64(obj.wrapping_add(tag))?;
                 ((t & 3) == 2, t >> 3, digits)
             }
         };
@@ -231,7 +235,7 @@ impl<'a> ObjReader<'a> {
         }
         let raw = self
             .mem
-            .read_vec(obj + digits_at, (n * 4) as usize, 1 << 20)?;
+            .read_vec(obj.wrapping_add(digits_at), (n * 4) as usize, 1 << 20)?;
         Ok((
             neg,
             raw.chunks_exact(4)
@@ -245,7 +249,7 @@ impl<'a> ObjReader<'a> {
         if let Some(ival) = self.layout.object.int_value {
             // 2.7's bool is an int subtype with the same layout.
             if matches!(self.type_name(obj)?.as_str(), "int" | "bool") {
-                return self.mem.read_u64(obj + ival);
+                return self.mem.read_u64(obj.wrapping_add(ival));
             }
         }
         let (_, d) = self.long_digits(obj)?;
@@ -259,7 +263,7 @@ impl<'a> ObjReader<'a> {
     pub fn int_repr(&self, obj: u64) -> R<String> {
         if let Some(ival) = self.layout.object.int_value {
             if self.type_name(obj)? == "int" {
-                return Ok((self.mem.read_u64(obj + ival)? as i64).to_string());
+                return Ok((self.mem.read_u64(obj.wrapping_add(ival))? as i64).to_string());
             }
         }
         let (neg, d) = self.long_digits(obj)?;
@@ -270,11 +274,11 @@ impl<'a> ObjReader<'a> {
     pub fn dict_items(&self, dict: u64, max: u64) -> R<Vec<(u64, u64)>> {
         match &self.layout.dict {
             DictLayout::Py2 { mask, table } => {
-                let m = self.mem.read_u64(dict + mask)?;
+                let m = self.mem.read_u64(dict.wrapping_add(*mask))?;
                 if m >= MAX_DICT_ENTRIES {
                     return Err(bad(dict));
                 }
-                let t = self.ptr(dict + table)?;
+                let t = self.ptr(dict.wrapping_add(*table))?;
                 let raw = self.mem.read_vec(t, ((m + 1) * 24) as usize, 8 << 20)?;
                 Ok(raw
                     .chunks_exact(24)
@@ -289,11 +293,11 @@ impl<'a> ObjReader<'a> {
                 keys,
                 values_array,
             } => {
-                let k = self.ptr(dict + ma_keys)?;
-                let values = self.ptr(dict + ma_values)?;
+                let k = self.ptr(dict.wrapping_add(*ma_keys))?;
+                let values = self.ptr(dict.wrapping_add(*ma_values))?;
                 self.keys_items(
                     k,
-                    (values != 0).then_some(values + values_array),
+                    (values != 0).then_some(values.wrapping_add(*values_array)),
                     *keys,
                     max,
                 )
@@ -315,8 +319,8 @@ impl<'a> ObjReader<'a> {
                 dk_nentries,
                 dk_indices,
             } => {
-                let size = self.mem.read_u64(k + dk_size)?;
-                let n = self.mem.read_u64(k + dk_nentries)?;
+                let size = self.mem.read_u64(k.wrapping_add(dk_size))?;
+                let n = self.mem.read_u64(k.wrapping_add(dk_nentries))?;
                 if size > MAX_DICT_ENTRIES * 2 || !size.is_power_of_two() || n > size {
                     return Err(bad(k));
                 }
@@ -326,7 +330,7 @@ impl<'a> ObjReader<'a> {
                     0x10000..=0xffff_ffff => 4,
                     _ => 8,
                 };
-                (k + dk_indices + size * width, n, 24u64, 8u64)
+                (k.wrapping_add(dk_indices + size * width), n, 24u64, 8u64)
             }
             DictKeysLayout::Log2 {
                 dk_log2_size,
@@ -336,15 +340,21 @@ impl<'a> ObjReader<'a> {
                 dk_indices,
             } => {
                 let mut hdr = [0u8; 3];
-                self.mem.read(k + dk_log2_size, &mut hdr[..1])?;
-                self.mem.read(k + dk_log2_index_bytes, &mut hdr[1..2])?;
-                self.mem.read(k + dk_kind, &mut hdr[2..3])?;
-                let n = self.mem.read_u64(k + dk_nentries)?;
+                self.mem.read(k.wrapping_add(dk_log2_size), &mut hdr[..1])?;
+                self.mem
+                    .read(k.wrapping_add(dk_log2_index_bytes), &mut hdr[1..2])?;
+                self.mem.read(k.wrapping_add(dk_kind), &mut hdr[2..3])?;
+                let n = self.mem.read_u64(k.wrapping_add(dk_nentries))?;
                 if hdr[0] > 30 || hdr[1] > 34 || n > (1u64 << hdr[0]) {
                     return Err(bad(k));
                 }
                 let (size, key_off) = if hdr[2] == 0 { (24, 8) } else { (16, 0) };
-                (k + dk_indices + (1u64 << hdr[1]), n, size, key_off)
+                (
+                    k.wrapping_add(dk_indices + (1u64 << hdr[1])),
+                    n,
+                    size,
+                    key_off,
+                )
             }
         };
         let n = n.min(MAX_DICT_ENTRIES);
@@ -392,8 +402,9 @@ impl<'a> ObjReader<'a> {
     pub fn instance_attr(&self, obj: u64, name: &str) -> R<Option<u64>> {
         let o = &self.layout.object;
         let t = self.type_of(obj)?;
-        let flags = self.mem.read_u64(t + o.tp_flags)?;
-        let cached_keys = || -> R<u64> { self.ptr(t + o.ht_cached_keys.ok_or_else(|| bad(t))?) };
+        let flags = self.mem.read_u64(t.wrapping_add(o.tp_flags))?;
+        let cached_keys =
+            || -> R<u64> { self.ptr(t.wrapping_add(o.ht_cached_keys.ok_or_else(|| bad(t))?)) };
         let (keys_layout, values_array) = match &self.layout.dict {
             DictLayout::Compact {
                 keys, values_array, ..
@@ -404,7 +415,7 @@ impl<'a> ObjReader<'a> {
             let kl = keys_layout.ok_or_else(|| bad(obj))?;
             let items = self.keys_items(
                 cached_keys()?,
-                Some(values + values_array),
+                Some(values.wrapping_add(values_array)),
                 kl,
                 MAX_DICT_ENTRIES,
             )?;
@@ -426,7 +437,7 @@ impl<'a> ObjReader<'a> {
                 let w = self.ptr(obj.wrapping_add_signed(dict_or_values))?;
                 if w & 1 != 0 {
                     // Tagged: the word is the values pointer minus one.
-                    return split(w + 1);
+                    return split(w.wrapping_add(1));
                 }
                 w
             }
@@ -437,17 +448,17 @@ impl<'a> ObjReader<'a> {
             } if flags & flag != 0 => {
                 let d = self.ptr(obj.wrapping_add_signed(dict))?;
                 if d == 0 && flags & inline_flag != 0 {
-                    let basic = self.mem.read_u64(t + o.tp_basicsize)?;
-                    return split(obj + basic);
+                    let basic = self.mem.read_u64(t.wrapping_add(o.tp_basicsize))?;
+                    return split(obj.wrapping_add(basic));
                 }
                 d
             }
             _ => {
-                let off = self.mem.read_u64(t + o.tp_dictoffset)? as i64;
+                let off = self.mem.read_u64(t.wrapping_add(o.tp_dictoffset))? as i64;
                 if off <= 0 || off > 1 << 20 {
                     return Ok(None);
                 }
-                self.ptr(obj + off as u64)?
+                self.ptr(obj.wrapping_add(off as u64))?
             }
         };
         if dict == 0 {
@@ -488,7 +499,7 @@ impl<'a> ObjReader<'a> {
                     }
                 }
                 "float" => {
-                    let v = f64::from_bits(self.mem.read_u64(obj + o.float_value)?);
+                    let v = f64::from_bits(self.mem.read_u64(obj.wrapping_add(o.float_value))?);
                     out.push_str(&float_repr(v));
                 }
                 "str" if !py2 => {
@@ -651,6 +662,57 @@ pub fn float_repr(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpython_layouts::ALL;
+    use crate::memory::SliceMemory;
+
+    /// Objects of every container type whose lengths and pointers are
+    /// corrupt: huge, negative, or near the top of the address space.
+    #[test]
+    fn corrupt_objects_render_without_panicking() {
+        const BASE: u64 = 0x10_0000;
+        for layout in ALL {
+            let o = &layout.object;
+            let mut mem = SliceMemory::new();
+            let mut region = vec![0u8; 0x4000];
+            fn put(region: &mut [u8], at: u64, v: u64) {
+                let at = at as usize;
+                region[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            let names = [
+                "list", "tuple", "dict", "set", "str", "int", "bytes", "unicode",
+            ];
+            for (i, name) in names.iter().enumerate() {
+                let ty = 0x1000 + i as u64 * 0x100;
+                put(&mut region, ty + o.tp_name, BASE + ty + 0x80);
+                let nb = (ty + 0x80) as usize;
+                region[nb..nb + name.len()].copy_from_slice(name.as_bytes());
+                for (j, bad) in [i64::MAX as u64, u64::MAX, u64::MAX - 7, 1 << 40]
+                    .iter()
+                    .enumerate()
+                {
+                    let obj = 0x2000 + (i * 4 + j) as u64 * 0x80;
+                    put(&mut region, obj + o.ob_type, BASE + ty);
+                    // Every other word of the object holds the corrupt value.
+                    for w in (0..0x80).step_by(8) {
+                        if w != o.ob_type {
+                            put(&mut region, obj + w, *bad);
+                        }
+                    }
+                }
+            }
+            mem.add(BASE, region);
+            let r = ObjReader::new(&mem, layout);
+            for obj in (0x2000..0x2000 + 32 * 0x80).step_by(0x80) {
+                let _ = r.repr(BASE + obj, 128);
+                let _ = r.instance_attr(BASE + obj, "x");
+            }
+            for obj in [0, u64::MAX, u64::MAX - 7, BASE + 0x3ff8] {
+                let _ = r.repr(obj, 128);
+                let _ = r.dict_items(obj, 16);
+                let _ = r.full_string(obj);
+            }
+        }
+    }
 
     #[test]
     fn big_ints_exact() {

@@ -45,12 +45,14 @@ impl<'m> PageCache<'m> {
                 }
                 let first = a & !(PAGE - 1);
                 let last = a.saturating_add(len as u64 - 1) & !(PAGE - 1);
-                let mut p = first;
-                while p <= last {
-                    if !pages.contains_key(&p) && !want.contains(&p) {
-                        want.push(p);
+                // At most three pages; checked so that the top page of the
+                // address space ends the walk instead of wrapping to zero.
+                let mut p = Some(first);
+                while let Some(page) = p.filter(|pg| *pg <= last) {
+                    if !pages.contains_key(&page) && !want.contains(&page) {
+                        want.push(page);
                     }
-                    p += PAGE;
+                    p = page.checked_add(PAGE);
                 }
             }
         }
@@ -88,7 +90,7 @@ impl Memory for PageCache<'_> {
         let pages = self.pages.borrow();
         let mut done = 0usize;
         while done < buf.len() {
-            let a = addr + done as u64;
+            let a = addr.wrapping_add(done as u64);
             let page = a & !(PAGE - 1);
             let off = (a - page) as usize;
             let n = (PAGE as usize - off).min(buf.len() - done);
@@ -128,5 +130,14 @@ mod tests {
         assert_eq!(b[15], (4105u32 % 256) as u8);
         assert!(c.read_u64(0x20000).is_err());
         assert!(c.read_u64(0x10000 + 8190).is_err());
+    }
+
+    #[test]
+    fn top_of_address_space_is_an_error_not_a_hang() {
+        let m = SliceMemory::new();
+        let c = PageCache::new(&m);
+        assert!(c.read_u64(u64::MAX - 7).is_err());
+        assert!(c.read_u64(u64::MAX - 3).is_err());
+        c.prefetch([(u64::MAX - 100, 200)]);
     }
 }

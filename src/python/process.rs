@@ -325,7 +325,7 @@ fn scan_for_version(mem: &dyn Memory, addr: u64, size: u64) -> Option<Version> {
     while off < size {
         let n = CHUNK.min(size - off) as usize;
         let mut buf = vec![0u8; n];
-        if mem.read(addr + off, &mut buf).is_ok() {
+        if mem.read(addr.wrapping_add(off), &mut buf).is_ok() {
             for i in 0..n.saturating_sub(8) {
                 let c = buf[i];
                 if (c == b'2' || c == b'3') && buf[i + 1] == b'.' && (i == 0 || buf[i - 1] == 0) {
@@ -417,10 +417,12 @@ pub fn valid_interp(mem: &dyn Memory, layout: &Layout, interp: u64) -> bool {
     if interp == 0 || !interp.is_multiple_of(8) {
         return false;
     }
-    let Ok(ts) = mem.read_u64(interp + layout.interp.tstate_head) else {
+    let Ok(ts) = mem.read_u64(interp.wrapping_add(layout.interp.tstate_head)) else {
         return false;
     };
-    ts != 0 && ts.is_multiple_of(8) && mem.read_u64(ts + layout.thread.interp).ok() == Some(interp)
+    ts != 0
+        && ts.is_multiple_of(8)
+        && mem.read_u64(ts.wrapping_add(layout.thread.interp)).ok() == Some(interp)
 }
 
 fn find_interp_head(

@@ -116,11 +116,14 @@ impl Reader {
         let mut i = head;
         while i != 0 && out.len() < MAX_INTERPRETERS && seen.insert(i) {
             let id = match l.interp.id {
-                Some(off) => mem.read_u64(i + off).map(|v| v as i64).unwrap_or(-1),
+                Some(off) => mem
+                    .read_u64(i.wrapping_add(off))
+                    .map(|v| v as i64)
+                    .unwrap_or(-1),
                 None => -1,
             };
             out.push((i, id));
-            i = mem.read_u64(i + l.interp.next).unwrap_or(0);
+            i = mem.read_u64(i.wrapping_add(l.interp.next)).unwrap_or(0);
         }
         // Without an id field, number them from the oldest (the main one, last in the list).
         if l.interp.id.is_none() {
@@ -155,7 +158,9 @@ impl Reader {
         let mut out = Vec::new();
         for (interp, interp_id) in self.interpreters(mem)? {
             let mut seen = HashSet::new();
-            let mut ts = mem.read_u64(interp + l.interp.tstate_head).unwrap_or(0);
+            let mut ts = mem
+                .read_u64(interp.wrapping_add(l.interp.tstate_head))
+                .unwrap_or(0);
             while ts != 0 && out.len() < MAX_THREADS && seen.insert(ts) {
                 let mut buf = vec![0u8; l.thread.size as usize];
                 if let Err(e) = mem.read(ts, &mut buf) {
@@ -189,7 +194,7 @@ impl Reader {
                             current_frame,
                         } => match le_u64(&buf, cframe) {
                             0 => Ok(0),
-                            cf => mem.read_u64(cf + current_frame),
+                            cf => mem.read_u64(cf.wrapping_add(current_frame)),
                         },
                     };
                     match top {
@@ -311,12 +316,15 @@ impl Reader {
                 last_holder,
                 locked,
             } => {
-                let g = mem.read_u64(interp + ceval_gil).ok().filter(|g| *g != 0)?;
-                let locked = mem.read_u32(g + locked).ok()?;
+                let g = mem
+                    .read_u64(interp.wrapping_add(ceval_gil))
+                    .ok()
+                    .filter(|g| *g != 0)?;
+                let locked = mem.read_u32(g.wrapping_add(locked)).ok()?;
                 if locked == 0 {
                     return Some(0);
                 }
-                mem.read_u64(g + last_holder).ok()
+                mem.read_u64(g.wrapping_add(last_holder)).ok()
             }
             GilSource::Unknown => None,
         }
@@ -416,7 +424,7 @@ impl Reader {
         let l = &self.process.layout;
         let offset = match (l.frame.position.clone(), l.code.code_adaptive) {
             (InstrPosition::InstrPointer(_), Some(adaptive)) => {
-                f.instr.saturating_sub(f.code + adaptive)
+                f.instr.saturating_sub(f.code.wrapping_add(adaptive))
             }
             _ => f.instr,
         };
@@ -512,7 +520,7 @@ impl Reader {
         } else {
             Vec::new()
         };
-        let slots_at = f.addr + self.process.layout.frame.localsplus;
+        let slots_at = f.addr.wrapping_add(self.process.layout.frame.localsplus);
         let Ok(raw) = mem.read_vec(slots_at, names.len() * 8, 1 << 20) else {
             return Vec::new();
         };
@@ -530,7 +538,7 @@ impl Reader {
             if kinds.get(i).is_some_and(|k| k & 0xc0 != 0)
                 && objr.type_name(v).is_ok_and(|t| t == "cell")
             {
-                match mem.read_u64(v + self.process.layout.object.cell_ref) {
+                match mem.read_u64(v.wrapping_add(self.process.layout.object.cell_ref)) {
                     Ok(0) | Err(_) => continue,
                     Ok(inner) => v = inner,
                 }
@@ -571,14 +579,14 @@ impl Reader {
         let interps: HashSet<u64> = raw.iter().map(|t| t.interp).collect();
         for interp in interps {
             let scan = || -> Result<Vec<(u64, String)>, MemError> {
-                let modules = mem.read_u64(interp + l.interp.modules)?;
+                let modules = mem.read_u64(interp.wrapping_add(l.interp.modules))?;
                 if modules == 0 {
                     return Ok(Vec::new());
                 }
                 let Some(threading) = objr.dict_get(modules, "threading")? else {
                     return Ok(Vec::new());
                 };
-                let md = mem.read_u64(threading + l.object.module_dict)?;
+                let md = mem.read_u64(threading.wrapping_add(l.object.module_dict))?;
                 let Some(active) = objr.dict_get(md, "_active")? else {
                     return Ok(Vec::new());
                 };
@@ -623,7 +631,7 @@ fn calibrate_tid_offset(
         }
         let mut seen = HashSet::new();
         threads.iter().filter(|t| t.thread_id != 0).all(|t| {
-            mem.read_u32(t.thread_id + off)
+            mem.read_u32(t.thread_id.wrapping_add(off))
                 .is_ok_and(|v| tids.contains(&v) && seen.insert(v))
         })
     })
@@ -657,7 +665,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
         /// A corrupt or racing target: arbitrary bytes where the interpreter,
         /// threads, frames and objects should be. Every layout must come back
         /// with an error or a partial stack, never a panic or a hang.
@@ -669,7 +677,13 @@ mod tests {
                 .iter()
                 .enumerate()
                 .flat_map(|(i, w)| {
-                    let v = if (w ^ seed) % 3 == 0 { BASE + ((w % 4096) & !7) } else { *w };
+                    // And some near the top of the address space, where adding a
+                    // field offset overflows.
+                    let v = match (w ^ seed) % 6 {
+                        0 | 3 => BASE + ((w % 4096) & !7),
+                        1 => u64::MAX - (w % 512),
+                        _ => *w,
+                    };
                     let v = if i == 0 { BASE + 64 } else { v };
                     v.to_le_bytes()
                 })
