@@ -34,9 +34,10 @@ struct DumpArgs {
     /// One JSON object per process per line (JSON Lines).
     #[arg(short, long)]
     json: bool,
-    /// Show arguments and local variables of each Python frame.
-    #[arg(short, long)]
-    locals: bool,
+    /// Show arguments and local variables of each Python frame (repeat, -ll,
+    /// for longer values).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    locals: u8,
     /// Read without pausing the target (may show torn stacks).
     #[arg(long)]
     nonblocking: bool,
@@ -123,6 +124,12 @@ struct TopArgs {
     /// Merge native frames.
     #[arg(short, long)]
     native: bool,
+    /// Seconds between refreshes of the display.
+    #[arg(long, default_value = "1", value_parser = parse_delay, allow_hyphen_values = true)]
+    delay: Duration,
+    /// Show full file names rather than package-relative ones.
+    #[arg(long)]
+    full_filenames: bool,
     /// The program to launch and watch.
     #[arg(last = true)]
     command: Vec<String>,
@@ -170,7 +177,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             gil_only: a.gil,
             include_idle: a.idle,
             function_lines: a.function,
-            locals: false,
+            locals: 0,
             statuses: false,
         },
         threads: a.threads,
@@ -190,7 +197,19 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         native: a.native,
         idle: a.idle,
         gil: a.gil,
+        refresh: a.delay,
+        full_filenames: a.full_filenames,
     })
+}
+
+/// top's refresh interval: a tenth of a second to an hour.
+fn parse_delay(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "'{s}' is not a refresh delay (seconds, 0.1 to 3600)"
+        )),
+    }
 }
 
 fn main() {

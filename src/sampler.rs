@@ -58,8 +58,9 @@ pub struct SamplerConfig {
     pub include_idle: bool,
     /// Report co_firstlineno instead of the current line (record -F).
     pub function_lines: bool,
-    /// Arguments and locals of each frame (dump --locals).
-    pub locals: bool,
+    /// Arguments and locals of each frame (dump --locals): 0 for none, n
+    /// for values of up to n × 128 characters.
+    pub locals: u8,
     /// Read kernel states for every thread's status even when no thread is
     /// dropped for being idle (dump and top show the status).
     pub statuses: bool,

@@ -279,3 +279,12 @@ fn native_with_nonblocking_is_refused() {
     let line = assert_one_clean_error_line(&out);
     assert_mentions(&line, &["--nonblocking"]);
 }
+
+#[test]
+fn top_refuses_a_bad_delay() {
+    for delay in ["0", "-1", "abc", "99999"] {
+        let out = pyinspect(&["top", "--pid", "1", "--delay", delay]);
+        let line = assert_one_clean_error_line(&out);
+        assert_mentions(&line, &["delay"]);
+    }
+}

@@ -815,3 +815,45 @@ fn container_pid_namespace_maps_thread_ids() {
         },
     );
 }
+
+/// py-spy's `-ll`: repeating --locals allows longer values.
+#[test]
+fn repeated_locals_flag_allows_longer_values() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    for_each_interpreter(
+        "repeated_locals_flag_allows_longer_values",
+        |i| i.version == (3, 12) || i.version == (2, 7),
+        |interp| {
+            let code = "import sys, time\n\
+                        def parked():\n    text = 'x' * 600\n    sys.stdout.write('READY\\n')\n    sys.stdout.flush()\n    time.sleep(60)\n\
+                        parked()\n";
+            let mut child = Command::new(&interp.python)
+                .args(["-c", code])
+                .stdout(Stdio::piped())
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            let pid = child.id() as i32;
+            let repr_len = |flags: &[&str]| -> usize {
+                let process = dump_json(pid, flags).remove(0);
+                let frames = array_of(&threads_of(&process)[0]["frames"]);
+                let local = array_of(&frames[0]["locals"])
+                    .iter()
+                    .find(|l| str_of(&l["name"]) == "text")
+                    .cloned()
+                    .expect("the text local");
+                str_of(&local["repr"]).chars().count()
+            };
+            let (one, two) = (repr_len(&["-l"]), repr_len(&["-ll"]));
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(one <= 131, "-l gave {one} characters");
+            assert!((256..=259).contains(&two), "-ll gave {two} characters");
+        },
+    );
+}

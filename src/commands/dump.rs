@@ -10,7 +10,8 @@ use std::io::Write;
 pub struct DumpOptions {
     pub pid: i32,
     pub json: bool,
-    pub locals: bool,
+    /// 0: none; n: arguments and locals, each value up to n × 128 characters.
+    pub locals: u8,
     pub nonblocking: bool,
     pub subprocesses: bool,
     pub native: bool,

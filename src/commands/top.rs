@@ -37,9 +37,11 @@ pub struct TopOptions {
     pub native: bool,
     pub idle: bool,
     pub gil: bool,
+    /// How often the tables refresh (py-spy's `--delay`).
+    pub refresh: Duration,
+    pub full_filenames: bool,
 }
 
-const REFRESH: Duration = Duration::from_secs(1);
 /// The first refresh comes sooner, so the screen is not empty for a second.
 const FIRST_REFRESH: Duration = Duration::from_millis(300);
 /// How often queued ticks are folded in between refreshes.
@@ -181,7 +183,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         gil_only: false,
         include_idle: opts.idle,
         function_lines: false,
-        locals: false,
+        locals: 0,
         statuses: true,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
@@ -205,6 +207,8 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         interval: Duration::from_secs_f64(1.0 / opts.rate),
         ended: false,
         log: log.map(|l| l.display().to_string()),
+        refresh: opts.refresh,
+        full_filenames: opts.full_filenames,
     };
     let result = {
         install_panic_hook();
@@ -234,6 +238,8 @@ struct App {
     interval: Duration,
     ended: bool,
     log: Option<String>,
+    refresh: Duration,
+    full_filenames: bool,
 }
 
 impl App {
@@ -242,7 +248,7 @@ impl App {
         terminal: &mut Terminal<CrosstermBackend<std::io::Stdout>>,
         rx: &Receiver<Msg>,
     ) -> anyhow::Result<()> {
-        let mut next_refresh = Instant::now() + FIRST_REFRESH;
+        let mut next_refresh = Instant::now() + FIRST_REFRESH.min(self.refresh);
         let mut dirty = true;
         loop {
             loop {
@@ -269,7 +275,7 @@ impl App {
             let now = Instant::now();
             if now >= next_refresh {
                 self.refresh();
-                next_refresh = now + REFRESH;
+                next_refresh = now + self.refresh;
                 dirty = true;
             }
             if dirty {
@@ -323,12 +329,18 @@ impl App {
             }
         }
         let pid = self.root_pid;
+        let full = self.full_filenames;
         let threads = t
             .processes
             .iter()
             .flat_map(|p| p.threads.iter().map(move |th| (p.pid, th)));
-        self.agg
-            .add_threads(threads, t.weight, &mut |f| short_filename(f, pid));
+        self.agg.add_threads(threads, t.weight, &mut |f| {
+            if full {
+                f.to_string()
+            } else {
+                short_filename(f, pid)
+            }
+        });
     }
 
     fn end(&mut self, why: String) {

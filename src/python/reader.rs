@@ -43,7 +43,8 @@ struct CodeInfo {
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReadOptions {
-    pub locals: bool,
+    /// 0: no locals; n: locals rendered up to n × 128 characters each.
+    pub locals: u8,
     pub names: bool,
     /// Report each frame's first line (`co_firstlineno`) instead of the
     /// current one, so that samples aggregate by function (`record -F`).
@@ -384,8 +385,9 @@ impl Reader {
                         };
                         let mut fr =
                             Frame::python(ci.function.to_string(), ci.file.to_string(), line);
-                        if opts.locals {
-                            fr.locals = Some(self.locals(&cache, &ci, f));
+                        if opts.locals > 0 {
+                            let chars = LOCAL_REPR_CHARS * opts.locals as usize;
+                            fr.locals = Some(self.locals(&cache, &ci, f, chars));
                         }
                         frames.push(fr);
                         entries.push(f.is_entry);
@@ -509,7 +511,7 @@ impl Reader {
         Ok(Some(ci))
     }
 
-    fn locals(&self, mem: &dyn Memory, ci: &CodeInfo, f: &RawFrame) -> Vec<Local> {
+    fn locals(&self, mem: &dyn Memory, ci: &CodeInfo, f: &RawFrame, chars: usize) -> Vec<Local> {
         let objr = ObjReader::new(mem, &self.process.layout);
         let n = ci.nslots.min(MAX_LOCALS);
         let Ok((names, _)) = objr.tuple_items(ci.varnames, n) else {
@@ -548,7 +550,7 @@ impl Reader {
             };
             out.push(Local {
                 name,
-                repr: objr.repr(v, LOCAL_REPR_CHARS),
+                repr: objr.repr(v, chars),
                 is_arg: (i as u64) < ci.nargs,
             });
         }
@@ -693,7 +695,7 @@ mod tests {
             for layout in ALL {
                 let mut r = Reader::new(process(layout, BASE));
                 let opts = ReadOptions {
-                    locals: true,
+                    locals: 1,
                     names: true,
                     function_lines: false,
                 };
