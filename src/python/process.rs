@@ -458,7 +458,7 @@ fn find_interp_head(
     // data that points at something that validates as an interpreter.
     for b in bins {
         for r in [b.info.bss, b.info.data].into_iter().flatten() {
-            if let Some(a) = scan_for_interp(mem, layout, r.addr, r.size, &b.maps) {
+            if let Some(a) = scan_for_interp(mem, layout, r.addr, r.size) {
                 return Some(a);
             }
         }
@@ -466,13 +466,7 @@ fn find_interp_head(
     None
 }
 
-fn scan_for_interp(
-    mem: &dyn Memory,
-    layout: &Layout,
-    addr: u64,
-    size: u64,
-    _maps: &[MapEntry],
-) -> Option<u64> {
+fn scan_for_interp(mem: &dyn Memory, layout: &Layout, addr: u64, size: u64) -> Option<u64> {
     let size = size.min(16 << 20) as usize & !7;
     let mut buf = vec![0u8; size];
     mem.read(addr, &mut buf).ok()?;
