@@ -18,6 +18,7 @@ pub const MAX_INTERPRETERS: usize = 256;
 pub const MAX_THREADS: usize = 8192;
 pub const MAX_FRAMES: usize = 16384;
 const MAX_CODE_CACHE: usize = 100_000;
+const MAX_CODE_TYPES: usize = 1024;
 /// Longest line table we decode; CPython's own are far smaller.
 const MAX_LINETABLE: u64 = 1 << 20;
 /// Most locals shown per frame, and the length of each repr.
@@ -157,13 +158,13 @@ impl Reader {
     fn threads(&mut self, mem: &dyn Memory, frames: bool) -> Result<Vec<RawThread>> {
         let l = self.process.layout.clone();
         let mut out = Vec::new();
+        let mut buf = vec![0u8; l.thread.size as usize];
         for (interp, interp_id) in self.interpreters(mem)? {
             let mut seen = HashSet::new();
             let mut ts = mem
                 .read_u64(interp.wrapping_add(l.interp.tstate_head))
                 .unwrap_or(0);
             while ts != 0 && out.len() < MAX_THREADS && seen.insert(ts) {
-                let mut buf = vec![0u8; l.thread.size as usize];
                 if let Err(e) = mem.read(ts, &mut buf) {
                     if e == MemError::Gone {
                         return Err(Error::ProcessExited {
@@ -217,7 +218,19 @@ impl Reader {
     fn walk(&self, mem: &dyn Memory, mut f: u64, t: &mut RawThread) {
         let l = &self.process.layout.frame;
         let mut buf = vec![0u8; l.size as usize];
+        // A racing target can show a chain that loops back: remember one
+        // frame, moved to the current one at each power of two of steps, and
+        // a loop shows as meeting it again (Brent), at no cost per frame.
+        let (mut mark, mut steps) = (0u64, 0usize);
         while f != 0 {
+            if f == mark {
+                t.truncated = Some(format!("frame chain loops back at 0x{f:x}"));
+                return;
+            }
+            steps += 1;
+            if steps.is_power_of_two() {
+                mark = f;
+            }
             if t.frames.len() >= MAX_FRAMES {
                 t.truncated = Some(format!("more than {MAX_FRAMES} frames"));
                 return;
@@ -356,6 +369,7 @@ impl Reader {
         if opts.names {
             self.refresh_names(&cache, &raw);
         }
+        let mut resolved: HashMap<u64, Result<Option<Arc<CodeInfo>>, MemError>> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for t in raw {
             let holds_gil = gil_by_interp
@@ -376,7 +390,16 @@ impl Reader {
             let mut entries = Vec::with_capacity(t.frames.len());
             let mut truncated = t.truncated.clone();
             for f in &t.frames {
-                match self.code_info(&cache, f.code) {
+                // Recursion repeats code objects: check each once per snapshot.
+                let info = match resolved.get(&f.code) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r = self.code_info(&cache, f.code);
+                        resolved.insert(f.code, r.clone());
+                        r
+                    }
+                };
+                match info {
                     Ok(Some(ci)) => {
                         let line = if opts.function_lines {
                             ci.firstlineno.max(0) as u32
@@ -444,16 +467,27 @@ impl Reader {
     ) -> Result<Option<Arc<CodeInfo>>, MemError> {
         let c = self.process.layout.code.clone();
         let ob_type_off = self.process.layout.object.ob_type;
-        let mut hdr = vec![0u8; c.size as usize];
-        mem.read(addr, &mut hdr)?;
+        // The header fits on the stack for every known layout; a larger one
+        // (a future `_Py_DebugOffsets`) takes the heap.
+        let mut small = [0u8; 512];
+        let mut large = Vec::new();
+        let hdr: &mut [u8] = match small.get_mut(..c.size as usize) {
+            Some(h) => h,
+            None => {
+                large.resize(c.size as usize, 0);
+                &mut large
+            }
+        };
+        mem.read(addr, hdr)?;
+        let hdr: &[u8] = hdr;
         let header = [
-            le_u64(&hdr, ob_type_off),
-            le_u64(&hdr, c.filename),
-            le_u64(&hdr, c.name),
-            le_u64(&hdr, c.linetable),
+            le_u64(hdr, ob_type_off),
+            le_u64(hdr, c.filename),
+            le_u64(hdr, c.name),
+            le_u64(hdr, c.linetable),
         ];
         if let Some(ci) = self.code_cache.get(&addr) {
-            if ci.header == header && ci.firstlineno == le_i32(&hdr, c.firstlineno) {
+            if ci.header == header && ci.firstlineno == le_i32(hdr, c.firstlineno) {
                 return Ok(Some(ci.clone()));
             }
         }
@@ -463,6 +497,10 @@ impl Reader {
             Some(v) => *v,
             None => {
                 let v = objr.type_name(addr).map(|n| n == "code").unwrap_or(false);
+                // Torn reads can show any word as a type: keep the cache small.
+                if self.code_types.len() >= MAX_CODE_TYPES {
+                    self.code_types.clear();
+                }
                 self.code_types.insert(ty, v);
                 v
             }
@@ -474,24 +512,23 @@ impl Reader {
         let file = objr.full_string(header[1])?;
         let function = match c.qualname {
             Some(q) => objr
-                .full_string(le_u64(&hdr, q))
+                .full_string(le_u64(hdr, q))
                 .unwrap_or_else(|_| name.clone()),
             None => name,
         };
-        let firstlineno = le_i32(&hdr, c.firstlineno);
+        let firstlineno = le_i32(hdr, c.firstlineno);
         let (table, _) = objr.bytes(header[3], MAX_LINETABLE)?;
         let lines = LineTable::parse(c.linetable_format, &table, firstlineno);
-        let flags = le_i32(&hdr, c.flags) as u64;
-        let nargs = le_i32(&hdr, c.argcount).max(0) as u64
-            + c.kwonlyargcount
-                .map_or(0, |o| le_i32(&hdr, o).max(0) as u64)
+        let flags = le_i32(hdr, c.flags) as u64;
+        let nargs = le_i32(hdr, c.argcount).max(0) as u64
+            + c.kwonlyargcount.map_or(0, |o| le_i32(hdr, o).max(0) as u64)
             + (flags & 0x4 != 0) as u64
             + (flags & 0x8 != 0) as u64;
-        let varnames = le_u64(&hdr, c.varnames);
+        let varnames = le_u64(hdr, c.varnames);
         let nslots = match c.localspluskinds {
             // 3.11+: every named slot (locals, cells, free variables).
             Some(_) => objr.tuple_items(varnames, 0).map(|(_, n)| n).unwrap_or(0),
-            None => le_i32(&hdr, c.nlocals).max(0) as u64,
+            None => le_i32(hdr, c.nlocals).max(0) as u64,
         };
         let ci = Arc::new(CodeInfo {
             header,
@@ -502,7 +539,7 @@ impl Reader {
             nslots,
             nargs,
             varnames,
-            kinds: c.localspluskinds.map_or(0, |o| le_u64(&hdr, o)),
+            kinds: c.localspluskinds.map_or(0, |o| le_u64(hdr, o)),
         });
         if self.code_cache.len() >= MAX_CODE_CACHE {
             self.code_cache.clear();
@@ -604,6 +641,9 @@ impl Reader {
                 Ok(names)
             };
             if let Ok(names) = scan() {
+                // Replace this interpreter's names: threads that ended drop out,
+                // so a long recording of a churning pool keeps the cache small.
+                self.names.retain(|(i, _), _| *i != interp);
                 for (ident, name) in names {
                     self.names.insert((interp, ident), name);
                 }
@@ -664,6 +704,43 @@ mod tests {
             python_module: "libpython".into(),
             warnings: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_frame_chain_that_loops_is_cut() {
+        use crate::cpython_layouts::{for_version, CurrentFrame};
+        let layout = for_version(3, 10).unwrap();
+        let (head, interp, ts, frame) = (0x1000u64, 0x2000u64, 0x3000u64, 0x4000u64);
+        let mut region = vec![0u8; 0x4000];
+        let mut put = |addr: u64, v: u64| {
+            let o = (addr - 0x1000) as usize;
+            region[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(head, interp);
+        put(interp + layout.interp.tstate_head, ts);
+        put(ts + layout.thread.interp, interp);
+        let CurrentFrame::Direct(cur) = layout.thread.current_frame else {
+            panic!("3.10 keeps the frame in the thread state")
+        };
+        put(ts + cur, frame);
+        // Two frames pointing at each other, each with an unreadable code object.
+        put(frame + layout.frame.previous, frame + 0x800);
+        put(frame + 0x800 + layout.frame.previous, frame);
+        put(frame + layout.frame.code, 0xdead_0000);
+        put(frame + 0x800 + layout.frame.code, 0xdead_0000);
+        let mut mem = SliceMemory::new();
+        mem.add(0x1000, region);
+        let mut r = Reader::new(process(layout, head));
+        let snap = r
+            .snapshot(&mem, ReadOptions::default(), &HashMap::new())
+            .unwrap();
+        let t = &snap[0].stack;
+        assert!(t.frames.len() < 8, "{} frames", t.frames.len());
+        assert!(
+            t.truncated.as_deref().unwrap_or("").contains("loops"),
+            "{:?}",
+            t.truncated
+        );
     }
 
     proptest! {
