@@ -230,10 +230,22 @@ impl Target {
         } else {
             self.states.clear();
         }
+        let pause = if cfg.nonblocking {
+            Vec::new()
+        } else {
+            self.to_pause(cfg)?
+        };
+        // Threads Python does not know (--native-all): their states too
+        // must be read before they are stopped.
+        let foreign_states: HashMap<i32, char> = pause
+            .iter()
+            .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
+            .filter_map(|&tid| Some((tid, procfs::thread_state(self.pid, tid)?)))
+            .collect();
         let guard = if cfg.nonblocking {
             None
         } else {
-            Some(PauseGuard::new(self.pid, &self.to_pause(cfg)?)?)
+            Some(PauseGuard::new(self.pid, &pause)?)
         };
         let opts = ReadOptions {
             locals: cfg.locals,
@@ -271,7 +283,7 @@ impl Target {
             }
             for (tid, frames) in &unwound {
                 if !self.threads.iter().any(|(t, _)| t == tid) {
-                    let state = procfs::thread_state(self.pid, *tid);
+                    let state = foreign_states.get(tid).copied();
                     foreign.push(n.foreign_thread(self.pid, *tid, state, frames));
                 }
             }
