@@ -153,6 +153,15 @@ impl Target {
         })
     }
 
+    /// Native unwinds that failed and merges that fell back since the last
+    /// call: the samples were kept, but the summary counts them.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        self.native
+            .as_mut()
+            .map(|n| n.take_notes())
+            .unwrap_or_default()
+    }
+
     /// What went wrong without stopping the read (shown once by dump).
     pub fn warnings(&mut self) -> Vec<String> {
         let mut w = self.reader.process.warnings.clone();
@@ -501,6 +510,7 @@ impl Sampler {
         let cfg = &self.cfg;
         self.targets.retain_mut(|t| match t.sample(cfg) {
             Ok(threads) => {
+                errors.extend(t.take_notes());
                 processes.push(ProcessSample {
                     pid: t.pid,
                     cmdline: t.cmdline.clone(),

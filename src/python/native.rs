@@ -7,13 +7,13 @@ use crate::memory::Memory;
 use crate::native_unwind::{self, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge};
 use crate::procfs;
 use crate::stack::{Frame, FrameKind, ThreadStack, ThreadStatus};
-use std::collections::HashMap;
 
 pub struct NativeStacks {
     unwinder: NativeUnwinder,
     keep_all: bool,
-    /// Why merges fell back, with counts, for the error summary.
-    pub fallbacks: HashMap<String, u64>,
+    /// Why unwinds failed or merges fell back since the last
+    /// [`take_notes`](Self::take_notes): counted in record's error summary.
+    notes: Vec<String>,
 }
 
 impl NativeStacks {
@@ -21,7 +21,7 @@ impl NativeStacks {
         Ok(NativeStacks {
             unwinder: NativeUnwinder::new(pid)?,
             keep_all,
-            fallbacks: HashMap::new(),
+            notes: Vec::new(),
         })
     }
 
@@ -31,10 +31,7 @@ impl NativeStacks {
         match self.unwinder.unwind(tid, mem) {
             Ok(f) => f,
             Err(e) => {
-                *self
-                    .fallbacks
-                    .entry(format!("unwind failed: {e}"))
-                    .or_default() += 1;
+                self.notes.push(format!("native unwind failed: {e}"));
                 Vec::new()
             }
         }
@@ -55,7 +52,10 @@ impl NativeStacks {
             .collect();
         let (merged, reason) = native_unwind::merge(native, &python, self.keep_all);
         if let Some(r) = reason {
-            *self.fallbacks.entry(format!("merge: {r}")).or_default() += 1;
+            // Without the counts, so that the summary groups them as one cause.
+            self.notes.push(
+                "native and Python frames did not match: showed the Python frames whole".into(),
+            );
             snap.stack.truncated.get_or_insert(format!(
                 "native and Python frames could not be matched ({r}); showing the Python frames below the innermost native ones"
             ));
@@ -114,6 +114,10 @@ impl NativeStacks {
             frames: self.output_frames(merged),
             truncated: None,
         }
+    }
+
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 
     pub fn warnings(&mut self) -> Vec<String> {
