@@ -35,6 +35,9 @@ pub struct Layout {
     pub object: ObjectLayout,
     pub string: StringLayout,
     pub dict: DictLayout,
+    /// The `threading.Thread` attribute holding its name (`_Thread__name`
+    /// on 2.7, where `self.__name` is name-mangled).
+    pub thread_name_attr: &'static str,
 }
 
 /// `_PyRuntimeState` (3.7+). Older versions keep these in globals found by symbol.

@@ -84,4 +84,5 @@ pub static LAYOUT: Layout = Layout {
         mask: 32,
         table: 40,
     },
+    thread_name_attr: "_Thread__name",
 };

@@ -100,4 +100,5 @@ pub static LAYOUT: Layout = Layout {
         },
         values_array: 0,
     },
+    thread_name_attr: "_name",
 };

@@ -107,4 +107,5 @@ pub static LAYOUT: Layout = Layout {
         },
         values_array: 8,
     },
+    thread_name_attr: "_name",
 };

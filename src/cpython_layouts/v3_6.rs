@@ -91,4 +91,5 @@ pub static LAYOUT: Layout = Layout {
         },
         values_array: 0,
     },
+    thread_name_attr: "_name",
 };

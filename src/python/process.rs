@@ -381,9 +381,13 @@ fn choose_layout(
     warnings: &mut Vec<String>,
 ) -> Result<Layout> {
     let builtin = cpython_layouts::for_version(version.major, version.minor);
-    let newer_than_tables = (version.major, version.minor) >= (3, 13);
-    if newer_than_tables {
-        if let Some(rt) = runtime {
+    // The interpreter's own offsets, wherever it carries them (3.13+):
+    // `_PyRuntime` then starts with their cookie. Older runtimes start with
+    // other data, and the table is the only source.
+    if let Some(rt) = runtime {
+        let mut cookie = [0u8; 8];
+        let carries = mem.read(rt, &mut cookie).is_ok() && &cookie == debug_offsets::COOKIE;
+        if carries {
             match debug_offsets::read(mem, rt).and_then(|d| debug_offsets::layout(&d)) {
                 Ok((layout, diffs)) => {
                     for d in diffs {

@@ -610,11 +610,7 @@ impl Reader {
         self.last_name_scan = Some(Instant::now());
         let l = &self.process.layout;
         let objr = ObjReader::new(mem, l);
-        let attr = if l.major == 2 {
-            "_Thread__name"
-        } else {
-            "_name"
-        };
+        let attr = l.thread_name_attr;
         let interps: HashSet<u64> = raw.iter().map(|t| t.interp).collect();
         for interp in interps {
             let scan = || -> Result<Vec<(u64, String)>, MemError> {
