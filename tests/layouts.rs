@@ -1044,12 +1044,13 @@ fn live_3_13_debug_offsets_agree_with_table() {
     let d = debug_offsets::read(&mem, addr).expect("read _Py_DebugOffsets");
     assert_eq!((d.major(), d.minor()), (3, 13));
     assert!(!d.free_threaded);
-    let (layout, diffs) = debug_offsets::layout(&d).expect("overlay");
+    let o = debug_offsets::layout(&d).expect("overlay");
     assert!(
-        diffs.is_empty(),
-        "differences from the 3.13 table: {diffs:#?}"
+        o.diffs.is_empty(),
+        "differences from the 3.13 table: {:#?}",
+        o.diffs
     );
-    assert_eq!(&layout, cpython_layouts::for_version(3, 13).unwrap());
+    assert_eq!(&o.layout, cpython_layouts::for_version(3, 13).unwrap());
     println!(
         "live {} pid {pid}: _Py_DebugOffsets at 0x{addr:x}, version 0x{:x}, no differences",
         interp.python.display(),
