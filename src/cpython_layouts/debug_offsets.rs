@@ -1174,7 +1174,12 @@ mod tests {
                 shim_from: 3
             }
         );
-        assert!(o.diffs.iter().any(|s| s.starts_with("frame.size")));
+        // 3.13's values where 3.14's table says otherwise are reported.
+        assert!(o.own_table());
+        assert!(o
+            .diffs
+            .iter()
+            .any(|s| s.starts_with("runtime.interpreters_head")));
     }
 
     #[test]

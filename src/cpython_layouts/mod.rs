@@ -17,6 +17,8 @@ mod v3_10;
 mod v3_11;
 mod v3_12;
 mod v3_13;
+mod v3_14;
+mod v3_15;
 mod v3_6;
 mod v3_7;
 mod v3_8;
@@ -334,4 +336,6 @@ pub static ALL: &[&Layout] = &[
     &v3_11::LAYOUT,
     &v3_12::LAYOUT,
     &v3_13::LAYOUT,
+    &v3_14::LAYOUT,
+    &v3_15::LAYOUT,
 ];
