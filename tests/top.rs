@@ -246,7 +246,10 @@ fn check_screen(version: &str, pyinspect_cmd: &str) -> Vec<String> {
         ));
     }
     tmux.keys("q");
-    let (ok, screen) = tmux.wait_for(Duration::from_secs(10), |s| s.contains("EXITED rc="));
+    // Until `stty -a` has printed too (its output follows EXITED).
+    let (ok, screen) = tmux.wait_for(Duration::from_secs(10), |s| {
+        s.contains("EXITED rc=") && s.contains("icanon")
+    });
     if !ok || !screen.contains("EXITED rc=0") {
         problems.push(format!(
             "{version}: q did not end pyinspect cleanly:\n{screen}"
