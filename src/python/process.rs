@@ -701,6 +701,84 @@ fn scan_for_interp(mem: &dyn Memory, layout: &Layout, addr: u64, size: u64) -> O
 mod tests {
     use super::*;
 
+    /// A fake 3.15 interpreter → thread → frame → code chain for
+    /// [`validate_once`]; `code_type` names the code object's type.
+    fn fake_chain(code_type: &str, threads: bool) -> crate::memory::SliceMemory {
+        let l = cpython_layouts::for_version(3, 15).unwrap();
+        let (head, interp, ts, frame, code, ty, str_ty, name) = (
+            0x1000u64, 0x10000u64, 0x20000u64, 0x30000u64, 0x40000u64, 0x50000u64, 0x51000u64,
+            0x60000u64,
+        );
+        let put = |buf: &mut Vec<u8>, off: u64, v: u64| {
+            buf[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes())
+        };
+        let mut m = crate::memory::SliceMemory::new();
+        m.add(head, interp.to_le_bytes().to_vec());
+        let mut b = vec![0u8; 8192];
+        put(&mut b, l.interp.tstate_head, if threads { ts } else { 0 });
+        m.add(interp, b);
+        let mut b = vec![0u8; 512];
+        put(&mut b, l.thread.interp, interp);
+        let crate::cpython_layouts::CurrentFrame::Direct(cf) = l.thread.current_frame else {
+            panic!("3.15 has a direct current_frame")
+        };
+        put(&mut b, cf, frame);
+        m.add(ts, b);
+        let mut b = vec![0u8; 128];
+        put(&mut b, l.frame.code, code | 1); // a tagged _PyStackRef
+        m.add(frame, b);
+        let mut b = vec![0u8; 256];
+        put(&mut b, l.object.ob_type, ty);
+        for off in [l.code.name, l.code.filename, l.code.qualname.unwrap()] {
+            put(&mut b, off, name);
+        }
+        m.add(code, b);
+        for (t, tname) in [(ty, code_type), (str_ty, "str")] {
+            let mut b = vec![0u8; 256];
+            put(&mut b, l.object.tp_name, t + 128);
+            b[128..128 + tname.len()].copy_from_slice(tname.as_bytes());
+            m.add(t, b);
+        }
+        // A compact ASCII str "run" (kind 1, compact, ascii).
+        let mut b = vec![0u8; 128];
+        put(&mut b, l.object.ob_type, str_ty);
+        if let crate::cpython_layouts::StringLayout::Pep393 {
+            length,
+            state,
+            ascii_size,
+            ..
+        } = l.string
+        {
+            put(&mut b, length, 3);
+            b[state as usize] = (1 << 2) | (1 << 5) | (1 << 6);
+            b[ascii_size as usize..ascii_size as usize + 3].copy_from_slice(b"run");
+        }
+        m.add(name, b);
+        m
+    }
+
+    #[test]
+    fn validates_the_chain_of_a_live_interpreter() {
+        let l = cpython_layouts::for_version(3, 15).unwrap();
+        assert_eq!(
+            validate_once(&fake_chain("code", true), l, 0x1000),
+            Ok(true)
+        );
+        // No thread yet: nothing to prove, the caller waits.
+        assert_eq!(
+            validate_once(&fake_chain("code", false), l, 0x1000),
+            Ok(false)
+        );
+        // The frame's "code object" is something else: the layout is wrong.
+        let e = validate_once(&fake_chain("dict", true), l, 0x1000).unwrap_err();
+        assert!(e.contains("\"dict\"") && e.contains("executable"), "{e}");
+        // A thread state that does not point back at its interpreter.
+        let mut wrong = l.clone();
+        wrong.thread.interp += 8;
+        let e = validate_once(&fake_chain("code", true), &wrong, 0x1000).unwrap_err();
+        assert!(e.contains("point back"), "{e}");
+    }
+
     #[test]
     fn finds_the_debug_cookie_only_with_a_plausible_version() {
         use crate::memory::SliceMemory;
