@@ -60,6 +60,9 @@ pub struct Interpreter {
     /// own `.symtab`, or a debug file under /usr/lib/debug/.build-id. Without
     /// one, its static functions (most of the eval loop) have no names.
     pub symbols: bool,
+    /// That ELF file carries its own DWARF (`.debug_info`), as pyenv's builds
+    /// do; stripped ones have it only in a separate debug file, if at all.
+    pub own_dwarf: bool,
     /// That ELF file (libpython or the executable).
     pub interpreter_file: PathBuf,
 }
@@ -131,28 +134,33 @@ fn describe(python: &Path) -> (u32, u32, String, bool, PathBuf) {
 
 /// Whether an ELF file's symbols can be had here: its own `.symtab`, or the
 /// debug file its build id names under /usr/lib/debug.
-fn has_symbols(file: &Path) -> bool {
+/// (symbols, own DWARF): see [`Interpreter::symbols`] and [`Interpreter::own_dwarf`].
+fn has_symbols(file: &Path) -> (bool, bool) {
     use object::{Object, ObjectSection};
     let Ok(data) = std::fs::read(file) else {
-        return false;
+        return (false, false);
     };
     let Ok(elf) = object::File::parse(&*data) else {
-        return false;
+        return (false, false);
     };
+    let own_dwarf = elf
+        .section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0);
     if elf.section_by_name(".symtab").is_some_and(|s| s.size() > 0) {
-        return true;
+        return (true, own_dwarf);
     }
     let Ok(Some(id)) = elf.build_id() else {
-        return false;
+        return (false, own_dwarf);
     };
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    hex.len() > 2
+    let debug_file = hex.len() > 2
         && Path::new(&format!(
             "/usr/lib/debug/.build-id/{}/{}.debug",
             &hex[..2],
             &hex[2..]
         ))
-        .exists()
+        .exists();
+    (debug_file, own_dwarf)
 }
 
 fn interpreter(origin: &str, python: PathBuf) -> Interpreter {
@@ -161,7 +169,7 @@ fn interpreter(origin: &str, python: PathBuf) -> Interpreter {
         .file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with("libpython"));
-    let symbols = has_symbols(&file);
+    let (symbols, own_dwarf) = has_symbols(&file);
     let mut facts = Vec::new();
     if static_build {
         facts.push("static");
@@ -189,6 +197,7 @@ fn interpreter(origin: &str, python: PathBuf) -> Interpreter {
         debug,
         static_build,
         symbols,
+        own_dwarf,
         interpreter_file: file,
     }
 }
