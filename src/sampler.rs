@@ -15,7 +15,7 @@ use crate::procfs;
 use crate::python::native::NativeStacks;
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
-use crate::stack::{ThreadStack, ThreadStatus};
+use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
 use rand::Rng;
 use std::collections::HashMap;
 use std::fs::File;
@@ -87,6 +87,9 @@ pub struct Tick {
     pub processes: Vec<ProcessSample>,
     /// Per-sample read errors (counted; summaries show the most common).
     pub errors: Vec<String>,
+    /// Processes no longer followed for a reason worth telling (pid reused,
+    /// exec'd another program), once each.
+    pub ended: Vec<String>,
 }
 
 /// Parse a sampling rate in Hz: finite, above 0, at most [`MAX_RATE`].
@@ -118,10 +121,17 @@ pub struct Target {
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
+    /// `/proc/PID/stat`, kept open: re-read every pass to notice the process
+    /// ending, its pid being reused, or an exec.
+    stat: procfs::StatFile,
+    identity: procfs::Identity,
 }
 
 impl Target {
     pub fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
+        let stat = procfs::StatFile::open(pid)?;
+        let identity = stat.identity().ok_or_else(|| procfs::absent(pid))?;
+        crate::privilege::check_target(pid)?;
         let mem = ProcessMemory::new(pid);
         let process = PythonProcess::open(pid, &mem)?;
         let mut reader = Reader::new(process);
@@ -129,9 +139,27 @@ impl Target {
         let threads = reader.python_threads(&mem)?;
         // Opened very early, interpreter discovery can settle on a wrong
         // candidate; its thread ids then are not threads of the process.
+        // One thread that is not (any more) is churn, or a target writing
+        // other ids into its thread states: those are never paused.
         let tasks = procfs::tasks(pid)?;
-        if threads.iter().any(|(t, _)| !tasks.contains(t)) {
+        if !threads.is_empty() && !threads.iter().any(|(t, _)| tasks.contains(t)) {
             return Err(Error::NotInitialized { pid });
+        }
+        if !cfg.nonblocking {
+            // Another tracer: say who, before any pause fails on it.
+            let me = std::process::id() as i32;
+            for &(tid, _) in &threads {
+                match procfs::tracer_pid(pid, tid) {
+                    Some(tp) if tp != 0 && tp != me => {
+                        return Err(Error::Traced {
+                            pid,
+                            tracer: tp,
+                            tracer_command: procfs::comm(tp, tp).unwrap_or_else(|| "?".into()),
+                        })
+                    }
+                    _ => {}
+                }
+            }
         }
         let native = if cfg.native {
             Some(NativeStacks::new(pid, cfg.native_all)?)
@@ -142,7 +170,7 @@ impl Target {
         Ok(Target {
             pid,
             exe: p.exe.clone(),
-            cmdline: Arc::from(p.cmdline.as_str()),
+            cmdline: Arc::from(escape_controls(&p.cmdline).as_ref()),
             version: p.version.to_string(),
             mem,
             reader,
@@ -150,7 +178,32 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
+            stat,
+            identity,
         })
+    }
+
+    /// Still the process we opened: not exited, not another process under a
+    /// reused pid, not another program after an exec.
+    fn check_identity(&self) -> Result<(), Error> {
+        let now = self.stat.identity();
+        match now {
+            None => {
+                // The open file fails once its process is gone, whatever
+                // now holds the pid.
+                match procfs::identity(self.pid) {
+                    Some(id) if id.start_time != self.identity.start_time => {
+                        Err(Error::PidReused { pid: self.pid })
+                    }
+                    _ => Err(Error::ProcessExited { pid: self.pid }),
+                }
+            }
+            Some(id) if id.start_time != self.identity.start_time => {
+                Err(Error::PidReused { pid: self.pid })
+            }
+            Some(id) if id != self.identity => Err(Error::Execed { pid: self.pid }),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Native unwinds that failed and merges that fell back since the last
@@ -208,23 +261,34 @@ impl Target {
     /// hold it cannot move them: pausing it would only wake it (and make it
     /// look busy at the next sample). Native stacks need every thread's
     /// registers, so then all of them are paused.
+    ///
+    /// A thread in uninterruptible sleep (D: a vfork parent, NFS, a frozen
+    /// cgroup) cannot stop until it wakes; it is read without pausing.
     fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
         if cfg.native_all {
-            return procfs::tasks(self.pid);
+            return Ok(procfs::tasks(self.pid)?
+                .into_iter()
+                .filter(|&t| procfs::thread_state(self.pid, t) != Some('D'))
+                .collect());
         }
         Ok(self
             .threads
             .iter()
             .filter(|(tid, gil)| {
+                let state = self.states.get(tid);
+                if state == Some(&'D') {
+                    return false;
+                }
                 // Idle threads that will be dropped need no registers either.
                 let native_wanted = cfg.native && cfg.include_idle;
-                native_wanted || *gil || !matches!(self.states.get(tid), Some('S' | 'D' | 'I'))
+                native_wanted || *gil || !matches!(state, Some('S' | 'I'))
             })
             .map(|(tid, _)| *tid)
             .collect())
     }
 
     pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+        self.check_identity()?;
         if !cfg.nonblocking {
             // The set to pause must be current: a thread missed here would be read running.
             self.threads = self.reader.python_threads(&self.mem)?;
@@ -233,8 +297,7 @@ impl Target {
         // reading them (the kernel formats a whole stat line per thread) is
         // skipped when neither is needed.
         let filter_idle = !cfg.include_idle && !cfg.gil_only;
-        let pause_all = cfg.native && cfg.include_idle;
-        if filter_idle || cfg.statuses || (!cfg.nonblocking && !pause_all) {
+        if filter_idle || cfg.statuses || !cfg.nonblocking {
             self.read_states();
         } else {
             self.states.clear();
@@ -310,6 +373,11 @@ impl Target {
         threads.reverse();
         threads.sort_by_key(|t| t.interpreter);
         threads.extend(foreign);
+        // Names come from the target: none may reach a terminal or a
+        // document with control characters in it.
+        for t in &mut threads {
+            t.escape_names();
+        }
         Ok(threads)
     }
 }
@@ -487,7 +555,14 @@ impl Sampler {
             if now >= self.due {
                 break;
             }
-            std::thread::sleep((self.due - now).min(SLEEP_SLICE));
+            // A thread that did not stop in time is let go the moment it stops.
+            pause::reap_lingering();
+            let slice = if pause::has_lingering() {
+                Duration::from_millis(1)
+            } else {
+                SLEEP_SLICE
+            };
+            std::thread::sleep((self.due - now).min(slice));
         }
         let mut timestamp = self.start.elapsed();
         let behind = timestamp.saturating_sub(self.due);
@@ -507,6 +582,7 @@ impl Sampler {
         }
         let mut processes = Vec::with_capacity(self.targets.len());
         let mut errors = Vec::new();
+        let mut ended = Vec::new();
         let cfg = &self.cfg;
         self.targets.retain_mut(|t| match t.sample(cfg) {
             Ok(threads) => {
@@ -520,6 +596,10 @@ impl Sampler {
                 true
             }
             Err(Error::ProcessExited { .. }) | Err(Error::NoSuchProcess(_)) => false,
+            Err(e @ (Error::PidReused { .. } | Error::Execed { .. })) => {
+                ended.push(e.to_string());
+                false
+            }
             Err(e) => {
                 if is_zombie(t.pid) {
                     return false;
@@ -543,6 +623,7 @@ impl Sampler {
             missed,
             processes,
             errors,
+            ended,
         })
     }
 

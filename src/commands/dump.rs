@@ -39,9 +39,13 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         pid,
         command_line: target.cmdline.to_string(),
         python_version: target.version.clone(),
-        executable: target.exe.clone(),
+        executable: crate::stack::escape_controls(&target.exe).into_owned(),
         threads,
-        warnings: target.warnings(),
+        warnings: target
+            .warnings()
+            .iter()
+            .map(|w| crate::stack::escape_controls(w).into_owned())
+            .collect(),
         parent_pid: None,
     })
 }
