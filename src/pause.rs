@@ -42,6 +42,7 @@ thread_local! {
     /// Threads seized by this (tracer) thread that did not stop in time:
     /// (process, thread). Each still has an interrupt pending.
     static LINGERING: RefCell<Vec<(i32, i32)>> = const { RefCell::new(Vec::new()) };
+
 }
 
 pub struct PauseGuard {
@@ -83,19 +84,24 @@ fn ptrace_req(req: libc::c_uint, tid: i32, data: usize) -> std::result::Result<(
     }
 }
 
-/// Look at one seized thread without blocking, and move it along: a
-/// signal-delivery stop is resumed with its signal.
-fn poll(tid: i32, signal_stops: &mut u32) -> Polled {
+/// Look at one seized thread and move it along: a signal-delivery stop is
+/// resumed with its signal. `block`: wait for its next state change, until
+/// the armed [`Deadline`] interrupts the wait (then `Waiting`).
+fn poll(tid: i32, signal_stops: &mut u32, block: Option<&Deadline>) -> Polled {
     loop {
         let mut status = 0;
+        let flags = libc::__WALL | if block.is_some() { 0 } else { libc::WNOHANG };
         // SAFETY: waitpid writes only into `status`.
-        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+        let r = unsafe { libc::waitpid(tid, &mut status, flags) };
         if r == 0 {
             return Polled::Waiting;
         }
         if r < 0 {
             match errno() {
-                libc::EINTR => continue,
+                libc::EINTR => match block {
+                    Some(d) if d.passed() => return Polled::Waiting,
+                    _ => continue,
+                },
                 // ECHILD: not our tracee any more (gone, or renamed by an exec).
                 _ => return Polled::Gone,
             }
@@ -104,7 +110,7 @@ fn poll(tid: i32, signal_stops: &mut u32) -> Polled {
             return Polled::Gone;
         }
         if !libc::WIFSTOPPED(status) {
-            return Polled::Waiting;
+            continue;
         }
         let sig = libc::WSTOPSIG(status);
         let event = (status >> 16) & 0xff;
@@ -120,7 +126,96 @@ fn poll(tid: i32, signal_stops: &mut u32) -> Polled {
         if ptrace_req(libc::PTRACE_CONT, tid, sig as usize).is_err() {
             return Polled::Gone;
         }
-        return Polled::Waiting;
+        if *signal_stops > MAX_SIGNAL_STOPS {
+            return Polled::Waiting;
+        }
+        if block.is_none() {
+            return Polled::Waiting;
+        }
+    }
+}
+
+/// A per-thread timer that interrupts a blocking `waitpid` at the end of the
+/// stop budget (and every millisecond after, so a wait entered just after
+/// the first expiry is interrupted too). Its signal has an empty handler
+/// installed without `SA_RESTART`.
+struct Deadline {
+    at: Instant,
+}
+
+thread_local! {
+    static TIMER: std::cell::Cell<Option<libc::timer_t>> = const { std::cell::Cell::new(None) };
+}
+
+fn timer_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 3
+}
+
+extern "C" fn on_timer(_: libc::c_int) {}
+
+fn set_timer(after: Option<Duration>) -> bool {
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    HANDLER.call_once(|| {
+        // SAFETY: installing an empty handler; no SA_RESTART, so that the
+        // blocking waitpid returns EINTR.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_timer as *const () as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(timer_signal(), &act, std::ptr::null_mut());
+        }
+    });
+    TIMER.with(|t| {
+        let timer = match t.get() {
+            Some(timer) => timer,
+            None => {
+                // SAFETY: timer_create fills `timer`; the sigevent names this thread.
+                let timer = unsafe {
+                    let mut sev: libc::sigevent = std::mem::zeroed();
+                    sev.sigev_notify = libc::SIGEV_THREAD_ID;
+                    sev.sigev_signo = timer_signal();
+                    sev.sigev_notify_thread_id = libc::gettid();
+                    let mut timer: libc::timer_t = std::mem::zeroed();
+                    if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) != 0 {
+                        return false;
+                    }
+                    timer
+                };
+                t.set(Some(timer));
+                timer
+            }
+        };
+        let ts = |d: Duration| libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        };
+        let spec = libc::itimerspec {
+            it_value: ts(after.unwrap_or(Duration::ZERO)),
+            it_interval: ts(if after.is_some() {
+                Duration::from_millis(1)
+            } else {
+                Duration::ZERO
+            }),
+        };
+        // SAFETY: a timer of ours, a valid itimerspec.
+        unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) == 0 }
+    })
+}
+
+impl Deadline {
+    /// Arm the timer; None when no timer could be made (then waits poll).
+    fn arm(budget: Duration) -> Option<Deadline> {
+        let at = Instant::now() + budget;
+        set_timer(Some(budget)).then_some(Deadline { at })
+    }
+    fn passed(&self) -> bool {
+        Instant::now() >= self.at
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        set_timer(None);
     }
 }
 
@@ -131,7 +226,7 @@ fn release(pid: i32, tid: i32) {
         return;
     }
     let mut n = 0;
-    match poll(tid, &mut n) {
+    match poll(tid, &mut n, None) {
         Polled::Gone => {}
         Polled::Stopped => {
             let _ = ptrace_req(libc::PTRACE_DETACH, tid, 0);
@@ -153,7 +248,7 @@ pub fn reap_lingering() {
         let mut renamed = Vec::new();
         l.retain(|&(pid, tid)| {
             let mut n = 0;
-            match poll(tid, &mut n) {
+            match poll(tid, &mut n, None) {
                 Polled::Waiting => true,
                 Polled::Stopped => {
                     let _ = ptrace_req(libc::PTRACE_DETACH, tid, 0);
@@ -261,26 +356,42 @@ impl PauseGuard {
             }
             waiting.push((tid, 0));
         }
-        let deadline = Instant::now() + STOP_BUDGET;
-        let mut round = 0u32;
-        while !waiting.is_empty() {
-            waiting.retain_mut(|(tid, n)| match poll(*tid, n) {
+        let begun = Instant::now();
+        if !waiting.is_empty() {
+            // Block on each thread in turn under one deadline: a thread
+            // that stopped while we waited for another is collected at once.
+            let deadline = Deadline::arm(STOP_BUDGET);
+            let mut i = 0;
+            while i < waiting.len() {
+                let (tid, n) = &mut waiting[i];
+                let timed_out = deadline.as_ref().is_none_or(|d| d.passed());
+                let block = if timed_out { None } else { deadline.as_ref() };
+                match poll(*tid, n, block) {
+                    Polled::Stopped => {
+                        g.stopped.push(*tid);
+                        waiting.swap_remove(i);
+                    }
+                    Polled::Gone => {
+                        waiting.swap_remove(i);
+                    }
+                    Polled::Waiting if *n > MAX_SIGNAL_STOPS || block.is_some() => i += 1,
+                    // No timer: poll until the budget is spent.
+                    Polled::Waiting if begun.elapsed() < STOP_BUDGET => {
+                        std::thread::sleep(Duration::from_micros(20))
+                    }
+                    Polled::Waiting => i += 1,
+                }
+            }
+            drop(deadline);
+            // Those left may have stopped since their turn came.
+            waiting.retain_mut(|(tid, n)| match poll(*tid, n, None) {
                 Polled::Stopped => {
                     g.stopped.push(*tid);
                     false
                 }
                 Polled::Gone => false,
-                Polled::Waiting => *n <= MAX_SIGNAL_STOPS,
+                Polled::Waiting => true,
             });
-            if waiting.is_empty() || Instant::now() >= deadline {
-                break;
-            }
-            round += 1;
-            if round < 20 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
         }
         for (tid, _) in waiting {
             g.not_stopped.push(tid);

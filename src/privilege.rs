@@ -25,8 +25,14 @@ pub fn set_allow_any_user(allow: bool) {
 /// uid with effective capabilities, or a set-uid/set-gid.
 pub fn elevated() -> bool {
     // SAFETY: plain id getters.
-    let (ruid, euid, rgid, egid) =
-        unsafe { (libc::getuid(), libc::geteuid(), libc::getgid(), libc::getegid()) };
+    let (ruid, euid, rgid, egid) = unsafe {
+        (
+            libc::getuid(),
+            libc::geteuid(),
+            libc::getgid(),
+            libc::getegid(),
+        )
+    };
     if ruid == 0 {
         return false;
     }
@@ -73,7 +79,13 @@ struct CapData {
 pub fn drop_all() {
     // SAFETY: plain system calls with valid, owned arguments.
     unsafe {
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
         let (ruid, rgid) = (libc::getuid(), libc::getgid());
         if ruid == 0 {
             return;

@@ -166,6 +166,11 @@ impl Target {
         } else {
             None
         };
+        // An exec while we opened it (a program just launched): its
+        // identity is that of the old image; open it again.
+        if stat.identity() != Some(identity) {
+            return Err(Error::NotInitialized { pid });
+        }
         let p = &reader.process;
         Ok(Target {
             pid,

@@ -162,7 +162,10 @@ mod tests {
     #[test]
     fn controls_are_escaped() {
         assert_eq!(escape_controls("plain ünï"), "plain ünï");
-        assert_eq!(escape_controls("a\0b\x07\x1b[2J\u{9b}"), "a\\x00b\\x07\\x1b[2J\\x9b");
+        assert_eq!(
+            escape_controls("a\0b\x07\x1b[2J\u{9b}"),
+            "a\\x00b\\x07\\x1b[2J\\x9b"
+        );
         assert_eq!(escape_controls("\u{fffe}"), "\\u{fffe}");
     }
 }

@@ -1,12 +1,12 @@
 //! `pyinspect record`: sample a running or launched process into a profile.
 
 use crate::launch::Launched;
+use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
 use crate::sampler::{Sampler, SamplerConfig};
 use anyhow::bail;
 use std::collections::HashMap;
-use crate::output::sink::OutputFile;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -187,7 +187,10 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
             }
         }
         for e in &tick.ended {
-            eprintln!("{}pyinspect: {e}", if show_progress { "\r\x1b[K" } else { "" });
+            eprintln!(
+                "{}pyinspect: {e}",
+                if show_progress { "\r\x1b[K" } else { "" }
+            );
         }
         for e in tick.errors {
             stats.errors += 1;

@@ -28,7 +28,9 @@ impl Deref for Backing {
 
 impl Backing {
     pub(crate) fn open(path: &str) -> std::io::Result<Backing> {
-        Ok(Backing::Owned(crate::elf::read_file(std::path::Path::new(path))?))
+        Ok(Backing::Owned(crate::elf::read_file(
+            std::path::Path::new(path),
+        )?))
     }
 }
 

@@ -16,8 +16,8 @@ mod collapsed;
 mod filenames;
 mod pprof;
 mod profile;
-mod speedscope;
 pub mod sink;
+mod speedscope;
 
 use thiserror::Error;
 

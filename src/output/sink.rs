@@ -39,7 +39,10 @@ enum Dest {
     Stdout(io::Stdout),
     Direct(File),
     /// Written to `tmp`, renamed to `path` on commit.
-    Atomic { file: File, tmp: PathBuf },
+    Atomic {
+        file: File,
+        tmp: PathBuf,
+    },
 }
 
 pub struct OutputFile {
