@@ -135,16 +135,24 @@ impl Target {
         let mem = ProcessMemory::new(pid);
         let process = PythonProcess::open(pid, &mem)?;
         let mut reader = Reader::new(process);
-        // Fails while the interpreter is not up yet (NotInitialized).
-        let threads = reader.python_threads(&mem)?;
         // Opened very early, interpreter discovery can settle on a wrong
         // candidate; its thread ids then are not threads of the process.
         // One thread that is not (any more) is churn, or a target writing
-        // other ids into its thread states: those are never paused.
-        let tasks = procfs::tasks(pid)?;
-        if !threads.is_empty() && !threads.iter().any(|(t, _)| tasks.contains(t)) {
-            return Err(Error::NotInitialized { pid });
-        }
+        // other ids into its thread states: those are never paused. A list
+        // read while threads come and go can be torn: read it again.
+        let mut attempts = 0;
+        let threads = loop {
+            // Fails while the interpreter is not up yet (NotInitialized).
+            let threads = reader.python_threads(&mem)?;
+            let tasks = procfs::tasks(pid)?;
+            if threads.is_empty() || threads.iter().any(|(t, _)| tasks.contains(t)) {
+                break threads;
+            }
+            attempts += 1;
+            if attempts >= 5 {
+                return Err(Error::NotInitialized { pid });
+            }
+        };
         if !cfg.nonblocking {
             // Another tracer: say who, before any pause fails on it.
             let me = std::process::id() as i32;
