@@ -18,8 +18,11 @@ pub struct NativeStacks {
 
 impl NativeStacks {
     pub fn new(pid: i32, keep_all: bool) -> Result<NativeStacks> {
+        let mut unwinder = NativeUnwinder::new(pid)?;
+        // Pauses are kept short: no module is read while threads are stopped.
+        unwinder.preload();
         Ok(NativeStacks {
-            unwinder: NativeUnwinder::new(pid)?,
+            unwinder,
             keep_all,
             notes: Vec::new(),
         })
