@@ -443,6 +443,16 @@ impl PauseGuard {
         self.stopped.iter().copied()
     }
 
+    /// Instruction, stack and frame pointer of a thread stopped by this guard.
+    pub fn registers(&self, tid: i32) -> Result<(u64, u64, u64)> {
+        if !self.stopped.contains(&tid) {
+            return Err(Error::Other(format!("thread {tid} is not stopped by us")));
+        }
+        let r = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
+            .map_err(|e| Error::Other(format!("reading the registers of thread {tid}: {e}")))?;
+        Ok((r.rip, r.rsp, r.rbp))
+    }
+
     /// Threads asked to stop that did not within the budget: read running.
     pub fn not_stopped(&self) -> &[i32] {
         &self.not_stopped

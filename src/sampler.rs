@@ -8,7 +8,7 @@
 //! name caches live as long as the process is followed.
 
 use crate::error::Error;
-use crate::memory::ProcessMemory;
+use crate::memory::{Memory, ProcessMemory};
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
@@ -125,6 +125,64 @@ pub struct Target {
     /// ending, its pid being reused, or an exec.
     stat: procfs::StatFile,
     identity: procfs::Identity,
+    /// Bytes of each thread's stack to copy at the next pause (--native).
+    stack_copy: HashMap<i32, usize>,
+    pause_notes: Vec<String>,
+}
+
+/// Stack bytes copied per thread at its first pause, the margin added when
+/// an unwind read beyond the copy, and the most ever copied.
+const STACK_COPY_FIRST: usize = 64 << 10;
+const STACK_COPY_MARGIN: usize = 16 << 10;
+const STACK_COPY_MAX: usize = 1 << 20;
+/// Below the stack pointer a leaf function may keep data (the red zone).
+const RED_ZONE: u64 = 128;
+
+/// Copy up to `want` bytes of stack from `sp` (and the red zone below it),
+/// stopping at the end of the mapping. Returns the copy's start and bytes.
+fn copy_stack(mem: &ProcessMemory, sp: u64, want: usize) -> (u64, Vec<u8>) {
+    const CHUNK: usize = 16 << 10;
+    let base = sp.saturating_sub(RED_ZONE);
+    let mut bytes = vec![0u8; want + RED_ZONE as usize];
+    let mut got = 0;
+    while got < bytes.len() {
+        let n = CHUNK.min(bytes.len() - got);
+        if mem
+            .read(base + got as u64, &mut bytes[got..got + n])
+            .is_err()
+        {
+            break;
+        }
+        got += n;
+    }
+    bytes.truncate(got);
+    (base, bytes)
+}
+
+/// A thread's stack as copied while it was stopped, over the live memory
+/// (code, and anything beyond the copy). Records how deep reads went.
+struct StackCopy<'a> {
+    base: u64,
+    bytes: Vec<u8>,
+    live: &'a ProcessMemory,
+    beyond: std::cell::Cell<u64>,
+}
+
+impl Memory for StackCopy<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), crate::error::MemError> {
+        let end = addr.saturating_add(buf.len() as u64);
+        let copy_end = self.base + self.bytes.len() as u64;
+        if addr >= self.base && end <= copy_end {
+            let o = (addr - self.base) as usize;
+            buf.copy_from_slice(&self.bytes[o..o + buf.len()]);
+            return Ok(());
+        }
+        if addr >= self.base && addr < copy_end.saturating_add(STACK_COPY_MAX as u64) {
+            // A stack read past the copy: the next copy goes deeper.
+            self.beyond.set(self.beyond.get().max(end));
+        }
+        self.live.read(addr, buf)
+    }
 }
 
 impl Target {
@@ -180,7 +238,7 @@ impl Target {
             return Err(Error::NotInitialized { pid });
         }
         let p = &reader.process;
-        Ok(Target {
+        let mut t = Target {
             pid,
             exe: p.exe.clone(),
             cmdline: Arc::from(escape_controls(&p.cmdline).as_ref()),
@@ -193,7 +251,19 @@ impl Target {
             states: HashMap::new(),
             stat,
             identity,
-        })
+            stack_copy: HashMap::new(),
+            pause_notes: Vec::new(),
+        };
+        // One read without pausing fills the code-object and name caches,
+        // so that the first paused read is as short as the later ones
+        // (what it finds is thrown away: it may be torn).
+        let opts = ReadOptions {
+            locals: cfg.locals,
+            names: true,
+            function_lines: cfg.function_lines,
+        };
+        let _ = t.reader.snapshot(&t.mem, opts, &t.states);
+        Ok(t)
     }
 
     /// Still the process we opened: not exited, not another process under a
@@ -222,10 +292,11 @@ impl Target {
     /// Native unwinds that failed and merges that fell back since the last
     /// call: the samples were kept, but the summary counts them.
     pub fn take_notes(&mut self) -> Vec<String> {
-        self.native
-            .as_mut()
-            .map(|n| n.take_notes())
-            .unwrap_or_default()
+        let mut notes = std::mem::take(&mut self.pause_notes);
+        if let Some(n) = self.native.as_mut() {
+            notes.extend(n.take_notes());
+        }
+        notes
     }
 
     /// What went wrong without stopping the read (shown once by dump).
@@ -338,14 +409,50 @@ impl Target {
             function_lines: cfg.function_lines,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
-        // Native stacks must be unwound while the threads are still stopped.
-        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
-        if let (Some(n), Some(g)) = (self.native.as_mut(), guard.as_ref()) {
+        // Native stacks: only the registers and a copy of the stack are
+        // taken while the threads are stopped; the unwind runs from the
+        // copy after they are let go (a cold unwind takes far longer than
+        // the pause budget).
+        let mut copies = Vec::new();
+        if let (Some(_), Some(g)) = (self.native.as_ref(), guard.as_ref()) {
             for tid in g.tids() {
-                unwound.insert(tid, n.unwind(tid, &self.mem));
+                match g.registers(tid) {
+                    Ok((ip, sp, bp)) => {
+                        let want = self
+                            .stack_copy
+                            .get(&tid)
+                            .copied()
+                            .unwrap_or(STACK_COPY_FIRST);
+                        let (base, bytes) = copy_stack(&self.mem, sp, want);
+                        copies.push((tid, ip, sp, bp, base, bytes, want));
+                    }
+                    Err(e) => self.pause_notes.push(format!("native unwind failed: {e}")),
+                }
             }
         }
         drop(guard);
+        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
+        if let Some(n) = self.native.as_mut() {
+            let mut depths = HashMap::new();
+            for (tid, ip, sp, bp, base, bytes, want) in copies {
+                let copy = StackCopy {
+                    base,
+                    bytes,
+                    live: &self.mem,
+                    beyond: std::cell::Cell::new(0),
+                };
+                unwound.insert(tid, n.unwind_regs(ip, sp, bp, &copy));
+                // Next time copy as deep as this unwind read, and a margin.
+                let needed = copy.beyond.get().saturating_sub(sp) as usize;
+                let next = if needed > want {
+                    (needed + STACK_COPY_MARGIN).min(STACK_COPY_MAX)
+                } else {
+                    want
+                };
+                depths.insert(tid, next);
+            }
+            self.stack_copy = depths;
+        }
         let mut snap = snap?;
         if cfg.nonblocking {
             // No pause needs the list up front: the next tick reads the

@@ -40,6 +40,12 @@ impl NativeStacks {
         }
     }
 
+    /// Unwind from registers taken while the thread was stopped, over `mem`
+    /// (a copy of its stack: the thread may run again meanwhile).
+    pub fn unwind_regs(&mut self, ip: u64, sp: u64, bp: u64, mem: &dyn Memory) -> Vec<NativeFrame> {
+        self.unwinder.unwind_from_regs(ip, sp, bp, mem)
+    }
+
     /// Merge an unwound native stack into a thread's Python stack (the
     /// thread need not be paused any more).
     pub fn merge(&mut self, snap: &mut ThreadSnapshot, native: &[NativeFrame]) {
