@@ -36,13 +36,9 @@ impl BinaryInfo {
 /// Parse `file` (opened as the target sees it) that is mapped by `maps`
 /// (all entries of that file), keeping only the symbols named in `wanted`.
 pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryInfo> {
-    let f = std::fs::File::open(file)
-        .map_err(|e| Error::Io(format!("opening {}: {e}", file.display())))?;
-    // SAFETY: the mapping is read-only and private; a file truncated under us
-    // could fault, which is the accepted risk of every ELF reader that maps.
-    let mmap = unsafe { memmap2::Mmap::map(&f) }
-        .map_err(|e| Error::Io(format!("mapping {}: {e}", file.display())))?;
-    let obj = object::File::parse(&*mmap)
+    let bytes =
+        read_file(file).map_err(|e| Error::Io(format!("reading {}: {e}", file.display())))?;
+    let obj = object::File::parse(&*bytes)
         .map_err(|e| Error::Io(format!("parsing {}: {e}", file.display())))?;
 
     let load_bias = load_bias(&obj, maps).unwrap_or(0);
@@ -79,6 +75,26 @@ pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryIn
         }
     }
     Ok(info)
+}
+
+/// Largest file read whole (ELF files and their debug files).
+const MAX_FILE: u64 = 4 << 30;
+
+/// A file of the target, read into memory we own. Never mapped: a library
+/// that a deployment truncates or rewrites under a mapping would kill us with
+/// SIGBUS; a read of a shrinking file just comes back short.
+pub(crate) fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    if len > MAX_FILE {
+        return Err(std::io::Error::other(format!(
+            "{len} bytes is larger than any ELF file pyinspect reads"
+        )));
+    }
+    let mut v = Vec::with_capacity(len as usize);
+    f.take(MAX_FILE).read_to_end(&mut v)?;
+    Ok(v)
 }
 
 /// The difference between where the file's segments are mapped and where

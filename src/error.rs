@@ -23,12 +23,35 @@ pub enum Error {
     #[error("process {pid} exited while it was being read")]
     ProcessExited { pid: i32 },
     #[error(
-        "permission denied attaching to process {pid}: run as root or give pyinspect \
-         CAP_SYS_PTRACE (sudo setcap cap_sys_ptrace+ep $(which pyinspect)); if \
-         /proc/sys/kernel/yama/ptrace_scope is above 0, set it to 0 or run as root; in Docker \
-         add --cap-add SYS_PTRACE"
+        "permission denied attaching to process {pid}: run as root, or as its owner with \
+         kernel.yama.ptrace_scope at 0 (at 1, CAP_SYS_PTRACE is needed: see README, \
+         Permissions, for its risk); in Docker add --cap-add SYS_PTRACE"
     )]
     Permission { pid: i32 },
+    #[error(
+        "process {pid} is already traced by process {tracer} ({tracer_command}): a thread can \
+         have one tracer only; detach that debugger or tracer first, or read without pausing \
+         with --nonblocking"
+    )]
+    Traced {
+        pid: i32,
+        tracer: i32,
+        tracer_command: String,
+    },
+    #[error("process {0} is a kernel thread, not a Python process")]
+    KernelThread(i32),
+    #[error("process {0} has exited (a zombie waiting for its parent to reap it)")]
+    Zombie(i32),
+    #[error("process {pid} exited and its pid was taken by another process; stopped following it")]
+    PidReused { pid: i32 },
+    #[error("process {pid} exec'd another program; stopped following it")]
+    Execed { pid: i32 },
+    #[error(
+        "process {pid} belongs to uid {owner}, and pyinspect runs with a file capability for \
+         uid {uid}: it only inspects processes of its invoking user (pass --allow-any-user to \
+         go further; see README, Permissions)"
+    )]
+    OtherUser { pid: i32, owner: u32, uid: u32 },
     #[error("process {pid} ({exe}) is not a Python process: no libpython or Python interpreter found in its memory")]
     NotPython { pid: i32, exe: String },
     #[error("process {pid} runs Python {version}, which pyinspect does not support (supported: 2.7, 3.6 to {newest}, and later versions through their _Py_DebugOffsets)")]

@@ -152,6 +152,9 @@ fn install_forwarding() {
 fn keeper(prog: &str, args: &[String], mut report: std::fs::File) -> ! {
     use std::io::Write;
     use std::os::unix::process::{CommandExt, ExitStatusExt};
+    // The program gets the invoking user's rights, never pyinspect's
+    // capabilities or set-uid (first: a change of ids clears the death signal).
+    crate::privilege::drop_all();
     // Die with pyinspect rather than linger; the program itself runs on.
     // SAFETY: plain prctl call.
     unsafe {

@@ -10,6 +10,7 @@ pub mod memory;
 pub mod native_unwind;
 pub mod output;
 pub mod pause;
+pub mod privilege;
 pub mod procfs;
 pub mod python;
 pub mod sampler;

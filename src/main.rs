@@ -14,6 +14,10 @@ use std::time::Duration;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// With a file capability (setcap) and a non-root user: also inspect
+    /// processes of other users (by default only the invoking user's own).
+    #[arg(long, global = true)]
+    allow_any_user: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -228,6 +232,7 @@ fn main() {
             std::process::exit(2);
         }
     };
+    pyinspect::privilege::set_allow_any_user(cli.allow_any_user);
     let result = match cli.command {
         Command::Dump(a) => {
             pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {

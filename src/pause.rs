@@ -2,103 +2,469 @@
 //!
 //! Only the threads we must read consistently are stopped (the ones that run
 //! Python), never the whole process: driver, BLAS and NCCL threads keep
-//! running. Every stopped thread is detached when the guard drops, on every
-//! path including a panic of ours; and should we die outright, the kernel
-//! detaches and restarts the tracees itself (they are never in group-stop).
+//! running. This is the one ptrace pauser of pyinspect; its rules:
+//!
+//! - Only a task of the target is ever seized: every tid (which may come from
+//!   the target's own, untrusted memory) is checked to be under
+//!   `/proc/PID/task/` before the seize and again after it.
+//! - Every wait for a stop is bounded ([`STOP_BUDGET`]), polled with
+//!   `WNOHANG` for all threads at once. A thread that does not stop in time
+//!   (uninterruptible sleep, a frozen cgroup, an exec in progress) is left out
+//!   of the pause: it is read without its registers, and nobody waits for it.
+//!   Such a thread is still seized with an interrupt pending, so it is
+//!   watched ([`reap_lingering`]) and let go as soon as it stops or exits.
+//! - A signal-delivery stop during the pause is answered at once by resuming
+//!   the thread *with* that signal, so the signal is delivered exactly once
+//!   (real-time signals included: the raw status is decoded here, since nix's
+//!   `Signal` has no real-time signals). Signals that arrive once the thread
+//!   sits in its interrupt stop stay queued by the kernel and are delivered
+//!   after the detach. Nothing is kept to be "re-injected" at detach, which
+//!   the kernel ignores from an interrupt stop.
+//! - Threads that die while seized (an exec in another thread kills them) are
+//!   reaped, so the exec waiting for them proceeds.
+//! - Every stopped thread is detached when the guard drops, on every path;
+//!   should we die outright, the kernel detaches the tracees itself.
 
 use crate::error::{Error, Result};
-use nix::errno::Errno;
-use nix::sys::ptrace;
-use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use crate::procfs;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest wait for the threads of one pause to stop. Together with the read
+/// that follows it this keeps every pause well under 20 ms.
+pub const STOP_BUDGET: Duration = Duration::from_millis(5);
+/// Signal-delivery stops answered per thread and pause before giving up on
+/// it (under a signal storm the interrupt stop comes first after one).
+const MAX_SIGNAL_STOPS: u32 = 32;
+
+thread_local! {
+    /// Threads seized by this (tracer) thread that did not stop in time:
+    /// (process, thread). Each still has an interrupt pending.
+    static LINGERING: RefCell<Vec<(i32, i32)>> = const { RefCell::new(Vec::new()) };
+
+}
+
+/// While threads are held, the pausing thread runs under SCHED_FIFO (where
+/// it may): a profiler descheduled by a busy machine would otherwise hold
+/// the target's threads stopped for a whole scheduling period. Pauses are
+/// bounded, so the real-time class never runs for long; restored on drop.
+struct Boost {
+    boosted: bool,
+}
+
+impl Boost {
+    fn new() -> Boost {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sets the calling thread's policy; a valid sched_param.
+        let boosted = unsafe {
+            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+        } == 0;
+        Boost { boosted }
+    }
+}
+
+impl Drop for Boost {
+    fn drop(&mut self) {
+        if self.boosted {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: as above, back to the normal class.
+            unsafe {
+                libc::sched_setscheduler(0, libc::SCHED_OTHER, &param);
+            }
+        }
+    }
+}
 
 pub struct PauseGuard {
-    /// Stopped threads, with a signal to hand back when one arrived while we held it.
-    stopped: Vec<(Pid, Option<Signal>)>,
+    pid: i32,
+    /// Threads stopped in their interrupt (or group) stop.
+    stopped: Vec<i32>,
+    /// Threads asked to stop that did not stop within the budget.
+    not_stopped: Vec<i32>,
+    /// Dropped after the threads are let go.
+    _boost: Boost,
+}
+
+enum Polled {
+    /// In an interrupt or group stop: ours to read and detach.
+    Stopped,
+    /// Still running (or delivering a signal we just passed on).
+    Waiting,
+    /// Exited (and reaped), or no longer our tracee.
+    Gone,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn ptrace_req(req: libc::c_uint, tid: i32, data: usize) -> std::result::Result<(), i32> {
+    // SAFETY: PTRACE_SEIZE/INTERRUPT/CONT/DETACH take no pointers from us
+    // (addr is 0, data is an option mask or a signal number).
+    let r = unsafe {
+        libc::ptrace(
+            req,
+            tid as libc::pid_t,
+            std::ptr::null_mut::<libc::c_void>(),
+            data as *mut libc::c_void,
+        )
+    };
+    if r == -1 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Look at one seized thread and move it along: a signal-delivery stop is
+/// resumed with its signal. `block`: wait for its next state change, until
+/// the armed [`Deadline`] interrupts the wait (then `Waiting`).
+fn poll(tid: i32, signal_stops: &mut u32, block: Option<&Deadline>) -> Polled {
+    loop {
+        let mut status = 0;
+        let flags = libc::__WALL | if block.is_some() { 0 } else { libc::WNOHANG };
+        // SAFETY: waitpid writes only into `status`.
+        let r = unsafe { libc::waitpid(tid, &mut status, flags) };
+        if r == 0 {
+            return Polled::Waiting;
+        }
+        if r < 0 {
+            match errno() {
+                libc::EINTR => match block {
+                    Some(d) if d.passed() => return Polled::Waiting,
+                    _ => continue,
+                },
+                // ECHILD: not our tracee any more (gone, or renamed by an exec).
+                _ => return Polled::Gone,
+            }
+        }
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            return Polled::Gone;
+        }
+        if !libc::WIFSTOPPED(status) {
+            continue;
+        }
+        let sig = libc::WSTOPSIG(status);
+        let event = (status >> 16) & 0xff;
+        if event != 0 {
+            // PTRACE_EVENT_STOP: our interrupt, or a group stop (SIGSTOP
+            // and friends; the kernel restores it when we detach).
+            return Polled::Stopped;
+        }
+        // A signal-delivery stop: the signal was on its way to the thread
+        // before our interrupt. Deliver it now, once; our interrupt, still
+        // pending, stops the thread right after.
+        *signal_stops += 1;
+        if ptrace_req(libc::PTRACE_CONT, tid, sig as usize).is_err() {
+            return Polled::Gone;
+        }
+        if *signal_stops > MAX_SIGNAL_STOPS {
+            return Polled::Waiting;
+        }
+        if block.is_none() {
+            return Polled::Waiting;
+        }
+    }
+}
+
+/// A per-thread timer that interrupts a blocking `waitpid` at the end of the
+/// stop budget (and every millisecond after, so a wait entered just after
+/// the first expiry is interrupted too). Its signal has an empty handler
+/// installed without `SA_RESTART`.
+struct Deadline {
+    at: Instant,
+}
+
+thread_local! {
+    static TIMER: std::cell::Cell<Option<libc::timer_t>> = const { std::cell::Cell::new(None) };
+}
+
+fn timer_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 3
+}
+
+extern "C" fn on_timer(_: libc::c_int) {}
+
+fn set_timer(after: Option<Duration>) -> bool {
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    HANDLER.call_once(|| {
+        // SAFETY: installing an empty handler; no SA_RESTART, so that the
+        // blocking waitpid returns EINTR.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_timer as *const () as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(timer_signal(), &act, std::ptr::null_mut());
+        }
+    });
+    TIMER.with(|t| {
+        let timer = match t.get() {
+            Some(timer) => timer,
+            None => {
+                // SAFETY: timer_create fills `timer`; the sigevent names this thread.
+                let timer = unsafe {
+                    let mut sev: libc::sigevent = std::mem::zeroed();
+                    sev.sigev_notify = libc::SIGEV_THREAD_ID;
+                    sev.sigev_signo = timer_signal();
+                    sev.sigev_notify_thread_id = libc::gettid();
+                    let mut timer: libc::timer_t = std::mem::zeroed();
+                    if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) != 0 {
+                        return false;
+                    }
+                    timer
+                };
+                t.set(Some(timer));
+                timer
+            }
+        };
+        let ts = |d: Duration| libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        };
+        let spec = libc::itimerspec {
+            it_value: ts(after.unwrap_or(Duration::ZERO)),
+            it_interval: ts(if after.is_some() {
+                Duration::from_millis(1)
+            } else {
+                Duration::ZERO
+            }),
+        };
+        // SAFETY: a timer of ours, a valid itimerspec.
+        unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) == 0 }
+    })
+}
+
+impl Deadline {
+    /// Arm the timer; None when no timer could be made (then waits poll).
+    fn arm(budget: Duration) -> Option<Deadline> {
+        let at = Instant::now() + budget;
+        set_timer(Some(budget)).then_some(Deadline { at })
+    }
+    fn passed(&self) -> bool {
+        Instant::now() >= self.at
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        set_timer(None);
+    }
+}
+
+/// Let go of a stopped thread; one that died meanwhile is reaped instead (or
+/// watched until it can be).
+fn release(pid: i32, tid: i32) {
+    if ptrace_req(libc::PTRACE_DETACH, tid, 0).is_ok() {
+        return;
+    }
+    let mut n = 0;
+    match poll(tid, &mut n, None) {
+        Polled::Gone => {}
+        Polled::Stopped => {
+            let _ = ptrace_req(libc::PTRACE_DETACH, tid, 0);
+        }
+        Polled::Waiting => LINGERING.with(|l| l.borrow_mut().push((pid, tid))),
+    }
+}
+
+/// Let go of the threads that did not stop in time and have stopped (or
+/// exited) since. Cheap when there are none; the samplers call it while they
+/// sleep, so a late stop is released within a millisecond or so.
+pub fn reap_lingering() {
+    LINGERING.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.is_empty() {
+            return;
+        }
+        let me = std::process::id() as i32;
+        let mut renamed = Vec::new();
+        l.retain(|&(pid, tid)| {
+            let mut n = 0;
+            match poll(tid, &mut n, None) {
+                Polled::Waiting => true,
+                Polled::Stopped => {
+                    let _ = ptrace_req(libc::PTRACE_DETACH, tid, 0);
+                    false
+                }
+                Polled::Gone => {
+                    // A thread that exec'd took its leader's tid and is
+                    // still ours, with our interrupt pending.
+                    if tid != pid && procfs::tracer_pid(pid, pid) == Some(me) {
+                        renamed.push((pid, pid));
+                    }
+                    false
+                }
+            }
+        });
+        for r in renamed {
+            if !l.contains(&r) {
+                l.push(r);
+            }
+        }
+    });
+}
+
+/// Whether threads that did not stop in time are still watched.
+pub fn has_lingering() -> bool {
+    LINGERING.with(|l| !l.borrow().is_empty())
+}
+
+/// Watch the lingering threads for up to `limit` (at the end of a command).
+pub fn release_lingering(limit: Duration) {
+    let end = Instant::now() + limit;
+    while has_lingering() && Instant::now() < end {
+        reap_lingering();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn is_lingering(tid: i32) -> bool {
+    LINGERING.with(|l| l.borrow().iter().any(|&(_, t)| t == tid))
+}
+
+/// Why a seize was refused: another tracer (named), or permission.
+fn seize_refused(pid: i32, tid: i32) -> Error {
+    match procfs::tracer_pid(pid, tid) {
+        Some(tp) if tp > 0 => Error::Traced {
+            pid,
+            tracer: tp,
+            tracer_command: procfs::comm(tp, tp).unwrap_or_else(|| "?".into()),
+        },
+        _ => Error::Permission { pid },
+    }
 }
 
 impl PauseGuard {
-    /// Stop each of `tids` of process `pid`. Threads that exit meanwhile are
-    /// skipped; a permission failure is an error (and stops nothing).
+    /// Stop each of `tids` of process `pid`, within [`STOP_BUDGET`]. Threads
+    /// that are not tasks of `pid`, exit meanwhile, or do not stop in time
+    /// are left running (see [`not_stopped`](Self::not_stopped)). Another
+    /// tracer or a permission failure is an error (and stops nothing).
     pub fn new(pid: i32, tids: &[i32]) -> Result<PauseGuard> {
+        reap_lingering();
         let mut g = PauseGuard {
+            pid,
             stopped: Vec::with_capacity(tids.len()),
+            not_stopped: Vec::new(),
+            _boost: Boost::new(),
         };
+        let me = std::process::id() as i32;
+        let mut refused = None;
         // Interrupt every thread first and only then wait for the stops, so
         // the threads stop in parallel rather than one scheduling delay each.
-        let mut interrupted = Vec::with_capacity(tids.len());
+        let mut waiting: Vec<(i32, u32)> = Vec::with_capacity(tids.len());
         for &tid in tids {
-            let t = Pid::from_raw(tid);
-            match ptrace::seize(t, ptrace::Options::empty()) {
-                Ok(()) => {}
-                Err(Errno::ESRCH) => continue,
-                Err(Errno::EPERM) => {
-                    if interrupted.is_empty() {
-                        return Err(Error::Permission { pid });
-                    }
-                    // Already traced by someone else (a debugger): read it running.
-                    continue;
-                }
-                Err(e) => {
-                    // Let go of the ones already seized before reporting.
-                    for t in interrupted {
-                        g.stopped.push((t, wait_stopped(t).flatten()));
-                    }
-                    return Err(Error::Io(format!("ptrace seize of thread {tid}: {e}")));
-                }
-            }
-            if ptrace::interrupt(t).is_err() {
-                let _ = ptrace::detach(t, None);
+            if tid <= 0 || is_lingering(tid) || !procfs::is_task(pid, tid) {
                 continue;
             }
-            interrupted.push(t);
-        }
-        for t in interrupted {
-            // None: the thread exited while we waited, nothing to detach.
-            if let Some(sig) = wait_stopped(t) {
-                g.stopped.push((t, sig));
+            if waiting.iter().any(|(t, _)| *t == tid) {
+                continue;
             }
+            match ptrace_req(libc::PTRACE_SEIZE, tid, 0) {
+                Ok(()) => {}
+                Err(libc::ESRCH) => continue,
+                Err(libc::EPERM) => {
+                    if procfs::tracer_pid(pid, tid) == Some(me) {
+                        continue;
+                    }
+                    refused = Some(seize_refused(pid, tid));
+                    break;
+                }
+                Err(e) => {
+                    refused = Some(Error::Io(format!(
+                        "ptrace seize of thread {tid} of process {pid}: {}",
+                        std::io::Error::from_raw_os_error(e)
+                    )));
+                    break;
+                }
+            }
+            let foreign = !procfs::is_task(pid, tid);
+            if ptrace_req(libc::PTRACE_INTERRUPT, tid, 0).is_err() {
+                continue;
+            }
+            if foreign {
+                // The tid went to another process between the two checks:
+                // let go of it as soon as it stops, read nothing of it.
+                LINGERING.with(|l| l.borrow_mut().push((pid, tid)));
+                continue;
+            }
+            waiting.push((tid, 0));
+        }
+        let begun = Instant::now();
+        if !waiting.is_empty() {
+            // Block on each thread in turn under one deadline: a thread
+            // that stopped while we waited for another is collected at once.
+            let deadline = Deadline::arm(STOP_BUDGET);
+            let mut i = 0;
+            while i < waiting.len() {
+                let (tid, n) = &mut waiting[i];
+                let timed_out = deadline.as_ref().is_none_or(|d| d.passed());
+                let block = if timed_out { None } else { deadline.as_ref() };
+                match poll(*tid, n, block) {
+                    Polled::Stopped => {
+                        g.stopped.push(*tid);
+                        waiting.swap_remove(i);
+                    }
+                    Polled::Gone => {
+                        waiting.swap_remove(i);
+                    }
+                    Polled::Waiting if *n > MAX_SIGNAL_STOPS || block.is_some() => i += 1,
+                    // No timer: poll until the budget is spent.
+                    Polled::Waiting if begun.elapsed() < STOP_BUDGET => {
+                        std::thread::sleep(Duration::from_micros(20))
+                    }
+                    Polled::Waiting => i += 1,
+                }
+            }
+            drop(deadline);
+            // Those left may have stopped since their turn came.
+            waiting.retain_mut(|(tid, n)| match poll(*tid, n, None) {
+                Polled::Stopped => {
+                    g.stopped.push(*tid);
+                    false
+                }
+                Polled::Gone => false,
+                Polled::Waiting => true,
+            });
+        }
+        for (tid, _) in waiting {
+            g.not_stopped.push(tid);
+            LINGERING.with(|l| l.borrow_mut().push((pid, tid)));
+        }
+        if let Some(e) = refused {
+            drop(g);
+            return Err(e);
         }
         Ok(g)
     }
 
+    /// The threads stopped now: only these may have their registers read.
     pub fn tids(&self) -> impl Iterator<Item = i32> + '_ {
-        self.stopped.iter().map(|(p, _)| p.as_raw())
+        self.stopped.iter().copied()
     }
-}
 
-/// Wait for the interrupt stop. Returns the signal to re-inject (if a signal
-/// stop came first), or None when the thread is gone.
-fn wait_stopped(t: Pid) -> Option<Option<Signal>> {
-    let mut pending = None;
-    // A thread reports at most a few stops before our interrupt lands; bound it.
-    for _ in 0..16 {
-        match waitpid(t, Some(WaitPidFlag::__WALL)) {
-            Ok(WaitStatus::PtraceEvent(..)) => return Some(pending),
-            Ok(WaitStatus::Stopped(_, sig)) => {
-                // A signal-delivery stop: keep the signal for detach, and
-                // wait for our interrupt, which is still to come.
-                pending = Some(sig);
-                if ptrace::cont(t, None).is_err() || ptrace::interrupt(t).is_err() {
-                    return None;
-                }
-            }
-            Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => return None,
-            Ok(_) => return Some(pending),
-            Err(Errno::EINTR) => continue,
-            Err(_) => return None,
+    /// Instruction, stack and frame pointer of a thread stopped by this guard.
+    pub fn registers(&self, tid: i32) -> Result<(u64, u64, u64)> {
+        if !self.stopped.contains(&tid) {
+            return Err(Error::Other(format!("thread {tid} is not stopped by us")));
         }
+        let r = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
+            .map_err(|e| Error::Other(format!("reading the registers of thread {tid}: {e}")))?;
+        Ok((r.rip, r.rsp, r.rbp))
     }
-    Some(pending)
+
+    /// Threads asked to stop that did not within the budget: read running.
+    pub fn not_stopped(&self) -> &[i32] {
+        &self.not_stopped
+    }
 }
 
 impl Drop for PauseGuard {
     fn drop(&mut self) {
-        for (t, sig) in self.stopped.drain(..) {
-            let _ = ptrace::detach(t, sig);
+        for tid in self.stopped.drain(..) {
+            release(self.pid, tid);
         }
+        reap_lingering();
     }
 }
 
@@ -112,7 +478,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// while threads are stopped: the command finishes its read, lets the
 /// threads go, and then looks at [`interrupted`].
 pub fn install_signal_flag() {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let act = SigAction::new(
         SigHandler::Handler(on_signal),
         SaFlags::empty(),

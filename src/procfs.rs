@@ -40,10 +40,116 @@ fn proc_path(pid: i32, rest: &str) -> PathBuf {
 
 fn io_err(pid: i32, e: std::io::Error) -> Error {
     match e.kind() {
-        std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
+        std::io::ErrorKind::NotFound => absent(pid),
         std::io::ErrorKind::PermissionDenied => Error::Permission { pid },
         _ => Error::Io(format!("reading /proc/{pid}: {e}")),
     }
+}
+
+/// What to say when a file of /proc/PID is missing: the process may still
+/// be there as a kernel thread (no executable, no maps) or a zombie.
+pub fn absent(pid: i32) -> Error {
+    let Ok(stat) = std::fs::read_to_string(proc_path(pid, "stat")) else {
+        return Error::NoSuchProcess(pid);
+    };
+    if matches!(parse_stat_state(&stat), Some('Z' | 'X')) {
+        return Error::Zombie(pid);
+    }
+    // Field 9, the task flags: PF_KTHREAD.
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    if stat_field(&stat, 9).is_some_and(|f| f & PF_KTHREAD != 0) {
+        return Error::KernelThread(pid);
+    }
+    Error::NoSuchProcess(pid)
+}
+
+/// Numeric field `n` (1-based, as proc(5) counts) of a stat line.
+pub fn stat_field(stat: &str, n: usize) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Field 3 (the state) is the first after the command name.
+    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+}
+
+/// What tells one run of a program from another under the same pid: the
+/// start time (a reused pid), and where the code and stack of its memory
+/// are (a new program after exec, ASLR placing them anew).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub start_time: u64,
+    pub start_code: u64,
+    pub start_stack: u64,
+}
+
+impl Identity {
+    pub fn parse(stat: &str) -> Option<Identity> {
+        Some(Identity {
+            start_time: stat_field(stat, 22)?,
+            start_code: stat_field(stat, 26)?,
+            start_stack: stat_field(stat, 28)?,
+        })
+    }
+}
+
+/// `/proc/PID/stat`, kept open and re-read each pass: once the process is
+/// gone the open file fails rather than showing a later owner of the pid.
+pub struct StatFile {
+    file: std::fs::File,
+}
+
+impl StatFile {
+    pub fn open(pid: i32) -> Result<StatFile> {
+        let file = std::fs::File::open(proc_path(pid, "stat")).map_err(|e| io_err(pid, e))?;
+        Ok(StatFile { file })
+    }
+
+    /// None when the process is gone.
+    pub fn identity(&self) -> Option<Identity> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 1024];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        Identity::parse(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+}
+
+/// The identity of `pid` now, read afresh.
+pub fn identity(pid: i32) -> Option<Identity> {
+    Identity::parse(&std::fs::read_to_string(proc_path(pid, "stat")).ok()?)
+}
+
+/// Whether `tid` is a thread of process `pid` (and not of some other process).
+pub fn is_task(pid: i32, tid: i32) -> bool {
+    tid > 0 && proc_path(pid, &format!("task/{tid}")).exists()
+}
+
+/// The `TracerPid` of thread `tid` of `pid` (0: not traced); None when gone.
+pub fn tracer_pid(pid: i32, tid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/status"))).ok()?;
+    status_field(&s, "TracerPid:")?.parse().ok()
+}
+
+/// Real, effective, saved and filesystem uids of `pid`.
+pub fn uids(pid: i32) -> Option<[u32; 4]> {
+    let s = std::fs::read_to_string(proc_path(pid, "status")).ok()?;
+    let line = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let v: Vec<u32> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    v.try_into().ok()
+}
+
+/// The effective capability set of `pid` (`CapEff`).
+pub fn effective_caps(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(proc_path(pid, "status")).ok()?;
+    u64::from_str_radix(status_field(&s, "CapEff:")?, 16).ok()
+}
+
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .split_whitespace()
+        .next()
 }
 
 pub fn exists(pid: i32) -> bool {
@@ -238,6 +344,18 @@ garbage line
         assert!(!m[2].is_file() && m[2].writable);
         assert_eq!(m[3].path, "");
         assert!(m[1].contains(0x7f0000001fff) && !m[1].contains(0x7f0000002000));
+    }
+
+    #[test]
+    fn stat_fields_after_odd_comm() {
+        let line = "7 (a) b) S 1 7 7 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 4242 100 5 \
+                    18446744073709551615 4194304 4196000 140730000000000 0 0";
+        assert_eq!(stat_field(line, 4), Some(1));
+        assert_eq!(stat_field(line, 9), Some(4194560));
+        let id = Identity::parse(line).unwrap();
+        assert_eq!(id.start_time, 4242);
+        assert_eq!(id.start_code, 4194304);
+        assert_eq!(id.start_stack, 140730000000000);
     }
 
     #[test]

@@ -8,14 +8,14 @@
 //! name caches live as long as the process is followed.
 
 use crate::error::Error;
-use crate::memory::ProcessMemory;
+use crate::memory::{Memory, ProcessMemory};
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
 use crate::python::native::NativeStacks;
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
-use crate::stack::{ThreadStack, ThreadStatus};
+use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
 use rand::Rng;
 use std::collections::HashMap;
 use std::fs::File;
@@ -87,6 +87,9 @@ pub struct Tick {
     pub processes: Vec<ProcessSample>,
     /// Per-sample read errors (counted; summaries show the most common).
     pub errors: Vec<String>,
+    /// Processes no longer followed for a reason worth telling (pid reused,
+    /// exec'd another program), once each.
+    pub ended: Vec<String>,
 }
 
 /// Parse a sampling rate in Hz: finite, above 0, at most [`MAX_RATE`].
@@ -118,31 +121,127 @@ pub struct Target {
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
+    /// `/proc/PID/stat`, kept open: re-read every pass to notice the process
+    /// ending, its pid being reused, or an exec.
+    stat: procfs::StatFile,
+    identity: procfs::Identity,
+    /// Bytes of each thread's stack to copy at the next pause (--native).
+    stack_copy: HashMap<i32, usize>,
+    pause_notes: Vec<String>,
+}
+
+/// Stack bytes copied per thread at its first pause, the margin added when
+/// an unwind read beyond the copy, and the most ever copied.
+const STACK_COPY_FIRST: usize = 64 << 10;
+const STACK_COPY_MARGIN: usize = 16 << 10;
+const STACK_COPY_MAX: usize = 1 << 20;
+/// Below the stack pointer a leaf function may keep data (the red zone).
+const RED_ZONE: u64 = 128;
+
+/// Copy up to `want` bytes of stack from `sp` (and the red zone below it),
+/// stopping at the end of the mapping. Returns the copy's start and bytes.
+fn copy_stack(mem: &ProcessMemory, sp: u64, want: usize) -> (u64, Vec<u8>) {
+    const CHUNK: usize = 16 << 10;
+    let base = sp.saturating_sub(RED_ZONE);
+    let mut bytes = vec![0u8; want + RED_ZONE as usize];
+    let mut got = 0;
+    while got < bytes.len() {
+        let n = CHUNK.min(bytes.len() - got);
+        if mem
+            .read(base + got as u64, &mut bytes[got..got + n])
+            .is_err()
+        {
+            break;
+        }
+        got += n;
+    }
+    bytes.truncate(got);
+    (base, bytes)
+}
+
+/// A thread's stack as copied while it was stopped, over the live memory
+/// (code, and anything beyond the copy). Records how deep reads went.
+struct StackCopy<'a> {
+    base: u64,
+    bytes: Vec<u8>,
+    live: &'a ProcessMemory,
+    beyond: std::cell::Cell<u64>,
+}
+
+impl Memory for StackCopy<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), crate::error::MemError> {
+        let end = addr.saturating_add(buf.len() as u64);
+        let copy_end = self.base + self.bytes.len() as u64;
+        if addr >= self.base && end <= copy_end {
+            let o = (addr - self.base) as usize;
+            buf.copy_from_slice(&self.bytes[o..o + buf.len()]);
+            return Ok(());
+        }
+        if addr >= self.base && addr < copy_end.saturating_add(STACK_COPY_MAX as u64) {
+            // A stack read past the copy: the next copy goes deeper.
+            self.beyond.set(self.beyond.get().max(end));
+        }
+        self.live.read(addr, buf)
+    }
 }
 
 impl Target {
     pub fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
+        let stat = procfs::StatFile::open(pid)?;
+        let identity = stat.identity().ok_or_else(|| procfs::absent(pid))?;
+        crate::privilege::check_target(pid)?;
         let mem = ProcessMemory::new(pid);
         let process = PythonProcess::open(pid, &mem)?;
         let mut reader = Reader::new(process);
-        // Fails while the interpreter is not up yet (NotInitialized).
-        let threads = reader.python_threads(&mem)?;
         // Opened very early, interpreter discovery can settle on a wrong
         // candidate; its thread ids then are not threads of the process.
-        let tasks = procfs::tasks(pid)?;
-        if threads.iter().any(|(t, _)| !tasks.contains(t)) {
-            return Err(Error::NotInitialized { pid });
+        // One thread that is not (any more) is churn, or a target writing
+        // other ids into its thread states: those are never paused. A list
+        // read while threads come and go can be torn: read it again.
+        let mut attempts = 0;
+        let threads = loop {
+            // Fails while the interpreter is not up yet (NotInitialized).
+            let threads = reader.python_threads(&mem)?;
+            let tasks = procfs::tasks(pid)?;
+            if threads.is_empty() || threads.iter().any(|(t, _)| tasks.contains(t)) {
+                break threads;
+            }
+            attempts += 1;
+            if attempts >= 5 {
+                return Err(Error::NotInitialized { pid });
+            }
+        };
+        if !cfg.nonblocking {
+            // Another tracer: say who, before any pause fails on it.
+            let me = std::process::id() as i32;
+            for &(tid, _) in &threads {
+                match procfs::tracer_pid(pid, tid) {
+                    Some(tp) if tp != 0 && tp != me => {
+                        return Err(Error::Traced {
+                            pid,
+                            tracer: tp,
+                            tracer_command: procfs::comm(tp, tp).unwrap_or_else(|| "?".into()),
+                        })
+                    }
+                    _ => {}
+                }
+            }
         }
         let native = if cfg.native {
             Some(NativeStacks::new(pid, cfg.native_all)?)
         } else {
             None
         };
+        // An exec while we opened it (a program just launched): its
+        // identity is that of the old image; open it again.
+        if stat.identity() != Some(identity) {
+            return Err(Error::NotInitialized { pid });
+        }
         let p = &reader.process;
-        Ok(Target {
+        let mut t = Target {
             pid,
             exe: p.exe.clone(),
-            cmdline: Arc::from(p.cmdline.as_str()),
+            cmdline: Arc::from(escape_controls(&p.cmdline).as_ref()),
             version: p.version.to_string(),
             mem,
             reader,
@@ -150,16 +249,54 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
-        })
+            stat,
+            identity,
+            stack_copy: HashMap::new(),
+            pause_notes: Vec::new(),
+        };
+        // One read without pausing fills the code-object and name caches,
+        // so that the first paused read is as short as the later ones
+        // (what it finds is thrown away: it may be torn).
+        let opts = ReadOptions {
+            locals: cfg.locals,
+            names: true,
+            function_lines: cfg.function_lines,
+        };
+        let _ = t.reader.snapshot(&t.mem, opts, &t.states);
+        Ok(t)
+    }
+
+    /// Still the process we opened: not exited, not another process under a
+    /// reused pid, not another program after an exec.
+    fn check_identity(&self) -> Result<(), Error> {
+        let now = self.stat.identity();
+        match now {
+            None => {
+                // The open file fails once its process is gone, whatever
+                // now holds the pid.
+                match procfs::identity(self.pid) {
+                    Some(id) if id.start_time != self.identity.start_time => {
+                        Err(Error::PidReused { pid: self.pid })
+                    }
+                    _ => Err(Error::ProcessExited { pid: self.pid }),
+                }
+            }
+            Some(id) if id.start_time != self.identity.start_time => {
+                Err(Error::PidReused { pid: self.pid })
+            }
+            Some(id) if id != self.identity => Err(Error::Execed { pid: self.pid }),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Native unwinds that failed and merges that fell back since the last
     /// call: the samples were kept, but the summary counts them.
     pub fn take_notes(&mut self) -> Vec<String> {
-        self.native
-            .as_mut()
-            .map(|n| n.take_notes())
-            .unwrap_or_default()
+        let mut notes = std::mem::take(&mut self.pause_notes);
+        if let Some(n) = self.native.as_mut() {
+            notes.extend(n.take_notes());
+        }
+        notes
     }
 
     /// What went wrong without stopping the read (shown once by dump).
@@ -208,23 +345,34 @@ impl Target {
     /// hold it cannot move them: pausing it would only wake it (and make it
     /// look busy at the next sample). Native stacks need every thread's
     /// registers, so then all of them are paused.
+    ///
+    /// A thread in uninterruptible sleep (D: a vfork parent, NFS, a frozen
+    /// cgroup) cannot stop until it wakes; it is read without pausing.
     fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
         if cfg.native_all {
-            return procfs::tasks(self.pid);
+            return Ok(procfs::tasks(self.pid)?
+                .into_iter()
+                .filter(|&t| procfs::thread_state(self.pid, t) != Some('D'))
+                .collect());
         }
         Ok(self
             .threads
             .iter()
             .filter(|(tid, gil)| {
+                let state = self.states.get(tid);
+                if state == Some(&'D') {
+                    return false;
+                }
                 // Idle threads that will be dropped need no registers either.
                 let native_wanted = cfg.native && cfg.include_idle;
-                native_wanted || *gil || !matches!(self.states.get(tid), Some('S' | 'D' | 'I'))
+                native_wanted || *gil || !matches!(state, Some('S' | 'I'))
             })
             .map(|(tid, _)| *tid)
             .collect())
     }
 
     pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+        self.check_identity()?;
         if !cfg.nonblocking {
             // The set to pause must be current: a thread missed here would be read running.
             self.threads = self.reader.python_threads(&self.mem)?;
@@ -233,8 +381,7 @@ impl Target {
         // reading them (the kernel formats a whole stat line per thread) is
         // skipped when neither is needed.
         let filter_idle = !cfg.include_idle && !cfg.gil_only;
-        let pause_all = cfg.native && cfg.include_idle;
-        if filter_idle || cfg.statuses || (!cfg.nonblocking && !pause_all) {
+        if filter_idle || cfg.statuses || !cfg.nonblocking {
             self.read_states();
         } else {
             self.states.clear();
@@ -262,14 +409,50 @@ impl Target {
             function_lines: cfg.function_lines,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
-        // Native stacks must be unwound while the threads are still stopped.
-        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
-        if let (Some(n), Some(g)) = (self.native.as_mut(), guard.as_ref()) {
+        // Native stacks: only the registers and a copy of the stack are
+        // taken while the threads are stopped; the unwind runs from the
+        // copy after they are let go (a cold unwind takes far longer than
+        // the pause budget).
+        let mut copies = Vec::new();
+        if let (Some(_), Some(g)) = (self.native.as_ref(), guard.as_ref()) {
             for tid in g.tids() {
-                unwound.insert(tid, n.unwind(tid, &self.mem));
+                match g.registers(tid) {
+                    Ok((ip, sp, bp)) => {
+                        let want = self
+                            .stack_copy
+                            .get(&tid)
+                            .copied()
+                            .unwrap_or(STACK_COPY_FIRST);
+                        let (base, bytes) = copy_stack(&self.mem, sp, want);
+                        copies.push((tid, ip, sp, bp, base, bytes, want));
+                    }
+                    Err(e) => self.pause_notes.push(format!("native unwind failed: {e}")),
+                }
             }
         }
         drop(guard);
+        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
+        if let Some(n) = self.native.as_mut() {
+            let mut depths = HashMap::new();
+            for (tid, ip, sp, bp, base, bytes, want) in copies {
+                let copy = StackCopy {
+                    base,
+                    bytes,
+                    live: &self.mem,
+                    beyond: std::cell::Cell::new(0),
+                };
+                unwound.insert(tid, n.unwind_regs(ip, sp, bp, &copy));
+                // Next time copy as deep as this unwind read, and a margin.
+                let needed = copy.beyond.get().saturating_sub(sp) as usize;
+                let next = if needed > want {
+                    (needed + STACK_COPY_MARGIN).min(STACK_COPY_MAX)
+                } else {
+                    want
+                };
+                depths.insert(tid, next);
+            }
+            self.stack_copy = depths;
+        }
         let mut snap = snap?;
         if cfg.nonblocking {
             // No pause needs the list up front: the next tick reads the
@@ -310,6 +493,11 @@ impl Target {
         threads.reverse();
         threads.sort_by_key(|t| t.interpreter);
         threads.extend(foreign);
+        // Names come from the target: none may reach a terminal or a
+        // document with control characters in it.
+        for t in &mut threads {
+            t.escape_names();
+        }
         Ok(threads)
     }
 }
@@ -487,7 +675,14 @@ impl Sampler {
             if now >= self.due {
                 break;
             }
-            std::thread::sleep((self.due - now).min(SLEEP_SLICE));
+            // A thread that did not stop in time is let go the moment it stops.
+            pause::reap_lingering();
+            let slice = if pause::has_lingering() {
+                Duration::from_millis(1)
+            } else {
+                SLEEP_SLICE
+            };
+            std::thread::sleep((self.due - now).min(slice));
         }
         let mut timestamp = self.start.elapsed();
         let behind = timestamp.saturating_sub(self.due);
@@ -507,6 +702,7 @@ impl Sampler {
         }
         let mut processes = Vec::with_capacity(self.targets.len());
         let mut errors = Vec::new();
+        let mut ended = Vec::new();
         let cfg = &self.cfg;
         self.targets.retain_mut(|t| match t.sample(cfg) {
             Ok(threads) => {
@@ -520,6 +716,10 @@ impl Sampler {
                 true
             }
             Err(Error::ProcessExited { .. }) | Err(Error::NoSuchProcess(_)) => false,
+            Err(e @ (Error::PidReused { .. } | Error::Execed { .. })) => {
+                ended.push(e.to_string());
+                false
+            }
             Err(e) => {
                 if is_zombie(t.pid) {
                     return false;
@@ -543,6 +743,7 @@ impl Sampler {
             missed,
             processes,
             errors,
+            ended,
         })
     }
 

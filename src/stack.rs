@@ -99,3 +99,73 @@ impl Frame {
         }
     }
 }
+
+/// Whether a character of a target-controlled name must not reach a terminal
+/// or a document raw: C0 and C1 controls (NUL, BEL, ESC…), DEL, and the two
+/// noncharacters XML does not allow.
+fn needs_escape(c: char) -> bool {
+    c.is_control() || c == '\u{fffe}' || c == '\u{ffff}'
+}
+
+/// `s` with control characters written as `\xNN` (or `\u{NNNN}`), so that no
+/// name from the target can drive the user's terminal or break a format.
+pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(needs_escape) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !needs_escape(c) {
+            out.push(c);
+        } else if (c as u32) < 0x100 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:04x}}}", c as u32));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+fn escape_in_place(s: &mut String) {
+    if let std::borrow::Cow::Owned(e) = escape_controls(s) {
+        *s = e;
+    }
+}
+
+impl ThreadStack {
+    /// Escape every target-controlled string (see [`escape_controls`]).
+    pub fn escape_names(&mut self) {
+        let opt = |o: &mut Option<String>| {
+            if let Some(s) = o.as_mut() {
+                escape_in_place(s);
+            }
+        };
+        opt(&mut self.name);
+        opt(&mut self.truncated);
+        opt(&mut self.native_entry);
+        for f in &mut self.frames {
+            escape_in_place(&mut f.function);
+            opt(&mut f.file);
+            opt(&mut f.module);
+            for l in f.locals.iter_mut().flatten() {
+                escape_in_place(&mut l.name);
+                escape_in_place(&mut l.repr);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_escaped() {
+        assert_eq!(escape_controls("plain ünï"), "plain ünï");
+        assert_eq!(
+            escape_controls("a\0b\x07\x1b[2J\u{9b}"),
+            "a\\x00b\\x07\\x1b[2J\\x9b"
+        );
+        assert_eq!(escape_controls("\u{fffe}"), "\\u{fffe}");
+    }
+}

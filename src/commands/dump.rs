@@ -34,14 +34,21 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         statuses: true,
     };
     let mut target = Target::open(pid, &cfg)?;
-    let threads = target.sample(&cfg)?;
+    let threads = target.sample(&cfg);
+    // A thread that stopped after the budget is let go now, not at exit.
+    pause::release_lingering(std::time::Duration::from_millis(200));
+    let threads = threads?;
     Ok(ProcessStacks {
         pid,
         command_line: target.cmdline.to_string(),
         python_version: target.version.clone(),
-        executable: target.exe.clone(),
+        executable: crate::stack::escape_controls(&target.exe).into_owned(),
         threads,
-        warnings: target.warnings(),
+        warnings: target
+            .warnings()
+            .iter()
+            .map(|w| crate::stack::escape_controls(w).into_owned())
+            .collect(),
         parent_pid: None,
     })
 }

@@ -1,13 +1,13 @@
 //! `pyinspect record`: sample a running or launched process into a profile.
 
 use crate::launch::Launched;
+use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
 use crate::sampler::{Sampler, SamplerConfig};
-use anyhow::{bail, Context};
+use anyhow::bail;
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{IsTerminal, Seek, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -26,44 +26,6 @@ pub struct RecordOptions {
 const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
 /// How often the progress line is redrawn.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
-
-/// The output file, opened before sampling so an unwritable path fails at
-/// once. Removed again if nothing gets written to a file we created.
-struct Output {
-    path: PathBuf,
-    file: File,
-    created: bool,
-}
-
-impl Output {
-    fn open(path: PathBuf) -> anyhow::Result<Output> {
-        let existed = path.exists();
-        if path.is_dir() {
-            bail!(
-                "cannot write the profile to {}: it is a directory",
-                path.display()
-            );
-        }
-        // No truncation yet: an existing file is only replaced by a profile.
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("cannot write the profile to {}", path.display()))?;
-        Ok(Output {
-            path,
-            file,
-            created: !existed,
-        })
-    }
-
-    fn abandon(self) {
-        if self.created {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
 
 /// `<program or pid>-<YYYYmmddTHHMMSS>.<ext>`, in the current directory.
 fn default_output(opts: &RecordOptions) -> PathBuf {
@@ -164,7 +126,8 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         bail!("give either --pid PID or a command to launch after --");
     }
     let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
-    let out = Output::open(path)?;
+    // Opened before sampling, so that an unwritable path fails at once.
+    let out = OutputFile::create(&path)?;
 
     let launched = if opts.command.is_empty() {
         None
@@ -223,6 +186,12 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
                 profile.add(p.pid, &p.cmdline, t, tick.timestamp, tick.weight);
             }
         }
+        for e in &tick.ended {
+            eprintln!(
+                "{}pyinspect: {e}",
+                if show_progress { "\r\x1b[K" } else { "" }
+            );
+        }
         for e in tick.errors {
             stats.errors += 1;
             *stats.causes.entry(error_cause(&e)).or_default() += 1;
@@ -243,18 +212,18 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         Some(_) => opts.command.join(" "),
         None => crate::procfs::cmdline(root).unwrap_or_else(|_| format!("pid {root}")),
     };
-    let written = write_profile(&profile, &out, opts.format, &title);
+    let title = crate::stack::escape_controls(&title).into_owned();
+    let shown = out.shown().to_string();
+    let written = out.write_with(|w| profile.write(opts.format, w, &title));
     summary(&stats, &profile, elapsed);
     let mut code = 0;
     match written {
         Ok(()) => eprintln!(
-            "pyinspect: wrote {} profile to {}",
+            "pyinspect: wrote {} profile to {shown}",
             format_name(opts.format),
-            out.path.display()
         ),
         Err(e) => {
-            eprintln!("pyinspect: {e:#}");
-            out.abandon();
+            eprintln!("pyinspect: {e}");
             code = 1;
         }
     }
@@ -283,20 +252,6 @@ fn format_name(f: OutputFormat) -> &'static str {
         OutputFormat::Raw => "collapsed stacks",
         OutputFormat::Pprof => "pprof",
     }
-}
-
-fn write_profile(
-    profile: &Profile,
-    out: &Output,
-    format: OutputFormat,
-    title: &str,
-) -> anyhow::Result<()> {
-    let mut f = &out.file;
-    f.set_len(0)?;
-    f.rewind()?;
-    profile.write(format, &mut f, title)?;
-    f.flush()?;
-    Ok(())
 }
 
 fn summary(stats: &Stats, profile: &Profile, elapsed: Duration) {

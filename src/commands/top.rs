@@ -96,7 +96,7 @@ pub fn run(opts: TopOptions) -> anyhow::Result<()> {
 /// pointed away for the moment of the spawn (nothing else runs yet).
 fn spawn_quietly(argv: &[String], log: &std::path::Path) -> anyhow::Result<Launched> {
     use std::os::fd::AsRawFd;
-    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let out = crate::output::sink::create_new_private(log)?;
     let null = std::fs::File::open("/dev/null").context("opening /dev/null")?;
     let targets = [
         (0, null.as_raw_fd()),

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
-/// The bytes of a module or debug file: a read-only file mapping, or a copy
-/// (the vdso, read from the target's memory).
+/// The bytes of a module or debug file: a copy read from the file (never a
+/// mapping: a file truncated under a mapping faults with SIGBUS), or from the
+/// target's memory (the vdso).
 pub(crate) enum Backing {
-    Map(memmap2::Mmap),
     Owned(Vec<u8>),
 }
 
@@ -21,7 +21,6 @@ impl Deref for Backing {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            Backing::Map(m) => m,
             Backing::Owned(v) => v,
         }
     }
@@ -29,12 +28,9 @@ impl Deref for Backing {
 
 impl Backing {
     pub(crate) fn open(path: &str) -> std::io::Result<Backing> {
-        let f = std::fs::File::open(path)?;
-        // SAFETY: the mapping is read-only and private. A library file being
-        // rewritten in place under us is the one risk, the same one every
-        // debugger and profiler that maps ELF files accepts.
-        let m = unsafe { memmap2::Mmap::map(&f)? };
-        Ok(Backing::Map(m))
+        Ok(Backing::Owned(crate::elf::read_file(
+            std::path::Path::new(path),
+        )?))
     }
 }
 

@@ -16,6 +16,7 @@ mod collapsed;
 mod filenames;
 mod pprof;
 mod profile;
+pub mod sink;
 mod speedscope;
 
 use thiserror::Error;
@@ -86,12 +87,19 @@ impl OutputFormat {
 
 #[derive(Debug, Error)]
 pub enum OutputError {
-    #[error("writing the profile failed: {0}")]
-    Io(#[from] std::io::Error),
+    /// The cause alone: the caller names the path.
+    #[error("{0}")]
+    Io(std::io::Error),
     #[error("no Python stacks were sampled, so there is no flame graph to draw")]
     Empty,
     #[error("the {0} format needs the sample timeline, which this profile did not keep")]
     NoTimeline(&'static str),
+}
+
+impl From<std::io::Error> for OutputError {
+    fn from(e: std::io::Error) -> Self {
+        OutputError::Io(e)
+    }
 }
 
 /// The version string exporters record, so a file says what wrote it.

@@ -18,8 +18,11 @@ pub struct NativeStacks {
 
 impl NativeStacks {
     pub fn new(pid: i32, keep_all: bool) -> Result<NativeStacks> {
+        let mut unwinder = NativeUnwinder::new(pid)?;
+        // Pauses are kept short: no module is read while threads are stopped.
+        unwinder.preload();
         Ok(NativeStacks {
-            unwinder: NativeUnwinder::new(pid)?,
+            unwinder,
             keep_all,
             notes: Vec::new(),
         })
@@ -35,6 +38,12 @@ impl NativeStacks {
                 Vec::new()
             }
         }
+    }
+
+    /// Unwind from registers taken while the thread was stopped, over `mem`
+    /// (a copy of its stack: the thread may run again meanwhile).
+    pub fn unwind_regs(&mut self, ip: u64, sp: u64, bp: u64, mem: &dyn Memory) -> Vec<NativeFrame> {
+        self.unwinder.unwind_from_regs(ip, sp, bp, mem)
     }
 
     /// Merge an unwound native stack into a thread's Python stack (the
