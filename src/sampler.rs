@@ -50,6 +50,8 @@ pub struct SamplerConfig {
     pub native: bool,
     /// With `native`: interpreter plumbing frames and non-Python threads too.
     pub native_all: bool,
+    /// With `native`: DWARF from separate debug files too.
+    pub native_debug_info: bool,
     /// Keep only the thread holding the GIL.
     pub gil_only: bool,
     /// Keep idle threads (waiting in the kernel, not holding the GIL). With
@@ -134,7 +136,11 @@ impl Target {
             return Err(Error::NotInitialized { pid });
         }
         let native = if cfg.native {
-            Some(NativeStacks::new(pid, cfg.native_all)?)
+            Some(NativeStacks::new(
+                pid,
+                cfg.native_all,
+                cfg.native_debug_info,
+            )?)
         } else {
             None
         };
