@@ -245,6 +245,13 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     };
     let written = write_profile(&profile, &out, opts.format, &title);
     summary(&stats, &profile, elapsed);
+    let m = sampler.merge_counts();
+    if m.address + m.name + m.fallback > 0 {
+        eprintln!(
+            "pyinspect: native merges: {} by stack address, {} by eval-loop names, {} fell back",
+            m.address, m.name, m.fallback
+        );
+    }
     let mut code = 0;
     match written {
         Ok(()) => eprintln!(

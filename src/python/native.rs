@@ -167,9 +167,9 @@ impl NativeStacks {
         }
     }
 
-    /// Samples merged by each method so far.
-    pub fn merge_counts(&self) -> MergeCounts {
-        self.counts
+    /// Samples merged by each method since the last call.
+    pub fn take_merge_counts(&mut self) -> MergeCounts {
+        std::mem::take(&mut self.counts)
     }
 
     pub fn take_notes(&mut self) -> Vec<String> {
