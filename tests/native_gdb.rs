@@ -139,7 +139,41 @@ struct Frame {
 /// `.cold`), no symbol version, no glibc-internal prefix or leading
 /// underscores (`__GI___clock_nanosleep` is `clock_nanosleep`).
 fn normalise(name: &str) -> String {
-    let mut n = name.trim();
+    // gdb prints Rust v0 crate disambiguators (`std[c29fa2d9dbea2b0e]`).
+    let mut owned = String::with_capacity(name.len());
+    let mut rest = name.trim();
+    while let Some(i) = rest.find('[') {
+        let close = rest[i..].find(']').map(|j| i + j);
+        match close {
+            Some(j) if j > i + 1 && rest[i + 1..j].bytes().all(|b| b.is_ascii_hexdigit()) => {
+                owned.push_str(&rest[..i]);
+                rest = &rest[j + 1..];
+            }
+            _ => {
+                owned.push_str(&rest[..=i]);
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    owned.push_str(rest);
+    let mut n = owned.as_str();
+    // Compiler suffixes wherever the name ends.
+    loop {
+        let before = n;
+        for suffix in [".cold", ".localalias"] {
+            n = n.strip_suffix(suffix).unwrap_or(n);
+        }
+        for marker in [".llvm.", ".constprop.", ".isra.", ".part.", ".lto_priv."] {
+            if let Some(i) = n.rfind(marker) {
+                if n[i + marker.len()..].bytes().all(|b| b.is_ascii_digit()) {
+                    n = &n[..i];
+                }
+            }
+        }
+        if n == before {
+            break;
+        }
+    }
     if let Some(i) = n.find("@@").or_else(|| n.find('@')) {
         n = &n[..i];
     }

@@ -41,6 +41,10 @@ const MAX_CHUNKS: usize = 1024;
 const SCAN_WORDS: u64 = 4096;
 /// A frame pointer further than this above the stack pointer is not trusted.
 const FP_MAX_FRAME: u64 = 1 << 20;
+/// Saved-rbp candidates tried after a stack-scanned frame.
+const MAX_BP_CANDIDATES: usize = 16;
+/// Frames of CFI unwinding tried to judge an rbp candidate.
+const CHAIN_LOOKAHEAD: usize = 16;
 
 /// How the caller of a frame was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -169,6 +173,8 @@ pub struct NativeUnwinder {
     debug_file_lines: bool,
     /// Why the last unwind ended early (see [`ended_early`](Self::ended_early)).
     ended: Option<String>,
+    /// Whether this unwind re-read the maps for [`is_code`](Self::is_code).
+    refreshed_in_unwind: bool,
 }
 
 impl NativeUnwinder {
@@ -185,6 +191,7 @@ impl NativeUnwinder {
             ra_cache: HashMap::new(),
             debug_file_lines: false,
             ended: None,
+            refreshed_in_unwind: false,
         };
         u.refresh()?;
         Ok(u)
@@ -508,6 +515,7 @@ impl NativeUnwinder {
         let mut addr = FrameAddress::from_instruction_pointer(ip);
         let mut out: Vec<NativeFrame> = Vec::new();
         self.ended = None;
+        self.refreshed_in_unwind = false;
         while out.len() < MAX_FRAMES {
             let pc = addr.address();
             let mut f = self.frame(pc, addr.is_return_address(), UnwindMethod::Cfi);
@@ -555,8 +563,18 @@ impl NativeUnwinder {
         self.ended.as_deref()
     }
 
-    fn is_code(&self, addr: u64) -> bool {
-        self.mapping(addr).is_some_and(|m| m.executable)
+    /// `addr` is in an executable mapping. When no mapping holds it, the
+    /// maps are read again, at most once per unwind (a library loaded since;
+    /// the stack scan asks about many words that are not code at all).
+    fn is_code(&mut self, addr: u64) -> bool {
+        match self.mapping(addr) {
+            Some(m) => m.executable,
+            None if !self.refreshed_in_unwind => {
+                self.refreshed_in_unwind = true;
+                self.module_for(addr).is_some() && self.mapping(addr).is_some_and(|m| m.executable)
+            }
+            None => false,
+        }
     }
 
     /// Find the caller of the frame at `addr`: its return address and how.
@@ -602,23 +620,41 @@ impl NativeUnwinder {
                 }
             }
             regs.set_sp(slot + 8);
-            // Callers that keep a frame pointer need rbp back. If rbp cannot
-            // be one of theirs (it does not point into an older frame), the
-            // frame-less function overwrote it after saving it: take the
-            // saved copy nearest the return address, where prologues push it.
+            // Callers that keep a frame pointer need rbp back, and the
+            // frame-less function may have used rbp for data after saving
+            // the caller's copy somewhere in its frame. Candidates: rbp as it
+            // is, and every word of the frame that points into an older
+            // frame (the saved copy nearest the return address first, where
+            // prologues push it). The one that lets CFI unwind the furthest
+            // from the return address wins; ties keep that order.
             let older = |v: u64| v > slot && v < stack_end && v.is_multiple_of(8);
-            if !older(bp) {
-                let mut a = slot;
-                while a > sp {
-                    a -= 8;
-                    match stack.read_u64(a) {
-                        Ok(v) if older(v) => {
-                            regs.set_bp(v);
-                            break;
-                        }
-                        _ => {}
+            let mut candidates = Vec::new();
+            if older(bp) {
+                candidates.push(bp);
+            }
+            let mut a = slot;
+            while a > sp && candidates.len() < MAX_BP_CANDIDATES {
+                a -= 8;
+                if let Ok(v) = stack.read_u64(a) {
+                    if older(v) && !candidates.contains(&v) {
+                        candidates.push(v);
                     }
                 }
+            }
+            if !older(bp) {
+                candidates.push(bp);
+            }
+            if candidates.len() > 1 {
+                let mut best = (0, candidates[0]);
+                for &c in &candidates {
+                    let score = self.chain_score(ra, slot + 8, c, stack);
+                    if score > best.0 {
+                        best = (score, c);
+                    }
+                }
+                regs.set_bp(best.1);
+            } else if let Some(&c) = candidates.first() {
+                regs.set_bp(c);
             }
             return (Some(ra), UnwindMethod::Scan);
         }
@@ -670,6 +706,48 @@ impl NativeUnwinder {
             slot += 8;
         }
         None
+    }
+
+    /// How many frames CFI unwinds from return address `ra` with stack
+    /// pointer `sp` and frame pointer `bp` (up to [`CHAIN_LOOKAHEAD`]; the
+    /// whole lookahead when it reaches the end of the stack cleanly).
+    fn chain_score(&mut self, ra: u64, sp: u64, bp: u64, stack: &mut StackReader) -> usize {
+        let mut regs = UnwindRegsX86_64::new(ra, sp, bp);
+        let Some(mut addr) = FrameAddress::from_return_address(ra) else {
+            return 0;
+        };
+        for n in 0..CHAIN_LOOKAHEAD {
+            let lookup = addr.address_for_lookup();
+            let covered = match self.module_for(lookup) {
+                Some(i) => match self.loaded(i) {
+                    Some(lm) => {
+                        let svma = lookup.wrapping_sub(lm.bias);
+                        lm.has_cfi(svma)
+                    }
+                    None => false,
+                },
+                None => false,
+            };
+            if !covered {
+                return n;
+            }
+            let old_sp = regs.sp();
+            let mut read = |x: u64| stack.read_u64(x);
+            match self
+                .fh
+                .unwind_frame(addr, &mut regs, &mut self.cache, &mut read)
+            {
+                Ok(None) => return CHAIN_LOOKAHEAD,
+                Ok(Some(next)) if regs.sp() > old_sp && self.is_code(next.wrapping_sub(1)) => {
+                    match FrameAddress::from_return_address(next) {
+                        Some(a) => addr = a,
+                        None => return n,
+                    }
+                }
+                _ => return n,
+            }
+        }
+        CHAIN_LOOKAHEAD
     }
 
     /// Whether return address `ra` found at `slot` lets CFI unwinding go on:
@@ -731,12 +809,12 @@ impl NativeUnwinder {
 
     /// `v` points into executable code just after a call instruction.
     fn is_return_address(&mut self, v: u64, mem: &dyn Memory) -> bool {
+        if !self.is_code(v.wrapping_sub(1)) {
+            return false;
+        }
         let Some(m) = self.mapping(v.wrapping_sub(1)) else {
             return false;
         };
-        if !m.executable {
-            return false;
-        }
         let file_backed = m.is_file();
         let from = v.saturating_sub(scan::CALL_WINDOW as u64).max(m.start);
         if file_backed {
@@ -765,7 +843,7 @@ fn call_plausible(
     ra: u64,
     callee: Option<u64>,
     mem: &dyn Memory,
-    is_code: impl Fn(u64) -> bool,
+    mut is_code: impl FnMut(u64) -> bool,
 ) -> bool {
     match callee {
         Some(c) => call_may_target(ra, c, mem),
