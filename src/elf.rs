@@ -41,7 +41,14 @@ pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryIn
     let obj = object::File::parse(&*bytes)
         .map_err(|e| Error::Io(format!("parsing {}: {e}", file.display())))?;
 
-    let load_bias = load_bias(&obj, maps).unwrap_or(0);
+    // The code mapping when there is one: it is the one whose segment is
+    // told apart by permissions for certain.
+    let load_bias = maps
+        .iter()
+        .find(|m| m.executable)
+        .or_else(|| maps.iter().min_by_key(|m| m.offset))
+        .and_then(|m| load_bias(&obj, m.start, m.offset, m.executable))
+        .unwrap_or(0);
     let mut info = BinaryInfo {
         load_bias,
         ..Default::default()
@@ -97,16 +104,47 @@ pub(crate) fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(v)
 }
 
-/// The difference between where the file's segments are mapped and where
-/// they were linked to, from the mapping of the lowest file offset.
-fn load_bias(obj: &object::File, maps: &[&MapEntry]) -> Option<u64> {
-    let first = maps.iter().min_by_key(|m| m.offset)?;
+/// avma − svma (runtime address = link-time address + bias) of the file
+/// whose mapping at `map_start` maps file offset `map_offset`, from the
+/// loadable segment that mapping maps. The loader maps each segment from its
+/// file offset rounded down to a page, so two segments can share the page a
+/// mapping starts at (lld's default layout, and what patchelf/auditwheel
+/// leave behind: a read-only segment ending at 0x52c, the code segment
+/// starting at file offset 0x52c but address 0x152c). The segment is then
+/// told by its permissions (`executable`: whether the mapping is); failing
+/// an exact page match (a segment split in two mappings by RELRO), the
+/// latest-starting segment whose file range holds the offset.
+pub(crate) fn load_bias(
+    obj: &object::File,
+    map_start: u64,
+    map_offset: u64,
+    executable: bool,
+) -> Option<u64> {
+    const PAGE: u64 = 0x1000;
+    let mut best: Option<(u64, bool, bool, u64)> = None;
     for seg in obj.segments() {
         let (off, size) = seg.file_range();
-        if first.offset >= off && first.offset < off.saturating_add(size.max(1)) {
-            let linked = seg.address().wrapping_sub(off).wrapping_add(first.offset);
-            return Some(first.start.wrapping_sub(linked));
+        let page_off = off & !(PAGE - 1);
+        let Some(end) = off.checked_add(size.max(1)) else {
+            continue;
+        };
+        if !(page_off <= map_offset && map_offset < end) {
+            continue;
+        }
+        let is_x = match seg.flags() {
+            object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
+            _ => false,
+        };
+        let bias = map_start
+            .wrapping_add(off)
+            .wrapping_sub(seg.address())
+            .wrapping_sub(map_offset);
+        // Rank: permissions match, then starts at the mapped page, then the
+        // latest start.
+        let key = (is_x == executable, page_off == map_offset, page_off);
+        if best.is_none_or(|(_, a, b, c)| key > (a, b, c)) {
+            best = Some((bias, key.0, key.1, key.2));
         }
     }
-    None
+    best.map(|b| b.0)
 }

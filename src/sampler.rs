@@ -12,7 +12,7 @@ use crate::memory::{Memory, ProcessMemory};
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
-use crate::python::native::NativeStacks;
+use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
@@ -50,6 +50,8 @@ pub struct SamplerConfig {
     pub native: bool,
     /// With `native`: interpreter plumbing frames and non-Python threads too.
     pub native_all: bool,
+    /// With `native`: DWARF from separate debug files too.
+    pub native_debug_info: bool,
     /// Keep only the thread holding the GIL.
     pub gil_only: bool,
     /// Keep idle threads (waiting in the kernel, not holding the GIL). With
@@ -228,7 +230,11 @@ impl Target {
             }
         }
         let native = if cfg.native {
-            Some(NativeStacks::new(pid, cfg.native_all)?)
+            Some(NativeStacks::new(
+                pid,
+                cfg.native_all,
+                cfg.native_debug_info,
+            )?)
         } else {
             None
         };
@@ -291,6 +297,13 @@ impl Target {
 
     /// Native unwinds that failed and merges that fell back since the last
     /// call: the samples were kept, but the summary counts them.
+    pub fn take_merge_counts(&mut self) -> MergeCounts {
+        self.native
+            .as_mut()
+            .map(|n| n.take_merge_counts())
+            .unwrap_or_default()
+    }
+
     pub fn take_notes(&mut self) -> Vec<String> {
         let mut notes = std::mem::take(&mut self.pause_notes);
         if let Some(n) = self.native.as_mut() {
@@ -515,6 +528,8 @@ pub struct Sampler {
     due: Duration,
     mean: Duration,
     rng: rand::rngs::ThreadRng,
+    /// How native merges were made, over all targets (record's summary).
+    merges: MergeCounts,
 }
 
 fn is_transient(e: &Error) -> bool {
@@ -567,6 +582,7 @@ impl Sampler {
             start: began,
             due: Duration::ZERO,
             rng: rand::rng(),
+            merges: MergeCounts::default(),
         };
         loop {
             let root_err = match Target::open(root_pid, &s.cfg) {
@@ -704,9 +720,14 @@ impl Sampler {
         let mut errors = Vec::new();
         let mut ended = Vec::new();
         let cfg = &self.cfg;
+        let merges = &mut self.merges;
         self.targets.retain_mut(|t| match t.sample(cfg) {
             Ok(threads) => {
                 errors.extend(t.take_notes());
+                let m = t.take_merge_counts();
+                merges.address += m.address;
+                merges.name += m.name;
+                merges.fallback += m.fallback;
                 processes.push(ProcessSample {
                     pid: t.pid,
                     cmdline: t.cmdline.clone(),
@@ -749,6 +770,12 @@ impl Sampler {
 
     /// Whether a sample this late counts as late in summaries: more than one
     /// mean interval behind.
+    /// Samples whose native and Python frames were merged by stack address,
+    /// by eval-loop names, or fell back (see `--native`).
+    pub fn merge_counts(&self) -> MergeCounts {
+        self.merges
+    }
+
     pub fn is_late(&self, late: Duration) -> bool {
         late > self.mean
     }

@@ -263,6 +263,7 @@ fn probe(major: u8, minor: u8) -> Probe {
                 "thread.cframe.current_frame",
                 "offsetof(_PyCFrame, current_frame)",
             ),
+            ("thread.cframe.previous", "offsetof(_PyCFrame, previous)"),
         ]),
         _ => e.push(("thread.frame", "offsetof(PyThreadState, current_frame)")),
     }
@@ -627,9 +628,11 @@ fn table_fields(l: &Layout) -> BTreeMap<String, i64> {
         CurrentFrame::ViaCFrame {
             cframe,
             current_frame,
+            previous,
         } => {
             put("thread.cframe", cframe as i64);
             put("thread.cframe.current_frame", current_frame as i64);
+            put("thread.cframe.previous", previous as i64);
         }
     }
     if let Some(v) = t.native_thread_id {
@@ -819,7 +822,7 @@ fn check_sizes(
         (
             "thread",
             l.thread.size,
-            &["thread.cframe.current_frame"],
+            &["thread.cframe.current_frame", "thread.cframe.previous"],
             &[],
         ),
         (

@@ -16,6 +16,7 @@ pub struct DumpOptions {
     pub subprocesses: bool,
     pub native: bool,
     pub native_all: bool,
+    pub native_debug_info: bool,
 }
 
 /// Read one process once, through the same path as the samplers.
@@ -27,6 +28,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         nonblocking: opts.nonblocking,
         native: opts.native,
         native_all: opts.native_all,
+        native_debug_info: opts.native_debug_info,
         gil_only: false,
         include_idle: true,
         function_lines: false,

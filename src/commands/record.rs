@@ -216,6 +216,13 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let shown = out.shown().to_string();
     let written = out.write_with(|w| profile.write(opts.format, w, &title));
     summary(&stats, &profile, elapsed);
+    let m = sampler.merge_counts();
+    if m.address + m.name + m.fallback > 0 {
+        eprintln!(
+            "pyinspect: native merges: {} by stack address, {} by eval-loop names, {} fell back",
+            m.address, m.name, m.fallback
+        );
+    }
     let mut code = 0;
     match written {
         Ok(()) => eprintln!(

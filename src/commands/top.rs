@@ -176,6 +176,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         nonblocking: opts.nonblocking,
         native: opts.native,
         native_all: false,
+        native_debug_info: false,
         // The GIL filter applies to the function table only (in the
         // aggregator), so the threads panel still sees the other threads.
         // Idle threads are dropped by the sampler, which alone knows the

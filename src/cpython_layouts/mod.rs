@@ -101,8 +101,14 @@ pub enum CurrentFrame {
     /// The innermost frame pointer is a field of the thread state
     /// (`frame` up to 3.10, `current_frame` on 3.13+).
     Direct(u64),
-    /// `tstate->cframe->current_frame` (3.11, 3.12).
-    ViaCFrame { cframe: u64, current_frame: u64 },
+    /// `tstate->cframe->current_frame` (3.11, 3.12); `previous` chains the
+    /// `_PyCFrame`s, one per eval-loop call, each a local of that call's C
+    /// frame (what the native merge anchors 3.11 on).
+    ViaCFrame {
+        cframe: u64,
+        current_frame: u64,
+        previous: u64,
+    },
 }
 
 /// A Python frame: `PyFrameObject` up to 3.10, `_PyInterpreterFrame` on 3.11+.

@@ -23,6 +23,7 @@ pub static LAYOUT: Layout = Layout {
         current_frame: CurrentFrame::ViaCFrame {
             cframe: 56,
             current_frame: 8,
+            previous: 16,
         },
         thread_id: 152,
         native_thread_id: Some(160),

@@ -27,6 +27,7 @@ pub static LAYOUT: Layout = Layout {
         current_frame: CurrentFrame::ViaCFrame {
             cframe: 56,
             current_frame: 0,
+            previous: 8,
         },
         thread_id: 136,
         native_thread_id: Some(144),

@@ -11,6 +11,28 @@ pub struct PyFrameForMerge<F> {
     /// frame up to 3.10, `is_entry` on 3.11, the frame after a shim on 3.12+.
     /// The outermost frame is treated as one whatever this says.
     pub is_entry: bool,
+    /// The frame's address in the target (`_PyInterpreterFrame`), matched
+    /// against the anchors' frames.
+    pub addr: u64,
+}
+
+/// How one sample's native and Python frames were put together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeMethod {
+    /// Each eval-loop call's state on the C stack (a `_PyCFrame` on 3.11,
+    /// the entry shim `_PyInterpreterFrame` on 3.12+) lies inside exactly one
+    /// C frame's `[sp, cfa)`: that frame runs those Python frames. Needs no
+    /// symbols.
+    Address,
+    /// Eval-loop C frames recognised by name (`_PyEval_EvalFrameDefault`),
+    /// one per group of Python frames: 2.7–3.10, or when addresses could not
+    /// decide.
+    Name,
+    /// No Python frames: the native stack alone.
+    NativeOnly,
+    /// Neither matched: native frames inner to the first eval-loop frame,
+    /// then all the Python frames.
+    Fallback,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -174,6 +196,93 @@ fn shown<F>(f: &NativeFrame, keep_all: bool) -> Option<Merged<F>> {
 pub fn merge<F: Clone>(
     native: &[NativeFrame],
     python: &[PyFrameForMerge<F>],
+    anchors: &[(u64, u64)],
+    keep_all: bool,
+) -> (Vec<Merged<F>>, MergeMethod, Option<String>) {
+    if python.is_empty() {
+        let out = native.iter().filter_map(|f| shown(f, keep_all)).collect();
+        return (
+            drop_outer_start(out, keep_all),
+            MergeMethod::NativeOnly,
+            None,
+        );
+    }
+    if let Some(out) = merge_by_address(native, python, anchors, keep_all) {
+        return (out, MergeMethod::Address, None);
+    }
+    let (out, why) = merge_by_name(native, python, keep_all);
+    let method = if why.is_some() {
+        MergeMethod::Fallback
+    } else {
+        MergeMethod::Name
+    };
+    (out, method, why)
+}
+
+/// Python frames (innermost first) cut into one range per eval-loop call,
+/// innermost call first: each range ends at an entry frame.
+fn groups<F>(python: &[PyFrameForMerge<F>]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, p) in python.iter().enumerate() {
+        if p.is_entry || i + 1 == python.len() {
+            out.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    out
+}
+
+/// The merge by stack address (3.11+): None unless every group of Python
+/// frames has an anchor inside a C frame, inner groups in inner C frames.
+fn merge_by_address<F: Clone>(
+    native: &[NativeFrame],
+    python: &[PyFrameForMerge<F>],
+    anchors: &[(u64, u64)],
+    keep_all: bool,
+) -> Option<Vec<Merged<F>>> {
+    if anchors.is_empty() {
+        return None;
+    }
+    let groups = groups(python);
+    // The C frame of each group, innermost group first.
+    let mut at: Vec<usize> = Vec::with_capacity(groups.len());
+    for g in &groups {
+        let frames = &python[g.clone()];
+        let n = anchors
+            .iter()
+            .filter(|(_, fa)| frames.iter().any(|p| p.addr == *fa))
+            .find_map(|(sa, _)| {
+                native
+                    .iter()
+                    .position(|f| f.cfa > f.sp && f.sp <= *sa && *sa < f.cfa)
+            })?;
+        if at.last().is_some_and(|&prev| n <= prev) {
+            return None;
+        }
+        at.push(n);
+    }
+    let mut out: Vec<Merged<F>> = Vec::with_capacity(native.len() + python.len());
+    let mut next = 0;
+    for (i, f) in native.iter().enumerate() {
+        if at.get(next) == Some(&i) {
+            out.extend(
+                python[groups[next].clone()]
+                    .iter()
+                    .map(|p| Merged::Python(p.frame.clone())),
+            );
+            next += 1;
+        } else if let Some(m) = shown(f, keep_all) {
+            out.push(m);
+        }
+    }
+    Some(drop_outer_start(out, keep_all))
+}
+
+/// The merge by eval-loop function names.
+fn merge_by_name<F: Clone>(
+    native: &[NativeFrame],
+    python: &[PyFrameForMerge<F>],
     keep_all: bool,
 ) -> (Vec<Merged<F>>, Option<String>) {
     let is_eval = |f: &NativeFrame| f.function.as_deref().is_some_and(is_eval_frame);
@@ -305,6 +414,8 @@ mod tests {
             how: UnwindMethod::Cfi,
             exported: false,
             return_address: true,
+            sp: 0,
+            cfa: 0,
         }
     }
     const PY: &str = "libpython3.12.so.1.0";
@@ -313,6 +424,7 @@ mod tests {
         PyFrameForMerge {
             frame: name,
             is_entry,
+            addr: 0,
         }
     }
 
@@ -357,7 +469,7 @@ mod tests {
     fn one_eval_frame_per_python_frame_up_to_3_10() {
         let native = thread_stack(3);
         let python = [py("c", true), py("b", true), py("<module>", true)];
-        let (m, why) = merge(&native, &python, false);
+        let (m, _, why) = merge(&native, &python, &[], false);
         assert_eq!(why, None);
         assert_eq!(
             names(&m),
@@ -378,7 +490,7 @@ mod tests {
         // One C eval call runs c, b and <module>.
         let native = thread_stack(1);
         let python = [py("c", false), py("b", false), py("<module>", true)];
-        let (m, why) = merge(&native, &python, false);
+        let (m, _, why) = merge(&native, &python, &[], false);
         assert_eq!(why, None);
         assert_eq!(
             names(&m)[3..],
@@ -408,7 +520,7 @@ mod tests {
             py("top", false),
             py("<module>", true),
         ];
-        let (m, why) = merge(&native, &python, false);
+        let (m, _, why) = merge(&native, &python, &[], false);
         assert_eq!(why, None);
         assert_eq!(
             names(&m),
@@ -424,7 +536,7 @@ mod tests {
             ]
         );
         // --native-all keeps the machinery and the eval frames' neighbours.
-        let (all, _) = merge(&native, &python, true);
+        let (all, _, _) = merge(&native, &python, &[], true);
         let all = names(&all);
         assert!(all.contains(&"_PyFunction_Vectorcall".to_string()));
         assert_eq!(all.last().map(String::as_str), Some("__libc_start_main"));
@@ -435,10 +547,10 @@ mod tests {
         let native = thread_stack(3);
         let python = [py("b", true), py("<module>", true)];
         // 3 eval frames for 2 entries is the "returning" case: accepted.
-        let (_, why) = merge(&native, &python, false);
+        let (_, _, why) = merge(&native, &python, &[], false);
         assert_eq!(why, None);
         let python = [py("<module>", true)];
-        let (m, why) = merge(&native, &python, false);
+        let (m, _, why) = merge(&native, &python, &[], false);
         assert_eq!(
             why.as_deref(),
             Some("3 eval-loop frames for 1 Python entry frames")
@@ -455,16 +567,72 @@ mod tests {
         );
         // The unwind stopped early: no eval frame at all.
         let native = vec![nf("dgemm_kernel", "libopenblas.so")];
-        let (m, why) = merge(&native, &[py("f", true), py("<module>", true)], false);
+        let (m, _, why) = merge(&native, &[py("f", true), py("<module>", true)], &[], false);
         assert!(why.is_some());
         assert_eq!(names(&m), ["dgemm_kernel", "py:f", "py:<module>"]);
+    }
+
+    #[test]
+    fn stack_addresses_merge_unnamed_eval_loops() {
+        // Debian sid's stripped, tail-calling 3.14: the eval loop's C frames
+        // have no names; its entry shims sit in two of them.
+        let exe = "python3.14";
+        let mut native = vec![
+            nf("read", "libc.so.6"),
+            nf("fixture_block", "libfixture.so"),
+            nf("", exe), // the eval loop of the inner call
+            nf("", exe),
+            nf("PyObject_Vectorcall", exe),
+            nf("", exe), // the eval loop of the outer call
+            nf("", exe),
+            nf("__libc_start_main", "libc.so.6"),
+        ];
+        for (i, f) in native.iter_mut().enumerate() {
+            f.sp = 0x1000 + 0x100 * i as u64;
+            f.cfa = f.sp + 0x100;
+        }
+        let frame = |name, is_entry, addr| PyFrameForMerge {
+            frame: name,
+            is_entry,
+            addr,
+        };
+        let python = [
+            frame("leaf", false, 0xa1),
+            frame("mid", true, 0xa2),
+            frame("<module>", true, 0xa3),
+        ];
+        // (shim on the stack, the entry frame it started)
+        let anchors = [(0x1208, 0xa2), (0x1510, 0xa3)];
+        let (m, how, why) = merge(&native, &python, &anchors, false);
+        assert_eq!((how, why), (MergeMethod::Address, None));
+        assert_eq!(
+            names(&m),
+            [
+                "read",
+                "fixture_block",
+                "py:leaf",
+                "py:mid",
+                "python3.14+0x10",
+                "py:<module>"
+            ]
+        );
+        // An anchor outside every frame (the unwind stopped early): by
+        // names, which a stripped build cannot give, so it falls back.
+        let anchors = [(0x1208, 0xa2), (0x9000, 0xa3)];
+        let (_, how, why) = merge(&native, &python, &anchors, false);
+        assert_eq!(how, MergeMethod::Fallback);
+        assert!(why.is_some());
+        // Inner groups must sit in inner C frames.
+        let anchors = [(0x1510, 0xa2), (0x1208, 0xa3)];
+        let (_, how, _) = merge(&native, &python, &anchors, false);
+        assert_ne!(how, MergeMethod::Address);
     }
 
     #[test]
     fn returning_function_leaves_one_eval_frame_empty() {
         // The innermost eval call has popped its Python frame already.
         let native = thread_stack(2);
-        let (m, why) = merge(&native, &[py("<module>", true)], false);
+        let (m, _, why) = merge(&native, &[py("<module>", true)], &[], false);
         assert_eq!(why, None);
         assert_eq!(names(&m).last().map(String::as_str), Some("py:<module>"));
         assert_eq!(names(&m).len(), 5);
@@ -486,7 +654,7 @@ mod tests {
             nf("start_thread", "libc.so.6"),
         ];
         let python = [py("key", true), py("caller", true)];
-        let (m, why) = merge(&native, &python, false);
+        let (m, _, why) = merge(&native, &python, &[], false);
         assert_eq!(why, None);
         assert_eq!(
             names(&m),
@@ -498,7 +666,7 @@ mod tests {
                 "py:caller"
             ]
         );
-        let (all, _) = merge(&native, &python, true);
+        let (all, _, _) = merge(&native, &python, &[], true);
         assert_eq!(all.len(), 8);
     }
 

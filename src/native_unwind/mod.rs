@@ -26,8 +26,8 @@ use crate::procfs::{self, MapEntry as Mapping};
 use module::{Backing, LoadedModule, SectionData};
 
 pub use merge::{
-    is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry, Merged,
-    PyFrameForMerge,
+    is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry, MergeMethod,
+    Merged, PyFrameForMerge,
 };
 
 /// Deepest stack we walk; deeper ones are cut (and the cut is visible as a
@@ -41,6 +41,10 @@ const MAX_CHUNKS: usize = 1024;
 const SCAN_WORDS: u64 = 4096;
 /// A frame pointer further than this above the stack pointer is not trusted.
 const FP_MAX_FRAME: u64 = 1 << 20;
+/// Saved-rbp candidates tried after a stack-scanned frame.
+const MAX_BP_CANDIDATES: usize = 16;
+/// Frames of CFI unwinding tried to judge an rbp candidate.
+const CHAIN_LOOKAHEAD: usize = 16;
 
 /// How the caller of a frame was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -81,6 +85,11 @@ pub struct NativeFrame {
     /// `ip` is a return address (every frame but the innermost): symbol and
     /// line lookups use `ip - 1`, which lies inside the call instruction.
     pub return_address: bool,
+    /// The frame's stack range `[sp, cfa)`: its stack pointer, and the
+    /// caller's stack pointer (0 when its caller was not found). The merge
+    /// finds eval-loop calls by what lies in this range.
+    pub sp: u64,
+    pub cfa: u64,
 }
 
 impl NativeFrame {
@@ -162,6 +171,10 @@ pub struct NativeUnwinder {
     /// Whether [`add_lines`](Self::add_lines) may read DWARF from separate
     /// debug files (see [`set_debug_file_lines`](Self::set_debug_file_lines)).
     debug_file_lines: bool,
+    /// Why the last unwind ended early (see [`ended_early`](Self::ended_early)).
+    ended: Option<String>,
+    /// Whether this unwind re-read the maps for [`is_code`](Self::is_code).
+    refreshed_in_unwind: bool,
 }
 
 impl NativeUnwinder {
@@ -177,6 +190,8 @@ impl NativeUnwinder {
             known_misses: HashSet::new(),
             ra_cache: HashMap::new(),
             debug_file_lines: false,
+            ended: None,
+            refreshed_in_unwind: false,
         };
         u.refresh()?;
         Ok(u)
@@ -387,6 +402,8 @@ impl NativeUnwinder {
             how,
             exported: false,
             return_address,
+            sp: 0,
+            cfa: 0,
         };
         if let Some(i) = self.module_for(lookup) {
             f.module = self.modules[i].name.clone();
@@ -505,21 +522,67 @@ impl NativeUnwinder {
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut addr = FrameAddress::from_instruction_pointer(ip);
         let mut out: Vec<NativeFrame> = Vec::new();
+        self.ended = None;
+        self.refreshed_in_unwind = false;
         while out.len() < MAX_FRAMES {
             let pc = addr.address();
-            out.push(self.frame(pc, addr.is_return_address(), UnwindMethod::Cfi));
+            let mut f = self.frame(pc, addr.is_return_address(), UnwindMethod::Cfi);
             let old_sp = regs.sp();
+            f.sp = old_sp;
+            out.push(f);
             let (next, how) = self.step(addr, &mut regs, &mut stack, mem);
             if let Some(last) = out.last_mut() {
                 last.how = how;
             }
-            // A caller must live higher on the stack; anything else is a loop.
-            match next.and_then(FrameAddress::from_return_address) {
-                Some(a) if regs.sp() > old_sp => addr = a,
-                _ => break,
+            let Some(ra) = next else {
+                // CFI that says "no caller" is the outermost frame (`_start`,
+                // `clone3`); anything else is an unwind that could not go on.
+                if how != UnwindMethod::Cfi {
+                    self.ended = Some(format!(
+                        "no caller of 0x{pc:x} could be confirmed (code without unwind information)"
+                    ));
+                }
+                break;
+            };
+            // A caller must live higher on the stack, in code: anything else
+            // is a loop or garbage, and is not shown as a frame.
+            if regs.sp() <= old_sp || !self.is_code(ra.wrapping_sub(1)) {
+                if ra != 0 {
+                    self.ended = Some(format!(
+                        "the caller of 0x{pc:x} is not in code (return address 0x{ra:x})"
+                    ));
+                }
+                break;
             }
+            let Some(a) = FrameAddress::from_return_address(ra) else {
+                break;
+            };
+            if let Some(last) = out.last_mut() {
+                last.cfa = regs.sp();
+            }
+            addr = a;
         }
         out
+    }
+
+    /// Why the last [`unwind`](Self::unwind) stopped short of the thread's
+    /// entry point, when it did.
+    pub fn ended_early(&self) -> Option<&str> {
+        self.ended.as_deref()
+    }
+
+    /// `addr` is in an executable mapping. When no mapping holds it, the
+    /// maps are read again, at most once per unwind (a library loaded since;
+    /// the stack scan asks about many words that are not code at all).
+    fn is_code(&mut self, addr: u64) -> bool {
+        match self.mapping(addr) {
+            Some(m) => m.executable,
+            None if !self.refreshed_in_unwind => {
+                self.refreshed_in_unwind = true;
+                self.module_for(addr).is_some() && self.mapping(addr).is_some_and(|m| m.executable)
+            }
+            None => false,
+        }
     }
 
     /// Find the caller of the frame at `addr`: its return address and how.
@@ -556,7 +619,7 @@ impl NativeUnwinder {
         let sp = regs.sp();
         let bp = regs.bp();
         let stack_end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
-        if let Some((slot, ra)) = self.scan(sp, stack_end, callee_start, stack, mem) {
+        if let Some((slot, ra)) = self.scan(sp, bp, stack_end, callee_start, stack, mem) {
             if slot == bp.wrapping_add(8) && bp >= sp {
                 if let Ok(saved_bp) = stack.read_u64(bp) {
                     regs.set_sp(bp.wrapping_add(16));
@@ -565,23 +628,41 @@ impl NativeUnwinder {
                 }
             }
             regs.set_sp(slot + 8);
-            // Callers that keep a frame pointer need rbp back. If rbp cannot
-            // be one of theirs (it does not point into an older frame), the
-            // frame-less function overwrote it after saving it: take the
-            // saved copy nearest the return address, where prologues push it.
+            // Callers that keep a frame pointer need rbp back, and the
+            // frame-less function may have used rbp for data after saving
+            // the caller's copy somewhere in its frame. Candidates: rbp as it
+            // is, and every word of the frame that points into an older
+            // frame (the saved copy nearest the return address first, where
+            // prologues push it). The one that lets CFI unwind the furthest
+            // from the return address wins; ties keep that order.
             let older = |v: u64| v > slot && v < stack_end && v.is_multiple_of(8);
-            if !older(bp) {
-                let mut a = slot;
-                while a > sp {
-                    a -= 8;
-                    match stack.read_u64(a) {
-                        Ok(v) if older(v) => {
-                            regs.set_bp(v);
-                            break;
-                        }
-                        _ => {}
+            let mut candidates = Vec::new();
+            if older(bp) {
+                candidates.push(bp);
+            }
+            let mut a = slot;
+            while a > sp && candidates.len() < MAX_BP_CANDIDATES {
+                a -= 8;
+                if let Ok(v) = stack.read_u64(a) {
+                    if older(v) && !candidates.contains(&v) {
+                        candidates.push(v);
                     }
                 }
+            }
+            if !older(bp) {
+                candidates.push(bp);
+            }
+            if candidates.len() > 1 {
+                let mut best = (0, candidates[0]);
+                for &c in &candidates {
+                    let score = self.chain_score(ra, slot + 8, c, stack);
+                    if score > best.0 {
+                        best = (score, c);
+                    }
+                }
+                regs.set_bp(best.1);
+            } else if let Some(&c) = candidates.first() {
+                regs.set_bp(c);
             }
             return (Some(ra), UnwindMethod::Scan);
         }
@@ -603,11 +684,15 @@ impl NativeUnwinder {
     /// frame-less function starting at `callee_start` (when known): (slot,
     /// value). Stale return addresses left in a frame's uninitialised slots
     /// are the danger, so a direct call that provably targets another
-    /// function is passed over; if no candidate survives that, the nearest
-    /// validated one is taken (the function may have been tail-called).
+    /// function is passed over, and so is a direct call to something that
+    /// is not code. A candidate must also keep the unwind consistent: where
+    /// CFI covers it, unwinding its frame must give a higher stack pointer
+    /// and a return address in code (or the end of the stack). No candidate
+    /// surviving that ends the unwind: nothing is invented.
     fn scan(
         &mut self,
         sp: u64,
+        bp: u64,
         stack_end: u64,
         callee_start: Option<u64>,
         stack: &mut StackReader,
@@ -617,29 +702,127 @@ impl NativeUnwinder {
             return None;
         }
         let limit = stack_end.min(sp.saturating_add(SCAN_WORDS * 8));
-        let mut first = None;
         let mut slot = sp;
         while slot + 8 <= limit {
             let Ok(v) = stack.read_u64(slot) else { break };
-            if self.is_return_address(v, mem) {
-                first.get_or_insert((slot, v));
-                if callee_start.is_none_or(|c| call_may_target(v, c, mem)) {
-                    return Some((slot, v));
-                }
+            if self.is_return_address(v, mem)
+                && call_plausible(v, callee_start, mem, |a| self.is_code(a))
+                && self.consistent(v, slot, bp, stack_end, stack)
+            {
+                return Some((slot, v));
             }
             slot += 8;
         }
-        first
+        None
+    }
+
+    /// How many frames CFI unwinds from return address `ra` with stack
+    /// pointer `sp` and frame pointer `bp` (up to [`CHAIN_LOOKAHEAD`]; the
+    /// whole lookahead when it reaches the end of the stack cleanly).
+    fn chain_score(&mut self, ra: u64, sp: u64, bp: u64, stack: &mut StackReader) -> usize {
+        let mut regs = UnwindRegsX86_64::new(ra, sp, bp);
+        let Some(mut addr) = FrameAddress::from_return_address(ra) else {
+            return 0;
+        };
+        for n in 0..CHAIN_LOOKAHEAD {
+            let lookup = addr.address_for_lookup();
+            let covered = match self.module_for(lookup) {
+                Some(i) => match self.loaded(i) {
+                    Some(lm) => {
+                        let svma = lookup.wrapping_sub(lm.bias);
+                        lm.has_cfi(svma)
+                    }
+                    None => false,
+                },
+                None => false,
+            };
+            if !covered {
+                return n;
+            }
+            let old_sp = regs.sp();
+            let mut read = |x: u64| stack.read_u64(x);
+            match self
+                .fh
+                .unwind_frame(addr, &mut regs, &mut self.cache, &mut read)
+            {
+                Ok(None) => return CHAIN_LOOKAHEAD,
+                Ok(Some(next)) if regs.sp() > old_sp && self.is_code(next.wrapping_sub(1)) => {
+                    match FrameAddress::from_return_address(next) {
+                        Some(a) => addr = a,
+                        None => return n,
+                    }
+                }
+                _ => return n,
+            }
+        }
+        CHAIN_LOOKAHEAD
+    }
+
+    /// Whether return address `ra` found at `slot` lets CFI unwinding go on:
+    /// true when no CFI covers it (nothing to check), or when its frame
+    /// unwinds to a caller higher on the stack that is in code, with rbp as
+    /// it is or as the nearest saved copy below the slot.
+    fn consistent(
+        &mut self,
+        ra: u64,
+        slot: u64,
+        bp: u64,
+        stack_end: u64,
+        stack: &mut StackReader,
+    ) -> bool {
+        let Some(addr) = FrameAddress::from_return_address(ra) else {
+            return false;
+        };
+        let lookup = addr.address_for_lookup();
+        let covered = match self.module_for(lookup) {
+            Some(i) => match self.loaded(i) {
+                Some(lm) => {
+                    let svma = lookup.wrapping_sub(lm.bias);
+                    lm.has_cfi(svma)
+                }
+                None => false,
+            },
+            None => false,
+        };
+        if !covered {
+            return true;
+        }
+        let mut bps = vec![bp];
+        let mut a = slot;
+        while a > slot.saturating_sub(64 * 8) {
+            a -= 8;
+            if let Ok(v) = stack.read_u64(a) {
+                if v > slot && v < stack_end && v.is_multiple_of(8) {
+                    bps.push(v);
+                    break;
+                }
+            }
+        }
+        for b in bps {
+            let mut regs = UnwindRegsX86_64::new(ra, slot + 8, b);
+            let mut read = |x: u64| stack.read_u64(x);
+            match self
+                .fh
+                .unwind_frame(addr, &mut regs, &mut self.cache, &mut read)
+            {
+                Ok(None) => return true,
+                Ok(Some(next)) if regs.sp() > slot && self.is_code(next.wrapping_sub(1)) => {
+                    return true
+                }
+                _ => {}
+            }
+        }
+        false
     }
 
     /// `v` points into executable code just after a call instruction.
     fn is_return_address(&mut self, v: u64, mem: &dyn Memory) -> bool {
+        if !self.is_code(v.wrapping_sub(1)) {
+            return false;
+        }
         let Some(m) = self.mapping(v.wrapping_sub(1)) else {
             return false;
         };
-        if !m.executable {
-            return false;
-        }
         let file_backed = m.is_file();
         let from = v.saturating_sub(scan::CALL_WINDOW as u64).max(m.start);
         if file_backed {
@@ -657,6 +840,29 @@ impl NativeUnwinder {
             self.ra_cache.insert(v, r);
         }
         r
+    }
+}
+
+/// Whether the call instruction that ends at `ra` is a plausible call of
+/// the frame-less function starting at `callee` (when known): see
+/// [`call_may_target`]; with no known callee, a direct call must at least
+/// target code.
+fn call_plausible(
+    ra: u64,
+    callee: Option<u64>,
+    mem: &dyn Memory,
+    mut is_code: impl FnMut(u64) -> bool,
+) -> bool {
+    match callee {
+        Some(c) => call_may_target(ra, c, mem),
+        None => {
+            let mut b = [0u8; 5];
+            if mem.read(ra.wrapping_sub(5), &mut b).is_err() || b[0] != 0xE8 {
+                return true;
+            }
+            let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i64;
+            is_code(ra.wrapping_add(rel as u64))
+        }
     }
 }
 
@@ -765,6 +971,8 @@ mod tests {
             how: UnwindMethod::Cfi,
             exported: false,
             return_address: true,
+            sp: 0,
+            cfa: 0,
         };
         assert_eq!(f.name(), "libfoo.so+0x1234");
         assert_eq!(f.lookup_ip(), 0x7f00_0000_1233);

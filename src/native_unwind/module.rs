@@ -8,7 +8,7 @@ use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 /// The bytes of a module or debug file: a copy read from the file (never a
 /// mapping: a file truncated under a mapping faults with SIGBUS), or from the
@@ -300,7 +300,7 @@ impl LoadedModule {
     ) -> Result<(LoadedModule, framehop::Module<SectionData>), String> {
         let obj =
             object::File::parse(&**bytes).map_err(|e| format!("not a usable ELF file: {e}"))?;
-        let bias = load_bias(&obj, map_start, map_offset)
+        let bias = crate::elf::load_bias(&obj, map_start, map_offset, true)
             .ok_or_else(|| "no loadable segment matches its mapping".to_string())?;
         let sect = |n: &str| -> Option<(u64, SectionData)> {
             let s = obj.section_by_name(n)?;
@@ -547,20 +547,6 @@ impl LoadedModule {
         self.lines.insert(svma, out.clone());
         out
     }
-}
-
-/// avma - svma for the segment that maps file offset `map_offset` at `map_start`.
-fn load_bias(obj: &object::File, map_start: u64, map_offset: u64) -> Option<u64> {
-    obj.segments().find_map(|seg| {
-        let (off, size) = seg.file_range();
-        let page_off = off & !0xfff;
-        (page_off <= map_offset && map_offset < off.checked_add(size)?).then(|| {
-            map_start
-                .wrapping_add(off)
-                .wrapping_sub(seg.address())
-                .wrapping_sub(map_offset)
-        })
-    })
 }
 
 fn hdr_covers(hdr: &[u8], hdr_svma: u64, eh: &[u8], eh_svma: u64, svma: u64) -> bool {

@@ -4,7 +4,11 @@
 use super::reader::ThreadSnapshot;
 use crate::error::Result;
 use crate::memory::Memory;
-use crate::native_unwind::{self, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge};
+use std::collections::HashMap;
+
+use crate::native_unwind::{
+    self, MergeMethod, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge,
+};
 use crate::procfs;
 use crate::stack::{Frame, FrameKind, ThreadStack, ThreadStatus};
 
@@ -14,17 +18,35 @@ pub struct NativeStacks {
     /// Why unwinds failed or merges fell back since the last
     /// [`take_notes`](Self::take_notes): counted in record's error summary.
     notes: Vec<String>,
+    /// Why the unwind of a thread (by tid) stopped short, since its unwind.
+    ended: HashMap<i32, String>,
+    counts: MergeCounts,
+}
+
+/// How many samples each merge method put together (see [`MergeMethod`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct MergeCounts {
+    pub address: u64,
+    pub name: u64,
+    pub fallback: u64,
 }
 
 impl NativeStacks {
-    pub fn new(pid: i32, keep_all: bool) -> Result<NativeStacks> {
+    pub fn new(pid: i32, keep_all: bool, debug_info: bool) -> Result<NativeStacks> {
         let mut unwinder = NativeUnwinder::new(pid)?;
+        // DWARF from separate debug files (libc6-dbg, python3.X-dbg): the
+        // file:line and inlined frames gdb shows. Read after the threads
+        // are resumed, once per module, and cached; off by default for its
+        // cost (libc's: ~0.15 s and 70 MB).
+        unwinder.set_debug_file_lines(debug_info);
         // Pauses are kept short: no module is read while threads are stopped.
         unwinder.preload();
         Ok(NativeStacks {
             unwinder,
             keep_all,
             notes: Vec::new(),
+            ended: HashMap::new(),
+            counts: MergeCounts::default(),
         })
     }
 
@@ -32,7 +54,13 @@ impl NativeStacks {
     /// an empty native stack: the Python frames are still shown.
     pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Vec<NativeFrame> {
         match self.unwinder.unwind(tid, mem) {
-            Ok(f) => f,
+            Ok(f) => {
+                match self.unwinder.ended_early() {
+                    Some(why) => self.ended.insert(tid, why.to_string()),
+                    None => self.ended.remove(&tid),
+                };
+                f
+            }
             Err(e) => {
                 self.notes.push(format!("native unwind failed: {e}"));
                 Vec::new()
@@ -57,9 +85,31 @@ impl NativeStacks {
             .frames
             .drain(..)
             .zip(snap.is_entry.iter())
-            .map(|(frame, &is_entry)| PyFrameForMerge { frame, is_entry })
+            .zip(snap.frame_addrs.iter().chain(std::iter::repeat(&0)))
+            .map(|((frame, &is_entry), &addr)| PyFrameForMerge {
+                frame,
+                is_entry,
+                addr,
+            })
             .collect();
-        let (merged, reason) = native_unwind::merge(native, &python, self.keep_all);
+        let (merged, method, reason) =
+            native_unwind::merge(native, &python, &snap.anchors, self.keep_all);
+        match method {
+            MergeMethod::Address => self.counts.address += 1,
+            MergeMethod::Name => self.counts.name += 1,
+            MergeMethod::Fallback => self.counts.fallback += 1,
+            MergeMethod::NativeOnly => {}
+        }
+        let ended = snap
+            .stack
+            .os_thread_id
+            .and_then(|t| self.ended.get(&(t as i32)));
+        let cut_short = matches!(method, MergeMethod::Fallback | MergeMethod::NativeOnly);
+        if let Some(why) = ended.filter(|_| cut_short) {
+            snap.stack
+                .truncated
+                .get_or_insert(format!("native unwind stopped: {why}"));
+        }
         if let Some(r) = reason {
             // Without the counts, so that the summary groups them as one cause.
             self.notes.push(
@@ -107,7 +157,7 @@ impl NativeStacks {
         state: Option<char>,
         native: &[NativeFrame],
     ) -> ThreadStack {
-        let merged: Vec<Merged<Frame>> = native_unwind::merge::<Frame>(native, &[], true).0;
+        let merged: Vec<Merged<Frame>> = native_unwind::merge::<Frame>(native, &[], &[], true).0;
         ThreadStack {
             thread_id: 0,
             os_thread_id: Some(tid as u32),
@@ -123,6 +173,11 @@ impl NativeStacks {
             frames: self.output_frames(merged),
             truncated: None,
         }
+    }
+
+    /// Samples merged by each method since the last call.
+    pub fn take_merge_counts(&mut self) -> MergeCounts {
+        std::mem::take(&mut self.counts)
     }
 
     pub fn take_notes(&mut self) -> Vec<String> {

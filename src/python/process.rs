@@ -574,6 +574,7 @@ fn validate_once(
             CurrentFrame::ViaCFrame {
                 cframe,
                 current_frame,
+                ..
             } => match word(ts.wrapping_add(cframe), "thread_state.cframe")? {
                 0 => 0,
                 cf => word(cf.wrapping_add(current_frame), "cframe.current_frame")?,

@@ -66,6 +66,14 @@ pub struct RawFrame {
 pub struct ThreadSnapshot {
     pub stack: ThreadStack,
     pub is_entry: Vec<bool>,
+    /// Address of each frame of `stack.frames` (`_PyInterpreterFrame` or
+    /// `PyFrameObject`).
+    pub frame_addrs: Vec<u64>,
+    /// Eval-loop state on the C stack (3.11+), innermost first: (address of
+    /// a `_PyCFrame` or of an entry shim `_PyInterpreterFrame`, address of a
+    /// Python frame run by that eval-loop call). The native merge finds the
+    /// C frame whose stack range holds the first address.
+    pub anchors: Vec<(u64, u64)>,
 }
 
 pub struct Reader {
@@ -87,6 +95,7 @@ struct RawThread {
     thread_id: u64,
     native_tid: Option<u32>,
     frames: Vec<RawFrame>,
+    anchors: Vec<(u64, u64)>,
     truncated: Option<String>,
 }
 
@@ -186,6 +195,7 @@ impl Reader {
                     thread_id,
                     native_tid,
                     frames: Vec::new(),
+                    anchors: Vec::new(),
                     truncated: None,
                 };
                 if frames {
@@ -194,6 +204,7 @@ impl Reader {
                         CurrentFrame::ViaCFrame {
                             cframe,
                             current_frame,
+                            ..
                         } => match le_u64(&buf, cframe) {
                             0 => Ok(0),
                             cf => mem.read_u64(cf.wrapping_add(current_frame)),
@@ -202,6 +213,14 @@ impl Reader {
                     match top {
                         Ok(f) => self.walk(mem, f, &mut t),
                         Err(e) => t.truncated = Some(format!("frame pointer unreadable: {e}")),
+                    }
+                    if let CurrentFrame::ViaCFrame {
+                        cframe,
+                        current_frame,
+                        previous,
+                    } = l.thread.current_frame
+                    {
+                        cframe_anchors(mem, le_u64(&buf, cframe), current_frame, previous, &mut t);
                     }
                 }
                 out.push(t);
@@ -256,6 +275,7 @@ impl Reader {
                 // The frame inside this shim was the first one of its eval-loop call.
                 if let Some(last) = t.frames.last_mut() {
                     last.is_entry = true;
+                    t.anchors.push((f, last.addr));
                 }
             } else if code != 0 {
                 t.frames.push(RawFrame {
@@ -388,6 +408,7 @@ impl Reader {
             };
             let mut frames = Vec::with_capacity(t.frames.len());
             let mut entries = Vec::with_capacity(t.frames.len());
+            let mut frame_addrs = Vec::with_capacity(t.frames.len());
             let mut truncated = t.truncated.clone();
             for f in &t.frames {
                 // Recursion repeats code objects: check each once per snapshot.
@@ -414,6 +435,7 @@ impl Reader {
                         }
                         frames.push(fr);
                         entries.push(f.is_entry);
+                        frame_addrs.push(f.addr);
                     }
                     // Not a code object (3.13+ frames of C-level executables): not a Python frame.
                     Ok(None) => {}
@@ -423,6 +445,7 @@ impl Reader {
                         });
                         frames.push(Frame::python("<unknown>".into(), "<unknown>".into(), 0));
                         entries.push(f.is_entry);
+                        frame_addrs.push(f.addr);
                     }
                 }
             }
@@ -440,6 +463,8 @@ impl Reader {
                     native_entry: None,
                 },
                 is_entry: entries,
+                frame_addrs,
+                anchors: t.anchors.clone(),
             });
         }
         Ok(out)
@@ -673,6 +698,26 @@ fn calibrate_tid_offset(
                 .is_ok_and(|v| tids.contains(&v) && seen.insert(v))
         })
     })
+}
+
+/// 3.11/3.12: each eval-loop call keeps a `_PyCFrame` on its C stack, chained
+/// from `tstate->cframe` by `previous`, with `current_frame` the innermost
+/// Python frame of that call. The chain ends at the thread state's root
+/// cframe (not on the stack: it anchors nothing). Bounded like the frames.
+fn cframe_anchors(mem: &dyn Memory, mut cf: u64, current: u64, previous: u64, t: &mut RawThread) {
+    let mut seen = HashSet::new();
+    while cf != 0 && t.anchors.len() < MAX_FRAMES && seen.insert(cf) {
+        let (Ok(frame), Ok(prev)) = (
+            mem.read_u64(cf.wrapping_add(current)),
+            mem.read_u64(cf.wrapping_add(previous)),
+        ) else {
+            return;
+        };
+        if frame != 0 {
+            t.anchors.push((cf, frame));
+        }
+        cf = prev;
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,611 @@
+//! gdb as the oracle for `--native`: each workload runs, is stopped with
+//! SIGSTOP, and gdb's `thread apply all bt` and `pyinspect dump
+//! --native-all --json` read the same stopped process (which pyinspect must
+//! leave stopped). For every thread the two native stacks are aligned frame
+//! by frame (module + function, compiler suffixes and argument lists
+//! stripped; each run of Python frames stands for the eval-loop C frame it
+//! replaces), and an agreement table is printed. Then 100 dumps per
+//! workload check that the Python frames are merged where they belong.
+//!
+//! Required over all workloads: at least 98% of gdb's frames present and
+//! named alike, no frame that gdb does not have (gdb's frames past the
+//! thread's start excepted), merges right in at least 99% of the dumps.
+//!
+//! The wheels (numpy, scipy, tokenizers, onnx, onnxruntime) come from
+//! `.ci/native-workloads`; Debian sid's interpreters from `.ci/sid-pythons`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{dump_json, Fixture, Interpreter};
+use serde_json::Value;
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
+const SID: &str = "/opt/pyinspect-sid/root";
+/// Dumps per workload for the merge check ($PYINSPECT_ORACLE_REPEATS
+/// while working on it).
+fn repeats() -> usize {
+    std::env::var("PYINSPECT_ORACLE_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run build tool");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The workload libraries, built once: the segment-gap library (code
+/// segment starting mid-page), the deadlock and the C++ fixture.
+fn built() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("native-gdb-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir")
+            .keep();
+        let d = |n: &str| dir.join(n).to_str().unwrap().to_string();
+        let s = |n: &str| format!("{SRC}/{n}");
+        run(Command::new("gcc").args([
+            "-O1",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-fno-omit-frame-pointer",
+            &format!("-Wl,-T,{}", s("segment_gap.ld")),
+            "-o",
+            &d("libgap.so"),
+            &s("segment_gap.c"),
+        ]));
+        run(Command::new("gcc").args([
+            "-O2",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-o",
+            &d("libdeadlock.so"),
+            &s("deadlock.c"),
+            "-lpthread",
+        ]));
+        run(Command::new("g++").args([
+            "-O2",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-o",
+            &d("libcxx.so"),
+            &s("cxx_fixture.cpp"),
+        ]));
+        dir
+    })
+}
+
+fn pyenv(version: &str) -> Interpreter {
+    let root = Command::new("pyenv")
+        .arg("root")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| format!("{}/.pyenv", std::env::var("HOME").unwrap_or_default()));
+    let python = PathBuf::from(format!("{root}/versions/{version}/bin/python"));
+    assert!(python.exists(), "{} is missing", python.display());
+    let v: Vec<u32> = version.split('.').map(|x| x.parse().unwrap()).collect();
+    Interpreter {
+        label: format!("pyenv {version}"),
+        python,
+        version: (v[0], v[1]),
+    }
+}
+
+fn fixed(label: &str, path: &str, version: (u32, u32)) -> Interpreter {
+    assert!(
+        Path::new(path).exists(),
+        "{path} is missing (.ci/run installs it)"
+    );
+    Interpreter {
+        label: label.to_string(),
+        python: PathBuf::from(path),
+        version,
+    }
+}
+
+// ------------------------------------------------------------ gdb side
+
+#[derive(Debug, Clone)]
+struct Frame {
+    /// Normalised function name; None for `??` / module+offset.
+    name: Option<String>,
+    module: Option<String>,
+    /// Stands for one eval-loop C frame (pyinspect: a run of Python frames;
+    /// gdb: a frame of `_PyEval_EvalFrameDefault` or an unnamed frame).
+    python: bool,
+}
+
+/// Names as both tools print them, made comparable: no argument list, no
+/// compiler suffix (`.isra.0`, `.constprop.0`, `.lto_priv.0`, `.part.0`,
+/// `.cold`), no symbol version, no glibc-internal prefix or leading
+/// underscores (`__GI___clock_nanosleep` is `clock_nanosleep`).
+fn normalise(name: &str) -> String {
+    // gdb prints Rust v0 crate disambiguators (`std[c29fa2d9dbea2b0e]`).
+    let mut owned = String::with_capacity(name.len());
+    let mut rest = name.trim();
+    while let Some(i) = rest.find('[') {
+        let close = rest[i..].find(']').map(|j| i + j);
+        match close {
+            Some(j) if j > i + 1 && rest[i + 1..j].bytes().all(|b| b.is_ascii_hexdigit()) => {
+                owned.push_str(&rest[..i]);
+                rest = &rest[j + 1..];
+            }
+            _ => {
+                owned.push_str(&rest[..=i]);
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    owned.push_str(rest);
+    let mut n = owned.as_str();
+    // Compiler suffixes wherever the name ends.
+    loop {
+        let before = n;
+        for suffix in [".cold", ".localalias"] {
+            n = n.strip_suffix(suffix).unwrap_or(n);
+        }
+        for marker in [".llvm.", ".constprop.", ".isra.", ".part.", ".lto_priv."] {
+            if let Some(i) = n.rfind(marker) {
+                if n[i + marker.len()..].bytes().all(|b| b.is_ascii_digit()) {
+                    n = &n[..i];
+                }
+            }
+        }
+        if n == before {
+            break;
+        }
+    }
+    if let Some(i) = n.find("@@").or_else(|| n.find('@')) {
+        n = &n[..i];
+    }
+    let cut = match n.find("operator()") {
+        Some(i) => n[i + 10..].find('(').map(|j| i + 10 + j),
+        None => n.find('('),
+    };
+    if let Some(i) = cut {
+        n = &n[..i];
+    }
+    if let Some(i) = n.find('.').filter(|&i| i > 0 && !n.contains("::")) {
+        n = &n[..i];
+    }
+    // A return type that the demangler kept (`void f<T>()`).
+    if let Some((a, b)) = n.split_once(' ') {
+        if !a.contains(['<', '(', ':']) && b.contains("::") {
+            n = b;
+        }
+    }
+    // glibc's internal names of one function: __GI___clock_nanosleep,
+    // __libc_write, __libc_start_main_impl.
+    let n = n.trim_start_matches("__GI_").trim_start_matches('_');
+    let n = n.strip_prefix("libc_").unwrap_or(n);
+    let n = n
+        .strip_suffix("_impl")
+        .filter(|_| n.starts_with("start_main"))
+        .unwrap_or(n);
+    n.trim().to_string()
+}
+
+/// A library's name without its version (`libffi.so.8` and
+/// `libffi.so.8.1.2` are one file through its symlink).
+fn module_name(path: &str) -> String {
+    let b = basename(path);
+    match b.find(".so.") {
+        Some(i) => b[..i + 3].to_string(),
+        None => b,
+    }
+}
+
+fn is_eval(name: &str) -> bool {
+    matches!(name, "PyEval_EvalFrameDefault" | "PyEval_EvalFrameEx")
+}
+
+fn is_start(name: &str) -> bool {
+    matches!(name, "start" | "clone" | "clone3" | "start_thread")
+}
+
+fn basename(p: &str) -> String {
+    p.rsplit('/').next().unwrap_or(p).to_string()
+}
+
+/// `thread apply all bt` of a stopped process: frames per kernel tid.
+/// Inlined frames that belong to an eval-loop frame's own physical frame
+/// are left out (pyinspect replaces that whole frame by Python frames);
+/// frames past the thread's start are gdb's junk.
+fn gdb_stacks(pid: i32) -> HashMap<i32, Vec<Frame>> {
+    let out = Command::new("gdb")
+        .args(["-p", &pid.to_string(), "-batch", "-nx"])
+        .args(["-ex", "set print frame-arguments none"])
+        .args(["-ex", "thread apply all bt"])
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut stacks: HashMap<i32, Vec<Vec<(Frame, bool)>>> = HashMap::new();
+    let mut tid = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Thread ") {
+            tid = rest
+                .split("(LWP ")
+                .nth(1)
+                .map(|s| {
+                    s.chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect::<String>()
+                })
+                .and_then(|s| s.parse::<i32>().ok());
+            if let Some(t) = tid {
+                stacks.insert(t, Vec::new());
+            }
+            continue;
+        }
+        let Some(t) = tid else { continue };
+        let Some(rest) = line.strip_prefix('#') else {
+            continue;
+        };
+        let rest = rest.trim_start_matches(|c: char| c.is_ascii_digit()).trim();
+        let (physical, body) = match rest.split_once(" in ") {
+            Some((a, b)) if a.starts_with("0x") => (true, b),
+            _ => (false, rest),
+        };
+        let func = body.split(" (").next().unwrap_or("").trim();
+        let module = body
+            .rsplit_once(" from ")
+            .map(|(_, m)| module_name(m.trim()));
+        let name = (func != "??").then(|| normalise(func));
+        let python = name.as_deref().is_some_and(is_eval);
+        let f = Frame {
+            name,
+            module,
+            python,
+        };
+        let groups = stacks.get_mut(&t).unwrap();
+        // A frame with an address starts a physical frame; those without
+        // one are callers inlined into it (gdb prints them after it).
+        if physical || groups.is_empty() {
+            groups.push(vec![(f, physical)]);
+        } else {
+            groups.last_mut().unwrap().push((f, physical));
+        }
+    }
+    stacks
+        .into_iter()
+        .map(|(t, groups)| {
+            let mut frames = Vec::new();
+            'outer: for g in groups {
+                let eval_group = g.iter().any(|(f, _)| f.python);
+                for (f, _) in g {
+                    if eval_group && !f.python {
+                        continue;
+                    }
+                    let start = f.name.as_deref().is_some_and(is_start);
+                    frames.push(f);
+                    if start {
+                        break 'outer;
+                    }
+                }
+            }
+            (t, frames)
+        })
+        .collect()
+}
+
+// ------------------------------------------------------- pyinspect side
+
+/// A dump's native stacks per kernel tid, each run of Python frames as one
+/// `python` frame; and whether the thread was marked incomplete.
+fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> {
+    let mut out = HashMap::new();
+    for t in dump["threads"].as_array().into_iter().flatten() {
+        let Some(tid) = t["os_thread_id"].as_i64() else {
+            continue;
+        };
+        let mut frames: Vec<Frame> = Vec::new();
+        for f in t["frames"].as_array().into_iter().flatten() {
+            if f["kind"] == "native" {
+                let func = f["function"].as_str().unwrap_or("");
+                let raw = f["module"].as_str().unwrap_or("");
+                let unnamed = func.starts_with(&format!("{raw}+0x"));
+                let name = (!unnamed).then(|| normalise(func));
+                let start = name.as_deref().is_some_and(is_start);
+                frames.push(Frame {
+                    name,
+                    module: Some(module_name(raw)),
+                    python: false,
+                });
+                // As for gdb: nothing past the thread's start.
+                if start {
+                    break;
+                }
+            } else if !frames.last().is_some_and(|f| f.python) {
+                frames.push(Frame {
+                    name: None,
+                    module: None,
+                    python: true,
+                });
+            }
+        }
+        let truncated = t["truncated"].as_str().map(str::to_string);
+        out.insert(tid as i32, (frames, truncated));
+    }
+    out
+}
+
+fn same(g: &Frame, p: &Frame) -> bool {
+    if g.python || p.python {
+        // The eval loop: named by gdb, or unnamed in a stripped build.
+        return p.python && (g.python || g.name.is_none());
+    }
+    let module_ok = match (&g.module, &p.module) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    // gdb qualifies inlined functions by their namespace, DWARF's name
+    // alone may not.
+    let qualified = |a: &str, b: &str| a.ends_with(&format!("::{b}"));
+    module_ok
+        && match (&g.name, &p.name) {
+            (Some(a), Some(b)) => a == b || qualified(a, b) || qualified(b, a),
+            (None, None) => true,
+            _ => false,
+        }
+}
+
+/// Longest common subsequence under [`same`]: (gdb frames matched).
+fn aligned(g: &[Frame], p: &[Frame]) -> usize {
+    let mut t = vec![vec![0usize; p.len() + 1]; g.len() + 1];
+    for i in (0..g.len()).rev() {
+        for j in (0..p.len()).rev() {
+            t[i][j] = if same(&g[i], &p[j]) {
+                t[i + 1][j + 1] + 1
+            } else {
+                t[i + 1][j].max(t[i][j + 1])
+            };
+        }
+    }
+    t[0][0]
+}
+
+fn show(f: &[Frame]) -> String {
+    f.iter()
+        .map(|f| {
+            if f.python {
+                "<python>".to_string()
+            } else {
+                format!(
+                    "{}({})",
+                    f.name.as_deref().unwrap_or("??"),
+                    f.module.as_deref().unwrap_or("")
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" <- ")
+}
+
+fn thread_states(pid: i32) -> Vec<char> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
+        let Ok(e) = e else { continue };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if let Some(s) = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()) {
+            v.push(s);
+        }
+    }
+    v
+}
+
+fn wait_stopped(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !thread_states(pid).iter().all(|&s| s == 'T') {
+        assert!(Instant::now() < deadline, "process {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[derive(Default, Debug, Clone)]
+struct Row {
+    label: String,
+    threads: usize,
+    gdb_frames: usize,
+    matched: usize,
+    extra: usize,
+    merges_ok: usize,
+    merges: usize,
+    detail: String,
+}
+
+/// Whether each Python run of a dump sits where an eval-loop frame was:
+/// the merge did not fall back, and no eval-loop frame is left next to
+/// Python frames.
+fn merged_right(dump: &Value) -> (usize, usize) {
+    let (mut ok, mut all) = (0, 0);
+    for t in dump["threads"].as_array().into_iter().flatten() {
+        let frames = t["frames"].as_array().cloned().unwrap_or_default();
+        if !frames.iter().any(|f| f["kind"] != "native") {
+            continue;
+        }
+        all += 1;
+        let fell_back = t["truncated"]
+            .as_str()
+            .is_some_and(|s| s.contains("could not be matched"));
+        let eval_left = frames.iter().any(|f| {
+            f["kind"] == "native" && is_eval(&normalise(f["function"].as_str().unwrap_or("")))
+        });
+        if !fell_back && !eval_left {
+            ok += 1;
+        }
+    }
+    (ok, all)
+}
+
+/// Run one workload on one interpreter: the gdb comparison on a stopped
+/// process, then the repeated dumps.
+fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
+    let pid = fixture.pid;
+    // SAFETY: plain kill(2) on a child we started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    wait_stopped(pid);
+    let dump = dump_json(pid, &["--native-all", "--native-debug-info"]).remove(0);
+    assert!(
+        thread_states(pid).iter().all(|&s| s == 'T'),
+        "{label}: pyinspect did not leave the process stopped"
+    );
+    let gdb = gdb_stacks(pid);
+    assert!(
+        thread_states(pid).iter().all(|&s| s == 'T'),
+        "{label}: the process did not stay stopped under gdb"
+    );
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let ours = pyinspect_stacks(&dump);
+    let mut row = Row {
+        label: label.to_string(),
+        ..Default::default()
+    };
+    for (tid, g) in &gdb {
+        let Some((p, _)) = ours.get(tid) else {
+            row.gdb_frames += g.len();
+            let _ = writeln!(row.detail, "  thread {tid}: missing from pyinspect");
+            continue;
+        };
+        row.threads += 1;
+        let m = aligned(g, p);
+        row.gdb_frames += g.len();
+        row.matched += m;
+        row.extra += p.len() - m;
+        if m < g.len() || m < p.len() {
+            let _ = writeln!(
+                row.detail,
+                "  thread {tid}:\n    gdb:       {}\n    pyinspect: {}",
+                show(g),
+                show(p)
+            );
+        }
+    }
+    for _ in 0..repeats {
+        let d = dump_json(pid, &["--native"]).remove(0);
+        let (ok, all) = merged_right(&d);
+        row.merges_ok += ok;
+        row.merges += all;
+    }
+    row
+}
+
+fn print_table(rows: &[Row]) -> (f64, usize, f64) {
+    let mut s = String::from(
+        "\ngdb oracle: workload/interpreter          threads  gdb frames  agree  extra  merged right\n",
+    );
+    let (mut g, mut m, mut x, mut mo, mut ma) = (0, 0, 0, 0, 0);
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>6}/{}",
+            r.label,
+            r.threads,
+            r.gdb_frames,
+            100.0 * r.matched as f64 / r.gdb_frames.max(1) as f64,
+            r.extra,
+            r.merges_ok,
+            r.merges
+        );
+        g += r.gdb_frames;
+        m += r.matched;
+        x += r.extra;
+        mo += r.merges_ok;
+        ma += r.merges;
+    }
+    let agree = 100.0 * m as f64 / g.max(1) as f64;
+    let merged = 100.0 * mo as f64 / ma.max(1) as f64;
+    let _ = writeln!(
+        s,
+        "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>5.1}%",
+        "all", "", g, agree, x, merged
+    );
+    for r in rows.iter().filter(|r| !r.detail.is_empty()) {
+        let _ = write!(s, "{}:\n{}", r.label, r.detail);
+    }
+    eprintln!("{s}");
+    (agree, x, merged)
+}
+
+fn check(rows: &[Row]) {
+    let (agree, extra, merged) = print_table(rows);
+    assert!(agree >= 98.0, "only {agree:.1}% of gdb's frames agree");
+    assert_eq!(extra, 0, "pyinspect shows frames gdb does not have");
+    assert!(merged >= 99.0, "merged right in only {merged:.1}% of dumps");
+}
+
+fn spawn(interp: &Interpreter, mode: &str) -> Fixture {
+    let dir = built().to_str().unwrap().to_string();
+    Fixture::spawn_with_timeout(
+        interp,
+        "native/gdb_workloads.py",
+        &[mode, &dir],
+        Duration::from_secs(90),
+    )
+}
+
+/// The C workloads (segment-gap library, deadlock, C++ with inlining and
+/// exceptions) under pyenv's, Debian's static and Debian sid's stripped
+/// interpreters.
+#[test]
+fn ctypes_workloads_agree_with_gdb() {
+    let interps = [
+        pyenv("3.11.7"),
+        pyenv("3.12.1"),
+        fixed("debian 3.11 (static)", "/usr/bin/python3.11", (3, 11)),
+        fixed(
+            "sid 3.13 (stripped, LTO)",
+            &format!("{SID}/usr/bin/python3.13-hosted"),
+            (3, 13),
+        ),
+        fixed(
+            "sid 3.14 (stripped, tail calls)",
+            &format!("{SID}/usr/bin/python3.14-hosted"),
+            (3, 14),
+        ),
+    ];
+    let rows: Vec<Row> = interps
+        .iter()
+        .map(|i| {
+            oracle(
+                &format!("ctypes on {}", i.label),
+                &spawn(i, "ctypes"),
+                repeats(),
+            )
+        })
+        .collect();
+    check(&rows);
+}
+
+/// Wheels with threaded native code (OpenBLAS, rayon, onnxruntime's pool)
+/// on pyenv's 3.11.
+#[test]
+fn wheel_workloads_agree_with_gdb() {
+    let i = pyenv("3.11.7");
+    let rows: Vec<Row> = ["matmul", "svd", "tokenizers", "onnx"]
+        .iter()
+        .map(|m| oracle(&format!("{m} on {}", i.label), &spawn(&i, m), repeats()))
+        .collect();
+    check(&rows);
+}
