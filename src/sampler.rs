@@ -28,6 +28,10 @@ pub const MAX_RATE: f64 = 10_000.0;
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 const STARTUP_RETRY: Duration = Duration::from_millis(10);
+/// How long a just-launched program may run one executable with no Python
+/// in it before it is taken for a program that is not Python (the dynamic
+/// loader maps libpython within milliseconds of exec).
+const NOT_PYTHON_WAIT: Duration = Duration::from_secs(1);
 /// Descendants are looked for at most this often (a scan reads all of /proc).
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
 /// Behind schedule by more than this many mean intervals, the missed ticks
@@ -380,6 +384,8 @@ impl Sampler {
             due: Duration::ZERO,
             rng: rand::rng(),
         };
+        // Since when the root has run this executable without Python in it.
+        let mut not_python_since: Option<(String, Instant)> = None;
         loop {
             let root_err = match Target::open(root_pid, &s.cfg) {
                 Ok(t) => {
@@ -406,10 +412,31 @@ impl Sampler {
             if root_gone {
                 return Err(Error::ProcessExited { pid: root_pid });
             }
-            // A root that is not Python may still start Python children.
-            let keep_waiting = launched && is_transient(&e)
-                || matches!(e, Error::NotInitialized { .. })
-                || s.cfg.subprocesses && matches!(e, Error::NotPython { .. });
+            // A program that stays without Python is not Python: decided by
+            // what its memory shows over time, not by its name.
+            let settled_not_python = match &e {
+                Error::NotPython { exe, .. } => {
+                    let since = match &not_python_since {
+                        Some((x, t)) if x == exe => *t,
+                        _ => {
+                            not_python_since = Some((exe.clone(), Instant::now()));
+                            Instant::now()
+                        }
+                    };
+                    !launched || since.elapsed() >= NOT_PYTHON_WAIT
+                }
+                _ => false,
+            };
+            if settled_not_python && s.cfg.subprocesses {
+                // A shell or launcher that starts Python later: follow its
+                // descendants as they appear.
+                if let Error::NotPython { exe, .. } = e {
+                    s.not_python.insert(root_pid, exe);
+                }
+                break;
+            }
+            let keep_waiting = !settled_not_python
+                && (launched && is_transient(&e) || matches!(e, Error::NotInitialized { .. }));
             let limit = if launched {
                 STARTUP_WAIT
             } else {
@@ -469,13 +496,31 @@ impl Sampler {
         self.mean.mul_f64(x.min(20.0))
     }
 
+    /// Whether no Python process is followed yet (a root that is not Python,
+    /// with `subprocesses`, waiting for its Python descendants).
+    pub fn waiting_for_python(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    /// Whether sampling ended because the duration was over.
+    pub fn duration_over(&self) -> bool {
+        self.cfg.duration.is_some_and(|d| self.due >= d)
+    }
+
+    /// Whether there is nothing left to follow: every followed process has
+    /// exited, and (with `subprocesses`) so has the root, whose future
+    /// descendants would be followed.
+    fn all_gone(&self) -> bool {
+        self.targets.is_empty() && (!self.cfg.subprocesses || is_zombie(self.root))
+    }
+
     /// Sleep until the next sample is due and take it. None when every
     /// followed process has exited, the duration is over, or a signal
     /// asked to stop.
     pub fn next_tick(&mut self) -> Option<Tick> {
         let mut missed = 0u64;
         loop {
-            if pause::interrupted() || self.targets.is_empty() {
+            if pause::interrupted() || self.all_gone() {
                 return None;
             }
             if let Some(d) = self.cfg.duration {

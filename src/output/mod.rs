@@ -88,8 +88,6 @@ impl OutputFormat {
 pub enum OutputError {
     #[error("writing the profile failed: {0}")]
     Io(#[from] std::io::Error),
-    #[error("no Python stacks were sampled, so there is no flame graph to draw")]
-    Empty,
     #[error("the {0} format needs the sample timeline, which this profile did not keep")]
     NoTimeline(&'static str),
 }

@@ -1,0 +1,296 @@
+//! What py-spy's and pystack's own test suites check, from our own fixtures:
+//! launch modes (`record -d` ends the program, `-s` with a root that is not
+//! Python, a launched program that is not Python), shell completions,
+//! `--locals` renderings, thread names from the OS, positions and the GC
+//! state. Each runs against every interpreter of the matrix where it applies.
+
+mod common;
+
+use common::{
+    fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command, Interpreter,
+};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+fn fixture(name: &str) -> String {
+    fixture_path(name).to_str().unwrap().to_string()
+}
+
+/// `pyinspect record -f raw -o <tmp> ARGS`: the output, the profile's text, the time it took.
+fn record_raw(args: &[&str]) -> (common::Output, String, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.txt");
+    let mut cmd = Command::new(pyinspect_bin());
+    cmd.args(["record", "-f", "raw", "-o", path.to_str().unwrap()])
+        .args(args)
+        .current_dir(fixture_path(""));
+    let started = Instant::now();
+    let out = run_command(cmd, Duration::from_secs(60));
+    let took = started.elapsed();
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(!out.stderr.contains("panicked"), "{}", out.describe());
+    (out, text, took)
+}
+
+fn py(i: &Interpreter) -> &str {
+    i.python.to_str().unwrap()
+}
+
+#[test]
+fn record_duration_ends_a_launched_program_with_sigint() {
+    let script = fixture("launched.py");
+    for_each_interpreter(
+        "record -d ends the program",
+        |_| true,
+        |i| {
+            let (out, text, took) = record_raw(&["-d", "1", "-i", "--", py(i), &script, "wait"]);
+            out.assert_success();
+            assert!(
+                took < Duration::from_secs(8),
+                "took {took:?}\n{}",
+                out.describe()
+            );
+            assert!(text.contains("waiting"), "{text}\n{}", out.describe());
+            assert!(
+                out.stderr.contains("sent SIGINT to the program")
+                    && !out.stderr.contains("SIGTERM"),
+                "{}",
+                out.describe()
+            );
+            assert!(
+                out.stderr.contains("wrote collapsed stacks"),
+                "{}",
+                out.describe()
+            );
+        },
+    );
+}
+
+#[test]
+fn record_duration_terms_a_program_that_ignores_sigint() {
+    let script = fixture("launched.py");
+    for_each_interpreter(
+        "record -d, SIGINT ignored",
+        |_| true,
+        |i| {
+            let (out, text, took) =
+                record_raw(&["-d", "1", "-i", "--", py(i), &script, "ignore-int"]);
+            out.assert_success();
+            // 1 s of recording, 2 s of grace after SIGINT, then SIGTERM ends it.
+            assert!(
+                took < Duration::from_secs(10),
+                "took {took:?}\n{}",
+                out.describe()
+            );
+            assert!(text.contains("waiting"), "{text}\n{}", out.describe());
+            assert!(
+                out.stderr
+                    .contains("sent SIGINT, then SIGTERM to the program")
+                    && out.stderr.contains("ended by SIGTERM (exit status 143)"),
+                "{}",
+                out.describe()
+            );
+        },
+    );
+}
+
+#[test]
+fn a_program_that_exits_before_the_duration_passes_its_status_on() {
+    let script = fixture("launched.py");
+    for_each_interpreter(
+        "record -d, program exits first",
+        |_| true,
+        |i| {
+            let (out, text, _) = record_raw(&["-d", "30", "--", py(i), &script, "hot", "0.5", "3"]);
+            assert_eq!(out.status.code(), Some(3), "{}", out.describe());
+            assert!(text.contains("hot_loop"), "{text}\n{}", out.describe());
+            assert!(!out.stderr.contains("sent SIG"), "{}", out.describe());
+        },
+    );
+}
+
+#[test]
+fn a_duration_too_short_for_a_sample_still_writes_a_profile() {
+    let script = fixture("launched.py");
+    for_each_interpreter(
+        "record -d 1e-9",
+        |_| true,
+        |i| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("p.svg");
+            let out = pyinspect(&[
+                "record",
+                "-d",
+                "1e-9",
+                "-o",
+                path.to_str().unwrap(),
+                "--",
+                py(i),
+                &script,
+                "wait",
+            ]);
+            out.assert_success();
+            let svg = std::fs::read_to_string(&path).unwrap();
+            let opts = roxmltree::ParsingOptions {
+                allow_dtd: true,
+                ..Default::default()
+            };
+            roxmltree::Document::parse_with_options(&svg, opts)
+                .unwrap_or_else(|e| panic!("{e}: {svg}"));
+        },
+    );
+}
+
+#[test]
+fn launching_a_program_that_is_not_python_stops_it_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.txt");
+    let started = Instant::now();
+    let out = pyinspect(&["record", "-o", path.to_str().unwrap(), "--", "sleep", "30"]);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        took < Duration::from_secs(8),
+        "took {took:?}\n{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains("is not a Python process"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains("sent SIGINT to the program")
+            && out.stderr.contains("ended by SIGINT (exit status 130)"),
+        "{}",
+        out.describe()
+    );
+    assert!(out.stderr.contains("record -s"), "{}", out.describe());
+    assert!(!path.exists(), "a profile was left behind");
+}
+
+/// A shell script that starts the fixture, as deployments often do.
+fn shell_script(dir: &std::path::Path, i: &Interpreter, pre: &str) -> String {
+    let path = dir.join("start.sh");
+    std::fs::write(
+        &path,
+        format!(
+            "{pre}\n'{}' '{}' hot 1.5\necho started-python-exited\n",
+            py(i),
+            fixture("launched.py")
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn record_s_follows_the_python_a_launched_shell_script_starts() {
+    for_each_interpreter(
+        "record -s -- bash script",
+        |_| true,
+        |i| {
+            let dir = tempfile::tempdir().unwrap();
+            // The shell runs on well past the 1 s in which a launched program
+            // must show Python, so the script's own process is not Python.
+            let script = shell_script(dir.path(), i, "sleep 1.5");
+            let (out, text, took) = record_raw(&["-s", "--", "bash", &script]);
+            out.assert_success();
+            assert!(took < Duration::from_secs(20), "took {took:?}");
+            assert!(text.contains("hot_loop"), "{text}\n{}", out.describe());
+            assert!(
+                out.stderr
+                    .contains("is not Python: following the Python processes it starts"),
+                "{}",
+                out.describe()
+            );
+        },
+    );
+}
+
+#[test]
+fn record_s_accepts_a_shell_pid_that_starts_python_later() {
+    for_each_interpreter(
+        "record -s --pid shell",
+        |_| true,
+        |i| {
+            let dir = tempfile::tempdir().unwrap();
+            // The shell waits for a line before it starts Python: the handshake
+            // that the recording is already following it.
+            let script = shell_script(dir.path(), i, "read go");
+            let mut shell = Command::new("bash")
+                .arg(&script)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            let pid = shell.id().to_string();
+            let out_path = dir.path().join("p.txt");
+            let mut rec = Command::new(pyinspect_bin())
+                .args(["record", "-s", "-f", "raw", "-o"])
+                .arg(&out_path)
+                .args(["--pid", &pid])
+                .stdin(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let (tx, rx) = channel();
+            let stderr = rec.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+            let mut seen = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(l) if l.contains("is not Python: following") => break,
+                    Ok(l) => seen.push(l),
+                    Err(_) => {
+                        let _ = shell.kill();
+                        let _ = rec.kill();
+                        panic!("record did not accept the shell: {seen:?}");
+                    }
+                }
+            }
+            writeln!(shell.stdin.as_mut().unwrap(), "go").unwrap();
+            assert!(shell.wait().unwrap().success());
+            // The shell is gone, and so is its Python: the recording ends.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let status = loop {
+                if let Some(s) = rec.try_wait().unwrap() {
+                    break s;
+                }
+                if Instant::now() > deadline {
+                    let _ = rec.kill();
+                    panic!("record did not end after the shell exited");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            seen.extend(rx.try_iter());
+            assert!(status.success(), "{status}: {seen:?}");
+            let text = std::fs::read_to_string(&out_path).unwrap();
+            assert!(text.contains("hot_loop"), "{text}\n{seen:?}");
+        },
+    );
+}
+
+#[test]
+fn without_s_a_shell_pid_is_refused() {
+    let mut shell = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = pyinspect(&[
+        "record",
+        "-o",
+        "/dev/null",
+        "--pid",
+        &shell.id().to_string(),
+    ]);
+    let _ = shell.kill();
+    let _ = shell.wait();
+    let line = common::assert_one_clean_error_line(&out);
+    assert!(line.contains("is not a Python process"), "{line}");
+}
