@@ -24,6 +24,15 @@ enum Command {
     Record(RecordArgs),
     /// A live, top-like view of the functions a process spends its time in.
     Top(TopArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
@@ -212,6 +221,21 @@ fn parse_delay(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Print the completion script; a reader that stops early (`| head`) is not an error.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
+    use clap::CommandFactory;
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "pyinspect", &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("writing the completion script failed: {e}"))
+        }
+        _ => Ok(0),
+    }
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -243,6 +267,7 @@ fn main() {
         }
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
+        Command::Completions(a) => completions(a.shell),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -294,3 +294,70 @@ fn without_s_a_shell_pid_is_refused() {
     let line = common::assert_one_clean_error_line(&out);
     assert!(line.contains("is not a Python process"), "{line}");
 }
+
+fn completion_script(shell: &str) -> tempfile::NamedTempFile {
+    let out = pyinspect(&["completions", shell]);
+    out.assert_success();
+    assert!(out.stderr.is_empty(), "{}", out.describe());
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(out.stdout.as_bytes()).unwrap();
+    f
+}
+
+fn shell_says(shell: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new(shell);
+    cmd.args(args);
+    let out = run_command(cmd, Duration::from_secs(30));
+    out.assert_success();
+    out.stdout
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish() {
+    // bash: the function it registers completes verbs and flags.
+    let bash = completion_script("bash");
+    let path = bash.path().to_str().unwrap();
+    let probe = format!(
+        "source '{path}' && complete -p pyinspect >/dev/null && \
+         COMP_WORDS=(pyinspect rec); COMP_CWORD=1; _pyinspect pyinspect rec pyinspect; \
+         echo \"verbs: ${{COMPREPLY[*]}}\"; \
+         COMP_WORDS=(pyinspect record --dur); COMP_CWORD=2; _pyinspect pyinspect --dur record; \
+         echo \"flags: ${{COMPREPLY[*]}}\""
+    );
+    let said = shell_says("bash", &["-c", &probe]);
+    assert!(said.contains("verbs: record"), "{said}");
+    assert!(said.contains("flags: --duration"), "{said}");
+
+    // fish: asks its own completion engine.
+    let fish = completion_script("fish");
+    let path = fish.path().to_str().unwrap();
+    let said = shell_says(
+        "fish",
+        &[
+            "-c",
+            &format!(
+                "source '{path}'; complete -C 'pyinspect rec'; complete -C 'pyinspect dump --loc'"
+            ),
+        ],
+    );
+    assert!(said.lines().any(|l| l.starts_with("record\t")), "{said}");
+    assert!(said.lines().any(|l| l.starts_with("--locals\t")), "{said}");
+
+    // zsh: a valid completion function for the command (zsh -n parses it).
+    let zsh = completion_script("zsh");
+    let path = zsh.path().to_str().unwrap();
+    shell_says("zsh", &["-n", path]);
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.starts_with("#compdef pyinspect"), "{text}");
+    for word in ["record", "dump", "top", "--duration", "--subprocesses"] {
+        assert!(text.contains(word), "{word} missing from the zsh script");
+    }
+}
+
+#[test]
+fn completions_for_an_unknown_shell_is_one_clear_line() {
+    let out = pyinspect(&["completions", "tcsh"]);
+    let line = common::assert_one_clean_error_line(&out);
+    assert!(line.contains("tcsh") && line.contains("bash"), "{line}");
+    assert_eq!(out.status.code(), Some(2));
+}
