@@ -39,6 +39,8 @@ const RESCAN_EVERY: Duration = Duration::from_millis(200);
 const MAX_BEHIND_INTERVALS: u32 = 10;
 /// Longest single sleep, so that Ctrl-C is seen promptly at low rates.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
+/// How long a kernel thread name is trusted before it is read again.
+const OS_NAME_TTL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
@@ -122,6 +124,8 @@ pub struct Target {
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
+    /// Kernel names of threads `threading` does not name, and when read.
+    os_names: HashMap<i32, (Option<String>, Instant)>,
 }
 
 impl Target {
@@ -154,6 +158,7 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
+            os_names: HashMap::new(),
         })
     }
 
@@ -226,6 +231,36 @@ impl Target {
             })
             .map(|(tid, _)| *tid)
             .collect())
+    }
+
+    /// Threads `threading` does not name (started from C, or by
+    /// `_thread.start_new_thread`, or not running Python code yet) are
+    /// named by the kernel: what the program, or Python 3.14+ itself, set
+    /// with `pthread_setname_np`. Cached briefly, as names rarely change.
+    fn name_from_os(&mut self, threads: &mut [ThreadStack]) {
+        let now = Instant::now();
+        if self.os_names.len() > crate::python::reader::MAX_THREADS {
+            self.os_names.clear();
+        }
+        for t in threads.iter_mut().filter(|t| t.name.is_none()) {
+            let Some(tid) = t.os_thread_id.map(|v| v as i32) else {
+                continue;
+            };
+            let pid = self.pid;
+            let entry = self
+                .os_names
+                .entry(tid)
+                .and_modify(|e| {
+                    if now.duration_since(e.1) > OS_NAME_TTL {
+                        *e = (procfs::comm(pid, tid), now);
+                    }
+                })
+                .or_insert_with(|| (procfs::comm(pid, tid), now));
+            if let Some(n) = &entry.0 {
+                t.name = Some(n.clone());
+                t.name_source = Some(crate::stack::NameSource::Os);
+            }
+        }
     }
 
     pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
@@ -303,6 +338,7 @@ impl Target {
             foreign.sort_by_key(|t| t.os_thread_id);
         }
         let mut threads: Vec<ThreadStack> = snap.into_iter().map(|t| t.stack).collect();
+        self.name_from_os(&mut threads);
         if cfg.gil_only {
             threads.retain(|t| t.holds_gil);
         } else if !cfg.include_idle {

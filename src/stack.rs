@@ -32,6 +32,9 @@ pub struct ThreadStack {
     pub thread_id: u64,
     pub os_thread_id: Option<u32>,
     pub name: Option<String>,
+    /// Where `name` comes from: the `threading` module, or the OS (the
+    /// kernel's thread name, for threads `threading` does not know).
+    pub name_source: Option<NameSource>,
     /// Interpreter id; 0 is the main interpreter.
     pub interpreter: i64,
     pub status: ThreadStatus,
@@ -44,6 +47,16 @@ pub struct ThreadStack {
     /// Native entry point this thread is inside (with --native).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub native_entry: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NameSource {
+    /// `threading.Thread.name`.
+    Threading,
+    /// `/proc/PID/task/TID/comm`: what the program (or, on 3.14+, Python
+    /// itself) set with `pthread_setname_np`, else the process's name.
+    Os,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

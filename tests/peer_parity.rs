@@ -7,7 +7,7 @@
 mod common;
 
 use common::{
-    fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command, Interpreter,
+    fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command, Fixture, Interpreter,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -360,4 +360,37 @@ fn completions_for_an_unknown_shell_is_one_clear_line() {
     let line = common::assert_one_clean_error_line(&out);
     assert!(line.contains("tcsh") && line.contains("bash"), "{line}");
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn threads_threading_does_not_name_get_their_os_name() {
+    for_each_interpreter(
+        "OS thread names",
+        |_| true,
+        |i| {
+            let f = Fixture::spawn(i, "os_names.py", &[]);
+            let process = &common::dump_json(f.pid, &[])[0];
+            let threads = process["threads"].as_array().unwrap();
+            let mut wrong = Vec::new();
+            for e in f.ready["threads"].as_array().unwrap() {
+                let Some(t) = threads.iter().find(|t| t["os_thread_id"] == e["tid"]) else {
+                    wrong.push(format!("{e}: absent"));
+                    continue;
+                };
+                if t["name"] != e["name"] || t["name_source"] != e["source"] {
+                    wrong.push(format!("{e}: got {} from {}", t["name"], t["name_source"]));
+                }
+            }
+            assert!(wrong.is_empty(), "{wrong:?}\n{process}");
+            let out = pyinspect(&["dump", "--pid", &f.pid.to_string()]);
+            out.assert_success();
+            for needle in [
+                "\"c-idle\" (OS name)",
+                "\"py-unnamed\" (OS name)",
+                "\"named\" (",
+            ] {
+                assert!(out.stdout.contains(needle), "{needle}\n{}", out.stdout);
+            }
+        },
+    );
 }

@@ -130,6 +130,9 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
         write!(out, "\nThread {id}")?;
         if let Some(n) = &t.name {
             write!(out, " \"{n}\"")?;
+            if t.name_source == Some(crate::stack::NameSource::Os) && t.interpreter >= 0 {
+                write!(out, " (OS name)")?;
+            }
         }
         write!(out, " ({status})")?;
         if let Some(e) = &t.native_entry {

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::memory::Memory;
 use crate::native_unwind::{self, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge};
 use crate::procfs;
-use crate::stack::{Frame, FrameKind, ThreadStack, ThreadStatus};
+use crate::stack::{Frame, FrameKind, NameSource, ThreadStack, ThreadStatus};
 
 pub struct NativeStacks {
     unwinder: NativeUnwinder,
@@ -111,6 +111,7 @@ impl NativeStacks {
             },
             holds_gil: false,
             native_entry: native_unwind::native_entry(native),
+            name_source: Some(NameSource::Os),
             frames: self.output_frames(merged),
             truncated: None,
         }

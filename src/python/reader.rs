@@ -8,7 +8,7 @@ use super::process::{GilSource, PythonProcess};
 use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
-use crate::stack::{Frame, Local, ThreadStack, ThreadStatus};
+use crate::stack::{Frame, Local, NameSource, ThreadStack, ThreadStatus};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -431,13 +431,14 @@ impl Reader {
                 stack: ThreadStack {
                     thread_id: t.thread_id,
                     os_thread_id: t.native_tid,
-                    name,
+                    name: name.clone(),
                     interpreter: t.interp_id,
                     status,
                     holds_gil,
                     frames,
                     truncated,
                     native_entry: None,
+                    name_source: name.is_some().then_some(NameSource::Threading),
                 },
                 is_entry: entries,
             });
