@@ -95,6 +95,10 @@ pub struct Local {
     pub name: String,
     pub repr: String,
     pub is_arg: bool,
+    /// When the value was cut to the length limit: how many of its items
+    /// (or characters, for a string) were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<u64>,
 }
 
 impl Frame {

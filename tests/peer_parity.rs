@@ -9,6 +9,7 @@ mod common;
 use common::{
     fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command, Fixture, Interpreter,
 };
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
@@ -391,6 +392,80 @@ fn threads_threading_does_not_name_get_their_os_name() {
             ] {
                 assert!(out.stdout.contains(needle), "{needle}\n{}", out.stdout);
             }
+        },
+    );
+}
+
+/// The locals of the fixture's `values` frame, by name.
+fn values_locals(pid: i32, extra: &[&str]) -> std::collections::HashMap<String, Value> {
+    let mut args = vec!["--locals"];
+    args.extend_from_slice(extra);
+    let process = &common::dump_json(pid, &args)[0];
+    let frame = process["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["frames"].as_array().unwrap().iter())
+        .find(|f| f["function"] == "values")
+        .unwrap_or_else(|| panic!("no values frame: {process}"))
+        .clone();
+    frame["locals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap().to_string(), l.clone()))
+        .collect()
+}
+
+#[test]
+fn locals_render_like_repr_numpy_nesting_truncation_cycles_invalid() {
+    for_each_interpreter(
+        "locals rendering",
+        |_| true,
+        |i| {
+            let mut f = Fixture::spawn(i, "locals_values.py", &[]);
+            let locals = values_locals(f.pid, &[]);
+            let mut wrong = Vec::new();
+            let numpy = f.ready["numpy"].as_object().unwrap();
+            // numpy is installed for every interpreter of the matrix (.ci/run).
+            assert_eq!(numpy.len(), 11, "numpy missing under {}", i.label);
+            for (name, want) in f.ready["expected"].as_object().unwrap() {
+                let got = &locals[name];
+                if got["repr"] != *want || !got["left_out"].is_null() {
+                    wrong.push(format!("{name}: {got}, want {want}"));
+                }
+            }
+            // Each numpy scalar by value, as numpy's str() shows it.
+            for (name, want) in numpy {
+                if locals[name]["repr"] != *want {
+                    wrong.push(format!("{name}: {}, want {want}", locals[name]));
+                }
+            }
+            // Cut values end in "..." and say how much was left out.
+            for (name, total) in [("big_dict", 50), ("long_list", 100), ("long_str", 500)] {
+                let got = &locals[name];
+                let text = got["repr"].as_str().unwrap();
+                let left = got["left_out"].as_u64().unwrap_or(0);
+                if !text.ends_with("...") || left == 0 || left >= total {
+                    wrong.push(format!("{name}: {got}"));
+                }
+                if name == "long_str" {
+                    let shown = text.matches('x').count() as u64;
+                    if shown + left != total {
+                        wrong.push(format!("{name}: {shown} shown + {left} left out"));
+                    }
+                }
+            }
+            assert!(wrong.is_empty(), "{}: {wrong:#?}", i.label);
+
+            // A longer limit (-ll) shows more of the same value.
+            let longer = values_locals(f.pid, &["-l"]);
+            let (a, b) = (&locals["big_dict"], &longer["big_dict"]);
+            assert!(
+                b["left_out"].as_u64().unwrap() < a["left_out"].as_u64().unwrap(),
+                "{a} vs {b}"
+            );
+            f.assert_alive();
         },
     );
 }

@@ -586,9 +586,11 @@ impl Reader {
             let Ok(name) = objr.full_string(*name_obj) else {
                 continue;
             };
+            let r = objr.repr(v, chars);
             out.push(Local {
                 name,
-                repr: objr.repr(v, chars),
+                repr: r.text,
+                left_out: r.left_out,
                 is_arg: (i as u64) < ci.nargs,
             });
         }
