@@ -59,6 +59,10 @@ struct DumpArgs {
     /// With --native: also interpreter plumbing frames and threads Python does not know.
     #[arg(long)]
     native_all: bool,
+    /// Show each Python frame as file:line:column where the interpreter
+    /// records columns (3.11+; 1-based). JSON always carries them.
+    #[arg(long)]
+    positions: bool,
 }
 
 #[derive(Args, Debug)]
@@ -262,6 +266,7 @@ fn main() {
                 subprocesses: a.subprocesses,
                 native: a.native || a.native_all,
                 native_all: a.native_all,
+                positions: a.positions,
             })
             .map(|()| 0)
         }

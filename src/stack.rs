@@ -84,6 +84,20 @@ pub struct Frame {
     pub tag: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locals: Option<Vec<Local>>,
+    /// Python frames: `end_line`, `column`, `end_column` of the instruction
+    /// (3.11+ location tables; each null where the version has none).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+}
+
+/// Where an instruction's source is, beyond its line: what 3.11+ location
+/// tables add (`co_positions()`). Columns are 0-based UTF-8 byte offsets
+/// into the line, as CPython counts them; None where there are none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Position {
+    pub end_line: Option<u32>,
+    pub column: Option<u32>,
+    pub end_column: Option<u32>,
 }
 
 fn skip_tag(t: &Option<Option<String>>) -> bool {
@@ -113,6 +127,7 @@ impl Frame {
             inlined: None,
             tag: None,
             locals: None,
+            position: Some(Position::default()),
         }
     }
 }

@@ -469,3 +469,49 @@ fn locals_render_like_repr_numpy_nesting_truncation_cycles_invalid() {
         },
     );
 }
+
+#[test]
+fn frames_carry_end_line_and_columns_where_the_version_has_them() {
+    for_each_interpreter(
+        "positions",
+        |_| true,
+        |i| {
+            let f = Fixture::spawn(i, "positions.py", &[]);
+            let process = &common::dump_json(f.pid, &[])[0];
+            let thread = process["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == "positioned")
+                .unwrap_or_else(|| panic!("no positioned thread: {process}"));
+            let frames = thread["frames"].as_array().unwrap();
+            for (got, want) in frames.iter().zip(f.ready["frames"].as_array().unwrap()) {
+                for key in ["function", "line", "end_line", "column", "end_column"] {
+                    // Every key is present, null where the version has none.
+                    assert!(got.get(key).is_some(), "{key} missing: {got}");
+                    assert_eq!(got[key], want[key], "{key}: {got} vs {want}");
+                }
+            }
+            if i.at_least(3, 11) {
+                assert_ne!(
+                    frames[1]["end_line"], frames[1]["line"],
+                    "a call over lines"
+                );
+            }
+            // Text: file:line:column (1-based) with --positions, file:line without.
+            let pid = f.pid.to_string();
+            let file = f.ready["file"].as_str().unwrap();
+            let leaf = &f.ready["frames"][0];
+            let plain = format!("({file}:{})", leaf["line"]);
+            let with = match leaf["column"].as_u64() {
+                Some(c) => format!("({file}:{}:{})", leaf["line"], c + 1),
+                None => plain.clone(),
+            };
+            let out = pyinspect(&["dump", "--pid", &pid, "--positions"]);
+            out.assert_success();
+            assert!(out.stdout.contains(&with), "{with}\n{}", out.stdout);
+            let out = pyinspect(&["dump", "--pid", &pid]);
+            assert!(out.stdout.contains(&plain), "{plain}\n{}", out.stdout);
+        },
+    );
+}

@@ -16,6 +16,8 @@ pub struct DumpOptions {
     pub subprocesses: bool,
     pub native: bool,
     pub native_all: bool,
+    /// Text output: `file:line:column` where the location table has columns.
+    pub positions: bool,
 }
 
 /// Read one process once, through the same path as the samplers.
@@ -84,11 +86,13 @@ fn emit(out: &mut dyn Write, p: &ProcessStacks, opts: &DumpOptions) -> std::io::
         serde_json::to_writer(&mut *out, p)?;
         writeln!(out)
     } else {
-        write_text(out, p)
+        write_text(out, p, opts.positions)
     }
 }
 
-pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()> {
+/// The text rendering of one process; `positions` adds the column to each
+/// Python frame's line where the version records it (1-based, as editors count).
+pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> std::io::Result<()> {
     match p.parent_pid {
         Some(pp) => writeln!(
             out,
@@ -141,13 +145,19 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
         writeln!(out)?;
         for f in &t.frames {
             match f.kind {
-                FrameKind::Python => writeln!(
-                    out,
-                    "    {} ({}:{})",
-                    f.function,
-                    f.file.as_deref().unwrap_or("?"),
-                    f.line.unwrap_or(0)
-                )?,
+                FrameKind::Python => {
+                    let column = match f.position.and_then(|p| p.column) {
+                        Some(c) if positions => format!(":{}", c + 1),
+                        _ => String::new(),
+                    };
+                    writeln!(
+                        out,
+                        "    {} ({}:{}{column})",
+                        f.function,
+                        f.file.as_deref().unwrap_or("?"),
+                        f.line.unwrap_or(0)
+                    )?
+                }
                 FrameKind::Native => {
                     let module = f.module.as_deref().unwrap_or("");
                     let place = match (&f.file, f.line) {

@@ -137,5 +137,6 @@ fn native_frame(f: &NativeFrame) -> Frame {
         inlined: Some(f.inlined),
         tag: Some(f.tag.map(str::to_string)),
         locals: None,
+        position: None,
     }
 }

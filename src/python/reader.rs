@@ -1,7 +1,7 @@
 //! Snapshots of every thread of every interpreter: the frame walk, code
 //! objects (cached), line numbers, thread names, GIL, locals.
 
-use super::linetable::LineTable;
+use super::linetable::{LineTable, Positions};
 use super::objects::ObjReader;
 use super::pagecache::PageCache;
 use super::process::{GilSource, PythonProcess};
@@ -35,6 +35,8 @@ struct CodeInfo {
     function: Arc<str>,
     file: Arc<str>,
     lines: LineTable,
+    /// Columns and end lines (3.11+ location tables).
+    positions: Option<Positions>,
     /// Number of local slots, how many are arguments, and their names.
     nslots: u64,
     nargs: u64,
@@ -401,13 +403,19 @@ impl Reader {
                 };
                 match info {
                     Ok(Some(ci)) => {
+                        let offset = self.byte_offset(f);
                         let line = if opts.function_lines {
                             ci.firstlineno.max(0) as u32
                         } else {
-                            self.line_of(&ci, f)
+                            ci.lines
+                                .line_at(offset)
+                                .unwrap_or(ci.firstlineno.max(0) as u32)
                         };
                         let mut fr =
                             Frame::python(ci.function.to_string(), ci.file.to_string(), line);
+                        if let (Some(p), false) = (&ci.positions, opts.function_lines) {
+                            fr.position = Some(p.at(offset));
+                        }
                         if opts.locals > 0 {
                             let chars = LOCAL_REPR_CHARS * opts.locals as usize;
                             fr.locals = Some(self.locals(&cache, &ci, f, chars));
@@ -446,17 +454,15 @@ impl Reader {
         Ok(out)
     }
 
-    fn line_of(&self, ci: &CodeInfo, f: &RawFrame) -> u32 {
+    /// Offset in bytes of the frame's instruction in its bytecode.
+    fn byte_offset(&self, f: &RawFrame) -> u64 {
         let l = &self.process.layout;
-        let offset = match (l.frame.position.clone(), l.code.code_adaptive) {
+        match (l.frame.position.clone(), l.code.code_adaptive) {
             (InstrPosition::InstrPointer(_), Some(adaptive)) => {
                 f.instr.saturating_sub(f.code.wrapping_add(adaptive))
             }
             _ => f.instr,
-        };
-        ci.lines
-            .line_at(offset)
-            .unwrap_or(ci.firstlineno.max(0) as u32)
+        }
     }
 
     /// The code object at `addr`, from the cache when its header is unchanged.
@@ -520,6 +526,9 @@ impl Reader {
         let firstlineno = le_i32(hdr, c.firstlineno);
         let (table, _) = objr.bytes(header[3], MAX_LINETABLE)?;
         let lines = LineTable::parse(c.linetable_format, &table, firstlineno);
+        let positions = (c.linetable_format
+            == crate::cpython_layouts::LineTableFormat::Locations311)
+            .then(|| Positions::parse(&table, firstlineno));
         let flags = le_i32(hdr, c.flags) as u64;
         let nargs = le_i32(hdr, c.argcount).max(0) as u64
             + c.kwonlyargcount.map_or(0, |o| le_i32(hdr, o).max(0) as u64)
@@ -537,6 +546,7 @@ impl Reader {
             function: function.into(),
             file: file.into(),
             lines,
+            positions,
             nslots,
             nargs,
             varnames,
