@@ -192,6 +192,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             function_lines: a.function,
             locals: 0,
             statuses: false,
+            gc_frames: true,
         },
         threads: a.threads,
         nolineno: a.nolineno,

@@ -70,6 +70,9 @@ pub struct SamplerConfig {
     /// Read kernel states for every thread's status even when no thread is
     /// dropped for being idle (dump and top show the status).
     pub statuses: bool,
+    /// Put a `[GC]` frame on top of the thread running a garbage collection
+    /// (record, top).
+    pub gc_frames: bool,
 }
 
 /// One process's threads at one tick (after filtering).
@@ -126,6 +129,13 @@ pub struct Target {
     states: HashMap<i32, char>,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
+}
+
+impl Target {
+    /// Whether a garbage collection was running at the latest sample.
+    pub fn gc_collecting(&self) -> Option<bool> {
+        self.reader.gc_collecting
+    }
 }
 
 impl Target {
@@ -337,7 +347,15 @@ impl Target {
             }
             foreign.sort_by_key(|t| t.os_thread_id);
         }
-        let mut threads: Vec<ThreadStack> = snap.into_iter().map(|t| t.stack).collect();
+        let mut threads: Vec<ThreadStack> = snap
+            .into_iter()
+            .map(|mut t| {
+                if t.in_gc && cfg.gc_frames {
+                    t.stack.frames.insert(0, crate::stack::Frame::gc_marker());
+                }
+                t.stack
+            })
+            .collect();
         self.name_from_os(&mut threads);
         if cfg.gil_only {
             threads.retain(|t| t.holds_gil);

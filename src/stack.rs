@@ -9,6 +9,9 @@ pub struct ProcessStacks {
     pub command_line: String,
     pub python_version: String,
     pub executable: String,
+    /// Whether the garbage collector was running when the stacks were read
+    /// (3.7+; null where the version does not say).
+    pub gc_collecting: Option<bool>,
     pub threads: Vec<ThreadStack>,
     /// Errors met while reading that did not stop the dump (torn reads in
     /// --nonblocking mode, an unreadable thread): shown, never hidden.
@@ -116,6 +119,23 @@ pub struct Local {
 }
 
 impl Frame {
+    /// The frame a sample taken during a garbage collection gets on top of
+    /// the thread running it (record, top).
+    pub fn gc_marker() -> Frame {
+        Frame {
+            kind: FrameKind::Native,
+            function: "[GC]".to_string(),
+            file: None,
+            line: None,
+            module: None,
+            offset: None,
+            inlined: None,
+            tag: None,
+            locals: None,
+            position: None,
+        }
+    }
+
     pub fn python(function: String, file: String, line: u32) -> Frame {
         Frame {
             kind: FrameKind::Python,

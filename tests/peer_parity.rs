@@ -515,3 +515,59 @@ fn frames_carry_end_line_and_columns_where_the_version_has_them() {
         },
     );
 }
+
+#[test]
+fn the_gc_state_is_shown_and_samples_during_a_collection_get_a_gc_frame() {
+    for_each_interpreter(
+        "GC state",
+        |_| true,
+        |i| {
+            let known = i.at_least(3, 7);
+            let idle = Fixture::spawn(i, "gc_running.py", &["idle"]);
+            let p = &common::dump_json(idle.pid, &[])[0];
+            let want = if known {
+                Value::Bool(false)
+            } else {
+                Value::Null
+            };
+            assert_eq!(p["gc_collecting"], want, "idle: {p}");
+            drop(idle);
+
+            let f = Fixture::spawn(i, "gc_running.py", &[]);
+            let pid = f.pid.to_string();
+            let p = &common::dump_json(f.pid, &[])[0];
+            let want = if known {
+                Value::Bool(true)
+            } else {
+                Value::Null
+            };
+            assert_eq!(p["gc_collecting"], want, "collecting: {p}");
+            let text = pyinspect(&["dump", "--pid", &pid]);
+            text.assert_success();
+            assert_eq!(
+                text.stdout.contains("\nGarbage collection running\n"),
+                known,
+                "{}",
+                text.stdout
+            );
+
+            // Every sample of the collecting thread has [GC] on top; the
+            // sleeping bystander never does.
+            let (out, raw, _) = record_raw(&["-d", "0.6", "-i", "-t", "--pid", &pid]);
+            out.assert_success();
+            let stacks: Vec<&str> = raw.lines().collect();
+            let collecting: Vec<&&str> = stacks
+                .iter()
+                .filter(|l| l.contains("collector_spin"))
+                .collect();
+            assert!(!collecting.is_empty(), "{raw}");
+            for l in &collecting {
+                let (stack, _) = l.rsplit_once(' ').unwrap();
+                assert_eq!(stack.ends_with(";[GC]"), known, "{l}");
+            }
+            for l in stacks.iter().filter(|l| l.contains("bystander")) {
+                assert!(!l.contains("[GC]"), "{l}");
+            }
+        },
+    );
+}

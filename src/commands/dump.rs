@@ -34,6 +34,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         function_lines: false,
         locals: opts.locals,
         statuses: true,
+        gc_frames: false,
     };
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample(&cfg)?;
@@ -42,6 +43,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         command_line: target.cmdline.to_string(),
         python_version: target.version.clone(),
         executable: target.exe.clone(),
+        gc_collecting: target.gc_collecting(),
         threads,
         warnings: target.warnings(),
         parent_pid: None,
@@ -102,6 +104,9 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
         None => writeln!(out, "Process {}: {}", p.pid, p.command_line)?,
     }
     writeln!(out, "Python v{} ({})", p.python_version, p.executable)?;
+    if p.gc_collecting == Some(true) {
+        writeln!(out, "Garbage collection running")?;
+    }
     for w in &p.warnings {
         writeln!(out, "warning: {w}")?;
     }

@@ -187,6 +187,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         function_lines: false,
         locals: 0,
         statuses: true,
+        gc_frames: true,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
     // Attach errors (not Python, permission) are printed plainly, before

@@ -68,6 +68,9 @@ pub struct RawFrame {
 pub struct ThreadSnapshot {
     pub stack: ThreadStack,
     pub is_entry: Vec<bool>,
+    /// It holds the GIL of an interpreter whose garbage collector is running:
+    /// the collection is what it does now.
+    pub in_gc: bool,
 }
 
 pub struct Reader {
@@ -80,6 +83,9 @@ pub struct Reader {
     tid_offset: Option<Option<u64>>,
     /// The target's own tids → ours, when it runs in another pid namespace.
     ns_tids: Option<Option<HashMap<u32, u32>>>,
+    /// Whether a garbage collection was running at the latest snapshot (in
+    /// any interpreter); None where the layout does not say.
+    pub gc_collecting: Option<bool>,
 }
 
 struct RawThread {
@@ -102,6 +108,7 @@ impl Reader {
             last_name_scan: None,
             tid_offset: None,
             ns_tids: None,
+            gc_collecting: None,
         }
     }
 
@@ -346,6 +353,26 @@ impl Reader {
         }
     }
 
+    /// Whether the garbage collector of `interp` is running: the
+    /// interpreter's `gc.collecting` (3.9+), or the runtime's (3.7, 3.8).
+    /// None where the layout has neither, or it cannot be read.
+    fn gc_running(&self, mem: &dyn Memory, interp: u64) -> Option<bool> {
+        let l = &self.process.layout;
+        let at = match (l.interp.gc_collecting, l.runtime.gc_collecting) {
+            (Some(off), _) => interp.wrapping_add(off),
+            (None, Some(off)) => {
+                // 3.7+: the head pointer lives inside `_PyRuntime`.
+                let head = l.runtime.interpreters_head?;
+                self.process
+                    .interp_head_ptr
+                    .wrapping_sub(head)
+                    .wrapping_add(off)
+            }
+            (None, None) => return None,
+        };
+        mem.read_u32(at).ok().map(|v| v != 0)
+    }
+
     /// Read every thread's stack. `states` maps kernel tids to their
     /// scheduler state letter, read before any pausing.
     pub fn snapshot(
@@ -357,11 +384,23 @@ impl Reader {
         let cache = PageCache::new(mem);
         let raw = self.threads(&cache, true)?;
         let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
+        let mut gc_by_interp: HashMap<u64, Option<bool>> = HashMap::new();
         for t in &raw {
             gil_by_interp
                 .entry(t.interp)
                 .or_insert_with(|| self.gil_holder(&cache, t.interp));
+            gc_by_interp
+                .entry(t.interp)
+                .or_insert_with(|| self.gc_running(&cache, t.interp));
         }
+        self.gc_collecting = gc_by_interp
+            .values()
+            .copied()
+            .reduce(|a, b| match (a, b) {
+                (Some(x), Some(y)) => Some(x || y),
+                (x, None) | (None, x) => x,
+            })
+            .flatten();
         // Check all code objects in one batched read.
         let code_size = self.process.layout.code.size as usize;
         cache.prefetch(
@@ -449,6 +488,7 @@ impl Reader {
                     name_source: name.is_some().then_some(NameSource::Threading),
                 },
                 is_entry: entries,
+                in_gc: holds_gil && gc_by_interp.get(&t.interp) == Some(&Some(true)),
             });
         }
         Ok(out)
