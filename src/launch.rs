@@ -106,7 +106,7 @@ impl Launched {
             Stop::Wait => None,
             Stop::Signalled { grace } => Some(Instant::now() + grace),
             Stop::Interrupt { grace } => {
-                let _ = kill(pid, Signal::SIGINT);
+                signal_tree(pid, Signal::SIGINT);
                 sent.push(Signal::SIGINT);
                 Some(Instant::now() + grace)
             }
@@ -128,7 +128,7 @@ impl Launched {
                 } else {
                     Signal::SIGTERM
                 };
-                let _ = kill(pid, sig);
+                signal_tree(pid, sig);
                 sent.push(sig);
                 deadline = Some(Instant::now() + TERM_GRACE);
             }
@@ -141,6 +141,18 @@ impl Launched {
             sent,
         })
     }
+}
+
+/// Signal the program and every process it started, as a terminal's Ctrl-C
+/// reaches the whole foreground group (pyinspect is in that group too, so
+/// the group itself cannot be signalled): a shell script's Python children
+/// must not outlive it. Children first, so a parent cannot reap and
+/// replace one in between.
+fn signal_tree(pid: Pid, sig: Signal) {
+    for d in crate::procfs::descendants(pid.as_raw()).iter().rev() {
+        let _ = kill(Pid::from_raw(*d), sig);
+    }
+    let _ = kill(pid, sig);
 }
 
 /// How [`Launched::finish`] ends the program.

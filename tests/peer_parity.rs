@@ -571,3 +571,58 @@ fn the_gc_state_is_shown_and_samples_during_a_collection_get_a_gc_frame() {
         },
     );
 }
+
+/// Processes whose command line contains `token`.
+fn processes_with(token: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
+        })
+        .collect()
+}
+
+#[test]
+fn record_duration_ends_what_a_launched_shell_started_too() {
+    for_each_interpreter(
+        "record -s -d -- bash script",
+        |_| true,
+        |i| {
+            let dir = tempfile::tempdir().unwrap();
+            let token = dir.path().to_str().unwrap().to_string();
+            let script = dir.path().join("start.sh");
+            // The token as an extra argument marks the script's Python process.
+            std::fs::write(
+                &script,
+                format!("'{}' '{}' wait '{token}'\n", py(i), fixture("launched.py")),
+            )
+            .unwrap();
+            let (out, text, took) = record_raw(&[
+                "-s",
+                "-i",
+                "-d",
+                "1.5",
+                "--",
+                "bash",
+                script.to_str().unwrap(),
+            ]);
+            out.assert_success();
+            assert!(took < Duration::from_secs(10), "took {took:?}");
+            assert!(text.contains("waiting"), "{text}\n{}", out.describe());
+            assert!(
+                out.stderr.contains("sent SIGINT to the program"),
+                "{}",
+                out.describe()
+            );
+            let left = processes_with(&token);
+            assert!(
+                left.is_empty(),
+                "still running: {left:?}\n{}",
+                out.describe()
+            );
+        },
+    );
+}
