@@ -193,6 +193,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             locals: 0,
             statuses: false,
             gc_frames: true,
+            positions: false,
         },
         threads: a.threads,
         nolineno: a.nolineno,

@@ -31,7 +31,7 @@ const STARTUP_RETRY: Duration = Duration::from_millis(10);
 /// How long a just-launched program may run one executable with no Python
 /// in it before it is taken for a program that is not Python (the dynamic
 /// loader maps libpython within milliseconds of exec).
-const NOT_PYTHON_WAIT: Duration = Duration::from_secs(1);
+const NOT_PYTHON_WAIT: Duration = Duration::from_secs(2);
 /// Descendants are looked for at most this often (a scan reads all of /proc).
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
 /// Behind schedule by more than this many mean intervals, the missed ticks
@@ -73,6 +73,8 @@ pub struct SamplerConfig {
     /// Put a `[GC]` frame on top of the thread running a garbage collection
     /// (record, top).
     pub gc_frames: bool,
+    /// Give Python frames their columns and end lines (dump).
+    pub positions: bool,
 }
 
 /// One process's threads at one tick (after filtering).
@@ -309,6 +311,7 @@ impl Target {
             locals: cfg.locals,
             names: true,
             function_lines: cfg.function_lines,
+            positions: cfg.positions,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
         // Native stacks must be unwound while the threads are still stopped.

@@ -194,9 +194,9 @@ fn record_s_follows_the_python_a_launched_shell_script_starts() {
         |_| true,
         |i| {
             let dir = tempfile::tempdir().unwrap();
-            // The shell runs on well past the 1 s in which a launched program
+            // The shell runs on well past the 2 s in which a launched program
             // must show Python, so the script's own process is not Python.
-            let script = shell_script(dir.path(), i, "sleep 1.5");
+            let script = shell_script(dir.path(), i, "sleep 2.5");
             let (out, text, took) = record_raw(&["-s", "--", "bash", &script]);
             out.assert_success();
             assert!(took < Duration::from_secs(20), "took {took:?}");

@@ -35,6 +35,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         locals: opts.locals,
         statuses: true,
         gc_frames: false,
+        positions: true,
     };
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample(&cfg)?;

@@ -188,6 +188,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         locals: 0,
         statuses: true,
         gc_frames: true,
+        positions: false,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
     // Attach errors (not Python, permission) are printed plainly, before

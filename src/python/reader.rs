@@ -5,7 +5,7 @@ use super::linetable::{LineTable, Positions};
 use super::objects::ObjReader;
 use super::pagecache::PageCache;
 use super::process::{GilSource, PythonProcess};
-use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
+use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition, LineTableFormat};
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::stack::{Frame, Local, NameSource, ThreadStack, ThreadStatus};
@@ -52,6 +52,10 @@ pub struct ReadOptions {
     /// Report each frame's first line (`co_firstlineno`) instead of the
     /// current one, so that samples aggregate by function (`record -F`).
     pub function_lines: bool,
+    /// Decode each code object's columns and end lines (3.11+) and give
+    /// frames their position. Kept off when sampling: the decoded positions
+    /// are several times the size of the table, for every code object seen.
+    pub positions: bool,
 }
 
 /// A Python frame as walked, before it is turned into the output model.
@@ -435,7 +439,7 @@ impl Reader {
                 let info = match resolved.get(&f.code) {
                     Some(r) => r.clone(),
                     None => {
-                        let r = self.code_info(&cache, f.code);
+                        let r = self.code_info(&cache, f.code, opts.positions);
                         resolved.insert(f.code, r.clone());
                         r
                     }
@@ -511,6 +515,7 @@ impl Reader {
         &mut self,
         mem: &dyn Memory,
         addr: u64,
+        positions: bool,
     ) -> Result<Option<Arc<CodeInfo>>, MemError> {
         let c = self.process.layout.code.clone();
         let ob_type_off = self.process.layout.object.ob_type;
@@ -533,8 +538,12 @@ impl Reader {
             le_u64(hdr, c.name),
             le_u64(hdr, c.linetable),
         ];
+        let with_positions = positions && c.linetable_format == LineTableFormat::Locations311;
         if let Some(ci) = self.code_cache.get(&addr) {
-            if ci.header == header && ci.firstlineno == le_i32(hdr, c.firstlineno) {
+            if ci.header == header
+                && ci.firstlineno == le_i32(hdr, c.firstlineno)
+                && (ci.positions.is_some() || !with_positions)
+            {
                 return Ok(Some(ci.clone()));
             }
         }
@@ -824,6 +833,7 @@ mod tests {
                     locals: 1,
                     names: true,
                     function_lines: false,
+                    positions: true,
                 };
                 let _ = r.snapshot(&mem, opts, &HashMap::new());
                 let _ = r.python_threads(&mem);
