@@ -138,9 +138,7 @@ impl Target {
     pub fn gc_collecting(&self) -> Option<bool> {
         self.reader.gc_collecting
     }
-}
 
-impl Target {
     pub fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
         let mem = ProcessMemory::new(pid);
         let process = PythonProcess::open(pid, &mem)?;
@@ -359,13 +357,14 @@ impl Target {
                 t.stack
             })
             .collect();
-        self.name_from_os(&mut threads);
         if cfg.gil_only {
             threads.retain(|t| t.holds_gil);
         } else if !cfg.include_idle {
             threads.retain(|t| t.status != ThreadStatus::Idle);
             foreign.retain(|t| t.status != ThreadStatus::Idle);
         }
+        // Only the threads that are kept: a name costs a read of /proc.
+        self.name_from_os(&mut threads);
         // Oldest interpreter and thread first, as dump shows them (the
         // interpreter's lists are newest first).
         threads.reverse();
