@@ -626,3 +626,61 @@ fn record_duration_ends_what_a_launched_shell_started_too() {
         },
     );
 }
+
+/// `pyinspect top ARGS` on a 160x50 tmux terminal of its own: the screen
+/// once `done` holds (or after `limit`).
+fn top_screen(name: &str, args: &str, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+    let socket = format!("pyinspect-parity-{}-{name}", std::process::id());
+    let tmux = |args: &[&str]| {
+        let out = Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("tmux (apt-get install tmux)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let cmd = format!("{} top {args}", pyinspect_bin());
+    tmux(&[
+        "new-session",
+        "-d",
+        "-x",
+        "160",
+        "-y",
+        "50",
+        "-s",
+        "t",
+        &cmd,
+    ]);
+    let start = Instant::now();
+    let screen = loop {
+        let s = tmux(&["capture-pane", "-p", "-t", "t"]);
+        if done(&s) || start.elapsed() > limit {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    tmux(&["kill-server"]);
+    screen
+}
+
+#[test]
+fn top_shows_gc_time_as_a_gc_frame() {
+    for_each_interpreter(
+        "top [GC]",
+        |_| true,
+        |i| {
+            let f = Fixture::spawn(i, "gc_running.py", &[]);
+            let name: String = i
+                .label
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                .collect();
+            let args = format!("--pid {}", f.pid);
+            let screen = top_screen(&name, &args, Duration::from_secs(20), |s| {
+                s.contains("collector_spin") && (!i.at_least(3, 7) || s.contains("[GC]"))
+            });
+            assert!(screen.contains("collector_spin"), "{screen}");
+            assert_eq!(screen.contains("[GC]"), i.at_least(3, 7), "{screen}");
+        },
+    );
+}
