@@ -684,3 +684,19 @@ fn top_shows_gc_time_as_a_gc_frame() {
         },
     );
 }
+
+#[test]
+fn record_s_under_a_program_that_never_starts_python_says_so() {
+    let (out, text, took) = record_raw(&["-s", "-d", "1", "--", "sleep", "30"]);
+    out.assert_success();
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(text.is_empty(), "{text}");
+    for needle in [
+        "is not Python: following the Python processes it starts",
+        "no Python process appeared",
+        "wrote collapsed stacks",
+        "sent SIGINT to the program",
+    ] {
+        assert!(out.stderr.contains(needle), "{needle}\n{}", out.describe());
+    }
+}

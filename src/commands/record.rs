@@ -230,7 +230,9 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let show_progress = std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut last_progress = started;
+    let mut saw_python = !sampler.waiting_for_python();
     while let Some(tick) = sampler.next_tick() {
+        saw_python |= !tick.processes.is_empty();
         stats.ticks += 1 + tick.missed;
         stats.late += tick.missed + u64::from(sampler.is_late(tick.late));
         for p in &tick.processes {
@@ -262,6 +264,9 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     };
     let written = write_profile(&profile, &out, opts.format, &title);
     summary(&stats, &profile, elapsed);
+    if !saw_python {
+        eprintln!("pyinspect: no Python process appeared among process {root} and its descendants");
+    }
     let mut code = 0;
     match written {
         Ok(()) => eprintln!(
