@@ -357,24 +357,22 @@ impl Reader {
         }
     }
 
-    /// Whether the garbage collector of `interp` is running: the
+    /// Where the `collecting` flag of `interp`'s garbage collector is: the
     /// interpreter's `gc.collecting` (3.9+), or the runtime's (3.7, 3.8).
-    /// None where the layout has neither, or it cannot be read.
-    fn gc_running(&self, mem: &dyn Memory, interp: u64) -> Option<bool> {
+    /// None where the layout has neither.
+    fn gc_flag_addr(&self, interp: u64) -> Option<u64> {
         let l = &self.process.layout;
-        let at = match (l.interp.gc_collecting, l.runtime.gc_collecting) {
-            (Some(off), _) => interp.wrapping_add(off),
-            (None, Some(off)) => {
-                // 3.7+: the head pointer lives inside `_PyRuntime`.
-                let head = l.runtime.interpreters_head?;
+        match (l.interp.gc_collecting, l.runtime.gc_collecting) {
+            (Some(off), _) => Some(interp.wrapping_add(off)),
+            // 3.7+: the head pointer lives inside `_PyRuntime`.
+            (None, Some(off)) => Some(
                 self.process
                     .interp_head_ptr
-                    .wrapping_sub(head)
-                    .wrapping_add(off)
-            }
-            (None, None) => return None,
-        };
-        mem.read_u32(at).ok().map(|v| v != 0)
+                    .wrapping_sub(l.runtime.interpreters_head?)
+                    .wrapping_add(off),
+            ),
+            (None, None) => None,
+        }
     }
 
     /// Read every thread's stack. `states` maps kernel tids to their
@@ -388,15 +386,27 @@ impl Reader {
         let cache = PageCache::new(mem);
         let raw = self.threads(&cache, true)?;
         let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
-        let mut gc_by_interp: HashMap<u64, Option<bool>> = HashMap::new();
         for t in &raw {
             gil_by_interp
                 .entry(t.interp)
                 .or_insert_with(|| self.gil_holder(&cache, t.interp));
-            gc_by_interp
-                .entry(t.interp)
-                .or_insert_with(|| self.gc_running(&cache, t.interp));
         }
+        // Check all code objects in one batched read, with the collectors' flags.
+        let code_size = self.process.layout.code.size as usize;
+        let gc_flags: HashMap<u64, Option<u64>> = gil_by_interp
+            .keys()
+            .map(|&i| (i, self.gc_flag_addr(i)))
+            .collect();
+        cache.prefetch(
+            raw.iter()
+                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size)))
+                .chain(gc_flags.values().flatten().map(|&a| (a, 4))),
+        );
+        // Whether each interpreter's collector is running, read in the same pause.
+        let gc_by_interp: HashMap<u64, Option<bool>> = gc_flags
+            .iter()
+            .map(|(&i, a)| (i, a.and_then(|a| cache.read_u32(a).ok()).map(|v| v != 0)))
+            .collect();
         self.gc_collecting = gc_by_interp
             .values()
             .copied()
@@ -405,12 +415,6 @@ impl Reader {
                 (x, None) | (None, x) => x,
             })
             .flatten();
-        // Check all code objects in one batched read.
-        let code_size = self.process.layout.code.size as usize;
-        cache.prefetch(
-            raw.iter()
-                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size))),
-        );
         if opts.names {
             self.refresh_names(&cache, &raw);
         }
