@@ -95,14 +95,22 @@ impl Launched {
         self.pid
     }
 
-    /// Wait for the program to exit, up to `grace` (None: as long as it
-    /// runs, until a stop signal arrives, then 3 s more); then end it
-    /// (SIGTERM, and SIGKILL 2 s later) so that no launched program outlives
-    /// the recording unseen. Returns the exit code a shell would report.
-    pub fn finish(self, grace: Option<Duration>) -> Result<i32, Error> {
+    /// Wait for the program to exit, or end it, as `how` says; a program
+    /// that does not exit when asked gets SIGTERM, then SIGKILL, so that no
+    /// launched program outlives the recording unseen.
+    pub fn finish(self, how: Stop) -> Result<Finished, Error> {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-        let mut deadline = grace.map(|g| Instant::now() + g);
-        let mut termed = false;
+        let pid = Pid::from_raw(self.pid);
+        let mut sent = Vec::new();
+        let mut deadline = match how {
+            Stop::Wait => None,
+            Stop::Signalled { grace } => Some(Instant::now() + grace),
+            Stop::Interrupt { grace } => {
+                signal_tree(pid, Signal::SIGINT);
+                sent.push(Signal::SIGINT);
+                Some(Instant::now() + grace)
+            }
+        };
         let code = loop {
             match waitpid(self.keeper, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(_, c)) => break c,
@@ -111,22 +119,91 @@ impl Launched {
                 Err(e) => return Err(Error::Io(format!("waiting for the program: {e}"))),
             }
             if deadline.is_none() && crate::pause::interrupted() {
-                deadline = Some(Instant::now() + Duration::from_secs(3));
+                // The program got the signal too (the terminal's group, or forwarded).
+                deadline = Some(Instant::now() + SIGNALLED_GRACE);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                let sig = if termed {
+                let sig = if sent.contains(&Signal::SIGTERM) {
                     Signal::SIGKILL
                 } else {
                     Signal::SIGTERM
                 };
-                let _ = kill(Pid::from_raw(self.pid), sig);
-                termed = true;
-                deadline = Some(Instant::now() + Duration::from_secs(2));
+                signal_tree(pid, sig);
+                sent.push(sig);
+                deadline = Some(Instant::now() + TERM_GRACE);
             }
             std::thread::sleep(Duration::from_millis(10));
         };
         CHILD_PID.store(0, Ordering::SeqCst);
-        Ok(code)
+        Ok(Finished {
+            pid: self.pid,
+            code,
+            sent,
+        })
+    }
+}
+
+/// Signal the program and every process it started, as a terminal's Ctrl-C
+/// reaches the whole foreground group (pyinspect is in that group too, so
+/// the group itself cannot be signalled): a shell script's Python children
+/// must not outlive it. Children first, so a parent cannot reap and
+/// replace one in between.
+fn signal_tree(pid: Pid, sig: Signal) {
+    for d in crate::procfs::descendants(pid.as_raw()).iter().rev() {
+        let _ = kill(Pid::from_raw(*d), sig);
+    }
+    let _ = kill(pid, sig);
+}
+
+/// How [`Launched::finish`] ends the program.
+#[derive(Debug, Clone, Copy)]
+pub enum Stop {
+    /// Let it run to its end (until a stop signal reaches pyinspect, which
+    /// the program gets too: then as [`Stop::Signalled`]).
+    Wait,
+    /// It has been sent a stop signal already: give it `grace` to exit.
+    Signalled { grace: Duration },
+    /// Send it SIGINT (Python's KeyboardInterrupt, so `finally` blocks and
+    /// atexit handlers run) and give it `grace` to exit.
+    Interrupt { grace: Duration },
+}
+
+/// Longest a program that got pyinspect's stop signal has before SIGTERM.
+const SIGNALLED_GRACE: Duration = Duration::from_secs(3);
+/// Between SIGTERM and SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// How a launched program ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub pid: i32,
+    /// The exit code a shell would report (128 + signal when killed).
+    pub code: i32,
+    /// The signals pyinspect sent it to end it, in order.
+    pub sent: Vec<Signal>,
+}
+
+impl Finished {
+    /// One line for the summary: what was sent and how it ended.
+    pub fn describe(&self) -> String {
+        let how = if self.code > 128 && self.code < 128 + 65 {
+            let name = Signal::try_from(self.code - 128)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {}", self.code - 128));
+            format!("was ended by {name} (exit status {})", self.code)
+        } else {
+            format!("exited with status {}", self.code)
+        };
+        if self.sent.is_empty() {
+            format!("the program (pid {}) {how}", self.pid)
+        } else {
+            let sent: Vec<&str> = self.sent.iter().map(|s| s.as_str()).collect();
+            format!(
+                "sent {} to the program (pid {}); it {how}",
+                sent.join(", then "),
+                self.pid
+            )
+        }
     }
 }
 

@@ -28,6 +28,15 @@ enum Command {
     Record(RecordArgs),
     /// A live, top-like view of the functions a process spends its time in.
     Top(TopArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
@@ -59,6 +68,10 @@ struct DumpArgs {
     /// and 70 MB more for libc's.
     #[arg(long)]
     native_debug_info: bool,
+    /// Show each Python frame as file:line:column where the interpreter
+    /// records columns (3.11+; 1-based). JSON always carries them.
+    #[arg(long)]
+    positions: bool,
 }
 
 #[derive(Args, Debug)]
@@ -189,6 +202,8 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             function_lines: a.function,
             locals: 0,
             statuses: false,
+            gc_frames: true,
+            positions: false,
         },
         threads: a.threads,
         nolineno: a.nolineno,
@@ -222,6 +237,21 @@ fn parse_delay(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Print the completion script; a reader that stops early (`| head`) is not an error.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
+    use clap::CommandFactory;
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "pyinspect", &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("writing the completion script failed: {e}"))
+        }
+        _ => Ok(0),
+    }
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -250,11 +280,13 @@ fn main() {
                 native: a.native || a.native_all || a.native_debug_info,
                 native_all: a.native_all,
                 native_debug_info: a.native_debug_info,
+                positions: a.positions,
             })
             .map(|()| 0)
         }
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
+        Command::Completions(a) => completions(a.shell),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -28,6 +28,10 @@ pub const MAX_RATE: f64 = 10_000.0;
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 const STARTUP_RETRY: Duration = Duration::from_millis(10);
+/// How long a just-launched program may run one executable with no Python
+/// in it before it is taken for a program that is not Python (the dynamic
+/// loader maps libpython within milliseconds of exec).
+const NOT_PYTHON_WAIT: Duration = Duration::from_secs(2);
 /// Descendants are looked for at most this often (a scan reads all of /proc).
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
 /// Behind schedule by more than this many mean intervals, the missed ticks
@@ -35,6 +39,8 @@ const RESCAN_EVERY: Duration = Duration::from_millis(200);
 const MAX_BEHIND_INTERVALS: u32 = 10;
 /// Longest single sleep, so that Ctrl-C is seen promptly at low rates.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
+/// How long a kernel thread name is trusted before it is read again.
+const OS_NAME_TTL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
@@ -66,6 +72,11 @@ pub struct SamplerConfig {
     /// Read kernel states for every thread's status even when no thread is
     /// dropped for being idle (dump and top show the status).
     pub statuses: bool,
+    /// Put a `[GC]` frame on top of the thread running a garbage collection
+    /// (record, top).
+    pub gc_frames: bool,
+    /// Give Python frames their columns and end lines (dump).
+    pub positions: bool,
 }
 
 /// One process's threads at one tick (after filtering).
@@ -130,6 +141,8 @@ pub struct Target {
     /// Bytes of each thread's stack to copy at the next pause (--native).
     stack_copy: HashMap<i32, usize>,
     pause_notes: Vec<String>,
+    /// Kernel names of threads `threading` does not name, and when read.
+    os_names: HashMap<i32, (Option<String>, Instant)>,
 }
 
 /// Stack bytes copied per thread at its first pause, the margin added when
@@ -188,6 +201,11 @@ impl Memory for StackCopy<'_> {
 }
 
 impl Target {
+    /// Whether a garbage collection was running at the latest sample.
+    pub fn gc_collecting(&self) -> Option<bool> {
+        self.reader.gc_collecting
+    }
+
     pub fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
         let stat = procfs::StatFile::open(pid)?;
         let identity = stat.identity().ok_or_else(|| procfs::absent(pid))?;
@@ -255,6 +273,7 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
+            os_names: HashMap::new(),
             stat,
             identity,
             stack_copy: HashMap::new(),
@@ -267,6 +286,7 @@ impl Target {
             locals: cfg.locals,
             names: true,
             function_lines: cfg.function_lines,
+            positions: cfg.positions,
         };
         let _ = t.reader.snapshot(&t.mem, opts, &t.states);
         Ok(t)
@@ -384,6 +404,36 @@ impl Target {
             .collect())
     }
 
+    /// Threads `threading` does not name (started from C, or by
+    /// `_thread.start_new_thread`, or not running Python code yet) are
+    /// named by the kernel: what the program, or Python 3.14+ itself, set
+    /// with `pthread_setname_np`. Cached briefly, as names rarely change.
+    fn name_from_os(&mut self, threads: &mut [ThreadStack]) {
+        let now = Instant::now();
+        if self.os_names.len() > crate::python::reader::MAX_THREADS {
+            self.os_names.clear();
+        }
+        for t in threads.iter_mut().filter(|t| t.name.is_none()) {
+            let Some(tid) = t.os_thread_id.map(|v| v as i32) else {
+                continue;
+            };
+            let pid = self.pid;
+            let entry = self
+                .os_names
+                .entry(tid)
+                .and_modify(|e| {
+                    if now.duration_since(e.1) > OS_NAME_TTL {
+                        *e = (procfs::comm(pid, tid), now);
+                    }
+                })
+                .or_insert_with(|| (procfs::comm(pid, tid), now));
+            if let Some(n) = &entry.0 {
+                t.name = Some(n.clone());
+                t.name_source = Some(crate::stack::NameSource::Os);
+            }
+        }
+    }
+
     pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
         if !cfg.nonblocking {
@@ -420,6 +470,7 @@ impl Target {
             locals: cfg.locals,
             names: true,
             function_lines: cfg.function_lines,
+            positions: cfg.positions,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
         // Native stacks: only the registers and a copy of the stack are
@@ -494,13 +545,23 @@ impl Target {
             }
             foreign.sort_by_key(|t| t.os_thread_id);
         }
-        let mut threads: Vec<ThreadStack> = snap.into_iter().map(|t| t.stack).collect();
+        let mut threads: Vec<ThreadStack> = snap
+            .into_iter()
+            .map(|mut t| {
+                if t.in_gc && cfg.gc_frames {
+                    t.stack.frames.insert(0, crate::stack::Frame::gc_marker());
+                }
+                t.stack
+            })
+            .collect();
         if cfg.gil_only {
             threads.retain(|t| t.holds_gil);
         } else if !cfg.include_idle {
             threads.retain(|t| t.status != ThreadStatus::Idle);
             foreign.retain(|t| t.status != ThreadStatus::Idle);
         }
+        // Only the threads that are kept: a name costs a read of /proc.
+        self.name_from_os(&mut threads);
         // Oldest interpreter and thread first, as dump shows them (the
         // interpreter's lists are newest first).
         threads.reverse();
@@ -584,6 +645,8 @@ impl Sampler {
             rng: rand::rng(),
             merges: MergeCounts::default(),
         };
+        // Since when the root has run this executable without Python in it.
+        let mut not_python_since: Option<(String, Instant)> = None;
         loop {
             let root_err = match Target::open(root_pid, &s.cfg) {
                 Ok(t) => {
@@ -610,10 +673,31 @@ impl Sampler {
             if root_gone {
                 return Err(Error::ProcessExited { pid: root_pid });
             }
-            // A root that is not Python may still start Python children.
-            let keep_waiting = launched && is_transient(&e)
-                || matches!(e, Error::NotInitialized { .. })
-                || s.cfg.subprocesses && matches!(e, Error::NotPython { .. });
+            // A program that stays without Python is not Python: decided by
+            // what its memory shows over time, not by its name.
+            let settled_not_python = match &e {
+                Error::NotPython { exe, .. } => {
+                    let since = match &not_python_since {
+                        Some((x, t)) if x == exe => *t,
+                        _ => {
+                            not_python_since = Some((exe.clone(), Instant::now()));
+                            Instant::now()
+                        }
+                    };
+                    !launched || since.elapsed() >= NOT_PYTHON_WAIT
+                }
+                _ => false,
+            };
+            if settled_not_python && s.cfg.subprocesses {
+                // A shell or launcher that starts Python later: follow its
+                // descendants as they appear.
+                if let Error::NotPython { exe, .. } = e {
+                    s.not_python.insert(root_pid, exe);
+                }
+                break;
+            }
+            let keep_waiting = !settled_not_python
+                && (launched && is_transient(&e) || matches!(e, Error::NotInitialized { .. }));
             let limit = if launched {
                 STARTUP_WAIT
             } else {
@@ -673,13 +757,31 @@ impl Sampler {
         self.mean.mul_f64(x.min(20.0))
     }
 
+    /// Whether no Python process is followed yet (a root that is not Python,
+    /// with `subprocesses`, waiting for its Python descendants).
+    pub fn waiting_for_python(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    /// Whether sampling ended because the duration was over.
+    pub fn duration_over(&self) -> bool {
+        self.cfg.duration.is_some_and(|d| self.due >= d)
+    }
+
+    /// Whether there is nothing left to follow: every followed process has
+    /// exited, and (with `subprocesses`) so has the root, whose future
+    /// descendants would be followed.
+    fn all_gone(&self) -> bool {
+        self.targets.is_empty() && (!self.cfg.subprocesses || is_zombie(self.root))
+    }
+
     /// Sleep until the next sample is due and take it. None when every
     /// followed process has exited, the duration is over, or a signal
     /// asked to stop.
     pub fn next_tick(&mut self) -> Option<Tick> {
         let mut missed = 0u64;
         loop {
-            if pause::interrupted() || self.targets.is_empty() {
+            if pause::interrupted() || self.all_gone() {
                 return None;
             }
             if let Some(d) = self.cfg.duration {

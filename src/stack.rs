@@ -9,6 +9,9 @@ pub struct ProcessStacks {
     pub command_line: String,
     pub python_version: String,
     pub executable: String,
+    /// Whether the garbage collector was running when the stacks were read
+    /// (3.7+; null where the version does not say).
+    pub gc_collecting: Option<bool>,
     pub threads: Vec<ThreadStack>,
     /// Errors met while reading that did not stop the dump (torn reads in
     /// --nonblocking mode, an unreadable thread): shown, never hidden.
@@ -32,6 +35,9 @@ pub struct ThreadStack {
     pub thread_id: u64,
     pub os_thread_id: Option<u32>,
     pub name: Option<String>,
+    /// Where `name` comes from: the `threading` module, or the OS (the
+    /// kernel's thread name, for threads `threading` does not know).
+    pub name_source: Option<NameSource>,
     /// Interpreter id; 0 is the main interpreter.
     pub interpreter: i64,
     pub status: ThreadStatus,
@@ -44,6 +50,16 @@ pub struct ThreadStack {
     /// Native entry point this thread is inside (with --native).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub native_entry: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NameSource {
+    /// `threading.Thread.name`.
+    Threading,
+    /// `/proc/PID/task/TID/comm`: what the program (or, on 3.14+, Python
+    /// itself) set with `pthread_setname_np`, else the process's name.
+    Os,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -71,6 +87,20 @@ pub struct Frame {
     pub tag: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locals: Option<Vec<Local>>,
+    /// Python frames: `end_line`, `column`, `end_column` of the instruction
+    /// (3.11+ location tables; each null where the version has none).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+}
+
+/// Where an instruction's source is, beyond its line: what 3.11+ location
+/// tables add (`co_positions()`). Columns are 0-based UTF-8 byte offsets
+/// into the line, as CPython counts them; None where there are none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Position {
+    pub end_line: Option<u32>,
+    pub column: Option<u32>,
+    pub end_column: Option<u32>,
 }
 
 fn skip_tag(t: &Option<Option<String>>) -> bool {
@@ -82,9 +112,30 @@ pub struct Local {
     pub name: String,
     pub repr: String,
     pub is_arg: bool,
+    /// When the value was cut to the length limit: how many of its items
+    /// (or characters, for a string) were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<u64>,
 }
 
 impl Frame {
+    /// The frame a sample taken during a garbage collection gets on top of
+    /// the thread running it (record, top).
+    pub fn gc_marker() -> Frame {
+        Frame {
+            kind: FrameKind::Native,
+            function: "[GC]".to_string(),
+            file: None,
+            line: None,
+            module: None,
+            offset: None,
+            inlined: None,
+            tag: None,
+            locals: None,
+            position: None,
+        }
+    }
+
     pub fn python(function: String, file: String, line: u32) -> Frame {
         Frame {
             kind: FrameKind::Python,
@@ -96,6 +147,7 @@ impl Frame {
             inlined: None,
             tag: None,
             locals: None,
+            position: Some(Position::default()),
         }
     }
 }

@@ -208,6 +208,19 @@ fn probe(major: u8, minor: u8) -> Probe {
             ("interp.id", "offsetof(PyInterpreterState, id)"),
         ]);
     }
+    // Whether the collector runs: runtime-wide on 3.7 and 3.8, per
+    // interpreter from 3.9.
+    match v {
+        (3, 7) | (3, 8) => e.push((
+            "runtime.gc_collecting",
+            "offsetof(_PyRuntimeState, gc.collecting)",
+        )),
+        v if v >= (3, 9) => e.push((
+            "interp.gc_collecting",
+            "offsetof(PyInterpreterState, gc.collecting)",
+        )),
+        _ => {}
+    }
     if ((3, 7)..=(3, 11)).contains(&v) {
         e.push((
             "runtime.gil.tstate_current",
@@ -598,6 +611,12 @@ fn table_fields(l: &Layout) -> BTreeMap<String, i64> {
     }
     if let Some(v) = r.interpreters_main {
         put("runtime.interpreters_main", v as i64);
+    }
+    if let Some(v) = r.gc_collecting {
+        put("runtime.gc_collecting", v as i64);
+    }
+    if let Some(v) = l.interp.gc_collecting {
+        put("interp.gc_collecting", v as i64);
     }
     match r.gil {
         GilLocation::CurrentSymbol => {}

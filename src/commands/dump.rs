@@ -17,6 +17,8 @@ pub struct DumpOptions {
     pub native: bool,
     pub native_all: bool,
     pub native_debug_info: bool,
+    /// Text output: `file:line:column` where the location table has columns.
+    pub positions: bool,
 }
 
 /// Read one process once, through the same path as the samplers.
@@ -34,6 +36,8 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         function_lines: false,
         locals: opts.locals,
         statuses: true,
+        gc_frames: false,
+        positions: true,
     };
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample(&cfg);
@@ -45,6 +49,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         command_line: target.cmdline.to_string(),
         python_version: target.version.clone(),
         executable: crate::stack::escape_controls(&target.exe).into_owned(),
+        gc_collecting: target.gc_collecting(),
         threads,
         warnings: target
             .warnings()
@@ -93,11 +98,13 @@ fn emit(out: &mut dyn Write, p: &ProcessStacks, opts: &DumpOptions) -> std::io::
         serde_json::to_writer(&mut *out, p)?;
         writeln!(out)
     } else {
-        write_text(out, p)
+        write_text(out, p, opts.positions)
     }
 }
 
-pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()> {
+/// The text rendering of one process; `positions` adds the column to each
+/// Python frame's line where the version records it (1-based, as editors count).
+pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> std::io::Result<()> {
     match p.parent_pid {
         Some(pp) => writeln!(
             out,
@@ -107,6 +114,9 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
         None => writeln!(out, "Process {}: {}", p.pid, p.command_line)?,
     }
     writeln!(out, "Python v{} ({})", p.python_version, p.executable)?;
+    if p.gc_collecting == Some(true) {
+        writeln!(out, "Garbage collection running")?;
+    }
     for w in &p.warnings {
         writeln!(out, "warning: {w}")?;
     }
@@ -139,6 +149,9 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
         write!(out, "\nThread {id}")?;
         if let Some(n) = &t.name {
             write!(out, " \"{n}\"")?;
+            if t.name_source == Some(crate::stack::NameSource::Os) && t.interpreter >= 0 {
+                write!(out, " (OS name)")?;
+            }
         }
         write!(out, " ({status})")?;
         if let Some(e) = &t.native_entry {
@@ -147,13 +160,19 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks) -> std::io::Result<()>
         writeln!(out)?;
         for f in &t.frames {
             match f.kind {
-                FrameKind::Python => writeln!(
-                    out,
-                    "    {} ({}:{})",
-                    f.function,
-                    f.file.as_deref().unwrap_or("?"),
-                    f.line.unwrap_or(0)
-                )?,
+                FrameKind::Python => {
+                    let column = match f.position.and_then(|p| p.column) {
+                        Some(c) if positions => format!(":{}", c + 1),
+                        _ => String::new(),
+                    };
+                    writeln!(
+                        out,
+                        "    {} ({}:{}{column})",
+                        f.function,
+                        f.file.as_deref().unwrap_or("?"),
+                        f.line.unwrap_or(0)
+                    )?
+                }
                 FrameKind::Native => {
                     let module = f.module.as_deref().unwrap_or("");
                     let place = match (&f.file, f.line) {

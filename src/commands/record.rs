@@ -1,6 +1,6 @@
 //! `pyinspect record`: sample a running or launched process into a profile.
 
-use crate::launch::Launched;
+use crate::launch::{Launched, Stop};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
@@ -24,6 +24,9 @@ pub struct RecordOptions {
 
 /// Longest a launched program gets to exit after Ctrl-C before it is ended.
 const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
+/// When the recording ends (its duration is over, or the program is not
+/// Python): how long the launched program gets after SIGINT before SIGTERM.
+const CHILD_GRACE_AT_END: Duration = Duration::from_secs(2);
 /// How often the progress line is redrawn.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
@@ -150,12 +153,18 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         Err(e) => {
             out.abandon();
             if let Some(l) = launched {
-                // It runs unprofiled otherwise; say why, then let it finish.
+                // Nothing to record: say why, and do not leave the program
+                // running unprofiled (with -s it would have been followed).
                 eprintln!("pyinspect: {e}");
-                return Ok(match l.finish(None)? {
-                    0 => 1,
-                    c => c,
-                });
+                let hint = if matches!(e, crate::error::Error::NotPython { .. }) {
+                    " (record -s follows the Python processes it starts)"
+                } else {
+                    ""
+                };
+                let grace = CHILD_GRACE_AT_END;
+                let done = l.finish(Stop::Interrupt { grace })?;
+                eprintln!("pyinspect: nothing to record{hint}: {}", done.describe());
+                return Ok(1);
             }
             return Err(e.into());
         }
@@ -175,10 +184,18 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         errors: 0,
         causes: HashMap::new(),
     };
+    if sampler.waiting_for_python() {
+        eprintln!(
+            "pyinspect: process {root} ({}) is not Python: following the Python processes it starts",
+            crate::procfs::exe(root).unwrap_or_default()
+        );
+    }
     let show_progress = std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut last_progress = started;
+    let mut saw_python = !sampler.waiting_for_python();
     while let Some(tick) = sampler.next_tick() {
+        saw_python |= !tick.processes.is_empty();
         stats.ticks += 1 + tick.missed;
         stats.late += tick.missed + u64::from(sampler.is_late(tick.late));
         for p in &tick.processes {
@@ -206,6 +223,9 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         eprint!("\r\x1b[K");
     }
     let stopped = pause::interrupted();
+    let by_duration = !stopped && sampler.duration_over();
+    let m = sampler.merge_counts();
+    drop(sampler);
 
     // Write before waiting for the child: the profile is what was asked for.
     let title = match &launched {
@@ -216,12 +236,14 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let shown = out.shown().to_string();
     let written = out.write_with(|w| profile.write(opts.format, w, &title));
     summary(&stats, &profile, elapsed);
-    let m = sampler.merge_counts();
     if m.address + m.name + m.fallback > 0 {
         eprintln!(
             "pyinspect: native merges: {} by stack address, {} by eval-loop names, {} fell back",
             m.address, m.name, m.fallback
         );
+    }
+    if !saw_python {
+        eprintln!("pyinspect: no Python process appeared among process {root} and its descendants");
     }
     let mut code = 0;
     match written {
@@ -235,17 +257,23 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         }
     }
     if let Some(l) = launched {
-        let grace = if stopped {
-            Some(CHILD_GRACE_ON_STOP)
-        } else if opts.sampler.duration.is_some_and(|d| elapsed >= d) {
+        let how = if stopped {
+            Stop::Signalled {
+                grace: CHILD_GRACE_ON_STOP,
+            }
+        } else if by_duration {
             // The recording is over; the launched program does not outlive it.
-            Some(Duration::ZERO)
+            Stop::Interrupt {
+                grace: CHILD_GRACE_AT_END,
+            }
         } else {
-            None
+            Stop::Wait
         };
-        let child_code = l.finish(grace)?;
-        if !stopped && code == 0 {
-            code = child_code;
+        let done = l.finish(how)?;
+        if stopped || by_duration {
+            eprintln!("pyinspect: {}", done.describe());
+        } else if code == 0 {
+            code = done.code;
         }
     }
     Ok(code)

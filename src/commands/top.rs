@@ -81,7 +81,9 @@ pub fn run(opts: TopOptions) -> anyhow::Result<()> {
     let result = watch(pid, &opts, log.as_deref());
     if let Some(child) = launched {
         // A launched program ends with the view, as it began with it.
-        let _ = child.finish(Some(Duration::ZERO));
+        let _ = child.finish(crate::launch::Stop::Signalled {
+            grace: Duration::ZERO,
+        });
     }
     let panics = std::mem::take(&mut *OTHER_PANICS.lock().unwrap_or_else(|e| e.into_inner()));
     for p in &panics {
@@ -186,6 +188,8 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         function_lines: false,
         locals: 0,
         statuses: true,
+        gc_frames: true,
+        positions: false,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
     // Attach errors (not Python, permission) are printed plainly, before

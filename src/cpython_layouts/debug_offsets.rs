@@ -689,6 +689,24 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
         &mut l.interp.modules,
         d.need("interpreter_state", "imports_modules")?,
     );
+    // `interp->gc` is a `struct _gc_runtime_state`; each offset was checked
+    // to lie inside its own struct when read. A field list without them
+    // keeps the table's value.
+    if let (Some(gc), Some(collecting)) =
+        (d.get("interpreter_state", "gc"), d.get("gc", "collecting"))
+    {
+        let at = gc
+            .checked_add(collecting)
+            .filter(|v| *v < 2 * MAX_STRUCT_SIZE)
+            .ok_or_else(|| {
+                implausible("gc", "collecting", collecting, "past the interpreter state")
+            })?;
+        o.set(
+            "interp.gc_collecting",
+            &mut l.interp.gc_collecting,
+            Some(at),
+        );
+    }
 
     // Thread state.
     let t = &mut l.thread;

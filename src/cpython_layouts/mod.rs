@@ -49,6 +49,9 @@ pub struct RuntimeLayout {
     pub interpreters_head: Option<u64>,
     /// `interpreters.main`.
     pub interpreters_main: Option<u64>,
+    /// `gc.collecting` (3.7, 3.8, where the collector's state is runtime-wide):
+    /// non-zero while a collection runs. Later versions keep it per interpreter.
+    pub gc_collecting: Option<u64>,
     /// Where the GIL holder is recorded.
     pub gil: GilLocation,
 }
@@ -78,6 +81,8 @@ pub struct InterpLayout {
     pub id: Option<u64>,
     /// `modules` (`imports.modules` on 3.12+): the interpreter's `sys.modules`.
     pub modules: u64,
+    /// `gc.collecting` (3.9+): non-zero while this interpreter's collector runs.
+    pub gc_collecting: Option<u64>,
 }
 
 /// `PyThreadState`.

@@ -8,6 +8,7 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: None,
         interpreters_main: None,
+        gc_collecting: None,
         gil: GilLocation::CurrentSymbol,
     },
     interp: InterpLayout {
@@ -15,6 +16,7 @@ pub static LAYOUT: Layout = Layout {
         tstate_head: 8,
         id: None,
         modules: 16,
+        gc_collecting: None,
     },
     thread: ThreadLayout {
         size: 152,

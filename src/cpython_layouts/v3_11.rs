@@ -8,6 +8,7 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: Some(40),
         interpreters_main: Some(48),
+        gc_collecting: None,
         gil: GilLocation::RuntimeTstateCurrent(576),
     },
     interp: InterpLayout {
@@ -15,6 +16,7 @@ pub static LAYOUT: Layout = Layout {
         tstate_head: 16,
         id: Some(48),
         modules: 888,
+        gc_collecting: Some(848),
     },
     thread: ThreadLayout {
         size: 304,

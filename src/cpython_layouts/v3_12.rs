@@ -8,6 +8,7 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: Some(40),
         interpreters_main: Some(48),
+        gc_collecting: None,
         gil: GilLocation::InterpGil {
             ceval_gil: 384,
             last_holder: 8,
@@ -19,6 +20,7 @@ pub static LAYOUT: Layout = Layout {
         tstate_head: 72,
         id: Some(8),
         modules: 944,
+        gc_collecting: Some(312),
     },
     thread: ThreadLayout {
         size: 240,

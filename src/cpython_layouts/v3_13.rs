@@ -8,6 +8,7 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: Some(632),
         interpreters_main: Some(640),
+        gc_collecting: None,
         gil: GilLocation::InterpGil {
             ceval_gil: 16,
             last_holder: 8,
@@ -19,6 +20,7 @@ pub static LAYOUT: Layout = Layout {
         tstate_head: 7344,
         id: Some(7272),
         modules: 7656,
+        gc_collecting: Some(7600),
     },
     thread: ThreadLayout {
         size: 240,

@@ -13,11 +13,13 @@ pub static LAYOUT: Layout = Layout {
             last_holder: 8,
             locked: 16,
         },
+        gc_collecting: None,
     },
     interp: InterpLayout {
         next: 7272,
         tstate_head: 7344,
         id: Some(7280),
+        gc_collecting: Some(7600),
         modules: 7688,
     },
     thread: ThreadLayout {

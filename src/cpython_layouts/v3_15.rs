@@ -13,11 +13,13 @@ pub static LAYOUT: Layout = Layout {
             last_holder: 8,
             locked: 16,
         },
+        gc_collecting: None,
     },
     interp: InterpLayout {
         next: 7264,
         tstate_head: 7336,
         id: Some(7272),
+        gc_collecting: Some(7512),
         modules: 7592,
     },
     thread: ThreadLayout {

@@ -8,6 +8,7 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: Some(24),
         interpreters_main: Some(32),
+        gc_collecting: Some(632),
         gil: GilLocation::RuntimeTstateCurrent(1480),
     },
     interp: InterpLayout {
@@ -15,6 +16,7 @@ pub static LAYOUT: Layout = Layout {
         tstate_head: 8,
         id: Some(16),
         modules: 40,
+        gc_collecting: None,
     },
     thread: ThreadLayout {
         size: 184,

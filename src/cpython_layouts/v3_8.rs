@@ -8,6 +8,7 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: Some(32),
         interpreters_main: Some(40),
+        gc_collecting: Some(544),
         gil: GilLocation::RuntimeTstateCurrent(1368),
     },
     interp: InterpLayout {
@@ -15,6 +16,7 @@ pub static LAYOUT: Layout = Layout {
         tstate_head: 8,
         id: Some(16),
         modules: 56,
+        gc_collecting: None,
     },
     thread: ThreadLayout {
         size: 184,

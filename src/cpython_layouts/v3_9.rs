@@ -8,6 +8,7 @@ pub static LAYOUT: Layout = Layout {
     runtime: RuntimeLayout {
         interpreters_head: Some(32),
         interpreters_main: Some(40),
+        gc_collecting: None,
         gil: GilLocation::RuntimeTstateCurrent(568),
     },
     interp: InterpLayout {
@@ -15,6 +16,7 @@ pub static LAYOUT: Layout = Layout {
         tstate_head: 8,
         id: Some(24),
         modules: 856,
+        gc_collecting: Some(816),
     },
     thread: ThreadLayout {
         size: 184,

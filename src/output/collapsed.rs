@@ -59,7 +59,19 @@ pub(super) fn write_flamegraph(
 ) -> Result<(), OutputError> {
     let lines = lines(p);
     if lines.is_empty() {
-        return Err(OutputError::Empty);
+        // A recording can end before its first sample (a tiny --duration, a
+        // program that is gone at once): still a valid flame graph file.
+        write!(
+            out,
+            concat!(
+                r#"<?xml version="1.0" standalone="no"?>"#,
+                "\n",
+                r#"<svg version="1.1" width="1200" height="60" xmlns="http://www.w3.org/2000/svg">"#,
+                r#"<text x="600" y="36" text-anchor="middle" font-family="Verdana" font-size="17">"#,
+                "No samples</text></svg>\n"
+            )
+        )?;
+        return Ok(());
     }
     let mut opts = flamegraph::Options::default();
     opts.title = title.to_string();

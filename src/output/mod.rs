@@ -90,8 +90,6 @@ pub enum OutputError {
     /// The cause alone: the caller names the path.
     #[error("{0}")]
     Io(std::io::Error),
-    #[error("no Python stacks were sampled, so there is no flame graph to draw")]
-    Empty,
     #[error("the {0} format needs the sample timeline, which this profile did not keep")]
     NoTimeline(&'static str),
 }

@@ -177,6 +177,110 @@ fn parse_311(b: &mut Builder, table: &[u8], firstlineno: i32) -> u64 {
     end
 }
 
+pub use crate::stack::Position;
+
+/// The decoded positions of a 3.11+ location table: sorted, contiguous
+/// ranges of bytecode, each with its position.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Positions {
+    /// (start offset in bytes, position); a range ends where the next begins.
+    entries: Vec<(u64, Position)>,
+    end: u64,
+}
+
+impl Positions {
+    /// Decode a 3.11+ location table (Objects/locations.md), as CPython's
+    /// `advance_with_locations` does. Total on any bytes, linear in length.
+    pub fn parse(table: &[u8], firstlineno: i32) -> Positions {
+        let mut entries: Vec<(u64, Position)> = Vec::new();
+        let mut end: u64 = 0;
+        let mut line = i64::from(firstlineno);
+        let mut pos = 0;
+        while pos < table.len() {
+            let first = table[pos];
+            let kind = (first >> 3) & 15;
+            // This entry's bytes: up to the next byte with the top bit set.
+            let entry_end = table[pos + 1..]
+                .iter()
+                .position(|b| b & 0x80 != 0)
+                .map_or(table.len(), |i| pos + 1 + i);
+            let rest = &table[pos + 1..entry_end];
+            let byte = |i: usize| rest.get(i).copied();
+            let p = match kind {
+                15 => Position::default(),
+                KIND_LONG => {
+                    // Four varints: line delta, end line delta, column + 1, end column + 1.
+                    let mut at = 0;
+                    let mut next = |signed: bool| {
+                        let (v, n) = varint_len(&rest[at.min(rest.len())..]);
+                        at += n;
+                        if signed {
+                            i64::from(signed_of(v))
+                        } else {
+                            i64::from(v)
+                        }
+                    };
+                    line = line.saturating_add(next(true));
+                    let end_line = line.saturating_add(next(false));
+                    let c = next(false) - 1;
+                    let ec = next(false) - 1;
+                    Position {
+                        end_line: u32::try_from(end_line).ok(),
+                        column: u32::try_from(c).ok(),
+                        end_column: u32::try_from(ec).ok(),
+                    }
+                }
+                KIND_NO_COLUMNS => {
+                    line = line.saturating_add(i64::from(signed_varint(rest)));
+                    Position {
+                        end_line: u32::try_from(line).ok(),
+                        ..Position::default()
+                    }
+                }
+                KIND_ONE_LINE0..=KIND_ONE_LINE2 => {
+                    line = line.saturating_add(i64::from(kind - KIND_ONE_LINE0));
+                    Position {
+                        end_line: u32::try_from(line).ok(),
+                        column: byte(0).map(u32::from),
+                        end_column: byte(1).map(u32::from),
+                    }
+                }
+                _ => {
+                    // Short form: one more byte, column high bits in the kind.
+                    let second = byte(0).unwrap_or(0);
+                    let c = u32::from(kind) << 3 | u32::from(second >> 4);
+                    Position {
+                        end_line: u32::try_from(line).ok(),
+                        column: Some(c),
+                        end_column: Some(c + u32::from(second & 15)),
+                    }
+                }
+            };
+            let start = end;
+            end += (u64::from(first & 7) + 1) * 2;
+            if entries.last().is_some_and(|e| e.0 == start) {
+                entries.pop();
+            }
+            if entries.last().is_none_or(|e| e.1 != p) {
+                entries.push((start, p));
+            }
+            pos = entry_end;
+        }
+        Positions { entries, end }
+    }
+
+    /// The position of the instruction at `byte_offset`.
+    pub fn at(&self, byte_offset: u64) -> Position {
+        if byte_offset >= self.end {
+            return Position::default();
+        }
+        let idx = self.entries.partition_point(|e| e.0 <= byte_offset);
+        idx.checked_sub(1)
+            .map(|i| self.entries[i].1)
+            .unwrap_or_default()
+    }
+}
+
 /// Unsigned varint: 6-bit little-endian groups, 0x40 = more follow. CPython
 /// decodes into a 32-bit unsigned int; groups past 32 bits (only in malformed
 /// tables) are dropped, which also caps the scan at six bytes so a run of
@@ -192,9 +296,22 @@ fn varint(bytes: &[u8]) -> u32 {
     val
 }
 
+/// [`varint`], and how many bytes it took (at least one; the whole run of
+/// continuation bytes, so that the next varint starts after it).
+fn varint_len(bytes: &[u8]) -> (u32, usize) {
+    let n = bytes
+        .iter()
+        .position(|b| b & 64 == 0)
+        .map_or(bytes.len(), |i| i + 1);
+    (varint(bytes), n.max(1))
+}
+
 /// Signed varint: the sign is in bit 0 of the unsigned value.
 fn signed_varint(bytes: &[u8]) -> i32 {
-    let uval = varint(bytes);
+    signed_of(varint(bytes))
+}
+
+fn signed_of(uval: u32) -> i32 {
     // uval >> 1 < 2^31, so both branches fit.
     let magnitude = (uval >> 1) as i32;
     if uval & 1 != 0 {
@@ -281,6 +398,42 @@ mod tests {
             }
         }
         assert!(checked > 5000, "only {checked} offsets checked");
+    }
+
+    /// Every code unit of every code object answers what the interpreter's
+    /// own `co_positions()` answered (python_fixtures/gen_position_vectors.py).
+    #[test]
+    fn positions_match_cpython_vectors() {
+        let mut checked = 0;
+        for text in [
+            include_str!("testdata/positions_3_11.json"),
+            include_str!("testdata/positions_3_12.json"),
+            include_str!("testdata/positions_3_13.json"),
+            include_str!("testdata/positions_3_14.json"),
+        ] {
+            let doc: Value = serde_json::from_str(text).unwrap();
+            let version = doc["version"].as_str().unwrap();
+            for code in doc["codes"].as_array().unwrap() {
+                let name = code["name"].as_str().unwrap();
+                let first = i32::try_from(code["firstlineno"].as_i64().unwrap()).unwrap();
+                let parsed = Positions::parse(&hex(code["table"].as_str().unwrap()), first);
+                let mut offset = 0;
+                let opt = |v: &Value| v.as_u64().map(|x| u32::try_from(x).unwrap());
+                for run in code["positions"].as_array().unwrap() {
+                    let want = Position {
+                        end_line: opt(&run[1]),
+                        column: opt(&run[2]),
+                        end_column: opt(&run[3]),
+                    };
+                    for _ in 0..run[0].as_u64().unwrap() {
+                        assert_eq!(parsed.at(offset), want, "{version} {name} offset {offset}");
+                        offset += 2;
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 5000, "only {checked} code units checked");
     }
 
     #[test]
@@ -470,8 +623,14 @@ mod tests {
             // Linear size: at most one entry per byte, plus the initial one.
             prop_assert!(lt.entries.len() <= table.len() + 1);
             prop_assert!(lt.entries.windows(2).all(|w| w[0].start < w[1].start));
+            for off in &offsets {
+                prop_assert_eq!(lt.line_at(*off), line_for(format, &table, first, *off));
+            }
+            let p = Positions::parse(&table, first);
+            prop_assert!(p.entries.len() <= table.len());
+            prop_assert!(p.entries.windows(2).all(|w| w[0].0 < w[1].0));
             for off in offsets {
-                prop_assert_eq!(lt.line_at(off), line_for(format, &table, first, off));
+                let _ = p.at(off);
             }
         }
 

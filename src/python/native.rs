@@ -10,7 +10,7 @@ use crate::native_unwind::{
     self, MergeMethod, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge,
 };
 use crate::procfs;
-use crate::stack::{Frame, FrameKind, ThreadStack, ThreadStatus};
+use crate::stack::{Frame, FrameKind, NameSource, ThreadStack, ThreadStatus};
 
 pub struct NativeStacks {
     unwinder: NativeUnwinder,
@@ -170,6 +170,7 @@ impl NativeStacks {
             },
             holds_gil: false,
             native_entry: native_unwind::native_entry(native),
+            name_source: Some(NameSource::Os),
             frames: self.output_frames(merged),
             truncated: None,
         }
@@ -200,5 +201,6 @@ fn native_frame(f: &NativeFrame) -> Frame {
         inlined: Some(f.inlined),
         tag: Some(f.tag.map(str::to_string)),
         locals: None,
+        position: None,
     }
 }

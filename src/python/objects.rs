@@ -197,6 +197,11 @@ impl<'a> ObjReader<'a> {
 
     /// Members of a set or frozenset, at most `max`.
     pub fn set_items(&self, obj: u64, max: u64) -> R<Vec<u64>> {
+        Ok(self.set_items_counted(obj, max)?.0)
+    }
+
+    /// Members of a set, at most `max`, and how many it has.
+    pub fn set_items_counted(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
         let o = &self.layout.object;
         let mask = self.mem.read_u64(obj.wrapping_add(o.set_mask))?;
         if mask >= MAX_DICT_ENTRIES {
@@ -207,12 +212,26 @@ impl<'a> ObjReader<'a> {
             .mem
             .read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
         // A removed entry keeps CPython's "<dummy key>" object as its key.
-        Ok(raw
+        let mut dummy = None;
+        let mut items = Vec::new();
+        let mut total = 0;
+        for k in raw
             .chunks_exact(o.set_entry_size as usize)
             .map(|e| le_u64(e, o.set_entry_key))
-            .filter(|k| *k != 0 && !self.type_name(*k).is_ok_and(|n| n.contains("dummy")))
-            .take(max as usize)
-            .collect())
+        {
+            if k == 0 || dummy == Some(k) {
+                continue;
+            }
+            if dummy.is_none() && self.type_name(k).is_ok_and(|n| n.contains("dummy")) {
+                dummy = Some(k);
+                continue;
+            }
+            total += 1;
+            if (items.len() as u64) < max {
+                items.push(k);
+            }
+        }
+        Ok((items, total))
     }
 
     /// An int's sign and 30-bit digits (little end first).
@@ -272,6 +291,11 @@ impl<'a> ObjReader<'a> {
 
     /// (key, value) pointers of a dict, at most `max`.
     pub fn dict_items(&self, dict: u64, max: u64) -> R<Vec<(u64, u64)>> {
+        Ok(self.dict_items_counted(dict, max)?.0)
+    }
+
+    /// (key, value) pointers of a dict, at most `max`, and how many it has.
+    pub fn dict_items_counted(&self, dict: u64, max: u64) -> R<(Vec<(u64, u64)>, u64)> {
         match &self.layout.dict {
             DictLayout::Py2 { mask, table } => {
                 let m = self.mem.read_u64(dict.wrapping_add(*mask))?;
@@ -280,12 +304,12 @@ impl<'a> ObjReader<'a> {
                 }
                 let t = self.ptr(dict.wrapping_add(*table))?;
                 let raw = self.mem.read_vec(t, ((m + 1) * 24) as usize, 8 << 20)?;
-                Ok(raw
+                let live = raw
                     .chunks_exact(24)
                     .map(|e| (le_u64(e, 8), le_u64(e, 16)))
-                    .filter(|(k, v)| *k != 0 && *v != 0)
-                    .take(max as usize)
-                    .collect())
+                    .filter(|(k, v)| *k != 0 && *v != 0);
+                let total = live.clone().count() as u64;
+                Ok((live.take(max as usize).collect(), total))
             }
             DictLayout::Compact {
                 ma_keys,
@@ -312,7 +336,7 @@ impl<'a> ObjReader<'a> {
         values: Option<u64>,
         keys: DictKeysLayout,
         max: u64,
-    ) -> R<Vec<(u64, u64)>> {
+    ) -> R<(Vec<(u64, u64)>, u64)> {
         let (entries_at, n, entry_size, key_off) = match keys {
             DictKeysLayout::Sized {
                 dk_size,
@@ -366,6 +390,7 @@ impl<'a> ObjReader<'a> {
             None => None,
         };
         let mut out = Vec::new();
+        let mut total = 0;
         for (i, e) in raw.chunks_exact(entry_size as usize).enumerate() {
             let key = le_u64(e, key_off);
             let val = match &vals {
@@ -373,13 +398,13 @@ impl<'a> ObjReader<'a> {
                 None => le_u64(e, key_off + 8),
             };
             if key != 0 && val != 0 {
-                out.push((key, val));
-                if out.len() as u64 >= max {
-                    break;
+                total += 1;
+                if (out.len() as u64) < max {
+                    out.push((key, val));
                 }
             }
         }
-        Ok(out)
+        Ok((out, total))
     }
 
     /// Value of the str key `name` in a dict.
@@ -413,7 +438,7 @@ impl<'a> ObjReader<'a> {
         };
         let split = |values: u64| -> R<Option<u64>> {
             let kl = keys_layout.ok_or_else(|| bad(obj))?;
-            let items = self.keys_items(
+            let (items, _) = self.keys_items(
                 cached_keys()?,
                 Some(values.wrapping_add(values_array)),
                 kl,
@@ -467,120 +492,285 @@ impl<'a> ObjReader<'a> {
         self.dict_get(dict, name)
     }
 
-    /// A bounded, repr()-like rendering of any object.
-    pub fn repr(&self, obj: u64, max_chars: usize) -> String {
-        let mut out = String::new();
-        self.repr_into(obj, 2, max_chars, &mut out);
-        if out.chars().count() > max_chars {
-            out = out.chars().take(max_chars).collect::<String>() + "...";
+    /// A bounded, repr()-like rendering of any object: nested containers in
+    /// full while they fit `max_chars`, then `...`; recursive containers as
+    /// `[...]`/`{...}`, like `repr`; numpy scalars by value.
+    pub fn repr(&self, obj: u64, max_chars: usize) -> Repr {
+        let mut st = ReprState {
+            out: String::new(),
+            budget: max_chars,
+            stack: Vec::new(),
+        };
+        let left_out = self.repr_into(obj, &mut st);
+        let mut text = st.out;
+        if text.chars().count() > max_chars {
+            text = text.chars().take(max_chars).collect::<String>() + "...";
         }
-        out
+        Repr { text, left_out }
     }
 
-    fn repr_into(&self, obj: u64, depth: u32, budget: usize, out: &mut String) {
+    /// Render `obj` into `st`; returns how many items (or characters) of
+    /// it were left out, when any were.
+    fn repr_into(&self, obj: u64, st: &mut ReprState) -> Option<u64> {
         let Ok(tn) = self.type_name(obj) else {
-            out.push_str(&format!("<unreadable at 0x{obj:x}>"));
-            return;
+            st.out.push_str(&invalid(obj));
+            return None;
         };
+        let mark = st.out.len();
+        let depth = st.stack.len();
+        match self.repr_known(obj, &tn, st) {
+            Ok(left) => left,
+            Err(_) => {
+                // Half-rendered: start again at the mark, and say what it is.
+                st.out.truncate(mark);
+                st.stack.truncate(depth);
+                st.out.push_str(&invalid(obj));
+                None
+            }
+        }
+    }
+
+    fn repr_known(&self, obj: u64, tn: &str, st: &mut ReprState) -> R<Option<u64>> {
         let o = &self.layout.object;
         let py2 = o.int_value.is_some();
-        let r: R<()> = (|| {
-            match tn.as_str() {
-                "NoneType" => out.push_str("None"),
-                "bool" => out.push_str(if self.int_u64(obj)? != 0 {
-                    "True"
-                } else {
-                    "False"
-                }),
-                "int" | "long" => {
-                    out.push_str(&self.int_repr(obj)?);
-                    if py2 && tn == "long" {
-                        out.push('L');
-                    }
+        let room = st.budget.saturating_sub(st.chars());
+        match tn {
+            "NoneType" => st.out.push_str("None"),
+            "bool" => st.out.push_str(if self.int_u64(obj)? != 0 {
+                "True"
+            } else {
+                "False"
+            }),
+            "int" | "long" => {
+                st.out.push_str(&self.int_repr(obj)?);
+                if py2 && tn == "long" {
+                    st.out.push('L');
                 }
-                "float" => {
-                    let v = f64::from_bits(self.mem.read_u64(obj.wrapping_add(o.float_value))?);
-                    out.push_str(&float_repr(v));
-                }
-                "str" if !py2 => {
-                    let (s, _) = self.string(obj, budget as u64 + 1)?;
-                    out.push_str(&strings::repr_str(&s, budget));
-                }
-                "str" | "bytes" => {
-                    let (b, _) = self.bytes(obj, budget as u64 + 1)?;
-                    let r = strings::repr_bytes(&b, budget + 1);
-                    out.push_str(if py2 { &r[1..] } else { &r });
-                }
-                "unicode" => {
-                    let (s, _) = self.string(obj, budget as u64 + 1)?;
-                    out.push('u');
-                    out.push_str(&strings::repr_str(&s, budget));
-                }
-                "list" | "tuple" if depth > 0 => {
-                    let (items, total) = if tn == "list" {
-                        self.list_items(obj, 16)?
-                    } else {
-                        self.tuple_items(obj, 16)?
-                    };
-                    let (open, close) = if tn == "list" { ("[", "]") } else { ("(", ")") };
-                    out.push_str(open);
-                    self.seq_into(&items, total, depth, budget, out);
-                    if tn == "tuple" && total == 1 {
-                        out.push(',');
-                    }
-                    out.push_str(close);
-                }
-                "set" | "frozenset" if depth > 0 => {
-                    let items = self.set_items(obj, 16)?;
-                    let frozen = tn == "frozenset";
-                    if items.is_empty() {
-                        out.push_str(if frozen { "frozenset()" } else { "set()" });
-                        return Ok(());
-                    }
-                    out.push_str(if frozen { "frozenset({" } else { "{" });
-                    self.seq_into(&items, items.len() as u64, depth, budget, out);
-                    out.push_str(if frozen { "})" } else { "}" });
-                }
-                "dict" if depth > 0 => {
-                    let items = self.dict_items(obj, 16)?;
-                    out.push('{');
-                    for (i, (k, v)) in items.iter().enumerate() {
-                        if out.len() > budget {
-                            out.push_str("...");
-                            break;
-                        }
-                        if i > 0 {
-                            out.push_str(", ");
-                        }
-                        self.repr_into(*k, depth - 1, budget, out);
-                        out.push_str(": ");
-                        self.repr_into(*v, depth - 1, budget, out);
-                    }
-                    out.push('}');
-                }
-                _ => out.push_str(&format!("<{tn} at 0x{obj:x}>")),
             }
-            Ok(())
-        })();
-        if r.is_err() {
-            out.push_str(&format!("<{tn} at 0x{obj:x}>"));
+            "float" => {
+                let v = f64::from_bits(self.mem.read_u64(obj.wrapping_add(o.float_value))?);
+                st.out.push_str(&float_repr(v));
+            }
+            "str" if !py2 => {
+                let (s, _) = self.string(obj, room as u64 + 1)?;
+                let (r, used) = strings::repr_str_counted(&s, room);
+                st.out.push_str(&r);
+                return Ok(self.chars_left_out(obj, used));
+            }
+            "str" | "bytes" => {
+                let (b, _) = self.bytes(obj, room as u64 + 1)?;
+                let (r, used) = strings::repr_bytes_counted(&b, room + 1);
+                st.out.push_str(if py2 { &r[1..] } else { &r });
+                let len = self.ob_size(obj)?.max(0) as u64;
+                return Ok((used < len).then(|| len - used));
+            }
+            "unicode" => {
+                let (s, _) = self.string(obj, room as u64 + 1)?;
+                st.out.push('u');
+                let (r, used) = strings::repr_str_counted(&s, room);
+                st.out.push_str(&r);
+                return Ok(self.chars_left_out(obj, used));
+            }
+            "list" | "tuple" => {
+                let (open, close) = if tn == "list" { ("[", "]") } else { ("(", ")") };
+                if st.stack.contains(&obj) || st.stack.len() >= MAX_REPR_DEPTH {
+                    st.out.push_str(&format!("{open}...{close}"));
+                    return Ok(None);
+                }
+                let want = items_wanted(room);
+                let (items, total) = if tn == "list" {
+                    self.list_items(obj, want)?
+                } else {
+                    self.tuple_items(obj, want)?
+                };
+                st.out.push_str(open);
+                st.stack.push(obj);
+                let shown = self.seq_into(&items, st);
+                st.stack.pop();
+                let left = total.saturating_sub(shown);
+                if left > 0 {
+                    st.out.push_str(if shown > 0 { ", ..." } else { "..." });
+                } else if tn == "tuple" && total == 1 {
+                    st.out.push(',');
+                }
+                st.out.push_str(close);
+                return Ok((left > 0).then_some(left));
+            }
+            "set" | "frozenset" => {
+                let frozen = tn == "frozenset";
+                let (items, total) = self.set_items_counted(obj, items_wanted(room))?;
+                if total == 0 {
+                    st.out
+                        .push_str(if frozen { "frozenset()" } else { "set()" });
+                    return Ok(None);
+                }
+                st.out.push_str(if frozen { "frozenset({" } else { "{" });
+                // Members are hashable, so a set never contains itself.
+                st.stack.push(obj);
+                let shown = self.seq_into(&items, st);
+                st.stack.pop();
+                let left = total.saturating_sub(shown);
+                if left > 0 {
+                    st.out.push_str(if shown > 0 { ", ..." } else { "..." });
+                }
+                st.out.push_str(if frozen { "})" } else { "}" });
+                return Ok((left > 0).then_some(left));
+            }
+            "dict" => {
+                if st.stack.contains(&obj) || st.stack.len() >= MAX_REPR_DEPTH {
+                    st.out.push_str("{...}");
+                    return Ok(None);
+                }
+                let (items, total) = self.dict_items_counted(obj, items_wanted(room) / 2 + 1)?;
+                st.out.push('{');
+                st.stack.push(obj);
+                let mut shown = 0u64;
+                for (k, v) in &items {
+                    if st.chars() > st.budget {
+                        break;
+                    }
+                    if shown > 0 {
+                        st.out.push_str(", ");
+                    }
+                    self.repr_into(*k, st);
+                    st.out.push_str(": ");
+                    self.repr_into(*v, st);
+                    shown += 1;
+                }
+                st.stack.pop();
+                let left = total.saturating_sub(shown);
+                if left > 0 {
+                    st.out.push_str(if shown > 0 { ", ..." } else { "..." });
+                }
+                st.out.push('}');
+                return Ok((left > 0).then_some(left));
+            }
+            _ => match self.numpy_scalar(obj, tn)? {
+                Some(v) => st.out.push_str(&v),
+                None => st.out.push_str(&format!("<{tn} at 0x{obj:x}>")),
+            },
         }
+        Ok(None)
     }
 
-    fn seq_into(&self, items: &[u64], total: u64, depth: u32, budget: usize, out: &mut String) {
-        for (i, it) in items.iter().enumerate() {
-            if out.len() > budget {
-                out.push_str("...");
-                return;
+    /// Characters of a `str` left out when `used` of them were shown.
+    fn chars_left_out(&self, obj: u64, used: u64) -> Option<u64> {
+        let len = match &self.layout.string {
+            StringLayout::Pep393 { length, .. } => self.mem.read_u64(obj.wrapping_add(*length)),
+            StringLayout::Py2 { unicode_length, .. } => {
+                self.mem.read_u64(obj.wrapping_add(*unicode_length))
             }
-            if i > 0 {
-                out.push_str(", ");
+        }
+        .ok()? as i64;
+        let len = len.max(0) as u64;
+        (used < len).then(|| len - used)
+    }
+
+    /// Items rendered one after another while they fit; how many were.
+    fn seq_into(&self, items: &[u64], st: &mut ReprState) -> u64 {
+        let mut shown = 0;
+        for it in items {
+            if st.chars() > st.budget {
+                break;
             }
-            self.repr_into(*it, depth - 1, budget, out);
+            if shown > 0 {
+                st.out.push_str(", ");
+            }
+            self.repr_into(*it, st);
+            shown += 1;
         }
-        if total > items.len() as u64 {
-            out.push_str(", ...");
+        shown
+    }
+
+    /// The value of a numpy scalar (`np.int8(2)` shows as `2`), read from
+    /// the scalar object's layout: the C value right after the object
+    /// header, in a type whose basic size is just that. None for any other
+    /// type, or a type whose size says the layout is not the expected one.
+    fn numpy_scalar(&self, obj: u64, tn: &str) -> R<Option<String>> {
+        #[derive(Clone, Copy)]
+        enum Kind {
+            Bool,
+            Int,
+            Uint,
+            Float,
         }
+        let Some(name) = tn.strip_prefix("numpy.") else {
+            return Ok(None);
+        };
+        let (width, kind) = match name {
+            "bool_" | "bool" => (1, Kind::Bool),
+            "int8" | "byte" => (1, Kind::Int),
+            "uint8" | "ubyte" => (1, Kind::Uint),
+            "int16" | "short" => (2, Kind::Int),
+            "uint16" | "ushort" => (2, Kind::Uint),
+            "int32" | "intc" => (4, Kind::Int),
+            "uint32" | "uintc" => (4, Kind::Uint),
+            "int64" | "longlong" => (8, Kind::Int),
+            "uint64" | "ulonglong" => (8, Kind::Uint),
+            "float32" | "single" => (4, Kind::Float),
+            "float64" | "double" => (8, Kind::Float),
+            _ => return Ok(None),
+        };
+        let o = &self.layout.object;
+        // PyObject's header ends with ob_type.
+        let head = o.ob_type + 8;
+        let t = self.type_of(obj)?;
+        let basic = self.mem.read_u64(t.wrapping_add(o.tp_basicsize))?;
+        if basic < head + width || basic > (head + width + 7) & !7 {
+            return Ok(None);
+        }
+        let mut b = [0u8; 8];
+        self.mem
+            .read(obj.wrapping_add(head), &mut b[..width as usize])?;
+        let raw = u64::from_le_bytes(b);
+        Ok(Some(match (kind, width) {
+            (Kind::Bool, _) => if raw != 0 { "True" } else { "False" }.to_string(),
+            (Kind::Uint, _) => raw.to_string(),
+            (Kind::Int, w) => {
+                // Sign-extend from the value's width.
+                let shift = 64 - 8 * w as u32;
+                (((raw << shift) as i64) >> shift).to_string()
+            }
+            (Kind::Float, 4) => float32_repr(f32::from_bits(raw as u32)),
+            (Kind::Float, _) => float_repr(f64::from_bits(raw)),
+        }))
+    }
+}
+
+/// `<invalid object at 0x…>`: what an object we cannot read shows as.
+fn invalid(obj: u64) -> String {
+    format!("<invalid object at 0x{obj:x}>")
+}
+
+/// Deepest nesting rendered; deeper containers show as `[...]`.
+const MAX_REPR_DEPTH: usize = 64;
+/// Most items read from one container for its repr.
+const MAX_REPR_ITEMS: u64 = 4096;
+
+/// How many items of a container could fit in `room` characters (each
+/// takes at least one character and a separator), plus one to see a cut.
+fn items_wanted(room: usize) -> u64 {
+    (room as u64 / 3 + 2).min(MAX_REPR_ITEMS)
+}
+
+/// A rendered value and, when the outermost value was cut, how many of
+/// its items (or characters, for strings) were left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repr {
+    pub text: String,
+    pub left_out: Option<u64>,
+}
+
+struct ReprState {
+    out: String,
+    budget: usize,
+    /// Containers being rendered, outermost first: one met again is a cycle.
+    stack: Vec<u64>,
+}
+
+impl ReprState {
+    fn chars(&self) -> usize {
+        self.out.chars().count()
     }
 }
 
@@ -626,8 +816,25 @@ pub fn float_repr(v: f64) -> String {
     if v.is_infinite() {
         return if v > 0.0 { "inf".into() } else { "-inf".into() };
     }
-    let e = format!("{v:e}"); // e.g. "-1.2345e-7", shortest round-trip digits
-    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    float_text(&format!("{v:e}"))
+}
+
+/// numpy's str() of a float32: the shortest digits that round-trip as a
+/// float32, laid out like Python's float repr.
+pub fn float32_repr(v: f32) -> String {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    float_text(&format!("{v:e}"))
+}
+
+/// Python's float layout for shortest digits in Rust's `{:e}` form.
+fn float_text(e: &str) -> String {
+    // e.g. "-1.2345e-7", shortest round-trip digits
+    let (mant, exp) = e.split_once('e').unwrap_or((e, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let (sign, mant) = mant.strip_prefix('-').map_or(("", mant), |m| ("-", m));
     let digits: String = mant.chars().filter(|c| *c != '.').collect();
@@ -737,5 +944,9 @@ mod tests {
         assert_eq!(float_repr(123456789012345.6), "123456789012345.6");
         assert_eq!(float_repr(0.1), "0.1");
         assert_eq!(float_repr(f64::NAN), "nan");
+        assert_eq!(float32_repr(0.1), "0.1");
+        assert_eq!(float32_repr(0.5), "0.5");
+        assert_eq!(float32_repr(1e16), "1e+16");
+        assert_eq!(float32_repr(-3.0), "-3.0");
     }
 }

@@ -1,14 +1,14 @@
 //! Snapshots of every thread of every interpreter: the frame walk, code
 //! objects (cached), line numbers, thread names, GIL, locals.
 
-use super::linetable::LineTable;
+use super::linetable::{LineTable, Positions};
 use super::objects::ObjReader;
 use super::pagecache::PageCache;
 use super::process::{GilSource, PythonProcess};
-use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
+use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition, LineTableFormat};
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
-use crate::stack::{Frame, Local, ThreadStack, ThreadStatus};
+use crate::stack::{Frame, Local, NameSource, ThreadStack, ThreadStatus};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +35,8 @@ struct CodeInfo {
     function: Arc<str>,
     file: Arc<str>,
     lines: LineTable,
+    /// Columns and end lines (3.11+ location tables).
+    positions: Option<Positions>,
     /// Number of local slots, how many are arguments, and their names.
     nslots: u64,
     nargs: u64,
@@ -50,6 +52,10 @@ pub struct ReadOptions {
     /// Report each frame's first line (`co_firstlineno`) instead of the
     /// current one, so that samples aggregate by function (`record -F`).
     pub function_lines: bool,
+    /// Decode each code object's columns and end lines (3.11+) and give
+    /// frames their position. Kept off when sampling: the decoded positions
+    /// are several times the size of the table, for every code object seen.
+    pub positions: bool,
 }
 
 /// A Python frame as walked, before it is turned into the output model.
@@ -74,6 +80,9 @@ pub struct ThreadSnapshot {
     /// Python frame run by that eval-loop call). The native merge finds the
     /// C frame whose stack range holds the first address.
     pub anchors: Vec<(u64, u64)>,
+    /// It holds the GIL of an interpreter whose garbage collector is running:
+    /// the collection is what it does now.
+    pub in_gc: bool,
 }
 
 pub struct Reader {
@@ -86,6 +95,9 @@ pub struct Reader {
     tid_offset: Option<Option<u64>>,
     /// The target's own tids → ours, when it runs in another pid namespace.
     ns_tids: Option<Option<HashMap<u32, u32>>>,
+    /// Whether a garbage collection was running at the latest snapshot (in
+    /// any interpreter); None where the layout does not say.
+    pub gc_collecting: Option<bool>,
 }
 
 struct RawThread {
@@ -109,6 +121,7 @@ impl Reader {
             last_name_scan: None,
             tid_offset: None,
             ns_tids: None,
+            gc_collecting: None,
         }
     }
 
@@ -364,6 +377,24 @@ impl Reader {
         }
     }
 
+    /// Where the `collecting` flag of `interp`'s garbage collector is: the
+    /// interpreter's `gc.collecting` (3.9+), or the runtime's (3.7, 3.8).
+    /// None where the layout has neither.
+    fn gc_flag_addr(&self, interp: u64) -> Option<u64> {
+        let l = &self.process.layout;
+        match (l.interp.gc_collecting, l.runtime.gc_collecting) {
+            (Some(off), _) => Some(interp.wrapping_add(off)),
+            // 3.7+: the head pointer lives inside `_PyRuntime`.
+            (None, Some(off)) => Some(
+                self.process
+                    .interp_head_ptr
+                    .wrapping_sub(l.runtime.interpreters_head?)
+                    .wrapping_add(off),
+            ),
+            (None, None) => None,
+        }
+    }
+
     /// Read every thread's stack. `states` maps kernel tids to their
     /// scheduler state letter, read before any pausing.
     pub fn snapshot(
@@ -380,12 +411,30 @@ impl Reader {
                 .entry(t.interp)
                 .or_insert_with(|| self.gil_holder(&cache, t.interp));
         }
-        // Check all code objects in one batched read.
+        // Check all code objects in one batched read, with the collectors' flags.
         let code_size = self.process.layout.code.size as usize;
+        let gc_flags: HashMap<u64, Option<u64>> = gil_by_interp
+            .keys()
+            .map(|&i| (i, self.gc_flag_addr(i)))
+            .collect();
         cache.prefetch(
             raw.iter()
-                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size))),
+                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size)))
+                .chain(gc_flags.values().flatten().map(|&a| (a, 4))),
         );
+        // Whether each interpreter's collector is running, read in the same pause.
+        let gc_by_interp: HashMap<u64, Option<bool>> = gc_flags
+            .iter()
+            .map(|(&i, a)| (i, a.and_then(|a| cache.read_u32(a).ok()).map(|v| v != 0)))
+            .collect();
+        self.gc_collecting = gc_by_interp
+            .values()
+            .copied()
+            .reduce(|a, b| match (a, b) {
+                (Some(x), Some(y)) => Some(x || y),
+                (x, None) | (None, x) => x,
+            })
+            .flatten();
         if opts.names {
             self.refresh_names(&cache, &raw);
         }
@@ -415,20 +464,26 @@ impl Reader {
                 let info = match resolved.get(&f.code) {
                     Some(r) => r.clone(),
                     None => {
-                        let r = self.code_info(&cache, f.code);
+                        let r = self.code_info(&cache, f.code, opts.positions);
                         resolved.insert(f.code, r.clone());
                         r
                     }
                 };
                 match info {
                     Ok(Some(ci)) => {
+                        let offset = self.byte_offset(f);
                         let line = if opts.function_lines {
                             ci.firstlineno.max(0) as u32
                         } else {
-                            self.line_of(&ci, f)
+                            ci.lines
+                                .line_at(offset)
+                                .unwrap_or(ci.firstlineno.max(0) as u32)
                         };
                         let mut fr =
                             Frame::python(ci.function.to_string(), ci.file.to_string(), line);
+                        if let (Some(p), false) = (&ci.positions, opts.function_lines) {
+                            fr.position = Some(p.at(offset));
+                        }
                         if opts.locals > 0 {
                             let chars = LOCAL_REPR_CHARS * opts.locals as usize;
                             fr.locals = Some(self.locals(&cache, &ci, f, chars));
@@ -454,33 +509,33 @@ impl Reader {
                 stack: ThreadStack {
                     thread_id: t.thread_id,
                     os_thread_id: t.native_tid,
-                    name,
+                    name: name.clone(),
                     interpreter: t.interp_id,
                     status,
                     holds_gil,
                     frames,
                     truncated,
                     native_entry: None,
+                    name_source: name.is_some().then_some(NameSource::Threading),
                 },
                 is_entry: entries,
                 frame_addrs,
                 anchors: t.anchors.clone(),
+                in_gc: holds_gil && gc_by_interp.get(&t.interp) == Some(&Some(true)),
             });
         }
         Ok(out)
     }
 
-    fn line_of(&self, ci: &CodeInfo, f: &RawFrame) -> u32 {
+    /// Offset in bytes of the frame's instruction in its bytecode.
+    fn byte_offset(&self, f: &RawFrame) -> u64 {
         let l = &self.process.layout;
-        let offset = match (l.frame.position.clone(), l.code.code_adaptive) {
+        match (l.frame.position.clone(), l.code.code_adaptive) {
             (InstrPosition::InstrPointer(_), Some(adaptive)) => {
                 f.instr.saturating_sub(f.code.wrapping_add(adaptive))
             }
             _ => f.instr,
-        };
-        ci.lines
-            .line_at(offset)
-            .unwrap_or(ci.firstlineno.max(0) as u32)
+        }
     }
 
     /// The code object at `addr`, from the cache when its header is unchanged.
@@ -489,6 +544,7 @@ impl Reader {
         &mut self,
         mem: &dyn Memory,
         addr: u64,
+        positions: bool,
     ) -> Result<Option<Arc<CodeInfo>>, MemError> {
         let c = self.process.layout.code.clone();
         let ob_type_off = self.process.layout.object.ob_type;
@@ -511,8 +567,12 @@ impl Reader {
             le_u64(hdr, c.name),
             le_u64(hdr, c.linetable),
         ];
+        let with_positions = positions && c.linetable_format == LineTableFormat::Locations311;
         if let Some(ci) = self.code_cache.get(&addr) {
-            if ci.header == header && ci.firstlineno == le_i32(hdr, c.firstlineno) {
+            if ci.header == header
+                && ci.firstlineno == le_i32(hdr, c.firstlineno)
+                && (ci.positions.is_some() || !with_positions)
+            {
                 return Ok(Some(ci.clone()));
             }
         }
@@ -544,6 +604,9 @@ impl Reader {
         let firstlineno = le_i32(hdr, c.firstlineno);
         let (table, _) = objr.bytes(header[3], MAX_LINETABLE)?;
         let lines = LineTable::parse(c.linetable_format, &table, firstlineno);
+        let positions = (c.linetable_format
+            == crate::cpython_layouts::LineTableFormat::Locations311)
+            .then(|| Positions::parse(&table, firstlineno));
         let flags = le_i32(hdr, c.flags) as u64;
         let nargs = le_i32(hdr, c.argcount).max(0) as u64
             + c.kwonlyargcount.map_or(0, |o| le_i32(hdr, o).max(0) as u64)
@@ -561,6 +624,7 @@ impl Reader {
             function: function.into(),
             file: file.into(),
             lines,
+            positions,
             nslots,
             nargs,
             varnames,
@@ -610,9 +674,11 @@ impl Reader {
             let Ok(name) = objr.full_string(*name_obj) else {
                 continue;
             };
+            let r = objr.repr(v, chars);
             out.push(Local {
                 name,
-                repr: objr.repr(v, chars),
+                repr: r.text,
+                left_out: r.left_out,
                 is_arg: (i as u64) < ci.nargs,
             });
         }
@@ -816,6 +882,7 @@ mod tests {
                     locals: 1,
                     names: true,
                     function_lines: false,
+                    positions: true,
                 };
                 let _ = r.snapshot(&mem, opts, &HashMap::new());
                 let _ = r.python_threads(&mem);

@@ -117,6 +117,12 @@ pub fn decode_py2_str(data: &[u8]) -> String {
 /// When the rendering is longer than `max_chars` characters it is cut, at an
 /// escape boundary, to at most `max_chars` and "..." is appended.
 pub fn repr_str(s: &str, max_chars: usize) -> String {
+    repr_str_counted(s, max_chars).0
+}
+
+/// [`repr_str`], and how many characters of `s` made it in.
+pub fn repr_str_counted(s: &str, max_chars: usize) -> (String, u64) {
+    let mut used = 0;
     let quote = choose_quote(s.contains('\''), s.contains('"'));
     let mut out = Limited::new(max_chars);
     out.push_char(quote);
@@ -141,11 +147,12 @@ pub fn repr_str(s: &str, max_chars: usize) -> String {
             }
         };
         if !fits {
-            return out.finish();
+            return (out.finish(), used);
         }
+        used += 1;
     }
     out.push_char(quote);
-    out.finish()
+    (out.finish(), used)
 }
 
 /// repr-style rendering of bytes, following CPython 3's `repr(bytes)`:
@@ -153,6 +160,12 @@ pub fn repr_str(s: &str, max_chars: usize) -> String {
 /// kept, `\t` `\n` `\r` `\\` and the quote escaped, everything else `\xNN`.
 /// Cut like [`repr_str`].
 pub fn repr_bytes(b: &[u8], max_chars: usize) -> String {
+    repr_bytes_counted(b, max_chars).0
+}
+
+/// [`repr_bytes`], and how many bytes of `b` made it in.
+pub fn repr_bytes_counted(b: &[u8], max_chars: usize) -> (String, u64) {
+    let mut used = 0;
     let quote = choose_quote(b.contains(&b'\''), b.contains(&b'"'));
     let mut out = Limited::new(max_chars);
     out.push_char('b');
@@ -169,11 +182,12 @@ pub fn repr_bytes(b: &[u8], max_chars: usize) -> String {
             _ => out.push_str(&format!("\\x{byte:02x}")),
         };
         if !fits {
-            return out.finish();
+            return (out.finish(), used);
         }
+        used += 1;
     }
     out.push_char(quote);
-    out.finish()
+    (out.finish(), used)
 }
 
 fn choose_quote(has_single: bool, has_double: bool) -> char {
