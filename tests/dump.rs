@@ -958,6 +958,8 @@ fn newest_table_withheld_reads_the_same() {
             fx.assert_alive();
         },
     );
+}
+
 /// The `threading` name when the fixture gave one; otherwise the kernel's
 /// name, marked as such (a thread `threading` does not know).
 fn name_matches(thread: &Value, expected: &Value) -> bool {
