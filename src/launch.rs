@@ -112,6 +112,10 @@ impl Launched {
             }
         };
         let code = loop {
+            // A thread of the program that did not stop within a pause is
+            // still attached: once the program exits, it is a zombie that
+            // its parent cannot reap until we, its tracer, have.
+            crate::pause::reap_lingering();
             match waitpid(self.keeper, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(_, c)) => break c,
                 Ok(WaitStatus::Signaled(_, s, _)) => break 128 + s as i32,

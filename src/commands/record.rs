@@ -226,6 +226,8 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let by_duration = !stopped && sampler.duration_over();
     let m = sampler.merge_counts();
     drop(sampler);
+    // Threads that stopped after a pause's budget are let go now.
+    pause::release_lingering(std::time::Duration::from_millis(200));
 
     // Write before waiting for the child: the profile is what was asked for.
     let title = match &launched {
