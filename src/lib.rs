@@ -15,3 +15,4 @@ pub mod python;
 pub mod sampler;
 pub mod stack;
 pub mod top;
+pub mod wait;
