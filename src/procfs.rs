@@ -166,6 +166,86 @@ pub fn namespaced_tids(pid: i32) -> Option<std::collections::HashMap<u32, u32>> 
     Some(map)
 }
 
+/// A small /proc text file, bounded (the files read here are a few KiB; a
+/// net table of a busy namespace can be larger, hence the cap).
+fn read_small(path: PathBuf, cap: u64) -> Option<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(cap).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// `/proc/PID/task/TID/syscall`: the call a blocked thread is in.
+pub fn thread_syscall(pid: i32, tid: i32) -> Option<String> {
+    read_small(proc_path(pid, &format!("task/{tid}/syscall")), 512)
+}
+
+/// `/proc/PID/task/TID/wchan`: the kernel function a thread sleeps in.
+pub fn thread_wchan(pid: i32, tid: i32) -> Option<String> {
+    read_small(proc_path(pid, &format!("task/{tid}/wchan")), 256)
+}
+
+/// `/proc/PID/task/TID/stack`: the kernel stack (root only).
+pub fn thread_kernel_stack(pid: i32, tid: i32) -> Option<String> {
+    read_small(proc_path(pid, &format!("task/{tid}/stack")), 16 << 10)
+}
+
+/// What the target's fd links to (`socket:[123]`, `pipe:[4]`, a path).
+pub fn fd_target(pid: i32, fd: i32) -> Option<String> {
+    std::fs::read_link(proc_path(pid, &format!("fd/{fd}")))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// Whether the target's fd is a FIFO (a named pipe: its link is a path).
+pub fn fd_is_fifo(pid: i32, fd: i32) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(proc_path(pid, &format!("fd/{fd}"))).is_ok_and(|m| m.file_type().is_fifo())
+}
+
+/// `/proc/PID/fdinfo/FD` (an epoll set lists the fds it watches).
+pub fn fdinfo(pid: i32, fd: i32) -> Option<String> {
+    read_small(proc_path(pid, &format!("fdinfo/{fd}")), 64 << 10)
+}
+
+/// `/proc/PID/net/NAME` (tcp, tcp6, udp, udp6, unix): the target's own
+/// network namespace's table.
+pub fn net_table(pid: i32, name: &str) -> Option<String> {
+    read_small(proc_path(pid, &format!("net/{name}")), 16 << 20)
+}
+
+/// Every fd of every process that links to `target` (e.g. `pipe:[123]`),
+/// as (pid, fd), bounded: what holds the other end of a pipe or FIFO.
+pub fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, String)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(proc_path(pid, "fd")) else {
+            continue;
+        };
+        for f in fds.flatten() {
+            if let Ok(t) = std::fs::read_link(f.path()) {
+                let t = t.to_string_lossy();
+                if targets.iter().any(|x| *x == t) {
+                    if let Some(fd) = f.file_name().to_str().and_then(|s| s.parse().ok()) {
+                        out.push((pid, fd, t.into_owned()));
+                        if out.len() >= limit {
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Parent pid from /proc/PID/stat.
 pub fn ppid(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(proc_path(pid, "stat")).ok()?;

@@ -8,7 +8,7 @@
 //! name caches live as long as the process is followed.
 
 use crate::error::Error;
-use crate::memory::ProcessMemory;
+use crate::memory::{Memory, ProcessMemory};
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
@@ -16,6 +16,7 @@ use crate::python::native::NativeStacks;
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{ThreadStack, ThreadStatus};
+use crate::wait::{self, GilWait, LockWait, SyscallLine, WaitDetail, WaitReader};
 use rand::Rng;
 use std::collections::HashMap;
 use std::fs::File;
@@ -64,6 +65,8 @@ pub struct SamplerConfig {
     /// Read kernel states for every thread's status even when no thread is
     /// dropped for being idle (dump and top show the status).
     pub statuses: bool,
+    /// What to learn about what each thread waits for.
+    pub waits: WaitDetail,
 }
 
 /// One process's threads at one tick (after filtering).
@@ -118,6 +121,9 @@ pub struct Target {
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
+    waits: WaitReader,
+    /// The calls of the threads that are not running, read before pausing.
+    syscalls: HashMap<i32, SyscallLine>,
 }
 
 impl Target {
@@ -150,6 +156,8 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
+            waits: WaitReader::new(pid, cfg.waits),
+            syscalls: HashMap::new(),
         })
     }
 
@@ -224,6 +232,96 @@ impl Target {
             .collect())
     }
 
+    /// Each thread's wait, from the calls read before the pause; futexes
+    /// in the GIL's lock objects are GIL waits, and (in full detail) those
+    /// on a lock a frame's local refers to name that local.
+    fn attach_waits(&mut self, snap: &mut [crate::python::reader::ThreadSnapshot]) {
+        let holders: Vec<(i64, u32, Option<String>)> = snap
+            .iter()
+            .filter(|t| t.stack.holds_gil)
+            .filter_map(|t| {
+                Some((
+                    t.stack.interpreter,
+                    t.stack.os_thread_id?,
+                    t.stack.name.clone(),
+                ))
+            })
+            .collect();
+        let full = self.waits.detail() == WaitDetail::Full;
+        for t in snap.iter_mut() {
+            let Some(tid) = t.stack.os_thread_id.map(|v| v as i32) else {
+                continue;
+            };
+            let Some(&state) = self.states.get(&tid) else {
+                continue;
+            };
+            let line = self.syscalls.get(&tid).copied();
+            let (mut w, call) = self.waits.read(tid, state, line, &self.mem);
+            if let Some(f) = call.and_then(|c| c.futex) {
+                if t.gil_sync.iter().any(|(a, b)| f >= *a && f < *b) {
+                    let holder = holders
+                        .iter()
+                        .find(|(i, h, _)| *i == t.stack.interpreter && *h != tid as u32);
+                    w.gil = Some(GilWait {
+                        holder: holder.map(|h| h.1),
+                        holder_name: holder.and_then(|h| h.2.clone()),
+                    });
+                } else if full {
+                    w.lock = self.lock_of(f, t);
+                }
+            }
+            t.stack.wait = Some(w);
+        }
+    }
+
+    /// The lock (named by the local that refers to it) a futex wait is on.
+    fn lock_of(&self, futex: u64, t: &crate::python::reader::ThreadSnapshot) -> Option<LockWait> {
+        let mut before = [0u8; 32];
+        let words: Vec<u64> = match self.mem.read(futex.wrapping_sub(32), &mut before) {
+            Ok(()) => (0..4)
+                .map(|i| crate::memory::le_u64(&before, i * 8))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let hit = t.locks.iter().find(|l| {
+            l.kind != "Condition" && wait::futex_is_lock(futex, l.inner, l.inner_addr, &words)
+        })?;
+        let mut named = hit;
+        let mut kind = wait::lock_kind(&hit.kind).to_string();
+        let frame = t.stack.frames.get(hit.frame)?;
+        // Condition.wait sleeps on a fresh `waiter` lock: name the
+        // Condition instead, by the outer local that refers to it.
+        let in_condition_wait = hit.name == "waiter"
+            && frame.function.ends_with("wait")
+            && frame
+                .file
+                .as_deref()
+                .is_some_and(|f| f.ends_with("threading.py"));
+        if in_condition_wait {
+            if let Some(cond) = t
+                .locks
+                .iter()
+                .find(|l| l.frame == hit.frame && l.kind == "Condition" && l.name == "self")
+            {
+                kind = "threading.Condition".into();
+                named = t
+                    .locks
+                    .iter()
+                    .find(|l| l.frame > hit.frame && l.obj == cond.obj)
+                    .unwrap_or(cond);
+            }
+        }
+        let f = t.stack.frames.get(named.frame)?;
+        Some(LockWait {
+            name: named.name.clone(),
+            kind,
+            address: format!("0x{:x}", named.obj),
+            function: f.function.clone(),
+            file: f.file.clone().unwrap_or_default(),
+            line: f.line.unwrap_or(0),
+        })
+    }
+
     pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         if !cfg.nonblocking {
             // The set to pause must be current: a thread missed here would be read running.
@@ -234,10 +332,24 @@ impl Target {
         // skipped when neither is needed.
         let filter_idle = !cfg.include_idle && !cfg.gil_only;
         let pause_all = cfg.native && cfg.include_idle;
-        if filter_idle || cfg.statuses || (!cfg.nonblocking && !pause_all) {
+        let want_waits = cfg.waits != WaitDetail::Off;
+        if filter_idle || cfg.statuses || want_waits || (!cfg.nonblocking && !pause_all) {
             self.read_states();
         } else {
             self.states.clear();
+        }
+        self.syscalls.clear();
+        if want_waits {
+            // Only threads that are not running have a call to read, and it
+            // must be read before any of them is stopped.
+            self.waits.begin_pass();
+            for (tid, _) in &self.threads {
+                if matches!(self.states.get(tid), Some(s) if *s != 'R') {
+                    if let Some(line) = self.waits.syscall(*tid) {
+                        self.syscalls.insert(*tid, line);
+                    }
+                }
+            }
         }
         let pause = if cfg.nonblocking {
             Vec::new()
@@ -260,6 +372,8 @@ impl Target {
             locals: cfg.locals,
             names: true,
             function_lines: cfg.function_lines,
+            gil_sync: want_waits,
+            lock_locals: cfg.waits == WaitDetail::Full,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
         // Native stacks must be unwound while the threads are still stopped.
@@ -278,6 +392,9 @@ impl Target {
                 .iter()
                 .filter_map(|t| Some((t.stack.os_thread_id? as i32, t.stack.holds_gil)))
                 .collect();
+        }
+        if want_waits {
+            self.attach_waits(&mut snap);
         }
         let mut foreign = Vec::new();
         if let Some(n) = self.native.as_mut() {

@@ -849,6 +849,206 @@ impl Wait {
     }
 }
 
+/// How much a sampler learns about waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitDetail {
+    /// Nothing (the default of cpu-mode sampling).
+    #[default]
+    Off,
+    /// The call and its fd, from registers and cached fd descriptions:
+    /// what top's column and record's leaf frames show.
+    Short,
+    /// Everything: pointer arguments, fd sets, epoll sets, pipe peers, wchan,
+    /// kernel stacks (dump).
+    Full,
+}
+
+/// Reads the kernel's view of a process's blocked threads, through
+/// [`crate::procfs`]. Fd descriptions are cached: per pass when `Full`,
+/// across passes (by link target, which names the inode) when `Short`.
+pub struct WaitReader {
+    pid: i32,
+    detail: WaitDetail,
+    tables: Option<std::rc::Rc<SocketTables>>,
+    fd_cache: std::collections::HashMap<String, FdDesc>,
+}
+
+/// Most cached fd descriptions (a process that churns sockets cannot grow it without bound).
+const MAX_FD_CACHE: usize = 4096;
+
+fn fdinfo_access(text: &str) -> Option<&'static str> {
+    let flags = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())?;
+    Some(match flags & 3 {
+        0 => "read end",
+        1 => "write end",
+        _ => "read-write",
+    })
+}
+
+impl WaitReader {
+    pub fn new(pid: i32, detail: WaitDetail) -> WaitReader {
+        WaitReader {
+            pid,
+            detail,
+            tables: None,
+            fd_cache: Default::default(),
+        }
+    }
+
+    pub fn detail(&self) -> WaitDetail {
+        self.detail
+    }
+
+    /// A new pass: socket tables are read again when next needed.
+    pub fn begin_pass(&mut self) {
+        self.tables = None;
+        if self.detail == WaitDetail::Full || self.fd_cache.len() > MAX_FD_CACHE {
+            self.fd_cache.clear();
+        }
+    }
+
+    /// The call a thread that is not running is in (read before any pausing).
+    pub fn syscall(&self, tid: i32) -> Option<SyscallLine> {
+        crate::procfs::thread_syscall(self.pid, tid).and_then(|t| parse_syscall(&t))
+    }
+
+    fn describe(&mut self, fd: i32) -> FdDesc {
+        let pid = self.pid;
+        let target = crate::procfs::fd_target(pid, fd);
+        if let Some(t) = &target {
+            if let Some(d) = self.fd_cache.get(t) {
+                let mut d = d.clone();
+                d.fd = fd;
+                return d;
+            }
+        }
+        let tables = &mut self.tables;
+        let mut get = || {
+            if tables.is_none() {
+                let names = ["tcp", "tcp6", "udp", "udp6", "unix"];
+                let texts: Vec<(&'static str, Option<String>)> = names
+                    .iter()
+                    .map(|n| (*n, crate::procfs::net_table(pid, n)))
+                    .collect();
+                *tables = Some(std::rc::Rc::new(SocketTables::from_texts(&texts)));
+            }
+            tables.clone()
+        };
+        let mut d = describe_fd(fd, target.as_deref(), &mut get);
+        if d.kind == "file" && crate::procfs::fd_is_fifo(pid, fd) {
+            d.kind = "fifo".into();
+        }
+        if self.detail == WaitDetail::Full {
+            if d.kind == "epoll" {
+                d.watches = crate::procfs::fdinfo(pid, fd)
+                    .map(|t| parse_epoll_fdinfo(&t))
+                    .unwrap_or_default();
+            }
+            if matches!(d.kind.as_str(), "pipe" | "fifo") {
+                d.peers = self.peers(fd, target.as_deref().unwrap_or(""));
+            }
+        }
+        if let Some(t) = target {
+            self.fd_cache.insert(t, d.clone());
+        }
+        d
+    }
+
+    /// Who else holds this pipe or FIFO (dump only: it lists every process's fds).
+    fn peers(&self, fd: i32, target: &str) -> Vec<String> {
+        crate::procfs::fd_holders(&[target.to_string()], 16)
+            .into_iter()
+            .filter(|(p, f, _)| !(*p == self.pid && *f == fd))
+            .map(|(p, f, _)| {
+                let name = crate::procfs::comm(p, p).unwrap_or_default();
+                let end = crate::procfs::fdinfo(p, f)
+                    .as_deref()
+                    .and_then(fdinfo_access)
+                    .map(|a| format!(" ({a})"))
+                    .unwrap_or_default();
+                format!("pid {p} \"{name}\" fd {f}{end}")
+            })
+            .collect()
+    }
+
+    /// What thread `tid` (in scheduler state `state`, blocked in `line`)
+    /// waits for. GIL and lock attribution are added by the caller, who
+    /// knows the interpreter.
+    pub fn read(
+        &mut self,
+        tid: i32,
+        state: char,
+        line: Option<SyscallLine>,
+        mem: &dyn Memory,
+    ) -> (Wait, Option<CallArgs>) {
+        let mut w = Wait {
+            state: state.to_string(),
+            ..Default::default()
+        };
+        if state == 'R' || self.detail == WaitDetail::Off {
+            return (w, None);
+        }
+        let full = self.detail == WaitDetail::Full;
+        let mut call = None;
+        if let Some(SyscallLine::Blocked { nr, args }) = line {
+            let c = decode_call(nr, &args, mem, full);
+            w.syscall = Some(c.name.clone());
+            w.syscall_nr = Some(nr);
+            w.fd = c.fd.map(|fd| self.describe(fd));
+            if let Some(epoll) = &w.fd {
+                if full && !epoll.watches.is_empty() {
+                    w.fds = epoll.watches.iter().map(|fd| self.describe(*fd)).collect();
+                }
+            }
+            if !c.set.is_empty() {
+                w.fds = c.set.iter().map(|fd| self.describe(*fd)).collect();
+            }
+            w.path = c.path.clone();
+            w.child = c.child;
+            w.futex = c.futex.map(|a| format!("0x{a:x}"));
+            w.timeout = c.timeout.clone();
+            call = Some(c);
+        }
+        if state == 'D' {
+            w.wchan = crate::procfs::thread_wchan(self.pid, tid).and_then(|t| parse_wchan(&t));
+            if full {
+                w.kernel_stack = crate::procfs::thread_kernel_stack(self.pid, tid)
+                    .map(|t| parse_kernel_stack(&t))
+                    .unwrap_or_default();
+            }
+        }
+        (w, call)
+    }
+}
+
+/// Whether a futex wait at `futex` is on the lock whose first word after
+/// the object header is at `inner_addr` and holds `inner`. Facts checked,
+/// whatever the version: up to 3.12 the word points at the lock's semaphore,
+/// whose futex is inside it; from 3.13 the word is (or, for an RLock, points
+/// at) a `PyMutex`, and a waiter sleeps on a semaphore in its parking-lot
+/// wait entry, which records that address in a word just before it
+/// (`before` holds the words preceding the futex).
+pub fn futex_is_lock(futex: u64, inner: u64, inner_addr: u64, before: &[u64]) -> bool {
+    const SEM_SIZE: u64 = 32;
+    (inner > 0x1000 && futex >= inner && futex < inner.saturating_add(SEM_SIZE))
+        || futex == inner_addr
+        || before.contains(&inner_addr)
+        || (inner > 0x1000 && before.contains(&inner))
+}
+
+/// A lock type's name as users know it.
+pub fn lock_kind(type_name: &str) -> &str {
+    match type_name {
+        "thread.lock" | "_thread.lock" | "lock" => "threading.Lock",
+        "_thread.RLock" | "RLock" => "threading.RLock",
+        "Condition" => "threading.Condition",
+        t => t,
+    }
+}
+
 /// Seconds as a person reads them: `3600s`, `0.005s`, `2.5s`.
 fn secs(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e12 {

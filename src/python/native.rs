@@ -113,6 +113,7 @@ impl NativeStacks {
             native_entry: native_unwind::native_entry(native),
             frames: self.output_frames(merged),
             truncated: None,
+            wait: None,
         }
     }
 
