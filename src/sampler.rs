@@ -16,7 +16,7 @@ use crate::python::native::NativeStacks;
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{ThreadStack, ThreadStatus};
-use crate::wait::{self, GilWait, LockWait, SyscallLine, WaitDetail, WaitReader};
+use crate::wait::{self, GilWait, LockWait, WaitDetail, WaitReader};
 use rand::Rng;
 use std::collections::HashMap;
 use std::fs::File;
@@ -122,8 +122,9 @@ pub struct Target {
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
     waits: WaitReader,
-    /// The calls of the threads that are not running, read before pausing.
-    syscalls: HashMap<i32, SyscallLine>,
+    /// The waits of the threads that are not running, read before pausing
+    /// (a pause interrupts a call, and the kernel may rewrite its arguments).
+    pending: HashMap<i32, (wait::Wait, Option<wait::CallArgs>)>,
 }
 
 impl Target {
@@ -157,7 +158,7 @@ impl Target {
             threads,
             states: HashMap::new(),
             waits: WaitReader::new(pid, cfg.waits),
-            syscalls: HashMap::new(),
+            pending: HashMap::new(),
         })
     }
 
@@ -252,11 +253,9 @@ impl Target {
             let Some(tid) = t.stack.os_thread_id.map(|v| v as i32) else {
                 continue;
             };
-            let Some(&state) = self.states.get(&tid) else {
+            let Some((mut w, call)) = self.pending.remove(&tid) else {
                 continue;
             };
-            let line = self.syscalls.get(&tid).copied();
-            let (mut w, call) = self.waits.read(tid, state, line, &self.mem);
             if let Some(f) = call.and_then(|c| c.futex) {
                 if t.gil_sync.iter().any(|(a, b)| f >= *a && f < *b) {
                     let holder = holders
@@ -338,17 +337,22 @@ impl Target {
         } else {
             self.states.clear();
         }
-        self.syscalls.clear();
+        self.pending.clear();
         if want_waits {
             // Only threads that are not running have a call to read, and it
             // must be read before any of them is stopped.
             self.waits.begin_pass();
             for (tid, _) in &self.threads {
-                if matches!(self.states.get(tid), Some(s) if *s != 'R') {
-                    if let Some(line) = self.waits.syscall(*tid) {
-                        self.syscalls.insert(*tid, line);
-                    }
-                }
+                let Some(&state) = self.states.get(tid) else {
+                    continue;
+                };
+                let line = if state == 'R' {
+                    None
+                } else {
+                    self.waits.syscall(*tid)
+                };
+                let read = self.waits.read(*tid, state, line, &self.mem);
+                self.pending.insert(*tid, read);
             }
         }
         let pause = if cfg.nonblocking {
