@@ -189,6 +189,7 @@ def offcpu():
     pt = threading.Thread(target=pacer, args=(server_side, lock), name="pacer")
     pt.daemon = True
     pt.start()
+    fu.install_ping()
     fu.ready({"server": "127.0.0.1:%d" % srv.getsockname()[1]})
     while not fu.expired():
         time.sleep(0.2)

@@ -1323,21 +1323,27 @@ mod tests {
             parse_kernel_stack(stack),
             vec!["nfs_wait_bit_killable", "__wait_on_bit", "do_syscall_64"]
         );
-        // A vfork parent, as recorded (D state in kernels that wait killable-uninterruptibly).
+        // A posix_spawn parent whose vfork child blocks opening a FIFO, as
+        // recorded here: state D, wchan kernel_clone, in clone3.
+        let line =
+            parse_syscall("435 0x7ffd0a1b2c30 0x58 0x0 0x0 0x0 0x0 0x7f632c8c4e08 0x7f632cd2b6ab");
+        let Some(SyscallLine::Blocked { nr, .. }) = line else {
+            panic!("{line:?}")
+        };
         let w = Wait {
             state: "D".into(),
-            syscall: Some("vfork".into()),
-            syscall_nr: Some(58),
-            wchan: parse_wchan("wait_for_vfork_done\n"),
+            syscall: syscall_name(nr).map(str::to_string),
+            syscall_nr: Some(nr),
+            wchan: parse_wchan("kernel_clone"),
             kernel_stack: parse_kernel_stack(
                 "[<0>] wait_for_vfork_done+0x2a/0x40\n[<0>] kernel_clone+0x1ba/0x3f0\n",
             ),
             ..Default::default()
         };
-        assert_eq!(w.short(), "D: wait_for_vfork_done");
-        assert_eq!(w.long(), "vfork(), uninterruptible in wait_for_vfork_done");
+        assert_eq!(w.short(), "D: kernel_clone");
+        assert_eq!(w.long(), "clone3(), uninterruptible in kernel_clone");
         let s = summary(&[(1, None, &w), (2, None, &w)]);
-        assert_eq!(s, vec!["2 threads in D state (wait_for_vfork_done)"]);
+        assert_eq!(s, vec!["2 threads in D state (kernel_clone)"]);
     }
 
     #[test]

@@ -323,9 +323,9 @@ fn offcpu_record_gives_the_shares_of_each_wait() {
                 "--format",
                 "raw",
                 "--rate",
-                "400",
+                "200",
                 "--duration",
-                "8",
+                "10",
                 "--output",
                 out_path.to_str().unwrap(),
             ]);
@@ -345,6 +345,12 @@ fn offcpu_record_gives_the_shares_of_each_wait() {
             assert!(
                 (share(socket) - 70.0).abs() <= 3.0 && (share(lock) - 30.0).abs() <= 3.0,
                 "{}: socket {:.1}%, lock {:.1}% of {total}: {leaves:?}",
+                fx.label,
+                share(socket),
+                share(lock)
+            );
+            eprintln!(
+                "{}: socket {:.1}%, lock {:.1}% of {total} worker samples",
                 fx.label,
                 share(socket),
                 share(lock)
