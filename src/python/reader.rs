@@ -889,6 +889,8 @@ mod tests {
                     locals: 1,
                     names: true,
                     function_lines: false,
+                    gil_sync: true,
+                    lock_locals: true,
                 };
                 let _ = r.snapshot(&mem, opts, &HashMap::new());
                 let _ = r.python_threads(&mem);
