@@ -370,7 +370,7 @@ pub fn parse_unix_table(text: &str) -> Vec<UnixSocket> {
             let path = line
                 .split_whitespace()
                 .nth(7)
-                .map(|p| p.replace('@', "@"))
+                .map(str::to_string)
                 .filter(|p| !p.is_empty());
             Some(UnixSocket { inode, kind, path })
         })
