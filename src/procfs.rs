@@ -176,9 +176,10 @@ fn read_small(path: PathBuf, cap: u64) -> Option<String> {
     Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// `/proc/PID/task/TID/syscall`: the call a blocked thread is in.
-pub fn thread_syscall(pid: i32, tid: i32) -> Option<String> {
-    read_small(proc_path(pid, &format!("task/{tid}/syscall")), 512)
+/// `/proc/PID/task/TID/syscall` opened, to be read again with `pread` at
+/// each sample (samplers keep it open rather than reopen it).
+pub fn open_thread_syscall(pid: i32, tid: i32) -> Option<std::fs::File> {
+    std::fs::File::open(proc_path(pid, &format!("task/{tid}/syscall"))).ok()
 }
 
 /// `/proc/PID/task/TID/wchan`: the kernel function a thread sleeps in.

@@ -341,7 +341,7 @@ impl Target {
         if want_waits {
             // Only threads that are not running have a call to read, and it
             // must be read before any of them is stopped.
-            self.waits.begin_pass();
+            self.waits.begin_pass(&self.threads);
             for (tid, _) in &self.threads {
                 let Some(&state) = self.states.get(tid) else {
                     continue;

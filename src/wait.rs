@@ -871,6 +871,8 @@ pub struct WaitReader {
     detail: WaitDetail,
     tables: Option<std::rc::Rc<SocketTables>>,
     fd_cache: std::collections::HashMap<String, FdDesc>,
+    /// Open syscall files of the threads seen, read with `pread`.
+    syscall_files: std::collections::HashMap<i32, std::fs::File>,
 }
 
 /// Most cached fd descriptions (a process that churns sockets cannot grow it without bound).
@@ -895,6 +897,7 @@ impl WaitReader {
             detail,
             tables: None,
             fd_cache: Default::default(),
+            syscall_files: Default::default(),
         }
     }
 
@@ -902,8 +905,11 @@ impl WaitReader {
         self.detail
     }
 
-    /// A new pass: socket tables are read again when next needed.
-    pub fn begin_pass(&mut self) {
+    /// A new pass over `threads`: socket tables are read again when next
+    /// needed, and the files of threads that are gone are closed.
+    pub fn begin_pass(&mut self, threads: &[(i32, bool)]) {
+        self.syscall_files
+            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
         self.tables = None;
         if self.detail == WaitDetail::Full || self.fd_cache.len() > MAX_FD_CACHE {
             self.fd_cache.clear();
@@ -911,8 +917,17 @@ impl WaitReader {
     }
 
     /// The call a thread that is not running is in (read before any pausing).
-    pub fn syscall(&self, tid: i32) -> Option<SyscallLine> {
-        crate::procfs::thread_syscall(self.pid, tid).and_then(|t| parse_syscall(&t))
+    pub fn syscall(&mut self, tid: i32) -> Option<SyscallLine> {
+        use std::os::unix::fs::FileExt;
+        let f = match self.syscall_files.entry(tid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(crate::procfs::open_thread_syscall(self.pid, tid)?)
+            }
+        };
+        let mut buf = [0u8; 256];
+        let n = f.read_at(&mut buf, 0).ok()?;
+        parse_syscall(std::str::from_utf8(&buf[..n]).ok()?)
     }
 
     fn describe(&mut self, fd: i32) -> FdDesc {
