@@ -12,6 +12,10 @@
                                 through ctypes.PyDLL, which keeps the GIL).
     waits.py offcpu             a worker that waits 70% of each 100 ms on a
                                 socket and 30% on a Lock, forever.
+    waits.py vfork DIR          (3.8+) a thread in os.posix_spawn whose vfork
+                                child blocks opening a FIFO in DIR that nobody
+                                opens for writing: the parent thread sits in
+                                D state in the kernel's vfork wait.
 """
 import ctypes
 import ctypes.util
@@ -196,11 +200,42 @@ def offcpu():
     fu.exit_now()
 
 
+def spawn(fifo, go, p):
+    p.set()
+    go.wait()
+    # glibc's posix_spawn clones with CLONE_VFORK: the parent waits in the
+    # kernel until the child execs, and the child first opens the FIFO.
+    os.posix_spawn(
+        "/bin/true",
+        ["true"],
+        dict(os.environ),
+        file_actions=[(os.POSIX_SPAWN_OPEN, 0, fifo, os.O_RDONLY, 0)],
+    )
+
+
+def vfork(directory):
+    fifo = os.path.join(directory, "never-opened.fifo")
+    os.mkfifo(fifo)
+    go = threading.Event()
+    p = park("spawner")
+    t = threading.Thread(target=spawn, args=(fifo, go, p), name="spawner")
+    t.daemon = True
+    t.start()
+    fu.wait_until([p.event])
+    fu.ready({"tids": {"spawner": fu.NATIVE_IDS.get(t.ident)}, "fifo": fifo})
+    go.set()
+    while not fu.expired():
+        time.sleep(0.2)
+    fu.exit_now()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "blocked":
         blocked(int(sys.argv[2]), sys.argv[3])
     elif mode == "gil":
         gil()
+    elif mode == "vfork":
+        vfork(sys.argv[2])
     else:
         offcpu()

@@ -227,7 +227,13 @@ impl Target {
             .filter(|(tid, gil)| {
                 // Idle threads that will be dropped need no registers either.
                 let native_wanted = cfg.native && cfg.include_idle;
-                native_wanted || *gil || !matches!(self.states.get(tid), Some('S' | 'D' | 'I'))
+                let state = self.states.get(tid);
+                // A thread in D state cannot run until the kernel lets it
+                // go, GIL or not, and stopping one (a vfork parent) can
+                // fail: it is read as it is.
+                (native_wanted && state != Some(&'D'))
+                    || (*gil && state != Some(&'D'))
+                    || !matches!(state, Some('S' | 'D' | 'I'))
             })
             .map(|(tid, _)| *tid)
             .collect())

@@ -288,6 +288,64 @@ fn dump_names_the_gil_holder() {
     );
 }
 
+#[test]
+fn dump_shows_d_state_with_wchan_and_kernel_stack() {
+    // os.posix_spawn (3.8+) parks its thread in the kernel's vfork wait.
+    for_each_interpreter(
+        "dump_shows_d_state_with_wchan_and_kernel_stack",
+        |i| i.at_least(3, 8),
+        |interp| {
+            let dir = tempfile::tempdir().unwrap();
+            let fx = Fixture::spawn(interp, "waits.py", &["vfork", dir.path().to_str().unwrap()]);
+            let spawner = fx.ready["tids"]["spawner"].as_i64().unwrap();
+            let pid = fx.pid;
+            until_ok(&format!("{}: D state", fx.label), || {
+                let wchan = std::fs::read_to_string(format!("/proc/{pid}/task/{spawner}/wchan"))
+                    .unwrap_or_default();
+                let d = dump_json(pid, &[]);
+                let by_tid = threads_by_tid(&d[0]);
+                let w = by_tid
+                    .get(&spawner)
+                    .map(|t| t["wait"].clone())
+                    .unwrap_or_default();
+                let nr = proc_syscall_nr(pid, spawner);
+                let mut p = Vec::new();
+                if !(s(&w["state"]) == "D"
+                    && !wchan.trim().is_empty()
+                    && s(&w["wchan"]) == wchan.trim()
+                    && w["syscall_nr"].as_i64() == nr
+                    && matches!(s(&w["syscall"]), "clone" | "clone3" | "vfork")
+                    // Root reads the kernel stack; its innermost frame is the wchan's.
+                    && w["kernel_stack"][0] == w["wchan"])
+                {
+                    p.push(format!(
+                        "spawner: {w}; /proc wchan {wchan:?}, syscall {nr:?}"
+                    ));
+                }
+                if p.is_empty() {
+                    let out = pyinspect(&["dump", "--pid", &pid.to_string()]);
+                    out.assert_success();
+                    for needle in [
+                        format!(
+                            "Thread {spawner} \"spawner\" (active, gil, D): {}(), uninterruptible in {}",
+                            s(&w["syscall"]),
+                            wchan.trim()
+                        ),
+                        format!("    kernel: {} ← ", wchan.trim()),
+                        format!("Summary: 1 thread in D state ({})", wchan.trim()),
+                    ] {
+                        if !out.stdout.contains(&needle) {
+                            p.push(format!("lacks {needle:?}\n{}", out.stdout));
+                        }
+                    }
+                }
+                p
+            });
+            common::assert_not_stopped(pid);
+        },
+    );
+}
+
 /// Leaf frames of the worker's samples in a collapsed profile, with counts.
 fn worker_leaves(collapsed: &str) -> HashMap<String, u64> {
     let mut out = HashMap::new();
