@@ -5,7 +5,8 @@
                                 loopback server at PORT, select on a pipe, a
                                 Lock held by another thread, time.sleep(3600),
                                 os.waitpid on a child, a read from a FIFO in
-                                DIR that nobody writes. READY says what each
+                                DIR that nobody writes, recv on one end of a
+                                unix socketpair. READY says what each
                                 waits for (tids, fds, addresses, ports, paths).
     waits.py gil                a thread that wants the GIL while the main
                                 thread holds it in C (libc's sleep called
@@ -39,6 +40,11 @@ def park(name):
 
 
 def do_recv(sock, p):
+    p.set()
+    sock.recv(16)
+
+
+def do_unix_recv(sock, p):
     p.set()
     sock.recv(16)
 
@@ -81,6 +87,7 @@ def blocked(port, directory):
             time.sleep(3600)
     client = socket.create_connection(("127.0.0.1", port))
     r, w = os.pipe()
+    unix_a, unix_b = socket.socketpair()
     lock = threading.Lock()
     fifo = os.path.join(directory, "nobody-writes.fifo")
     os.mkfifo(fifo)
@@ -94,6 +101,7 @@ def blocked(port, directory):
     threads = [
         ("recv", do_recv, (client, park("recv"))),
         ("select", do_select, (r, park("select"))),
+        ("unix", do_unix_recv, (unix_a, park("unix"))),
         ("holder", hold, (lock, holder_parked)),
         ("sleep", do_sleep, (park("sleep"),)),
         ("waitpid", do_waitpid, (child, park("waitpid"))),
@@ -121,6 +129,8 @@ def blocked(port, directory):
             "pipe_write": w,
             "pipe_inode": os.fstat(r).st_ino,
             "lock": "0x%x" % id(lock),
+            "unix_fd": unix_a.fileno(),
+            "unix_peer_fd": unix_b.fileno(),
             "child": child,
             "fifo": fifo,
             "fifo_fd": fifo_fd,

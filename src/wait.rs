@@ -965,6 +965,19 @@ impl WaitReader {
             if matches!(d.kind.as_str(), "pipe" | "fifo") {
                 d.peers = self.peers(fd, target.as_deref().unwrap_or(""));
             }
+            if d.kind == "unix" && crate::procfs::same_net_namespace(pid) {
+                let peer = target
+                    .as_deref()
+                    .and_then(|t| link_inode(t, "socket"))
+                    .and_then(crate::procfs::unix_socket_peer);
+                if let Some(peer) = peer {
+                    let peer_link = format!("socket:[{peer}]");
+                    d.peers = self.peers(-1, &peer_link);
+                    if d.peers.is_empty() {
+                        d.peers.push(peer_link);
+                    }
+                }
+            }
         }
         if let Some(t) = target {
             self.fd_cache.insert(t, d.clone());

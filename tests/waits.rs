@@ -103,6 +103,7 @@ fn dump_names_each_wait() {
                 let sleep = wait("sleep");
                 let waitpid = wait("waitpid");
                 let fifo = wait("fifo");
+                let unix = wait("unix");
                 let mut want = |ok: bool, what: String| {
                     if !ok {
                         p.push(what);
@@ -163,6 +164,20 @@ fn dump_names_each_wait() {
                         && s(&fifo["fd"]["kind"]) == "fifo"
                         && fifo["fd"]["target"] == r["fifo"],
                     format!("fifo: {fifo}"),
+                );
+                // The other end of the socketpair, from the kernel's sock_diag.
+                want(
+                    matches!(s(&unix["syscall"]), "recvfrom")
+                        && unix["fd"]["fd"] == r["unix_fd"]
+                        && s(&unix["fd"]["kind"]) == "unix"
+                        && s(&unix["fd"]["state"]) == "stream"
+                        && unix["fd"]["peers"].as_array().is_some_and(|v| {
+                            v.iter().any(|x| {
+                                s(x).starts_with(&format!("pid {pid} "))
+                                    && s(x).contains(&format!(" fd {} ", r["unix_peer_fd"]))
+                            })
+                        }),
+                    format!("unix: {unix}"),
                 );
                 // The syscall numbers as the test reads them from /proc.
                 for (name, w) in [
