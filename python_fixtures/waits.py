@@ -185,6 +185,11 @@ def pacer(sock, lock):
         sock.sendall(b"x")
         time.sleep(LOCK_SHARE)
         lock.release()
+        # On a loaded machine the worker may take a while to take the lock
+        # back: the next cycle starts once it has (else a second release
+        # would find the lock free and fail).
+        while not lock.locked():
+            time.sleep(0.0005)
 
 
 def offcpu():
