@@ -80,8 +80,9 @@ struct RecordArgs {
     /// Include idle threads: the same as --mode wall.
     #[arg(short, long, conflicts_with = "mode")]
     idle: bool,
-    /// Only sample the thread holding the GIL: the same as --mode gil.
-    #[arg(short, long, conflicts_with_all = ["mode", "idle"])]
+    /// Only sample the thread holding the GIL: the same as --mode gil
+    /// (with --idle too, as py-spy takes both).
+    #[arg(short, long, conflicts_with = "mode")]
     gil: bool,
     /// Add a root frame per thread.
     #[arg(short, long)]
@@ -169,8 +170,8 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
     use pyinspect::commands::record::{self, RecordMode};
     let mode = match (a.mode, a.idle, a.gil) {
         (Some(m), _, _) => m,
-        (None, true, _) => RecordMode::Wall,
         (None, _, true) => RecordMode::Gil,
+        (None, true, _) => RecordMode::Wall,
         _ => RecordMode::Cpu,
     };
     let mut sampler = pyinspect::sampler::SamplerConfig {
