@@ -423,6 +423,31 @@ class Bench:
         r.add("record-1000Hz-delivered", delivered["ours"], delivered["theirs"], ">= 95%",
               verdict(delivered["ours"] >= 95), "%", "ticks / (1000 x 5 s)")
 
+    # 4b (issue 13)
+    def record_wall_100hz(self):
+        """--mode wall at 100 Hz: every thread sampled, the waits of the 3
+        off-CPU threads read from /proc (the call, and the fd described)
+        and injected as leaf frames; against py-spy --idle at 100 Hz."""
+        reps, secs, rate, threads = (1 if self.quick else 3), 10, 100, 4
+        with Target(self.python, "threads.py", threads, 1) as t:
+            runs = self.record_both(
+                t.pid,
+                ["--rate", rate, "--mode", "wall", "-d", secs],
+                ["-r", rate, "--idle", "-d", secs],
+                reps,
+            )
+        per_sample, detail = {}, {}
+        for who, rs in runs.items():
+            us = []
+            for m, stacks in rs:
+                ticks = sum(c for _, c in stacks) / threads
+                us.append(m.cpu / ticks * 1e6)
+            per_sample[who] = statistics.median(us)
+            detail["pyinspect" if who == "ours" else "py-spy"] = {"us_per_sample": us}
+        self.results.add("record-wall-100Hz", per_sample["ours"], per_sample["theirs"], "<= 1/3 of py-spy",
+                         verdict(per_sample["ours"] <= per_sample["theirs"] / 3), "us",
+                         f"CPU / ticks, --mode wall vs py-spy --idle, 100 Hz, median of {reps}", detail)
+
     # 5
     def record_native_rate(self):
         reps, secs, rate, threads = 1, 5, 500, 4
@@ -709,6 +734,7 @@ SCENARIOS = [
     ("dump-900frames", Bench.dump_900frames),
     ("dump-native-3threads", Bench.dump_native_3threads),
     ("record-cpu-per-sample", Bench.record_cpu_per_sample),
+    ("record-wall-100Hz", Bench.record_wall_100hz),
     ("record-native-rate", Bench.record_native_rate),
     ("record-150-native-threads", Bench.record_150_native_threads),
     ("top-overhead", Bench.top_overhead),

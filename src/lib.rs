@@ -16,3 +16,4 @@ pub mod python;
 pub mod sampler;
 pub mod stack;
 pub mod top;
+pub mod wait;

@@ -94,11 +94,17 @@ struct RecordArgs {
     /// Follow child processes (and their children).
     #[arg(short, long)]
     subprocesses: bool,
-    /// Include idle threads.
-    #[arg(short, long)]
+    /// What a sample counts: cpu (threads on the CPU), wall (every thread;
+    /// waits end in a leaf frame naming them), offcpu (only waiting threads,
+    /// with that leaf), gil (only the GIL holder).
+    #[arg(short, long, value_enum)]
+    mode: Option<pyinspect::commands::record::RecordMode>,
+    /// Include idle threads: the same as --mode wall.
+    #[arg(short, long, conflicts_with = "mode")]
     idle: bool,
-    /// Only sample the thread holding the GIL.
-    #[arg(short, long)]
+    /// Only sample the thread holding the GIL: the same as --mode gil
+    /// (with --idle too, as py-spy takes both).
+    #[arg(short, long, conflicts_with = "mode")]
     gil: bool,
     /// Add a root frame per thread.
     #[arg(short, long)]
@@ -183,31 +189,41 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn record(a: RecordArgs) -> anyhow::Result<i32> {
-    use pyinspect::commands::record;
+    use pyinspect::commands::record::{self, RecordMode};
+    let mode = match (a.mode, a.idle, a.gil) {
+        (Some(m), _, _) => m,
+        (None, _, true) => RecordMode::Gil,
+        (None, true, _) => RecordMode::Wall,
+        _ => RecordMode::Cpu,
+    };
+    let mut sampler = pyinspect::sampler::SamplerConfig {
+        rate: a.rate,
+        duration: a.duration.filter(|d| *d != Duration::MAX),
+        subprocesses: a.subprocesses,
+        nonblocking: a.nonblocking,
+        native: a.native,
+        native_all: false,
+        native_debug_info: false,
+        gil_only: false,
+        include_idle: false,
+        function_lines: a.function,
+        locals: 0,
+        statuses: false,
+        gc_frames: true,
+        positions: false,
+        waits: pyinspect::wait::WaitDetail::Off,
+    };
+    mode.configure(&mut sampler);
     record::run(record::RecordOptions {
         pid: a.pid,
         command: a.command,
         output: a.output,
         format: a.format,
-        sampler: pyinspect::sampler::SamplerConfig {
-            rate: a.rate,
-            duration: a.duration.filter(|d| *d != Duration::MAX),
-            subprocesses: a.subprocesses,
-            nonblocking: a.nonblocking,
-            native: a.native,
-            native_all: false,
-            native_debug_info: false,
-            gil_only: a.gil,
-            include_idle: a.idle,
-            function_lines: a.function,
-            locals: 0,
-            statuses: false,
-            gc_frames: true,
-            positions: false,
-        },
+        sampler,
         threads: a.threads,
         nolineno: a.nolineno,
         full_filenames: a.full_filenames,
+        mode,
     })
 }
 

@@ -272,6 +272,199 @@ pub fn namespaced_tids(pid: i32) -> Option<std::collections::HashMap<u32, u32>> 
     Some(map)
 }
 
+/// A small /proc text file, bounded (the files read here are a few KiB; a
+/// net table of a busy namespace can be larger, hence the cap).
+fn read_small(path: PathBuf, cap: u64) -> Option<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(cap).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// `/proc/PID/task/TID/syscall` opened, to be read again with `pread` at
+/// each sample (samplers keep it open rather than reopen it).
+pub fn open_thread_syscall(pid: i32, tid: i32) -> Option<std::fs::File> {
+    std::fs::File::open(proc_path(pid, &format!("task/{tid}/syscall"))).ok()
+}
+
+/// `/proc/PID/task/TID/wchan`: the kernel function a thread sleeps in.
+pub fn thread_wchan(pid: i32, tid: i32) -> Option<String> {
+    read_small(proc_path(pid, &format!("task/{tid}/wchan")), 256)
+}
+
+/// `/proc/PID/task/TID/stack`: the kernel stack (root only).
+pub fn thread_kernel_stack(pid: i32, tid: i32) -> Option<String> {
+    read_small(proc_path(pid, &format!("task/{tid}/stack")), 16 << 10)
+}
+
+/// What the target's fd links to (`socket:[123]`, `pipe:[4]`, a path).
+pub fn fd_target(pid: i32, fd: i32) -> Option<String> {
+    std::fs::read_link(proc_path(pid, &format!("fd/{fd}")))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// Whether the target's fd is a FIFO (a named pipe: its link is a path).
+pub fn fd_is_fifo(pid: i32, fd: i32) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(proc_path(pid, &format!("fd/{fd}"))).is_ok_and(|m| m.file_type().is_fifo())
+}
+
+/// `/proc/PID/fdinfo/FD` (an epoll set lists the fds it watches).
+pub fn fdinfo(pid: i32, fd: i32) -> Option<String> {
+    read_small(proc_path(pid, &format!("fdinfo/{fd}")), 64 << 10)
+}
+
+/// `/proc/PID/net/NAME` (tcp, tcp6, udp, udp6, unix): the target's own
+/// network namespace's table.
+pub fn net_table(pid: i32, name: &str) -> Option<String> {
+    read_small(proc_path(pid, &format!("net/{name}")), 16 << 20)
+}
+
+/// Every fd of every process that links to `target` (e.g. `pipe:[123]`),
+/// as (pid, fd), bounded: what holds the other end of a pipe or FIFO.
+pub fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, String)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(proc_path(pid, "fd")) else {
+            continue;
+        };
+        for f in fds.flatten() {
+            if let Ok(t) = std::fs::read_link(f.path()) {
+                let t = t.to_string_lossy();
+                if targets.iter().any(|x| *x == t) {
+                    if let Some(fd) = f.file_name().to_str().and_then(|s| s.parse().ok()) {
+                        out.push((pid, fd, t.into_owned()));
+                        if out.len() >= limit {
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` lives in our network namespace (sock_diag answers for ours only).
+pub fn same_net_namespace(pid: i32) -> bool {
+    let ours = std::fs::read_link("/proc/self/ns/net").ok();
+    ours.is_some() && ours == std::fs::read_link(proc_path(pid, "ns/net")).ok()
+}
+
+/// The inode of the peer of unix socket `inode`, asked of the kernel's
+/// sock_diag netlink interface (what `ss -x` uses; /proc/net/unix does not
+/// say). None when the kernel has no unix_diag, or the socket is gone.
+pub fn unix_socket_peer(inode: u64) -> Option<u64> {
+    const NETLINK_SOCK_DIAG: libc::c_int = 4;
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const UDIAG_SHOW_PEER: u32 = 4;
+    const UNIX_DIAG_PEER: u16 = 2;
+    let ino = u32::try_from(inode).ok()?;
+    // SAFETY: plain socket(2); the fd is closed by OwnedFd.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            NETLINK_SOCK_DIAG,
+        )
+    };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a socket we just opened and own.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    use std::os::fd::AsRawFd;
+    // A receive timeout: the kernel answers at once, but never hang on it.
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: setsockopt with a timeval we own and its size.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as u32,
+        );
+    }
+    // nlmsghdr (16 bytes) + unix_diag_req (24 bytes).
+    let mut req = Vec::with_capacity(40);
+    req.extend_from_slice(&40u32.to_ne_bytes());
+    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    req.extend_from_slice(&0u32.to_ne_bytes()); // pid
+    req.push(libc::AF_UNIX as u8); // sdiag_family
+    req.push(0); // sdiag_protocol
+    req.extend_from_slice(&0u16.to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // udiag_states: all
+    req.extend_from_slice(&ino.to_ne_bytes());
+    req.extend_from_slice(&UDIAG_SHOW_PEER.to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // no cookie
+    req.extend_from_slice(&u32::MAX.to_ne_bytes());
+    // SAFETY: a zeroed sockaddr_nl addresses the kernel.
+    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    kernel.nl_family = libc::AF_NETLINK as u16;
+    // SAFETY: sendto with our buffer and a valid sockaddr_nl.
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            req.as_ptr() as *const libc::c_void,
+            req.len(),
+            0,
+            &kernel as *const _ as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_nl>() as u32,
+        )
+    };
+    if sent != req.len() as isize {
+        return None;
+    }
+    let mut buf = [0u8; 4096];
+    // SAFETY: recv into a buffer we own.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            0,
+        )
+    };
+    parse_unix_diag_peer(buf.get(..usize::try_from(n).ok()?)?, UNIX_DIAG_PEER)
+}
+
+/// The peer inode attribute of a sock_diag answer (one message).
+fn parse_unix_diag_peer(msg: &[u8], attr_type: u16) -> Option<u64> {
+    let u16_at = |o: usize| Some(u16::from_ne_bytes(msg.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_ne_bytes(msg.get(o..o + 4)?.try_into().ok()?));
+    let len = (u32_at(0)? as usize).min(msg.len());
+    if u16_at(4)? != 20 {
+        return None; // NLMSG_ERROR or anything but the answer
+    }
+    // nlmsghdr (16) + unix_diag_msg (16), then 4-byte aligned attributes.
+    let mut at = 32;
+    while at + 4 <= len {
+        let alen = u16_at(at)? as usize;
+        if alen < 4 {
+            return None;
+        }
+        if u16_at(at + 2)? == attr_type && alen >= 8 {
+            return u32_at(at + 4).map(u64::from);
+        }
+        at += (alen + 3) & !3;
+    }
+    None
+}
+
 /// Parent pid from /proc/PID/stat.
 pub fn ppid(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(proc_path(pid, "stat")).ok()?;
@@ -356,6 +549,44 @@ garbage line
         assert_eq!(id.start_time, 4242);
         assert_eq!(id.start_code, 4194304);
         assert_eq!(id.start_stack, 140730000000000);
+    }
+
+    #[test]
+    fn unix_diag_answer_parsed() {
+        // nlmsghdr (type 20), unix_diag_msg, then a NAME and a PEER attribute.
+        let mut m = Vec::new();
+        m.extend_from_slice(&48u32.to_ne_bytes());
+        m.extend_from_slice(&20u16.to_ne_bytes());
+        m.extend_from_slice(&[0u8; 10]);
+        m.extend_from_slice(&[1, 1, 1, 0, 0x39, 0x30, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        m.extend_from_slice(&6u16.to_ne_bytes());
+        m.extend_from_slice(&0u16.to_ne_bytes());
+        m.extend_from_slice(&[b'a', 0, 0, 0]);
+        m.extend_from_slice(&8u16.to_ne_bytes());
+        m.extend_from_slice(&2u16.to_ne_bytes());
+        m.extend_from_slice(&12346u32.to_ne_bytes());
+        assert_eq!(parse_unix_diag_peer(&m, 2), Some(12346));
+        assert_eq!(parse_unix_diag_peer(&m[..40], 2), None);
+        let mut err = m.clone();
+        err[4] = 2;
+        assert_eq!(parse_unix_diag_peer(&err, 2), None);
+        assert_eq!(parse_unix_diag_peer(&[], 2), None);
+    }
+
+    #[test]
+    fn unix_socketpair_peer_from_the_kernel() {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let ino = |s: &std::os::unix::net::UnixStream| {
+            use std::os::fd::AsRawFd;
+            std::fs::metadata(format!("/proc/self/fd/{}", s.as_raw_fd()))
+                .unwrap()
+                .ino()
+        };
+        // Kernels without unix_diag answer nothing; with it, the other end.
+        if let Some(peer) = unix_socket_peer(ino(&a)) {
+            assert_eq!(peer, ino(&b));
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
+use crate::wait::{self, GilWait, LockWait, WaitDetail, WaitReader};
 use rand::Rng;
 use std::collections::HashMap;
 use std::fs::File;
@@ -77,6 +78,8 @@ pub struct SamplerConfig {
     pub gc_frames: bool,
     /// Give Python frames their columns and end lines (dump).
     pub positions: bool,
+    /// What to learn about what each thread waits for.
+    pub waits: WaitDetail,
 }
 
 /// One process's threads at one tick (after filtering).
@@ -141,6 +144,10 @@ pub struct Target {
     /// Bytes of each thread's stack to copy at the next pause (--native).
     stack_copy: HashMap<i32, usize>,
     pause_notes: Vec<String>,
+    waits: WaitReader,
+    /// The waits of the threads that are not running, read before pausing
+    /// (a pause interrupts a call, and the kernel may rewrite its arguments).
+    pending: HashMap<i32, (wait::Wait, Option<wait::CallArgs>)>,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
 }
@@ -273,6 +280,8 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
+            waits: WaitReader::new(pid, cfg.waits),
+            pending: HashMap::new(),
             os_names: HashMap::new(),
             stat,
             identity,
@@ -287,6 +296,8 @@ impl Target {
             names: true,
             function_lines: cfg.function_lines,
             positions: cfg.positions,
+            gil_sync: false,
+            lock_locals: false,
         };
         let _ = t.reader.snapshot(&t.mem, opts, &t.states);
         Ok(t)
@@ -434,6 +445,94 @@ impl Target {
         }
     }
 
+    /// Each thread's wait, from the calls read before the pause; futexes
+    /// in the GIL's lock objects are GIL waits, and (in full detail) those
+    /// on a lock a frame's local refers to name that local.
+    fn attach_waits(&mut self, snap: &mut [crate::python::reader::ThreadSnapshot]) {
+        let holders: Vec<(i64, u32, Option<String>)> = snap
+            .iter()
+            .filter(|t| t.stack.holds_gil)
+            .filter_map(|t| {
+                Some((
+                    t.stack.interpreter,
+                    t.stack.os_thread_id?,
+                    t.stack.name.clone(),
+                ))
+            })
+            .collect();
+        let full = self.waits.detail() == WaitDetail::Full;
+        for t in snap.iter_mut() {
+            let Some(tid) = t.stack.os_thread_id.map(|v| v as i32) else {
+                continue;
+            };
+            let Some((mut w, call)) = self.pending.remove(&tid) else {
+                continue;
+            };
+            if let Some(f) = call.and_then(|c| c.futex) {
+                if t.gil_sync.iter().any(|(a, b)| f >= *a && f < *b) {
+                    let holder = holders
+                        .iter()
+                        .find(|(i, h, _)| *i == t.stack.interpreter && *h != tid as u32);
+                    w.gil = Some(GilWait {
+                        holder: holder.map(|h| h.1),
+                        holder_name: holder.and_then(|h| h.2.clone()),
+                    });
+                } else if full {
+                    w.lock = self.lock_of(f, t);
+                }
+            }
+            t.stack.wait = Some(w);
+        }
+    }
+
+    /// The lock (named by the local that refers to it) a futex wait is on.
+    fn lock_of(&self, futex: u64, t: &crate::python::reader::ThreadSnapshot) -> Option<LockWait> {
+        let mut before = [0u8; 32];
+        let words: Vec<u64> = match self.mem.read(futex.wrapping_sub(32), &mut before) {
+            Ok(()) => (0..4)
+                .map(|i| crate::memory::le_u64(&before, i * 8))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let hit = t.locks.iter().find(|l| {
+            l.kind != "Condition" && wait::futex_is_lock(futex, l.inner, l.inner_addr, &words)
+        })?;
+        let mut named = hit;
+        let mut kind = wait::lock_kind(&hit.kind).to_string();
+        let frame = t.stack.frames.get(hit.frame)?;
+        // Condition.wait sleeps on a fresh `waiter` lock: name the
+        // Condition instead, by the outer local that refers to it.
+        let in_condition_wait = hit.name == "waiter"
+            && frame.function.ends_with("wait")
+            && frame
+                .file
+                .as_deref()
+                .is_some_and(|f| f.ends_with("threading.py"));
+        if in_condition_wait {
+            if let Some(cond) = t
+                .locks
+                .iter()
+                .find(|l| l.frame == hit.frame && l.kind == "Condition" && l.name == "self")
+            {
+                kind = "threading.Condition".into();
+                named = t
+                    .locks
+                    .iter()
+                    .find(|l| l.frame > hit.frame && l.obj == cond.obj)
+                    .unwrap_or(cond);
+            }
+        }
+        let f = t.stack.frames.get(named.frame)?;
+        Some(LockWait {
+            name: named.name.clone(),
+            kind,
+            address: format!("0x{:x}", named.obj),
+            function: f.function.clone(),
+            file: f.file.clone().unwrap_or_default(),
+            line: f.line.unwrap_or(0),
+        })
+    }
+
     pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
         if !cfg.nonblocking {
@@ -444,10 +543,29 @@ impl Target {
         // reading them (the kernel formats a whole stat line per thread) is
         // skipped when neither is needed.
         let filter_idle = !cfg.include_idle && !cfg.gil_only;
-        if filter_idle || cfg.statuses || !cfg.nonblocking {
+        let want_waits = cfg.waits != WaitDetail::Off;
+        if filter_idle || cfg.statuses || want_waits || !cfg.nonblocking {
             self.read_states();
         } else {
             self.states.clear();
+        }
+        self.pending.clear();
+        if want_waits {
+            // Only threads that are not running have a call to read, and it
+            // must be read before any of them is stopped.
+            self.waits.begin_pass(&self.threads);
+            for (tid, _) in &self.threads {
+                let Some(&state) = self.states.get(tid) else {
+                    continue;
+                };
+                let line = if state == 'R' {
+                    None
+                } else {
+                    self.waits.syscall(*tid)
+                };
+                let read = self.waits.read(*tid, state, line, &self.mem);
+                self.pending.insert(*tid, read);
+            }
         }
         let pause = if cfg.nonblocking {
             Vec::new()
@@ -471,6 +589,8 @@ impl Target {
             names: true,
             function_lines: cfg.function_lines,
             positions: cfg.positions,
+            gil_sync: want_waits,
+            lock_locals: cfg.waits == WaitDetail::Full,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
         // Native stacks: only the registers and a copy of the stack are
@@ -525,6 +645,9 @@ impl Target {
                 .iter()
                 .filter_map(|t| Some((t.stack.os_thread_id? as i32, t.stack.holds_gil)))
                 .collect();
+        }
+        if want_waits {
+            self.attach_waits(&mut snap);
         }
         let mut foreign = Vec::new();
         if let Some(n) = self.native.as_mut() {

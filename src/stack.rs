@@ -50,6 +50,10 @@ pub struct ThreadStack {
     /// Native entry point this thread is inside (with --native).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub native_entry: Option<String>,
+    /// Kernel state and what the thread waits for (dump; top and record
+    /// in wall/offcpu modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<crate::wait::Wait>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use pyinspect::cpython_layouts::{
-    self, CurrentFrame, DictKeysLayout, DictLayout, EntryMarker, GilLocation, InstanceDict,
-    InstrPosition, Layout, LongFormat, StringLayout,
+    self, CurrentFrame, DictKeysLayout, DictLayout, EntryMarker, GilLocation, GilSync,
+    InstanceDict, InstrPosition, Layout, LongFormat, StringLayout,
 };
 
 mod common;
@@ -473,6 +473,38 @@ fn probe(major: u8, minor: u8) -> Probe {
         // `ma_values` is a plain `PyObject **`.
         e.push(("dict.values_array", "0"));
     }
+    // The GIL's mutex and condition variables (a futex inside them is a
+    // GIL wait): from `cond` to the end of `switch_mutex`, the struct's tail.
+    match v {
+        (2, 7) => {
+            // `interpreter_lock` points at a POSIX semaphore (thread_pthread.h).
+            inc.push("semaphore.h");
+            e.push(("gil_sync.lock_size", "sizeof(sem_t)"));
+        }
+        v if ((3, 7)..=(3, 11)).contains(&v) => e.extend([
+            (
+                "gil_sync.runtime.start",
+                "offsetof(_PyRuntimeState, ceval.gil.cond)",
+            ),
+            (
+                "gil_sync.runtime.end",
+                "offsetof(_PyRuntimeState, ceval.gil.switch_mutex) \
+                 + sizeof(((_PyRuntimeState *)0)->ceval.gil.switch_mutex)",
+            ),
+        ]),
+        v if v >= (3, 12) => e.extend([
+            (
+                "gil_sync.interp_gil.start",
+                "offsetof(struct _gil_runtime_state, cond)",
+            ),
+            (
+                "gil_sync.interp_gil.end",
+                "offsetof(struct _gil_runtime_state, switch_mutex) \
+                 + sizeof(((struct _gil_runtime_state *)0)->switch_mutex)",
+            ),
+        ]),
+        _ => {}
+    }
     // The managed-dict offsets are computed by the headers' own accessors
     // on a fake object, so a change in how they compute them shows up here.
     match v {
@@ -637,6 +669,20 @@ fn table_fields(l: &Layout) -> BTreeMap<String, i64> {
         put("interp.id", v as i64);
     }
     put("interp.modules", l.interp.modules as i64);
+
+    match &l.gil_sync {
+        Some(GilSync::LockPointer { size, .. }) => put("gil_sync.lock_size", *size as i64),
+        Some(GilSync::Runtime { start, end }) => {
+            put("gil_sync.runtime.start", *start as i64);
+            put("gil_sync.runtime.end", *end as i64);
+        }
+        Some(GilSync::InterpGil { start, end }) => {
+            put("gil_sync.interp_gil.start", *start as i64);
+            put("gil_sync.interp_gil.end", *end as i64);
+        }
+        // 3.6's statics are sized by the symbol table: nothing to prove.
+        Some(GilSync::Statics(_)) | None => {}
+    }
 
     let t = &l.thread;
     put("thread.next", t.next as i64);

@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -326,4 +327,70 @@ fn top_on_a_small_terminal_says_so() {
     let (ok, screen) = tmux.wait_for(Duration::from_secs(15), |s| s.contains("too small"));
     assert!(ok, "no 'too small' message on a 40x8 terminal:\n{screen}");
     tmux.keys("q");
+}
+
+/// The threads panel's wait column: what each blocked thread of
+/// `python_fixtures/waits.py blocked` waits for, in the short form.
+#[test]
+fn top_shows_what_each_thread_waits_for() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut problems = Vec::new();
+    for v in ["2.7", "3.13"] {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = server.local_addr().unwrap().port();
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/waits.py");
+        let mut child = Command::new(python(v))
+            .arg(fixture)
+            .args(["blocked", &port.to_string(), dir.path().to_str().unwrap()])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures"))
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("start fixture");
+        let _conn = server.accept().unwrap();
+        let mut line = String::new();
+        let stdout = child.stdout.take().unwrap();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        let ready: serde_json::Value =
+            serde_json::from_str(line.trim().strip_prefix("READY ").expect("READY")).unwrap();
+        let tmux = Tmux::start(
+            &format!("waits{}", v.replace('.', "_")),
+            &format!("{BIN} top --pid {}; sleep 60", child.id()),
+        );
+        let expect = [
+            ("recv", format!("recv 127.0.0.1:{port}")),
+            // The short form reads registers only: no fd sets.
+            ("select", "select".to_string()),
+            // time.sleep is select() up to 3.10, clock_nanosleep after.
+            (
+                "sleep",
+                if v == "2.7" { "select" } else { "sleep" }.to_string(),
+            ),
+            ("lock", "futex".to_string()),
+            ("waitpid", format!("wait4 {}", ready["child"])),
+            ("fifo", "read /".to_string()),
+        ];
+        let row_has = |s: &str, name: &str, want: &str| {
+            s.lines().any(|l| {
+                let t = l.trim_start();
+                t.starts_with(&format!("{name} ")) && l.contains(&format!(" {want}"))
+            })
+        };
+        let (ok, screen) = tmux.wait_for(Duration::from_secs(20), |s| {
+            expect.iter().all(|(n, w)| row_has(s, n, w))
+        });
+        if !ok {
+            problems.push(format!(
+                "{v}: expected {expect:?} in the threads panel:\n{screen}"
+            ));
+        }
+        tmux.keys("q");
+        // SAFETY: kill(2) on the fixture's own process group (its forked child too).
+        unsafe {
+            libc::kill(-(child.id() as i32), libc::SIGKILL);
+        }
+        let _ = child.wait();
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }

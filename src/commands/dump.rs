@@ -38,6 +38,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         statuses: true,
         gc_frames: false,
         positions: true,
+        waits: crate::wait::WaitDetail::Full,
     };
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample(&cfg);
@@ -141,6 +142,10 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
         if t.holds_gil {
             status.push_str(", gil");
         }
+        if let Some(w) = &t.wait {
+            status.push_str(", ");
+            status.push_str(&w.state);
+        }
         if t.interpreter < 0 {
             status.push_str(", not a Python thread");
         } else if several {
@@ -157,7 +162,18 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
         if let Some(e) = &t.native_entry {
             write!(out, " in {e}")?;
         }
+        if let Some(w) = &t.wait {
+            let long = w.long();
+            if !long.is_empty() {
+                write!(out, ": {long}")?;
+            }
+        }
         writeln!(out)?;
+        if let Some(w) = &t.wait {
+            if !w.kernel_stack.is_empty() {
+                writeln!(out, "    kernel: {}", w.kernel_stack.join(" ← "))?;
+            }
+        }
         for f in &t.frames {
             match f.kind {
                 FrameKind::Python => {
@@ -203,6 +219,18 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
         }
         if let Some(why) = &t.truncated {
             writeln!(out, "    ... stack incomplete: {why}")?;
+        }
+    }
+    let waits: Vec<(u32, Option<&str>, &crate::wait::Wait)> = p
+        .threads
+        .iter()
+        .filter_map(|t| Some((t.os_thread_id?, t.name.as_deref(), t.wait.as_ref()?)))
+        .collect();
+    let summary = crate::wait::summary(&waits);
+    if !summary.is_empty() {
+        writeln!(out)?;
+        for line in summary {
+            writeln!(out, "Summary: {line}")?;
         }
     }
     Ok(())

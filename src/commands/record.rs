@@ -11,6 +11,61 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// What a sample counts (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RecordMode {
+    /// Threads on the CPU (or holding the GIL): py-spy's default.
+    #[default]
+    Cpu,
+    /// Every thread, running or not; off-CPU samples end in a leaf frame
+    /// naming the wait (py-spy's --idle, plus the leaf).
+    Wall,
+    /// Only threads off the CPU, each sample ending in its wait: an
+    /// off-CPU flame graph.
+    Offcpu,
+    /// Only the thread holding the GIL (py-spy's --gil).
+    Gil,
+}
+
+impl RecordMode {
+    /// The sampler settings this mode needs, on top of `cfg`.
+    pub fn configure(self, cfg: &mut SamplerConfig) {
+        match self {
+            RecordMode::Cpu => {}
+            RecordMode::Gil => cfg.gil_only = true,
+            RecordMode::Wall | RecordMode::Offcpu => {
+                cfg.include_idle = true;
+                cfg.waits = crate::wait::WaitDetail::Short;
+            }
+        }
+    }
+
+    /// The stack a sample adds in this mode: with a leaf naming the wait
+    /// of an off-CPU thread (wall, offcpu); None when the mode leaves the
+    /// sample out (offcpu: a thread on the CPU).
+    fn sample<'a>(
+        self,
+        t: &'a crate::stack::ThreadStack,
+    ) -> Option<std::borrow::Cow<'a, crate::stack::ThreadStack>> {
+        use std::borrow::Cow;
+        if !matches!(self, RecordMode::Wall | RecordMode::Offcpu) {
+            return Some(Cow::Borrowed(t));
+        }
+        let off = t.wait.as_ref().filter(|w| w.off_cpu());
+        let Some(w) = off else {
+            return (self == RecordMode::Wall).then_some(Cow::Borrowed(t));
+        };
+        let short = w.short();
+        let mut leaf = crate::stack::Frame::python(format!("[{short}]"), String::new(), 0);
+        leaf.kind = crate::stack::FrameKind::Native;
+        leaf.file = None;
+        leaf.line = None;
+        let mut t = t.clone();
+        t.frames.insert(0, leaf);
+        Some(Cow::Owned(t))
+    }
+}
+
 pub struct RecordOptions {
     pub pid: Option<i32>,
     pub command: Vec<String>,
@@ -20,6 +75,7 @@ pub struct RecordOptions {
     pub threads: bool,
     pub nolineno: bool,
     pub full_filenames: bool,
+    pub mode: RecordMode,
 }
 
 /// Longest a launched program gets to exit after Ctrl-C before it is ended.
@@ -199,8 +255,8 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         stats.ticks += 1 + tick.missed;
         stats.late += tick.missed + u64::from(sampler.is_late(tick.late));
         for p in &tick.processes {
-            for t in &p.threads {
-                profile.add(p.pid, &p.cmdline, t, tick.timestamp, tick.weight);
+            for t in p.threads.iter().filter_map(|t| opts.mode.sample(t)) {
+                profile.add(p.pid, &p.cmdline, &t, tick.timestamp, tick.weight);
             }
         }
         for e in &tick.ended {

@@ -184,12 +184,17 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         // Idle threads are dropped by the sampler, which alone knows the
         // kernel states at sampling time; the panel lists them from /proc.
         gil_only: false,
-        include_idle: opts.idle,
+        // Idle threads reach the aggregator (which leaves them out of the
+        // function table unless --idle) so that the panel shows what they
+        // wait for; with --native that would pause them all, so then only
+        // --idle keeps them.
+        include_idle: opts.idle || !opts.native,
         function_lines: false,
         locals: 0,
         statuses: true,
         gc_frames: true,
         positions: false,
+        waits: crate::wait::WaitDetail::Short,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
     // Attach errors (not Python, permission) are printed plainly, before

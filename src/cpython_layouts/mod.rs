@@ -40,6 +40,25 @@ pub struct Layout {
     /// The `threading.Thread` attribute holding its name (`_Thread__name`
     /// on 2.7, where `self.__name` is name-mangled).
     pub thread_name_attr: &'static str,
+    /// Where the GIL's own mutex and condition variables are, so that a
+    /// thread blocked in a futex inside them is known to wait for the GIL.
+    pub gil_sync: Option<GilSync>,
+}
+
+/// The GIL's synchronisation objects: a futex address in them is a GIL wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GilSync {
+    /// 2.7: the static `symbol` points at the lock, a `sem_t` of `size` bytes.
+    LockPointer { symbol: &'static str, size: u64 },
+    /// 3.6: the GIL's condition variables and mutexes are statics of
+    /// ceval.c (their sizes come from the symbol table).
+    Statics(&'static [&'static str]),
+    /// 3.7–3.11: `[start, end)` of `_PyRuntime` holds `ceval.gil`'s
+    /// `cond`, `mutex`, `switch_cond` and `switch_mutex`.
+    Runtime { start: u64, end: u64 },
+    /// 3.12+: `[start, end)` of the `_gil_runtime_state` that
+    /// `interp->ceval.gil` points at (see [`GilLocation::InterpGil`]).
+    InterpGil { start: u64, end: u64 },
 }
 
 /// `_PyRuntimeState` (3.7+). Older versions keep these in globals found by symbol.

@@ -87,4 +87,8 @@ pub static LAYOUT: Layout = Layout {
         table: 40,
     },
     thread_name_attr: "_Thread__name",
+    gil_sync: Some(GilSync::LockPointer {
+        symbol: "interpreter_lock",
+        size: 32,
+    }),
 };

@@ -104,4 +104,8 @@ pub static LAYOUT: Layout = Layout {
         values_array: 0,
     },
     thread_name_attr: "_name",
+    gil_sync: Some(GilSync::Runtime {
+        start: 392,
+        end: 568,
+    }),
 };

@@ -113,4 +113,8 @@ pub static LAYOUT: Layout = Layout {
         values_array: 0,
     },
     thread_name_attr: "_name",
+    gil_sync: Some(GilSync::InterpGil {
+        start: 32,
+        end: 208,
+    }),
 };

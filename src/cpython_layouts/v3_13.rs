@@ -110,4 +110,8 @@ pub static LAYOUT: Layout = Layout {
         values_array: 8,
     },
     thread_name_attr: "_name",
+    gil_sync: Some(GilSync::InterpGil {
+        start: 32,
+        end: 208,
+    }),
 };

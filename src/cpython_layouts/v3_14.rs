@@ -109,5 +109,9 @@ pub static LAYOUT: Layout = Layout {
         },
         values_array: 8,
     },
+    gil_sync: Some(GilSync::InterpGil {
+        start: 32,
+        end: 208,
+    }),
     thread_name_attr: "_name",
 };

@@ -94,4 +94,10 @@ pub static LAYOUT: Layout = Layout {
         values_array: 0,
     },
     thread_name_attr: "_name",
+    gil_sync: Some(GilSync::Statics(&[
+        "gil_cond",
+        "gil_mutex",
+        "switch_cond",
+        "switch_mutex",
+    ])),
 };

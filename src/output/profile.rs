@@ -508,6 +508,7 @@ mod tests {
             truncated: None,
             native_entry: None,
             name_source: None,
+            wait: None,
         }
     }
 

@@ -173,6 +173,7 @@ impl NativeStacks {
             name_source: Some(NameSource::Os),
             frames: self.output_frames(merged),
             truncated: None,
+            wait: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Finding the interpreter in a target: its binaries, version and layout,
 //! and where the interpreter list and the GIL holder are recorded.
 
-use crate::cpython_layouts::{self, debug_offsets, GilLocation, Layout};
+use crate::cpython_layouts::{self, debug_offsets, GilLocation, GilSync, Layout};
 use crate::elf::{self, BinaryInfo};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, MemoryExt};
@@ -94,6 +94,25 @@ pub enum GilSource {
     Unknown,
 }
 
+/// Where the GIL's mutex and condition variables are in this process.
+#[derive(Debug, Clone)]
+pub enum GilSyncSource {
+    /// Fixed address ranges (statics, `_PyRuntime` fields).
+    Ranges(Vec<(u64, u64)>),
+    /// A pointer at `ptr` to a lock of `size` bytes (2.7).
+    Pointer {
+        ptr: u64,
+        size: u64,
+    },
+    /// Per interpreter: `[start, end)` inside what `interp + ceval_gil` points at.
+    PerInterp {
+        ceval_gil: u64,
+        start: u64,
+        end: u64,
+    },
+    Unknown,
+}
+
 pub struct PythonProcess {
     pub pid: i32,
     pub exe: String,
@@ -103,6 +122,7 @@ pub struct PythonProcess {
     /// Address of the word pointing at the newest interpreter.
     pub interp_head_ptr: u64,
     pub gil: GilSource,
+    pub gil_sync: GilSyncSource,
     /// File name of the library holding the interpreter (libpython or the executable).
     pub python_module: String,
     pub warnings: Vec<String>,
@@ -116,6 +136,12 @@ const WANTED: &[&str] = &[
     "Py_GetVersion.version",
     "version.0",
     "version",
+    // The GIL's lock objects of 2.7 and 3.6 (statics: symbol table only).
+    "interpreter_lock",
+    "gil_cond",
+    "gil_mutex",
+    "switch_cond",
+    "switch_mutex",
 ];
 
 struct Binary {
@@ -288,6 +314,47 @@ impl PythonProcess {
             },
         };
 
+        let symbol_range = |name: &str| {
+            bins.iter()
+                .find_map(|b| b.info.symbols.get(name).and_then(|v| v.first()).copied())
+        };
+        let gil_sync = match (&layout.gil_sync, &layout.runtime.gil) {
+            (Some(GilSync::LockPointer { symbol, size }), _) => match symbol_range(symbol) {
+                Some(r) => GilSyncSource::Pointer {
+                    ptr: r.addr,
+                    size: *size,
+                },
+                None => GilSyncSource::Unknown,
+            },
+            (Some(GilSync::Statics(names)), _) => {
+                let ranges: Vec<(u64, u64)> = names
+                    .iter()
+                    .filter_map(|n| symbol_range(n))
+                    .filter(|r| r.size > 0)
+                    .map(|r| (r.addr, r.addr.wrapping_add(r.size)))
+                    .collect();
+                if ranges.is_empty() {
+                    GilSyncSource::Unknown
+                } else {
+                    GilSyncSource::Ranges(ranges)
+                }
+            }
+            (Some(GilSync::Runtime { start, end }), _) => match runtime {
+                Some(r) => {
+                    GilSyncSource::Ranges(vec![(r.wrapping_add(*start), r.wrapping_add(*end))])
+                }
+                None => GilSyncSource::Unknown,
+            },
+            (Some(GilSync::InterpGil { start, end }), GilLocation::InterpGil { ceval_gil, .. }) => {
+                GilSyncSource::PerInterp {
+                    ceval_gil: *ceval_gil,
+                    start: *start,
+                    end: *end,
+                }
+            }
+            _ => GilSyncSource::Unknown,
+        };
+
         let python_module = bins
             .iter()
             .find(|b| is_libpython(&b.name))
@@ -303,6 +370,7 @@ impl PythonProcess {
             layout,
             interp_head_ptr,
             gil,
+            gil_sync,
             python_module,
             warnings,
         })

@@ -4,7 +4,7 @@
 use super::linetable::{LineTable, Positions};
 use super::objects::ObjReader;
 use super::pagecache::PageCache;
-use super::process::{GilSource, PythonProcess};
+use super::process::{GilSource, GilSyncSource, PythonProcess};
 use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition, LineTableFormat};
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
@@ -56,6 +56,36 @@ pub struct ReadOptions {
     /// frames their position. Kept off when sampling: the decoded positions
     /// are several times the size of the table, for every code object seen.
     pub positions: bool,
+    /// Where each interpreter's GIL lock objects are (wait attribution).
+    pub gil_sync: bool,
+    /// The lock objects (and Conditions) that each frame's locals refer to.
+    pub lock_locals: bool,
+}
+
+/// A local that refers to a lock (or a `threading.Condition`), for naming
+/// what a thread blocked in a futex waits for.
+#[derive(Debug, Clone)]
+pub struct LockRef {
+    /// Index into the thread's frames (innermost first).
+    pub frame: usize,
+    pub name: String,
+    pub obj: u64,
+    /// The object's type name (`_thread.lock`, `_thread.RLock`, `Condition`).
+    pub kind: String,
+    /// The word after the object header: a lock's `PyMutex` (3.13+) starts
+    /// there; before, it holds the pointer to the lock's semaphore.
+    pub inner: u64,
+    /// The address of that word.
+    pub inner_addr: u64,
+}
+
+/// Lock types whose waits can be named: `thread.lock` (2.7), `_thread.lock`,
+/// `_thread.RLock`; `Condition` is followed to name a Condition's waiter.
+fn is_lock_type(name: &str) -> bool {
+    matches!(
+        name,
+        "thread.lock" | "_thread.lock" | "_thread.RLock" | "lock" | "RLock" | "Condition"
+    )
 }
 
 /// A Python frame as walked, before it is turned into the output model.
@@ -83,6 +113,10 @@ pub struct ThreadSnapshot {
     /// It holds the GIL of an interpreter whose garbage collector is running:
     /// the collection is what it does now.
     pub in_gc: bool,
+    /// With `gil_sync`: the address ranges of its interpreter's GIL lock objects.
+    pub gil_sync: Vec<(u64, u64)>,
+    /// With `lock_locals`: locals that refer to locks, innermost frame first.
+    pub locks: Vec<LockRef>,
 }
 
 pub struct Reader {
@@ -395,6 +429,74 @@ impl Reader {
         }
     }
 
+    /// Where the GIL's mutex and condition variables of `interp` are.
+    fn gil_sync_ranges(&self, mem: &dyn Memory, interp: u64) -> Vec<(u64, u64)> {
+        match &self.process.gil_sync {
+            GilSyncSource::Ranges(v) => v.clone(),
+            GilSyncSource::Pointer { ptr, size } => match mem.read_u64(*ptr) {
+                Ok(p) if p != 0 => vec![(p, p.wrapping_add(*size))],
+                _ => Vec::new(),
+            },
+            GilSyncSource::PerInterp {
+                ceval_gil,
+                start,
+                end,
+            } => match mem.read_u64(interp.wrapping_add(*ceval_gil)) {
+                Ok(g) if g != 0 => vec![(g.wrapping_add(*start), g.wrapping_add(*end))],
+                _ => Vec::new(),
+            },
+            GilSyncSource::Unknown => Vec::new(),
+        }
+    }
+
+    /// The locals of one frame that refer to locks or Conditions.
+    fn lock_locals(
+        &self,
+        mem: &dyn Memory,
+        ci: &CodeInfo,
+        f: &RawFrame,
+        frame: usize,
+    ) -> Vec<LockRef> {
+        let l = &self.process.layout;
+        let objr = ObjReader::new(mem, l);
+        let n = ci.nslots.min(MAX_LOCALS);
+        let Ok((names, _)) = objr.tuple_items(ci.varnames, n) else {
+            return Vec::new();
+        };
+        let slots_at = f.addr.wrapping_add(l.frame.localsplus);
+        let Ok(raw) = mem.read_vec(slots_at, names.len() * 8, 1 << 20) else {
+            return Vec::new();
+        };
+        // The object header ends after ob_type.
+        let head = l.object.ob_type + 8;
+        let mut out = Vec::new();
+        for (i, name_obj) in names.iter().enumerate() {
+            let v = le_u64(&raw, i as u64 * 8) & !l.frame.pointer_tag_bits;
+            if v == 0 {
+                continue;
+            }
+            let Ok(kind) = objr.type_name(v) else {
+                continue;
+            };
+            if !is_lock_type(&kind) {
+                continue;
+            }
+            let Ok(name) = objr.full_string(*name_obj) else {
+                continue;
+            };
+            let inner_addr = v.wrapping_add(head);
+            out.push(LockRef {
+                frame,
+                name,
+                obj: v,
+                kind,
+                inner: mem.read_u64(inner_addr).unwrap_or(0),
+                inner_addr,
+            });
+        }
+        out
+    }
+
     /// Read every thread's stack. `states` maps kernel tids to their
     /// scheduler state letter, read before any pausing.
     pub fn snapshot(
@@ -439,6 +541,7 @@ impl Reader {
             self.refresh_names(&cache, &raw);
         }
         let mut resolved: HashMap<u64, Result<Option<Arc<CodeInfo>>, MemError>> = HashMap::new();
+        let mut gil_sync_by_interp: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for t in raw {
             let holds_gil = gil_by_interp
@@ -459,6 +562,7 @@ impl Reader {
             let mut entries = Vec::with_capacity(t.frames.len());
             let mut frame_addrs = Vec::with_capacity(t.frames.len());
             let mut truncated = t.truncated.clone();
+            let mut locks = Vec::new();
             for f in &t.frames {
                 // Recursion repeats code objects: check each once per snapshot.
                 let info = match resolved.get(&f.code) {
@@ -487,6 +591,9 @@ impl Reader {
                         if opts.locals > 0 {
                             let chars = LOCAL_REPR_CHARS * opts.locals as usize;
                             fr.locals = Some(self.locals(&cache, &ci, f, chars));
+                        }
+                        if opts.lock_locals {
+                            locks.extend(self.lock_locals(&cache, &ci, f, frames.len()));
                         }
                         frames.push(fr);
                         entries.push(f.is_entry);
@@ -517,11 +624,21 @@ impl Reader {
                     truncated,
                     native_entry: None,
                     name_source: name.is_some().then_some(NameSource::Threading),
+                    wait: None,
                 },
                 is_entry: entries,
                 frame_addrs,
                 anchors: t.anchors.clone(),
                 in_gc: holds_gil && gc_by_interp.get(&t.interp) == Some(&Some(true)),
+                gil_sync: if opts.gil_sync {
+                    gil_sync_by_interp
+                        .entry(t.interp)
+                        .or_insert_with(|| self.gil_sync_ranges(&cache, t.interp))
+                        .clone()
+                } else {
+                    Vec::new()
+                },
+                locks,
             });
         }
         Ok(out)
@@ -808,6 +925,7 @@ mod tests {
             layout: layout.clone(),
             interp_head_ptr: head,
             gil: GilSource::TstatePtr(head + 8),
+            gil_sync: GilSyncSource::Unknown,
             python_module: "libpython".into(),
             warnings: Vec::new(),
         }
@@ -883,6 +1001,8 @@ mod tests {
                     names: true,
                     function_lines: false,
                     positions: true,
+                    gil_sync: true,
+                    lock_locals: true,
                 };
                 let _ = r.snapshot(&mem, opts, &HashMap::new());
                 let _ = r.python_threads(&mem);

@@ -148,6 +148,8 @@ pub struct ThreadInfo {
     pub name: Option<String>,
     /// Location (by line) of the innermost frame of its latest sample.
     pub current: Option<u32>,
+    /// What it waited for at its latest sample (the short form; None while running).
+    pub wait: Option<String>,
     pub samples: u64,
     pub gil_samples: u64,
     window_samples: u64,
@@ -322,6 +324,8 @@ impl Aggregator {
                 fn_ids.push(fun);
             }
             self.threads[idx as usize].current = line_ids.first().copied();
+            self.threads[idx as usize].wait =
+                t.wait.as_ref().map(|w| w.short()).filter(|s| !s.is_empty());
             if counted {
                 self.serial += 1;
                 let s = self.serial;
@@ -502,6 +506,7 @@ mod tests {
             truncated: None,
             native_entry: None,
             name_source: None,
+            wait: None,
         }
     }
 

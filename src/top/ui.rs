@@ -139,7 +139,15 @@ fn thread_label(t: &super::view::ThreadRow) -> String {
 fn draw_threads(f: &mut Frame, area: Rect, v: &View) {
     let multi = v.processes > 1;
     let mut head = vec![
-        "Thread", "TID", "S", "CPU%", "vcsw/s", "ivcsw/s", "GIL%", "Now in",
+        "Thread",
+        "TID",
+        "S",
+        "CPU%",
+        "vcsw/s",
+        "ivcsw/s",
+        "GIL%",
+        "Waiting for",
+        "Now in",
     ];
     let mut widths = vec![
         Constraint::Length(16),
@@ -149,6 +157,7 @@ fn draw_threads(f: &mut Frame, area: Rect, v: &View) {
         Constraint::Length(8),
         Constraint::Length(8),
         Constraint::Length(6),
+        Constraint::Length(24),
         Constraint::Fill(1),
     ];
     if multi {
@@ -173,6 +182,7 @@ fn draw_threads(f: &mut Frame, area: Rect, v: &View) {
             opt(r.and_then(|r| r.voluntary_per_s), 0),
             opt(r.and_then(|r| r.involuntary_per_s), 0),
             format!("{:.1}", t.gil_pct),
+            t.wait.clone().unwrap_or_default(),
             t.current.clone().unwrap_or_default(),
         ];
         if multi {
@@ -337,6 +347,7 @@ mod tests {
             truncated: None,
             native_entry: None,
             name_source: None,
+            wait: None,
         };
         a.begin_tick(0, Duration::ZERO, &[]);
         a.add_threads([(9, &t)], Duration::from_millis(10), &mut |f| {

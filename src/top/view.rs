@@ -47,6 +47,8 @@ pub struct ThreadRow {
     pub rates: Option<ThreadRates>,
     pub gil_pct: f64,
     pub current: Option<String>,
+    /// What the thread waits for (short form), empty while running.
+    pub wait: Option<String>,
 }
 
 /// Header numbers, frozen with the tables while paused.
@@ -228,6 +230,7 @@ impl View {
                     rates: r,
                     gil_pct: t.gil_pct(),
                     current: t.current.map(|l| agg.location(l).to_string()),
+                    wait: t.wait.clone(),
                 })
             })
             .collect::<Vec<_>>();
@@ -298,6 +301,7 @@ mod tests {
             truncated: None,
             native_entry: None,
             name_source: None,
+            wait: None,
         }
     }
 

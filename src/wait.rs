@@ -1,0 +1,1422 @@
+//! What a thread is waiting for: the one wait model behind dump's text and
+//! JSON, top's wait column and record's off-CPU leaf frames.
+//!
+//! Everything here is pure: the kernel's text (`/proc/PID/task/TID/syscall`,
+//! `/proc/PID/net/*`, fdinfo, fd link targets, wchan, kernel stacks) comes in
+//! as strings read by [`crate::procfs`], and pointer arguments are read
+//! through [`Memory`], bounded. A thread that changes state between the reads
+//! is shown as what was read.
+
+use crate::memory::{le_u64, Memory, MemoryExt};
+use serde::Serialize;
+
+/// Most fds listed from a select/poll set or an epoll set.
+pub const MAX_SET_FDS: usize = 64;
+/// Longest path read from a syscall's string argument.
+const MAX_PATH_ARG: usize = 4096;
+/// Most kernel stack lines kept.
+const MAX_KSTACK: usize = 32;
+
+/// What a thread is doing in the kernel, as read at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Wait {
+    /// Scheduler state letter (R, S, D, T, t, Z, I).
+    pub state: String,
+    /// The system call it is blocked in, by name ("syscall_N" when the
+    /// number is not one pyinspect names); absent while running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syscall: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syscall_nr: Option<i64>,
+    /// The fd the call is on (read, recv, accept, epoll_wait's epoll fd…).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fd: Option<FdDesc>,
+    /// The fds of a select/poll set, or those an epoll set watches.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fds: Vec<FdDesc>,
+    /// A path argument (openat, stat, execve…).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Timeout>,
+    /// The futex word's address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub futex: Option<String>,
+    /// Waiting for the GIL (a futex inside the GIL's mutex or condition variable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gil: Option<GilWait>,
+    /// Waiting for a lock that a Python frame's local refers to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockWait>,
+    /// wait4/waitid: the child waited for (-1: any child).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child: Option<i64>,
+    /// Kernel function the thread sleeps in (shown for D state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wchan: Option<String>,
+    /// Kernel stack, innermost first (D state, when readable: root only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_stack: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Timeout {
+    /// No timeout: waits until woken.
+    None,
+    /// A relative timeout as asked, in seconds.
+    Relative { seconds: f64 },
+    /// An absolute deadline, given as the seconds left when read.
+    Deadline { seconds_left: f64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GilWait {
+    /// Kernel tid of the thread holding the GIL, when one does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LockWait {
+    /// The local's name, and the frame it is a local of.
+    pub name: String,
+    /// Python type of the object (`_thread.lock`, `_thread.RLock`), or
+    /// `threading.Condition` for the waiter lock of `Condition.wait`.
+    pub kind: String,
+    pub address: String,
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+}
+
+/// One file descriptor, described.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FdDesc {
+    pub fd: i32,
+    /// file, fifo, pipe, tcp, tcp6, udp, udp6, unix, socket, eventfd, epoll,
+    /// timerfd, signalfd, anon, other, or closed.
+    pub kind: String,
+    /// The link target (`socket:[123]`, `pipe:[45]`, a path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// TCP state (ESTABLISHED, LISTEN…); for unix sockets, the socket type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Who holds the other end of a pipe or FIFO (`pid 12 "name" fd 4`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+    /// An epoll set: the fds it watches.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub watches: Vec<i32>,
+}
+
+/// `/proc/PID/task/TID/syscall`, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyscallLine {
+    Running,
+    /// Blocked, but not in a system call (e.g. a page fault).
+    NotInSyscall,
+    Blocked {
+        nr: i64,
+        args: [u64; 6],
+    },
+}
+
+pub fn parse_syscall(text: &str) -> Option<SyscallLine> {
+    let text = text.trim();
+    if text == "running" {
+        return Some(SyscallLine::Running);
+    }
+    let mut it = text.split_whitespace();
+    let nr: i64 = it.next()?.parse().ok()?;
+    if nr < 0 {
+        return Some(SyscallLine::NotInSyscall);
+    }
+    let mut args = [0u64; 6];
+    for a in args.iter_mut() {
+        let s = it.next()?;
+        *a = u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()?;
+    }
+    Some(SyscallLine::Blocked { nr, args })
+}
+
+/// x86-64 system call names, for the calls a thread is seen blocked in.
+pub fn syscall_name(nr: i64) -> Option<&'static str> {
+    Some(match nr {
+        0 => "read",
+        1 => "write",
+        2 => "open",
+        3 => "close",
+        4 => "stat",
+        5 => "fstat",
+        6 => "lstat",
+        7 => "poll",
+        8 => "lseek",
+        9 => "mmap",
+        16 => "ioctl",
+        17 => "pread64",
+        18 => "pwrite64",
+        19 => "readv",
+        20 => "writev",
+        21 => "access",
+        23 => "select",
+        24 => "sched_yield",
+        34 => "pause",
+        35 => "nanosleep",
+        40 => "sendfile",
+        42 => "connect",
+        43 => "accept",
+        44 => "sendto",
+        45 => "recvfrom",
+        46 => "sendmsg",
+        47 => "recvmsg",
+        48 => "shutdown",
+        56 => "clone",
+        57 => "fork",
+        58 => "vfork",
+        59 => "execve",
+        61 => "wait4",
+        72 => "fcntl",
+        73 => "flock",
+        74 => "fsync",
+        75 => "fdatasync",
+        76 => "truncate",
+        77 => "ftruncate",
+        87 => "unlink",
+        89 => "readlink",
+        128 => "rt_sigtimedwait",
+        130 => "rt_sigsuspend",
+        202 => "futex",
+        208 => "io_getevents",
+        217 => "getdents64",
+        230 => "clock_nanosleep",
+        232 => "epoll_wait",
+        247 => "waitid",
+        257 => "openat",
+        262 => "newfstatat",
+        270 => "pselect6",
+        271 => "ppoll",
+        275 => "splice",
+        281 => "epoll_pwait",
+        285 => "fallocate",
+        288 => "accept4",
+        295 => "preadv",
+        296 => "pwritev",
+        299 => "recvmmsg",
+        307 => "sendmmsg",
+        332 => "statx",
+        426 => "io_uring_enter",
+        435 => "clone3",
+        439 => "faccessat2",
+        441 => "epoll_pwait2",
+        449 => "futex_waitv",
+        _ => return None,
+    })
+}
+
+/// Which argument of a call is the fd it blocks on.
+fn fd_arg(name: &str) -> Option<usize> {
+    match name {
+        "read" | "write" | "pread64" | "pwrite64" | "readv" | "writev" | "preadv" | "pwritev"
+        | "connect" | "accept" | "accept4" | "sendto" | "recvfrom" | "sendmsg" | "recvmsg"
+        | "recvmmsg" | "sendmmsg" | "fsync" | "fdatasync" | "flock" | "fcntl" | "ioctl"
+        | "shutdown" | "ftruncate" | "fallocate" | "getdents64" | "epoll_wait" | "epoll_pwait"
+        | "epoll_pwait2" | "io_uring_enter" | "splice" | "lseek" | "fstat" => Some(0),
+        "sendfile" => Some(1),
+        _ => None,
+    }
+}
+
+/// Which argument of a call is a path string.
+fn path_arg(name: &str) -> Option<usize> {
+    match name {
+        "open" | "stat" | "lstat" | "unlink" | "readlink" | "execve" | "access" | "truncate" => {
+            Some(0)
+        }
+        "openat" | "newfstatat" | "statx" | "faccessat2" => Some(1),
+        _ => None,
+    }
+}
+
+/// The names a short form uses: the family rather than the variant.
+fn short_name(name: &str) -> &str {
+    match name {
+        "recvfrom" | "recvmsg" | "recvmmsg" => "recv",
+        "sendto" | "sendmsg" | "sendmmsg" => "send",
+        "pread64" | "readv" | "preadv" => "read",
+        "pwrite64" | "writev" | "pwritev" => "write",
+        "accept4" => "accept",
+        "nanosleep" | "clock_nanosleep" => "sleep",
+        "pselect6" => "select",
+        "ppoll" => "poll",
+        "epoll_pwait" | "epoll_pwait2" => "epoll_wait",
+        "waitid" => "wait4",
+        n => n,
+    }
+}
+
+/// One socket from `/proc/PID/net/{tcp,tcp6,udp,udp6}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InetSocket {
+    pub inode: u64,
+    pub local: String,
+    pub remote: String,
+    pub state: String,
+}
+
+/// One socket from `/proc/PID/net/unix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixSocket {
+    pub inode: u64,
+    pub kind: &'static str,
+    pub path: Option<String>,
+}
+
+fn tcp_state(code: u8) -> &'static str {
+    match code {
+        1 => "ESTABLISHED",
+        2 => "SYN_SENT",
+        3 => "SYN_RECV",
+        4 => "FIN_WAIT1",
+        5 => "FIN_WAIT2",
+        6 => "TIME_WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE_WAIT",
+        9 => "LAST_ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        12 => "NEW_SYN_RECV",
+        _ => "UNKNOWN",
+    }
+}
+
+/// `0100007F:1F90` (IPv4) or 32 hex digits + port (IPv6), as the kernel
+/// prints them: each 32-bit word in host (little-endian) order.
+fn parse_inet_addr(s: &str) -> Option<String> {
+    let (addr, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let words: Vec<u32> = (0..addr.len() / 8)
+        .map(|i| u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16).ok())
+        .collect::<Option<_>>()?;
+    match words.len() {
+        1 => {
+            let ip = std::net::Ipv4Addr::from(words[0].to_le_bytes());
+            Some(format!("{ip}:{port}"))
+        }
+        4 => {
+            let mut b = [0u8; 16];
+            for (i, w) in words.iter().enumerate() {
+                b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            let ip = std::net::Ipv6Addr::from(b);
+            match ip.to_ipv4_mapped() {
+                Some(v4) => Some(format!("{v4}:{port}")),
+                None => Some(format!("[{ip}]:{port}")),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The sockets of one `/proc/PID/net/{tcp,tcp6,udp,udp6}` table.
+pub fn parse_inet_table(text: &str, tcp: bool) -> Vec<InetSocket> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local = parse_inet_addr(f.get(1)?)?;
+            let remote = parse_inet_addr(f.get(2)?)?;
+            let st = u8::from_str_radix(f.get(3)?, 16).ok()?;
+            let inode: u64 = f.get(9)?.parse().ok()?;
+            let state = if tcp {
+                tcp_state(st).to_string()
+            } else if st == 1 {
+                "ESTABLISHED".to_string()
+            } else {
+                "UNCONN".to_string()
+            };
+            Some(InetSocket {
+                inode,
+                local,
+                remote,
+                state,
+            })
+        })
+        .collect()
+}
+
+/// The sockets of `/proc/PID/net/unix`.
+pub fn parse_unix_table(text: &str) -> Vec<UnixSocket> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.splitn(8, char::is_whitespace).collect();
+            // Num RefCount Protocol Flags Type St Inode [Path]
+            let f: Vec<&str> = f.into_iter().filter(|s| !s.is_empty()).collect();
+            let kind = match u32::from_str_radix(f.get(4)?, 16).ok()? {
+                1 => "stream",
+                2 => "dgram",
+                5 => "seqpacket",
+                _ => "unix",
+            };
+            let inode: u64 = f.get(6)?.parse().ok()?;
+            let path = line
+                .split_whitespace()
+                .nth(7)
+                .map(str::to_string)
+                .filter(|p| !p.is_empty());
+            Some(UnixSocket { inode, kind, path })
+        })
+        .collect()
+}
+
+/// The fds an epoll set watches, from its `/proc/PID/fdinfo/FD`.
+pub fn parse_epoll_fdinfo(text: &str) -> Vec<i32> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("tfd:"))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .take(MAX_SET_FDS)
+        .collect()
+}
+
+/// `socket:[123]` → ("socket", 123); also `pipe:[…]`.
+pub fn link_inode(target: &str, prefix: &str) -> Option<u64> {
+    target
+        .strip_prefix(prefix)?
+        .strip_prefix(":[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// The sockets of the target's network namespace, by inode (what fds link to).
+#[derive(Debug, Default, Clone)]
+pub struct SocketTables {
+    pub inet: Vec<(&'static str, InetSocket)>,
+    pub unix: Vec<UnixSocket>,
+}
+
+impl SocketTables {
+    pub fn from_texts(tables: &[(&'static str, Option<String>)]) -> SocketTables {
+        let mut t = SocketTables::default();
+        for (name, text) in tables {
+            let Some(text) = text else { continue };
+            match *name {
+                "unix" => t.unix.extend(parse_unix_table(text)),
+                n => {
+                    let tcp = n.starts_with("tcp");
+                    t.inet
+                        .extend(parse_inet_table(text, tcp).into_iter().map(|s| (n, s)));
+                }
+            }
+        }
+        t
+    }
+}
+
+/// Describe an fd from its link target; sockets need the tables (read
+/// lazily: `tables` is called at most once per socket met).
+pub fn describe_fd(
+    fd: i32,
+    target: Option<&str>,
+    tables: &mut dyn FnMut() -> Option<std::rc::Rc<SocketTables>>,
+) -> FdDesc {
+    let mut d = FdDesc {
+        fd,
+        target: target.map(str::to_string),
+        ..Default::default()
+    };
+    let Some(t) = target else {
+        d.kind = "closed".into();
+        return d;
+    };
+    if let Some(inode) = link_inode(t, "socket") {
+        d.kind = "socket".into();
+        if let Some(tables) = tables() {
+            if let Some((name, s)) = tables.inet.iter().find(|(_, s)| s.inode == inode) {
+                d.kind = name.to_string();
+                d.local = Some(s.local.clone());
+                d.remote = Some(s.remote.clone());
+                d.state = Some(s.state.clone());
+            } else if let Some(u) = tables.unix.iter().find(|u| u.inode == inode) {
+                d.kind = "unix".into();
+                d.local = u.path.clone();
+                d.state = Some(u.kind.to_string());
+            }
+        }
+    } else if link_inode(t, "pipe").is_some() {
+        d.kind = "pipe".into();
+    } else if let Some(anon) = t.strip_prefix("anon_inode:") {
+        let anon = anon.trim_start_matches('[').trim_end_matches(']');
+        d.kind = match anon {
+            "eventfd" => "eventfd",
+            "eventpoll" => "epoll",
+            "timerfd" => "timerfd",
+            "signalfd" => "signalfd",
+            _ => "anon",
+        }
+        .into();
+    } else if t.starts_with('/') {
+        d.kind = "file".into();
+    } else {
+        d.kind = "other".into();
+    }
+    d
+}
+
+impl FdDesc {
+    /// The part of an fd a short form names: the peer of a socket, the path of a file.
+    pub fn short(&self) -> String {
+        match self.kind.as_str() {
+            "tcp" | "tcp6" | "udp" | "udp6" => match (&self.remote, &self.local) {
+                (Some(r), Some(l)) if self.state.as_deref() == Some("LISTEN") || is_any(r) => {
+                    format!("listen {l}")
+                }
+                (Some(r), _) => r.clone(),
+                _ => self.kind.clone(),
+            },
+            "unix" => self.local.clone().unwrap_or_else(|| "unix".into()),
+            "file" | "fifo" => self.target.clone().unwrap_or_default(),
+            k => k.to_string(),
+        }
+    }
+
+    /// The long form: `fd 3: TCP 127.0.0.1:40412 → 127.0.0.1:8080 (ESTABLISHED)`.
+    pub fn long(&self) -> String {
+        let mut s = format!("fd {}: ", self.fd);
+        match self.kind.as_str() {
+            "tcp" | "tcp6" | "udp" | "udp6" => {
+                s += &format!(
+                    "{} {} → {}",
+                    self.kind.to_uppercase(),
+                    self.local.as_deref().unwrap_or("?"),
+                    self.remote.as_deref().unwrap_or("?")
+                );
+                if let Some(st) = &self.state {
+                    s += &format!(" ({st})");
+                }
+            }
+            "unix" => {
+                s += &format!(
+                    "unix {} socket {}",
+                    self.state.as_deref().unwrap_or(""),
+                    self.local.as_deref().unwrap_or("(unnamed)")
+                );
+                if let Some(t) = &self.target {
+                    s += &format!(" {t}");
+                }
+            }
+            "file" => s += self.target.as_deref().unwrap_or("?"),
+            "fifo" => s += &format!("FIFO {}", self.target.as_deref().unwrap_or("?")),
+            "closed" => s += "closed",
+            _ => s += self.target.as_deref().unwrap_or(&self.kind),
+        }
+        if !self.peers.is_empty() {
+            s += &format!(" (other end: {})", self.peers.join(", "));
+        }
+        if !self.watches.is_empty() {
+            let w: Vec<String> = self.watches.iter().map(|f| f.to_string()).collect();
+            s += &format!(" watching fds {}", w.join(", "));
+        }
+        s
+    }
+}
+
+fn is_any(addr: &str) -> bool {
+    addr.starts_with("0.0.0.0:") || addr.starts_with("[::]:")
+}
+
+/// Seconds of a `struct timespec` (or `timeval` with `nanos = false`) at `addr`.
+fn read_time(mem: &dyn Memory, addr: u64, nanos: bool) -> Option<f64> {
+    let mut b = [0u8; 16];
+    mem.read(addr, &mut b).ok()?;
+    let sec = le_u64(&b, 0) as i64;
+    let frac = le_u64(&b, 8) as i64;
+    if sec < 0 || frac < 0 {
+        return None;
+    }
+    let div = if nanos { 1e9 } else { 1e6 };
+    Some(sec as f64 + frac as f64 / div)
+}
+
+/// Seconds now on a clock the target can use (`clockid` as passed to the call).
+fn clock_now(clockid: i32) -> Option<f64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own; an invalid id fails.
+    let rc = unsafe { libc::clock_gettime(clockid, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
+}
+
+fn relative(mem: &dyn Memory, addr: u64, nanos: bool) -> Option<Timeout> {
+    if addr == 0 {
+        return Some(Timeout::None);
+    }
+    read_time(mem, addr, nanos).map(|seconds| Timeout::Relative { seconds })
+}
+
+fn millis(v: u64) -> Timeout {
+    let ms = v as u32 as i32;
+    if ms < 0 {
+        Timeout::None
+    } else {
+        Timeout::Relative {
+            seconds: ms as f64 / 1000.0,
+        }
+    }
+}
+
+fn deadline(mem: &dyn Memory, addr: u64, clockid: i32) -> Option<Timeout> {
+    if addr == 0 {
+        return Some(Timeout::None);
+    }
+    let at = read_time(mem, addr, true)?;
+    let now = clock_now(clockid)?;
+    Some(Timeout::Deadline {
+        seconds_left: at - now,
+    })
+}
+
+/// The timeout a call asked for, reading pointer arguments from the target.
+pub fn timeout_of(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Option<Timeout> {
+    const TIMER_ABSTIME: u64 = 1;
+    match name {
+        "nanosleep" => relative(mem, a[0], true),
+        "clock_nanosleep" if a[1] & TIMER_ABSTIME != 0 => deadline(mem, a[2], a[0] as i32),
+        "clock_nanosleep" => relative(mem, a[2], true),
+        "select" => relative(mem, a[4], false),
+        "pselect6" => relative(mem, a[4], true),
+        "poll" => Some(millis(a[2])),
+        "ppoll" => relative(mem, a[2], true),
+        "epoll_wait" | "epoll_pwait" => Some(millis(a[3])),
+        "epoll_pwait2" => relative(mem, a[3], true),
+        "futex" => {
+            let op = a[1] & 0x7f;
+            let realtime = a[1] & 256 != 0;
+            match op {
+                0 => relative(mem, a[3], true), // FUTEX_WAIT
+                9 => deadline(
+                    // FUTEX_WAIT_BITSET
+                    mem,
+                    a[3],
+                    if realtime {
+                        libc::CLOCK_REALTIME
+                    } else {
+                        libc::CLOCK_MONOTONIC
+                    },
+                ),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The fds a select (three bitmaps of `nfds` bits) or poll (an array of
+/// `struct pollfd`) waits on; bounded.
+pub fn set_fds(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Vec<i32> {
+    let mut fds = Vec::new();
+    match name {
+        "select" | "pselect6" => {
+            let nfds = (a[0] as u32).min(1024) as usize;
+            let bytes = nfds.div_ceil(64) * 8;
+            for set in [a[1], a[2], a[3]] {
+                if set == 0 || bytes == 0 {
+                    continue;
+                }
+                let Ok(bits) = mem.read_vec(set, bytes, 128) else {
+                    continue;
+                };
+                for fd in 0..nfds {
+                    if bits[fd / 8] & (1 << (fd % 8)) != 0
+                        && !fds.contains(&(fd as i32))
+                        && fds.len() < MAX_SET_FDS
+                    {
+                        fds.push(fd as i32);
+                    }
+                }
+            }
+        }
+        "poll" | "ppoll" => {
+            let n = (a[1] as usize).min(MAX_SET_FDS);
+            if let Ok(raw) = mem.read_vec(a[0], n * 8, MAX_SET_FDS * 8) {
+                for i in 0..n {
+                    let fd = i32::from_le_bytes(raw[i * 8..i * 8 + 4].try_into().unwrap_or([0; 4]));
+                    if fd >= 0 && !fds.contains(&fd) {
+                        fds.push(fd);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    fds
+}
+
+/// A NUL-terminated string argument, bounded.
+fn read_c_string(mem: &dyn Memory, addr: u64) -> Option<String> {
+    if addr == 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < MAX_PATH_ARG {
+        // Never read across a page end in one go: the next page may be unmapped.
+        let room = (0x1000 - (at & 0xfff)) as usize;
+        let mut chunk = vec![0u8; room.min(256)];
+        // A short string near the end of what is mapped: halve the read.
+        while mem.read(at, &mut chunk).is_err() {
+            if chunk.len() == 1 {
+                return (!out.is_empty()).then(|| String::from_utf8_lossy(&out).into_owned());
+            }
+            chunk.truncate(chunk.len() / 2);
+        }
+        if let Some(end) = chunk.iter().position(|b| *b == 0) {
+            out.extend_from_slice(&chunk[..end]);
+            return Some(String::from_utf8_lossy(&out).into_owned());
+        }
+        out.extend_from_slice(&chunk);
+        at = at.wrapping_add(chunk.len() as u64);
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// What a blocked call's arguments say, before fds are described: which fd
+/// (and set of fds), which path, which child, which futex, which timeout.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallArgs {
+    pub name: String,
+    pub fd: Option<i32>,
+    pub set: Vec<i32>,
+    pub path: Option<String>,
+    pub child: Option<i64>,
+    pub futex: Option<u64>,
+    pub timeout: Option<Timeout>,
+}
+
+/// Decode a blocked call. `full` also reads pointer arguments (timeouts,
+/// fd sets, paths); without it only register arguments are used.
+pub fn decode_call(nr: i64, a: &[u64; 6], mem: &dyn Memory, full: bool) -> CallArgs {
+    let name = syscall_name(nr)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("syscall_{nr}"));
+    let mut c = CallArgs {
+        fd: fd_arg(&name).map(|i| a[i] as u32 as i32),
+        ..Default::default()
+    };
+    match name.as_str() {
+        "wait4" => c.child = Some(a[0] as u32 as i32 as i64),
+        // waitid(idtype, id, …): P_ALL = 0, P_PID = 1.
+        "waitid" => c.child = Some(if a[0] == 1 { a[1] as i64 } else { -1 }),
+        "futex" => c.futex = Some(a[0]),
+        _ => {}
+    }
+    if full {
+        c.timeout = timeout_of(&name, a, mem);
+        c.set = set_fds(&name, a, mem);
+        c.path = path_arg(&name).and_then(|i| read_c_string(mem, a[i]));
+    }
+    c.name = name;
+    c
+}
+
+impl Wait {
+    /// Whether the thread is off the CPU (sleeping, in D state, stopped).
+    pub fn off_cpu(&self) -> bool {
+        !matches!(self.state.as_str(), "R" | "")
+    }
+
+    /// The short form used by top's wait column and record's leaf frames:
+    /// `recv 127.0.0.1:443`, `GIL wait`, `futex`, `read /data/x.bin`,
+    /// `D: wchan`. Empty for a running thread.
+    pub fn short(&self) -> String {
+        if self.state == "D" {
+            if let Some(w) = &self.wchan {
+                return format!("D: {w}");
+            }
+        }
+        if self.gil.is_some() {
+            return "GIL wait".into();
+        }
+        if let Some(l) = &self.lock {
+            return format!("lock {}", l.name);
+        }
+        let Some(name) = &self.syscall else {
+            return match self.state.as_str() {
+                "R" | "" => String::new(),
+                "D" => "D".into(),
+                s => s.to_string(),
+            };
+        };
+        let short = short_name(name);
+        if let Some(fd) = &self.fd {
+            if !fd.watches.is_empty() || self.fds.is_empty() {
+                return format!("{short} {}", fd.short());
+            }
+        }
+        if let Some(first) = self.fds.first() {
+            let more = if self.fds.len() > 1 {
+                format!(" +{}", self.fds.len() - 1)
+            } else {
+                String::new()
+            };
+            return format!("{short} {}{more}", first.short());
+        }
+        if let Some(p) = &self.path {
+            return format!("{short} {p}");
+        }
+        if let Some(c) = self.child {
+            return if c < 0 {
+                format!("{short} any child")
+            } else {
+                format!("{short} {c}")
+            };
+        }
+        short.to_string()
+    }
+
+    /// The long form of dump's header: everything known, decoded.
+    pub fn long(&self) -> String {
+        let mut s = String::new();
+        if let Some(name) = &self.syscall {
+            s += name;
+            let mut args = Vec::new();
+            if let Some(fd) = &self.fd {
+                args.push(fd.long());
+            }
+            if !self.fds.is_empty() {
+                let fds: Vec<String> = self.fds.iter().map(FdDesc::long).collect();
+                args.push(format!("{{{}}}", fds.join("; ")));
+            }
+            if let Some(p) = &self.path {
+                args.push(p.clone());
+            }
+            if let Some(c) = self.child {
+                args.push(if c < 0 {
+                    "any child".into()
+                } else {
+                    format!("child {c}")
+                });
+            }
+            if let Some(f) = &self.futex {
+                args.push(f.clone());
+            }
+            match &self.timeout {
+                Some(Timeout::None) => args.push("no timeout".into()),
+                Some(Timeout::Relative { seconds }) => {
+                    args.push(format!("timeout {}", secs(*seconds)))
+                }
+                Some(Timeout::Deadline { seconds_left }) => {
+                    args.push(format!("deadline in {}", secs(*seconds_left)))
+                }
+                None => {}
+            }
+            s += &format!("({})", args.join(", "));
+        }
+        if let Some(g) = &self.gil {
+            s += " waiting for the GIL";
+            match (g.holder, &g.holder_name) {
+                (Some(h), Some(n)) => s += &format!(" (held by thread {h} \"{n}\")"),
+                (Some(h), None) => s += &format!(" (held by thread {h})"),
+                _ => s += " (no holder seen)",
+            }
+        }
+        if let Some(l) = &self.lock {
+            s += &format!(
+                " waiting for {} '{}' at {} (local of {}, {}:{})",
+                l.kind, l.name, l.address, l.function, l.file, l.line
+            );
+        }
+        if self.state == "D" {
+            if !s.is_empty() {
+                s += ", ";
+            }
+            s += &format!(
+                "uninterruptible in {}",
+                self.wchan.as_deref().unwrap_or("?")
+            );
+        }
+        s
+    }
+}
+
+/// How much a sampler learns about waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitDetail {
+    /// Nothing (the default of cpu-mode sampling).
+    #[default]
+    Off,
+    /// The call and its fd, from registers and cached fd descriptions:
+    /// what top's column and record's leaf frames show.
+    Short,
+    /// Everything: pointer arguments, fd sets, epoll sets, pipe peers, wchan,
+    /// kernel stacks (dump).
+    Full,
+}
+
+/// Reads the kernel's view of a process's blocked threads, through
+/// [`crate::procfs`]. Fd descriptions are cached: per pass when `Full`,
+/// across passes (by link target, which names the inode) when `Short`.
+pub struct WaitReader {
+    pid: i32,
+    detail: WaitDetail,
+    tables: Option<std::rc::Rc<SocketTables>>,
+    fd_cache: std::collections::HashMap<String, FdDesc>,
+    /// Open syscall files of the threads seen, read with `pread`.
+    syscall_files: std::collections::HashMap<i32, std::fs::File>,
+}
+
+/// Most cached fd descriptions (a process that churns sockets cannot grow it without bound).
+const MAX_FD_CACHE: usize = 4096;
+
+fn fdinfo_access(text: &str) -> Option<&'static str> {
+    let flags = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())?;
+    Some(match flags & 3 {
+        0 => "read end",
+        1 => "write end",
+        _ => "read-write",
+    })
+}
+
+impl WaitReader {
+    pub fn new(pid: i32, detail: WaitDetail) -> WaitReader {
+        WaitReader {
+            pid,
+            detail,
+            tables: None,
+            fd_cache: Default::default(),
+            syscall_files: Default::default(),
+        }
+    }
+
+    pub fn detail(&self) -> WaitDetail {
+        self.detail
+    }
+
+    /// A new pass over `threads`: socket tables are read again when next
+    /// needed, and the files of threads that are gone are closed.
+    pub fn begin_pass(&mut self, threads: &[(i32, bool)]) {
+        self.syscall_files
+            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
+        self.tables = None;
+        if self.detail == WaitDetail::Full || self.fd_cache.len() > MAX_FD_CACHE {
+            self.fd_cache.clear();
+        }
+    }
+
+    /// The call a thread that is not running is in (read before any pausing).
+    pub fn syscall(&mut self, tid: i32) -> Option<SyscallLine> {
+        use std::os::unix::fs::FileExt;
+        let f = match self.syscall_files.entry(tid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(crate::procfs::open_thread_syscall(self.pid, tid)?)
+            }
+        };
+        let mut buf = [0u8; 256];
+        let n = f.read_at(&mut buf, 0).ok()?;
+        parse_syscall(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+
+    fn describe(&mut self, fd: i32) -> FdDesc {
+        let pid = self.pid;
+        let target = crate::procfs::fd_target(pid, fd);
+        if let Some(t) = &target {
+            if let Some(d) = self.fd_cache.get(t) {
+                let mut d = d.clone();
+                d.fd = fd;
+                return d;
+            }
+        }
+        let tables = &mut self.tables;
+        let mut get = || {
+            if tables.is_none() {
+                let names = ["tcp", "tcp6", "udp", "udp6", "unix"];
+                let texts: Vec<(&'static str, Option<String>)> = names
+                    .iter()
+                    .map(|n| (*n, crate::procfs::net_table(pid, n)))
+                    .collect();
+                *tables = Some(std::rc::Rc::new(SocketTables::from_texts(&texts)));
+            }
+            tables.clone()
+        };
+        let mut d = describe_fd(fd, target.as_deref(), &mut get);
+        if d.kind == "file" && crate::procfs::fd_is_fifo(pid, fd) {
+            d.kind = "fifo".into();
+        }
+        if self.detail == WaitDetail::Full {
+            if d.kind == "epoll" {
+                d.watches = crate::procfs::fdinfo(pid, fd)
+                    .map(|t| parse_epoll_fdinfo(&t))
+                    .unwrap_or_default();
+            }
+            if matches!(d.kind.as_str(), "pipe" | "fifo") {
+                d.peers = self.peers(fd, target.as_deref().unwrap_or(""));
+            }
+            if d.kind == "unix" && crate::procfs::same_net_namespace(pid) {
+                let peer = target
+                    .as_deref()
+                    .and_then(|t| link_inode(t, "socket"))
+                    .and_then(crate::procfs::unix_socket_peer);
+                if let Some(peer) = peer {
+                    let peer_link = format!("socket:[{peer}]");
+                    d.peers = self.peers(-1, &peer_link);
+                    if d.peers.is_empty() {
+                        d.peers.push(peer_link);
+                    }
+                }
+            }
+        }
+        if let Some(t) = target {
+            self.fd_cache.insert(t, d.clone());
+        }
+        d
+    }
+
+    /// Who else holds this pipe or FIFO (dump only: it lists every process's fds).
+    fn peers(&self, fd: i32, target: &str) -> Vec<String> {
+        crate::procfs::fd_holders(&[target.to_string()], 16)
+            .into_iter()
+            .filter(|(p, f, _)| !(*p == self.pid && *f == fd))
+            .map(|(p, f, _)| {
+                let name = crate::procfs::comm(p, p).unwrap_or_default();
+                let end = crate::procfs::fdinfo(p, f)
+                    .as_deref()
+                    .and_then(fdinfo_access)
+                    .map(|a| format!(" ({a})"))
+                    .unwrap_or_default();
+                format!("pid {p} \"{name}\" fd {f}{end}")
+            })
+            .collect()
+    }
+
+    /// What thread `tid` (in scheduler state `state`, blocked in `line`)
+    /// waits for. GIL and lock attribution are added by the caller, who
+    /// knows the interpreter.
+    pub fn read(
+        &mut self,
+        tid: i32,
+        state: char,
+        line: Option<SyscallLine>,
+        mem: &dyn Memory,
+    ) -> (Wait, Option<CallArgs>) {
+        let mut w = Wait {
+            state: state.to_string(),
+            ..Default::default()
+        };
+        if state == 'R' || self.detail == WaitDetail::Off {
+            return (w, None);
+        }
+        let full = self.detail == WaitDetail::Full;
+        let mut call = None;
+        if let Some(SyscallLine::Blocked { nr, args }) = line {
+            let c = decode_call(nr, &args, mem, full);
+            w.syscall = Some(c.name.clone());
+            w.syscall_nr = Some(nr);
+            w.fd = c.fd.map(|fd| self.describe(fd));
+            if let Some(epoll) = &w.fd {
+                if full && !epoll.watches.is_empty() {
+                    w.fds = epoll.watches.iter().map(|fd| self.describe(*fd)).collect();
+                }
+            }
+            if !c.set.is_empty() {
+                w.fds = c.set.iter().map(|fd| self.describe(*fd)).collect();
+            }
+            w.path = c.path.clone();
+            w.child = c.child;
+            w.futex = c.futex.map(|a| format!("0x{a:x}"));
+            w.timeout = c.timeout.clone();
+            call = Some(c);
+        }
+        if state == 'D' {
+            w.wchan = crate::procfs::thread_wchan(self.pid, tid).and_then(|t| parse_wchan(&t));
+            if full {
+                w.kernel_stack = crate::procfs::thread_kernel_stack(self.pid, tid)
+                    .map(|t| parse_kernel_stack(&t))
+                    .unwrap_or_default();
+            }
+        }
+        (w, call)
+    }
+}
+
+/// Whether a futex wait at `futex` is on the lock whose first word after
+/// the object header is at `inner_addr` and holds `inner`. Facts checked,
+/// whatever the version: up to 3.12 the word points at the lock's semaphore,
+/// whose futex is inside it; from 3.13 the word is (or, for an RLock, points
+/// at) a `PyMutex`, and a waiter sleeps on a semaphore in its parking-lot
+/// wait entry, which records that address in a word just before it
+/// (`before` holds the words preceding the futex).
+pub fn futex_is_lock(futex: u64, inner: u64, inner_addr: u64, before: &[u64]) -> bool {
+    const SEM_SIZE: u64 = 32;
+    (inner > 0x1000 && futex >= inner && futex < inner.saturating_add(SEM_SIZE))
+        || futex == inner_addr
+        || before.contains(&inner_addr)
+        || (inner > 0x1000 && before.contains(&inner))
+}
+
+/// A lock type's name as users know it.
+pub fn lock_kind(type_name: &str) -> &str {
+    match type_name {
+        "thread.lock" | "_thread.lock" | "lock" => "threading.Lock",
+        "_thread.RLock" | "RLock" => "threading.RLock",
+        "Condition" => "threading.Condition",
+        t => t,
+    }
+}
+
+/// Seconds as a person reads them: `3600s`, `0.005s`, `2.5s`.
+fn secs(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e12 {
+        format!("{v:.0}s")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}s")
+    } else {
+        format!("{v:.3}s")
+    }
+}
+
+/// `/proc/PID/task/TID/wchan`: "0" (or empty) means none.
+pub fn parse_wchan(text: &str) -> Option<String> {
+    let t = text.trim();
+    (!t.is_empty() && t != "0").then(|| t.to_string())
+}
+
+/// `/proc/PID/task/TID/stack`: `[<0>] func+0x1c/0x50` lines → `func`.
+pub fn parse_kernel_stack(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let f = l.split_once("] ").map(|(_, r)| r).unwrap_or(l).trim();
+            let f = f.split('+').next()?.trim();
+            (!f.is_empty()).then(|| f.to_string())
+        })
+        .take(MAX_KSTACK)
+        .collect()
+}
+
+/// One line that says what several threads have in common, for the end of a dump.
+pub fn summary(waits: &[(u32, Option<&str>, &Wait)]) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut out = Vec::new();
+    // GIL waiters, by holder.
+    let mut gil: BTreeMap<Option<u32>, (usize, Option<String>)> = BTreeMap::new();
+    let mut d_state: BTreeMap<String, usize> = BTreeMap::new();
+    let mut peers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut locks: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, _, w) in waits {
+        if let Some(g) = &w.gil {
+            let e = gil.entry(g.holder).or_insert((0, g.holder_name.clone()));
+            e.0 += 1;
+        } else if w.state == "D" {
+            *d_state
+                .entry(w.wchan.clone().unwrap_or_else(|| "?".into()))
+                .or_default() += 1;
+        } else if let Some(l) = &w.lock {
+            *locks
+                .entry(format!("{} '{}' ({})", l.kind, l.name, l.address))
+                .or_default() += 1;
+        } else if let Some(fd) = &w.fd {
+            if let (Some(r), Some(st)) = (&fd.remote, &fd.state) {
+                if !is_any(r) {
+                    *peers.entry(format!("{r} ({st})")).or_default() += 1;
+                }
+            }
+        }
+    }
+    let threads = |n: usize| {
+        if n == 1 {
+            "1 thread waits".to_string()
+        } else {
+            format!("{n} threads wait")
+        }
+    };
+    for (holder, (n, name)) in gil {
+        out.push(match (holder, name) {
+            (Some(h), Some(name)) => format!("{} for the GIL held by {h} '{name}'", threads(n)),
+            (Some(h), None) => format!("{} for the GIL held by {h}", threads(n)),
+            (None, _) => format!("{} for the GIL", threads(n)),
+        });
+    }
+    for (l, n) in locks.into_iter().filter(|(_, n)| *n >= 2) {
+        out.push(format!("{} for {l}", threads(n)));
+    }
+    for (p, n) in peers.into_iter().filter(|(_, n)| *n >= 2) {
+        out.push(format!("{n} threads blocked on {p}"));
+    }
+    for (w, n) in d_state {
+        let t = if n == 1 { "thread" } else { "threads" };
+        out.push(format!("{n} {t} in D state ({w})"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SliceMemory as Bytes;
+
+    #[test]
+    fn syscall_lines() {
+        assert_eq!(parse_syscall("running\n"), Some(SyscallLine::Running));
+        assert_eq!(
+            parse_syscall("-1 0x7ffd5e0 0x7f01\n"),
+            Some(SyscallLine::NotInSyscall)
+        );
+        let l = "45 0x3 0x7f2a1c000b70 0x400 0x0 0x0 0x0 0x7f2a2a7fd8f8 0x7f2a2bb2c7e2\n";
+        assert_eq!(
+            parse_syscall(l),
+            Some(SyscallLine::Blocked {
+                nr: 45,
+                args: [3, 0x7f2a1c000b70, 0x400, 0, 0, 0]
+            })
+        );
+        assert_eq!(parse_syscall("garbage"), None);
+        assert_eq!(parse_syscall("45 0x3"), None);
+        assert_eq!(syscall_name(202), Some("futex"));
+        assert_eq!(syscall_name(9999), None);
+    }
+
+    // Recorded from a test run: a client connected to a loopback server, and the listener.
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:A1B3 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 419514 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:9C5E 0100007F:A1B3 01 00000000:00000000 00:00000000 00000000     0        0 419516 1 0000000000000000 20 4 30 10 -1
+";
+    const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:0016 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 17781 1 0000000000000000 100 0 0 10 0
+   1: 0000000000000000FFFF00000100007F:1F90 0000000000000000FFFF00000100007F:D1C2 01 00000000:00000000 00:00000000 00000000  1000        0 5555 1 0000000000000000 20 4 30 10 -1
+";
+    const UNIX: &str = "Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 22466 /run/systemd/notify
+0000000000000000: 00000003 00000000 00000000 0001 03 31337
+0000000000000000: 00000002 00000000 00010000 0005 01 4242 @abstract
+";
+
+    #[test]
+    fn inet_tables() {
+        let t = parse_inet_table(TCP, true);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].local, "127.0.0.1:41395");
+        assert_eq!(t[0].state, "LISTEN");
+        assert_eq!(t[1].remote, "127.0.0.1:41395");
+        assert_eq!(t[1].local, "127.0.0.1:40030");
+        assert_eq!(t[1].state, "ESTABLISHED");
+        assert_eq!(t[1].inode, 419516);
+        let t6 = parse_inet_table(TCP6, true);
+        assert_eq!(t6[0].local, "[::1]:22");
+        assert_eq!(t6[1].local, "127.0.0.1:8080");
+        assert_eq!(t6[1].remote, "127.0.0.1:53698");
+        assert!(parse_inet_table("header\nnot a line\n", true).is_empty());
+    }
+
+    #[test]
+    fn unix_table() {
+        let u = parse_unix_table(UNIX);
+        assert_eq!(u.len(), 3);
+        assert_eq!(u[0].path.as_deref(), Some("/run/systemd/notify"));
+        assert_eq!(u[0].kind, "stream");
+        assert_eq!(u[1].path, None);
+        assert_eq!(u[1].inode, 31337);
+        assert_eq!(u[2].kind, "seqpacket");
+        assert_eq!(u[2].path.as_deref(), Some("@abstract"));
+    }
+
+    #[test]
+    fn epoll_fdinfo() {
+        let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\n\
+                    tfd:        5 events:       19 data:                5  pos:0 ino:3e8 sdev:d\n\
+                    tfd:        7 events:        1 data:                7  pos:0 ino:3e9 sdev:d\n";
+        assert_eq!(parse_epoll_fdinfo(text), vec![5, 7]);
+        assert!(parse_epoll_fdinfo("pos: 0\n").is_empty());
+    }
+
+    #[test]
+    fn fds_described() {
+        let tables = std::rc::Rc::new(SocketTables::from_texts(&[
+            ("tcp", Some(TCP.to_string())),
+            ("tcp6", Some(TCP6.to_string())),
+            ("unix", Some(UNIX.to_string())),
+        ]));
+        let mut get = || Some(tables.clone());
+        let d = describe_fd(3, Some("socket:[419516]"), &mut get);
+        assert_eq!(d.kind, "tcp");
+        assert_eq!(d.short(), "127.0.0.1:41395");
+        assert_eq!(
+            d.long(),
+            "fd 3: TCP 127.0.0.1:40030 → 127.0.0.1:41395 (ESTABLISHED)"
+        );
+        let l = describe_fd(4, Some("socket:[419514]"), &mut get);
+        assert_eq!(l.short(), "listen 127.0.0.1:41395");
+        let u = describe_fd(5, Some("socket:[22466]"), &mut get);
+        assert_eq!(u.kind, "unix");
+        assert_eq!(u.short(), "/run/systemd/notify");
+        let gone = describe_fd(6, Some("socket:[1]"), &mut get);
+        assert_eq!(gone.kind, "socket");
+        assert_eq!(describe_fd(7, Some("pipe:[99]"), &mut get).kind, "pipe");
+        assert_eq!(
+            describe_fd(8, Some("anon_inode:[eventfd]"), &mut get).kind,
+            "eventfd"
+        );
+        assert_eq!(
+            describe_fd(9, Some("anon_inode:[eventpoll]"), &mut get).kind,
+            "epoll"
+        );
+        let f = describe_fd(10, Some("/data/x.bin"), &mut get);
+        assert_eq!(f.short(), "/data/x.bin");
+        assert_eq!(describe_fd(11, None, &mut get).kind, "closed");
+    }
+
+    #[test]
+    fn timeouts_and_sets_from_memory() {
+        let mut m = Bytes::new();
+        // timespec {3600, 0} at 0x1000; timeval {1, 500000} at 0x2000.
+        let mut ts = Vec::new();
+        ts.extend_from_slice(&3600u64.to_le_bytes());
+        ts.extend_from_slice(&0u64.to_le_bytes());
+        m.add(0x1000, ts);
+        let mut tv = Vec::new();
+        tv.extend_from_slice(&1u64.to_le_bytes());
+        tv.extend_from_slice(&500_000u64.to_le_bytes());
+        m.add(0x2000, tv);
+        // fd_set with fds 3 and 9.
+        let mut set = vec![0u8; 128];
+        set[0] = 1 << 3;
+        set[1] = 1 << 1;
+        m.add(0x3000, set);
+        // pollfd array: fd 4, fd -1, fd 6.
+        let mut p = Vec::new();
+        for fd in [4i32, -1, 6] {
+            p.extend_from_slice(&fd.to_le_bytes());
+            p.extend_from_slice(&[1, 0, 0, 0]);
+        }
+        m.add(0x4000, p);
+        m.add(0x5000, b"/tmp/some fifo\0".to_vec());
+
+        let c = decode_call(35, &[0x1000, 0, 0, 0, 0, 0], &m, true);
+        assert_eq!(c.name, "nanosleep");
+        assert_eq!(c.timeout, Some(Timeout::Relative { seconds: 3600.0 }));
+        let c = decode_call(230, &[1, 0, 0x1000, 0, 0, 0], &m, true);
+        assert_eq!(c.timeout, Some(Timeout::Relative { seconds: 3600.0 }));
+        // An absolute deadline far in the past of CLOCK_MONOTONIC's epoch? No:
+        // 3600 s after boot is a time; the answer is only checked to be a deadline.
+        let c = decode_call(230, &[1, 1, 0x1000, 0, 0, 0], &m, true);
+        assert!(matches!(c.timeout, Some(Timeout::Deadline { .. })));
+        let c = decode_call(23, &[10, 0x3000, 0, 0, 0x2000, 0], &m, true);
+        assert_eq!(c.set, vec![3, 9]);
+        assert_eq!(c.timeout, Some(Timeout::Relative { seconds: 1.5 }));
+        let c = decode_call(23, &[10, 0x3000, 0, 0, 0, 0], &m, true);
+        assert_eq!(c.timeout, Some(Timeout::None));
+        let c = decode_call(7, &[0x4000, 3, u32::MAX as u64, 0, 0, 0], &m, true);
+        assert_eq!(c.set, vec![4, 6]);
+        assert_eq!(c.timeout, Some(Timeout::None));
+        let c = decode_call(232, &[5, 0, 1, 250, 0, 0], &m, true);
+        assert_eq!(c.fd, Some(5));
+        assert_eq!(c.timeout, Some(Timeout::Relative { seconds: 0.25 }));
+        let c = decode_call(257, &[u32::MAX as u64 - 99, 0x5000, 0, 0, 0, 0], &m, true);
+        assert_eq!(c.path.as_deref(), Some("/tmp/some fifo"));
+        let c = decode_call(61, &[1234, 0, 0, 0, 0, 0], &m, true);
+        assert_eq!(c.child, Some(1234));
+        let c = decode_call(61, &[u32::MAX as u64, 0, 0, 0, 0, 0], &m, true);
+        assert_eq!(c.child, Some(-1));
+        let c = decode_call(202, &[0xdead0, 0x189, 0, 0, 0, 0], &m, false);
+        assert_eq!(c.futex, Some(0xdead0));
+        // Unreadable pointers give no answer, never an error.
+        let c = decode_call(35, &[0x9999000, 0, 0, 0, 0, 0], &m, true);
+        assert_eq!(c.timeout, None);
+        let c = decode_call(23, &[u64::MAX, 0x9999000, 0, 0, 0, 0], &m, true);
+        assert!(c.set.is_empty());
+        assert_eq!(decode_call(1000, &[0; 6], &m, true).name, "syscall_1000");
+    }
+
+    #[test]
+    fn kernel_state_texts() {
+        assert_eq!(parse_wchan("0"), None);
+        assert_eq!(
+            parse_wchan("nfs_wait_bit_killable"),
+            Some("nfs_wait_bit_killable".into())
+        );
+        let stack = "[<0>] nfs_wait_bit_killable+0x1c/0x90 [nfs]\n[<0>] __wait_on_bit+0x7a/0xa0\n[<0>] do_syscall_64+0x5b/0x1b0\n";
+        assert_eq!(
+            parse_kernel_stack(stack),
+            vec!["nfs_wait_bit_killable", "__wait_on_bit", "do_syscall_64"]
+        );
+        // A posix_spawn parent whose vfork child blocks opening a FIFO, as
+        // recorded here: state D, wchan kernel_clone, in clone3.
+        let line =
+            parse_syscall("435 0x7ffd0a1b2c30 0x58 0x0 0x0 0x0 0x0 0x7f632c8c4e08 0x7f632cd2b6ab");
+        let Some(SyscallLine::Blocked { nr, .. }) = line else {
+            panic!("{line:?}")
+        };
+        let w = Wait {
+            state: "D".into(),
+            syscall: syscall_name(nr).map(str::to_string),
+            syscall_nr: Some(nr),
+            wchan: parse_wchan("kernel_clone"),
+            kernel_stack: parse_kernel_stack(
+                "[<0>] wait_for_vfork_done+0x2a/0x40\n[<0>] kernel_clone+0x1ba/0x3f0\n",
+            ),
+            ..Default::default()
+        };
+        assert_eq!(w.short(), "D: kernel_clone");
+        assert_eq!(w.long(), "clone3(), uninterruptible in kernel_clone");
+        let s = summary(&[(1, None, &w), (2, None, &w)]);
+        assert_eq!(s, vec!["2 threads in D state (kernel_clone)"]);
+    }
+
+    #[test]
+    fn short_and_long_forms() {
+        let gil = Wait {
+            state: "S".into(),
+            syscall: Some("futex".into()),
+            futex: Some("0x7f00".into()),
+            gil: Some(GilWait {
+                holder: Some(42),
+                holder_name: Some("MainThread".into()),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(gil.short(), "GIL wait");
+        assert_eq!(
+            gil.long(),
+            "futex(0x7f00) waiting for the GIL (held by thread 42 \"MainThread\")"
+        );
+        let s = summary(&[(1, None, &gil), (2, None, &gil)]);
+        assert_eq!(
+            s,
+            vec!["2 threads wait for the GIL held by 42 'MainThread'"]
+        );
+        let sleep = Wait {
+            state: "S".into(),
+            syscall: Some("clock_nanosleep".into()),
+            timeout: Some(Timeout::Relative { seconds: 3600.0 }),
+            ..Default::default()
+        };
+        assert_eq!(sleep.short(), "sleep");
+        assert_eq!(sleep.long(), "clock_nanosleep(timeout 3600s)");
+        let running = Wait {
+            state: "R".into(),
+            ..Default::default()
+        };
+        assert_eq!(running.short(), "");
+        assert!(!running.off_cpu());
+        let wait = Wait {
+            state: "S".into(),
+            syscall: Some("wait4".into()),
+            child: Some(77),
+            ..Default::default()
+        };
+        assert_eq!(wait.short(), "wait4 77");
+        assert_eq!(wait.long(), "wait4(child 77)");
+    }
+}

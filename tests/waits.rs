@@ -1,0 +1,451 @@
+//! What each thread waits for, on every interpreter of the matrix: fixtures
+//! that block in known ways (python_fixtures/waits.py), read through the
+//! real binary, checked against what the fixture and the test know (ports,
+//! fds, addresses, paths, tids) and against /proc read by the test itself.
+
+mod common;
+
+use common::{dump_json, for_each_interpreter, pyinspect, Fixture};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The syscall number the kernel shows for a thread, read by the test.
+fn proc_syscall_nr(pid: i32, tid: i64) -> Option<i64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The x86-64 numbers of the calls the fixtures block in (from the kernel's
+/// syscall_64.tbl), independent of pyinspect's own table.
+fn expected_names(nr: i64) -> &'static str {
+    match nr {
+        0 => "read",
+        7 => "poll",
+        23 => "select",
+        35 => "nanosleep",
+        45 => "recvfrom",
+        61 => "wait4",
+        202 => "futex",
+        230 => "clock_nanosleep",
+        270 => "pselect6",
+        271 => "ppoll",
+        _ => "?",
+    }
+}
+
+fn threads_by_tid(process: &Value) -> HashMap<i64, Value> {
+    process["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| Some((t["os_thread_id"].as_i64()?, t.clone())))
+        .collect()
+}
+
+/// Retries (bounded) until `check` finds nothing missing: a thread may still
+/// be on its way into the call when READY is printed.
+fn until_ok(what: &str, mut check: impl FnMut() -> Vec<String>) {
+    let start = Instant::now();
+    loop {
+        let problems = check();
+        if problems.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{what}:\n  {}",
+            problems.join("\n  ")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+#[test]
+fn dump_names_each_wait() {
+    for_each_interpreter(
+        "dump_names_each_wait",
+        |_| true,
+        |interp| {
+            let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = server.local_addr().unwrap().port();
+            let dir = tempfile::tempdir().unwrap();
+            let mut fx = Fixture::spawn(
+                interp,
+                "waits.py",
+                &["blocked", &port.to_string(), dir.path().to_str().unwrap()],
+            );
+            let (_conn, _) = server.accept().unwrap();
+            let r = fx.ready.clone();
+            let tid = |n: &str| r["tids"][n].as_i64().unwrap_or(-1);
+            let pid = fx.pid;
+            until_ok(&format!("{}: JSON waits", fx.label), || {
+                let d = dump_json(pid, &[]);
+                let by_tid = threads_by_tid(&d[0]);
+                let mut p = Vec::new();
+                let mut wait = |name: &str| -> Value {
+                    let w = by_tid
+                        .get(&tid(name))
+                        .map(|t| t["wait"].clone())
+                        .unwrap_or(Value::Null);
+                    if w.is_null() {
+                        p.push(format!("{name}: no wait in {}", d[0]));
+                    }
+                    w
+                };
+                let recv = wait("recv");
+                let select = wait("select");
+                let lock = wait("lock");
+                let sleep = wait("sleep");
+                let waitpid = wait("waitpid");
+                let fifo = wait("fifo");
+                let unix = wait("unix");
+                let mut want = |ok: bool, what: String| {
+                    if !ok {
+                        p.push(what);
+                    }
+                };
+                want(
+                    s(&recv["syscall"]) == "recvfrom"
+                        && s(&recv["fd"]["kind"]) == "tcp"
+                        && recv["fd"]["remote"] == r["server"]
+                        && recv["fd"]["local"] == r["client_local"]
+                        && s(&recv["fd"]["state"]) == "ESTABLISHED",
+                    format!("recv: {recv}"),
+                );
+                let fds = &select["fds"];
+                want(
+                    matches!(s(&select["syscall"]), "select" | "pselect6")
+                        && fds[0]["fd"] == r["pipe_read"]
+                        && s(&fds[0]["kind"]) == "pipe"
+                        && s(&fds[0]["target"]) == format!("pipe:[{}]", r["pipe_inode"])
+                        && fds[0]["peers"].as_array().is_some_and(|v| {
+                            v.iter().any(|x| {
+                                s(x).contains(&format!(" fd {} (write end)", r["pipe_write"]))
+                            })
+                        })
+                        && select["timeout"]["kind"] == "none",
+                    format!("select: {select}"),
+                );
+                want(
+                    s(&lock["syscall"]) == "futex"
+                        && s(&lock["lock"]["name"]) == "lock"
+                        && lock["lock"]["address"] == r["lock"]
+                        && s(&lock["lock"]["kind"]) == "threading.Lock"
+                        && s(&lock["lock"]["function"]) == "do_lock",
+                    format!("lock: {lock}"),
+                );
+                let t = &sleep["timeout"];
+                let timeout_ok = match s(&t["kind"]) {
+                    "relative" => t["seconds"].as_f64() == Some(3600.0),
+                    "deadline" => t["seconds_left"]
+                        .as_f64()
+                        .is_some_and(|v| v > 3000.0 && v <= 3600.0),
+                    _ => false,
+                };
+                want(
+                    matches!(
+                        s(&sleep["syscall"]),
+                        "clock_nanosleep" | "nanosleep" | "select" | "pselect6"
+                    ) && timeout_ok,
+                    format!("sleep: {sleep}"),
+                );
+                want(
+                    s(&waitpid["syscall"]) == "wait4" && waitpid["child"] == r["child"],
+                    format!("waitpid: {waitpid}"),
+                );
+                want(
+                    s(&fifo["syscall"]) == "read"
+                        && fifo["fd"]["fd"] == r["fifo_fd"]
+                        && s(&fifo["fd"]["kind"]) == "fifo"
+                        && fifo["fd"]["target"] == r["fifo"],
+                    format!("fifo: {fifo}"),
+                );
+                // The other end of the socketpair, from the kernel's sock_diag.
+                want(
+                    matches!(s(&unix["syscall"]), "recvfrom")
+                        && unix["fd"]["fd"] == r["unix_fd"]
+                        && s(&unix["fd"]["kind"]) == "unix"
+                        && s(&unix["fd"]["state"]) == "stream"
+                        && unix["fd"]["peers"].as_array().is_some_and(|v| {
+                            v.iter().any(|x| {
+                                s(x).starts_with(&format!("pid {pid} "))
+                                    && s(x).contains(&format!(" fd {} ", r["unix_peer_fd"]))
+                            })
+                        }),
+                    format!("unix: {unix}"),
+                );
+                // The syscall numbers as the test reads them from /proc.
+                for (name, w) in [
+                    ("recv", &recv),
+                    ("select", &select),
+                    ("lock", &lock),
+                    ("sleep", &sleep),
+                    ("waitpid", &waitpid),
+                    ("fifo", &fifo),
+                ] {
+                    let nr = proc_syscall_nr(pid, tid(name));
+                    want(
+                        nr.is_some()
+                            && w["syscall_nr"].as_i64() == nr
+                            && s(&w["syscall"]) == expected_names(nr.unwrap_or(-1))
+                            && s(&w["state"]) == "S",
+                        format!("{name}: /proc says {nr:?}, dump says {w}"),
+                    );
+                }
+                p
+            });
+
+            // The text: each wait named exactly in its thread's header.
+            until_ok(&format!("{}: text waits", fx.label), || {
+                let out = pyinspect(&["dump", "--pid", &pid.to_string()]);
+                out.assert_success();
+                let header = |name: &str| {
+                    let start = format!("Thread {} \"{name}\" (idle, S): ", tid(name));
+                    out.stdout
+                        .lines()
+                        .find(|l| l.starts_with(&start))
+                        .map(|l| l[start.len()..].to_string())
+                        .unwrap_or_default()
+                };
+                let mut p = Vec::new();
+                let mut want = |name: &str, needle: String| {
+                    let h = header(name);
+                    if !h.contains(&needle) {
+                        p.push(format!("{name}: {h:?} lacks {needle:?}\n{}", out.stdout));
+                    }
+                };
+                want(
+                    "recv",
+                    format!(
+                        "TCP {} → {} (ESTABLISHED)",
+                        s(&r["client_local"]),
+                        s(&r["server"])
+                    ),
+                );
+                want(
+                    "select",
+                    format!(
+                        "fd {}: pipe:[{}] (other end: pid {pid} ",
+                        r["pipe_read"], r["pipe_inode"]
+                    ),
+                );
+                want(
+                    "lock",
+                    format!("waiting for threading.Lock 'lock' at {}", s(&r["lock"])),
+                );
+                want("waitpid", format!("wait4(child {})", r["child"]));
+                want(
+                    "fifo",
+                    format!("read(fd {}: FIFO {}", r["fifo_fd"], s(&r["fifo"])),
+                );
+                p
+            });
+            fx.assert_alive();
+        },
+    );
+}
+
+#[test]
+fn dump_names_the_gil_holder() {
+    for_each_interpreter(
+        "dump_names_the_gil_holder",
+        |_| true,
+        |interp| {
+            let fx = Fixture::spawn(interp, "waits.py", &["gil"]);
+            let r = fx.ready.clone();
+            let spinner = r["tids"]["spinner"].as_i64().unwrap();
+            let main = r["tids"]["main"].as_i64().unwrap();
+            let pid = fx.pid;
+            until_ok(&format!("{}: GIL wait", fx.label), || {
+                let d = dump_json(pid, &[]);
+                let by_tid = threads_by_tid(&d[0]);
+                let w = by_tid
+                    .get(&spinner)
+                    .map(|t| t["wait"].clone())
+                    .unwrap_or_default();
+                let holder = by_tid.get(&main).cloned().unwrap_or_default();
+                let mut p = Vec::new();
+                // The spinner wakes every 5 ms to ask for a switch: it may
+                // be seen running; the retry catches it asleep.
+                if !(s(&w["syscall"]) == "futex"
+                    && w["gil"]["holder"].as_i64() == Some(main)
+                    && s(&w["gil"]["holder_name"]) == "MainThread"
+                    && holder["holds_gil"] == true)
+                {
+                    p.push(format!("spinner {w}, main {holder}"));
+                }
+                p
+            });
+            until_ok(&format!("{}: GIL text", fx.label), || {
+                let out = pyinspect(&["dump", "--pid", &pid.to_string()]);
+                out.assert_success();
+                let mut p = Vec::new();
+                for needle in [
+                    format!("Thread {spinner} \"spinner\" (idle, S): futex(0x"),
+                    format!("waiting for the GIL (held by thread {main} \"MainThread\")"),
+                    format!("Summary: 1 thread waits for the GIL held by {main} 'MainThread'"),
+                ] {
+                    if !out.stdout.contains(&needle) {
+                        p.push(format!("lacks {needle:?}\n{}", out.stdout));
+                    }
+                }
+                p
+            });
+            // The main thread holds the GIL asleep in C: it cannot answer a
+            // ping, but nothing may be left stopped.
+            common::assert_not_stopped(pid);
+        },
+    );
+}
+
+#[test]
+fn dump_shows_d_state_with_wchan_and_kernel_stack() {
+    // os.posix_spawn (3.8+) parks its thread in the kernel's vfork wait.
+    for_each_interpreter(
+        "dump_shows_d_state_with_wchan_and_kernel_stack",
+        |i| i.at_least(3, 8),
+        |interp| {
+            let dir = tempfile::tempdir().unwrap();
+            let fx = Fixture::spawn(interp, "waits.py", &["vfork", dir.path().to_str().unwrap()]);
+            let spawner = fx.ready["tids"]["spawner"].as_i64().unwrap();
+            let pid = fx.pid;
+            until_ok(&format!("{}: D state", fx.label), || {
+                let wchan = std::fs::read_to_string(format!("/proc/{pid}/task/{spawner}/wchan"))
+                    .unwrap_or_default();
+                let d = dump_json(pid, &[]);
+                let by_tid = threads_by_tid(&d[0]);
+                let w = by_tid
+                    .get(&spawner)
+                    .map(|t| t["wait"].clone())
+                    .unwrap_or_default();
+                let nr = proc_syscall_nr(pid, spawner);
+                let mut p = Vec::new();
+                if !(s(&w["state"]) == "D"
+                    && !wchan.trim().is_empty()
+                    && s(&w["wchan"]) == wchan.trim()
+                    && w["syscall_nr"].as_i64() == nr
+                    && matches!(s(&w["syscall"]), "clone" | "clone3" | "vfork")
+                    // Root reads the kernel stack; its innermost frame is the wchan's.
+                    && w["kernel_stack"][0] == w["wchan"])
+                {
+                    p.push(format!(
+                        "spawner: {w}; /proc wchan {wchan:?}, syscall {nr:?}"
+                    ));
+                }
+                if p.is_empty() {
+                    let out = pyinspect(&["dump", "--pid", &pid.to_string()]);
+                    out.assert_success();
+                    for needle in [
+                        format!(
+                            "Thread {spawner} \"spawner\" (active, gil, D): {}(), uninterruptible in {}",
+                            s(&w["syscall"]),
+                            wchan.trim()
+                        ),
+                        format!("    kernel: {} ← ", wchan.trim()),
+                        format!("Summary: 1 thread in D state ({})", wchan.trim()),
+                    ] {
+                        if !out.stdout.contains(&needle) {
+                            p.push(format!("lacks {needle:?}\n{}", out.stdout));
+                        }
+                    }
+                }
+                p
+            });
+            common::assert_not_stopped(pid);
+        },
+    );
+}
+
+/// Leaf frames of the worker's samples in a collapsed profile, with counts.
+fn worker_leaves(collapsed: &str) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for line in collapsed.lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if !stack.contains("worker (") {
+            continue;
+        }
+        let leaf = stack.rsplit(';').next().unwrap_or("").to_string();
+        *out.entry(leaf).or_default() += count.parse::<u64>().unwrap_or(0);
+    }
+    out
+}
+
+#[test]
+fn offcpu_record_gives_the_shares_of_each_wait() {
+    for_each_interpreter(
+        "offcpu_record_gives_the_shares_of_each_wait",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "waits.py", &["offcpu"]);
+            let server = s(&fx.ready["server"]).to_string();
+            let dir = tempfile::tempdir().unwrap();
+            let out_path = dir.path().join("offcpu.txt");
+            let out = pyinspect(&[
+                "record",
+                "--pid",
+                &fx.pid.to_string(),
+                "--mode",
+                "offcpu",
+                "--format",
+                "raw",
+                "--rate",
+                "200",
+                "--duration",
+                "10",
+                "--output",
+                out_path.to_str().unwrap(),
+            ]);
+            out.assert_success();
+            let text = std::fs::read_to_string(&out_path).unwrap();
+            let leaves = worker_leaves(&text);
+            let socket_leaf = format!("[recv {server}]");
+            let socket: u64 = leaves.get(&socket_leaf).copied().unwrap_or(0);
+            let lock: u64 = leaves
+                .iter()
+                .filter(|(k, _)| k.as_str() == "[futex]")
+                .map(|(_, v)| v)
+                .sum();
+            let total: u64 = leaves.values().sum();
+            assert!(total > 500, "{}: too few samples {leaves:?}", fx.label);
+            let share = |n: u64| 100.0 * n as f64 / total as f64;
+            assert!(
+                (share(socket) - 70.0).abs() <= 3.0 && (share(lock) - 30.0).abs() <= 3.0,
+                "{}: socket {:.1}%, lock {:.1}% of {total}: {leaves:?}",
+                fx.label,
+                share(socket),
+                share(lock)
+            );
+            eprintln!(
+                "{}: socket {:.1}%, lock {:.1}% of {total} worker samples",
+                fx.label,
+                share(socket),
+                share(lock)
+            );
+            fx.assert_alive();
+        },
+    );
+}
+
+#[test]
+fn record_mode_flags() {
+    // --idle and --gil are py-spy's aliases of --mode wall and --mode gil: not both.
+    for args in [
+        &["record", "--mode", "wall", "--idle", "--pid", "1"][..],
+        &["record", "--mode", "cpu", "--gil", "--pid", "1"][..],
+        &["record", "--mode", "sideways", "--pid", "1"][..],
+    ] {
+        let out = pyinspect(args);
+        let line = common::assert_one_clean_error_line(&out);
+        assert!(
+            line.contains("--mode") || line.contains("sideways"),
+            "{args:?}: {line}"
+        );
+    }
+}
