@@ -12,6 +12,7 @@ use crate::memory::ProcessMemory;
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
+use crate::python::asyncio::{self, AsyncRead, AsyncioReader};
 use crate::python::native::NativeStacks;
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
@@ -64,6 +65,26 @@ pub struct SamplerConfig {
     /// Read kernel states for every thread's status even when no thread is
     /// dropped for being idle (dump and top show the status).
     pub statuses: bool,
+    /// asyncio tasks: shown under their loop's thread, or stitched into the stacks.
+    pub asyncio: AsyncMode,
+}
+
+/// What is done with the asyncio tasks of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncMode {
+    Off,
+    /// Read and attach them to their loop's thread (`dump`); `forced` reads
+    /// registries of any size (up to [`crate::python::asyncio::MAX_TASKS`]).
+    Tree {
+        forced: bool,
+        limit: usize,
+    },
+    /// Samples attributed to tasks (`record`/`top --async`): the running
+    /// task's stack continues with its awaiters'; with `all`, every waiting
+    /// task adds its own stack (weighted, like every sample, by wall time).
+    Stitch {
+        all: bool,
+    },
 }
 
 /// One process's threads at one tick (after filtering).
@@ -118,6 +139,7 @@ pub struct Target {
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
+    tasks: Option<AsyncioReader>,
 }
 
 impl Target {
@@ -150,6 +172,7 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
+            tasks: None,
         })
     }
 
@@ -165,6 +188,9 @@ impl Target {
     /// What went wrong without stopping the read (shown once by dump).
     pub fn warnings(&mut self) -> Vec<String> {
         let mut w = self.reader.process.warnings.clone();
+        if let Some(t) = &self.tasks {
+            w.extend(t.notes.iter().cloned());
+        }
         if let Some(n) = self.native.as_mut() {
             w.extend(n.warnings());
         }
@@ -269,8 +295,38 @@ impl Target {
                 unwound.insert(tid, n.unwind(tid, &self.mem));
             }
         }
+        // Tasks are read while the threads still stand still.
+        let mut tasks = match (&snap, cfg.asyncio) {
+            (Ok(s), mode) if mode != AsyncMode::Off => {
+                let want = match mode {
+                    AsyncMode::Tree { forced, limit } => AsyncRead {
+                        limit,
+                        max_tasks: if forced {
+                            asyncio::MAX_TASKS
+                        } else {
+                            asyncio::AUTO_MAX_TASKS
+                        },
+                    },
+                    _ => AsyncRead {
+                        limit: asyncio::MAX_TASKS,
+                        max_tasks: asyncio::MAX_TASKS,
+                    },
+                };
+                let v = &self.reader.process.version;
+                let (major, minor) = (v.major, v.minor);
+                let r = self
+                    .tasks
+                    .get_or_insert_with(|| AsyncioReader::new(major, minor));
+                let cache = crate::python::pagecache::PageCache::new(&self.mem);
+                r.read(&mut self.reader, &cache, s, want)
+            }
+            _ => HashMap::new(),
+        };
         drop(guard);
         let mut snap = snap?;
+        for (i, t) in snap.iter_mut().enumerate() {
+            t.stack.asyncio = tasks.remove(&i);
+        }
         if cfg.nonblocking {
             // No pause needs the list up front: the next tick reads the
             // states of the threads this one saw.
@@ -299,12 +355,19 @@ impl Target {
             foreign.sort_by_key(|t| t.os_thread_id);
         }
         let mut threads: Vec<ThreadStack> = snap.into_iter().map(|t| t.stack).collect();
+        let mut waiting = Vec::new();
+        if let AsyncMode::Stitch { all } = cfg.asyncio {
+            for t in threads.iter_mut() {
+                waiting.extend(asyncio::stitch(t, all));
+            }
+        }
         if cfg.gil_only {
             threads.retain(|t| t.holds_gil);
         } else if !cfg.include_idle {
             threads.retain(|t| t.status != ThreadStatus::Idle);
             foreign.retain(|t| t.status != ThreadStatus::Idle);
         }
+        threads.extend(waiting);
         // Oldest interpreter and thread first, as dump shows them (the
         // interpreter's lists are newest first).
         threads.reverse();

@@ -30,6 +30,7 @@ fn thread(ident: u64, os_tid: Option<u32>, name: Option<&str>, frames: Vec<Frame
         frames,
         truncated: None,
         native_entry: None,
+        asyncio: None,
     }
 }
 

@@ -507,6 +507,7 @@ mod tests {
             frames,
             truncated: None,
             native_entry: None,
+            asyncio: None,
         }
     }
 

@@ -111,6 +111,7 @@ impl NativeStacks {
             },
             holds_gil: false,
             native_entry: native_unwind::native_entry(native),
+            asyncio: None,
             frames: self.output_frames(merged),
             truncated: None,
         }

@@ -66,6 +66,12 @@ pub struct RawFrame {
 pub struct ThreadSnapshot {
     pub stack: ThreadStack,
     pub is_entry: Vec<bool>,
+    /// Address of each Python frame of `stack.frames` (the asyncio reader
+    /// finds running coroutines by them).
+    pub frame_addrs: Vec<u64>,
+    /// The thread state and its interpreter.
+    pub tstate: u64,
+    pub interp: u64,
 }
 
 pub struct Reader {
@@ -239,19 +245,7 @@ impl Reader {
                 t.truncated = Some(format!("frame at 0x{f:x} unreadable: {e}"));
                 return;
             }
-            let code = le_u64(&buf, l.code) & !l.pointer_tag_bits;
-            let instr = match l.position {
-                InstrPosition::LastiBytes(o) => le_i32(&buf, o).max(0) as u64,
-                InstrPosition::LastiCodeUnits(o) => le_i32(&buf, o).max(0) as u64 * 2,
-                InstrPosition::InstrPointer(o) => le_u64(&buf, o),
-            };
-            let (shim, entry) = match l.entry {
-                EntryMarker::EveryFrame => (false, true),
-                EntryMarker::IsEntry(o) => (false, le_u8(&buf, o) != 0),
-                EntryMarker::OwnerShim { owner, shim_from } => {
-                    (le_u8(&buf, owner) >= shim_from, false)
-                }
-            };
+            let (code, instr, shim, entry) = self.frame_fields(&buf);
             if shim {
                 // The frame inside this shim was the first one of its eval-loop call.
                 if let Some(last) = t.frames.last_mut() {
@@ -270,6 +264,50 @@ impl Reader {
         if let Some(last) = t.frames.last_mut() {
             last.is_entry = true;
         }
+    }
+
+    /// Code object, instruction position, whether it is a shim frame and
+    /// whether it was entered by its own eval-loop call, from a copy of a frame.
+    fn frame_fields(&self, buf: &[u8]) -> (u64, u64, bool, bool) {
+        let l = &self.process.layout.frame;
+        let code = le_u64(buf, l.code) & !l.pointer_tag_bits;
+        let instr = match l.position {
+            InstrPosition::LastiBytes(o) => le_i32(buf, o).max(0) as u64,
+            InstrPosition::LastiCodeUnits(o) => le_i32(buf, o).max(0) as u64 * 2,
+            InstrPosition::InstrPointer(o) => le_u64(buf, o),
+        };
+        let (shim, entry) = match l.entry {
+            EntryMarker::EveryFrame => (false, true),
+            EntryMarker::IsEntry(o) => (false, le_u8(buf, o) != 0),
+            EntryMarker::OwnerShim { owner, shim_from } => (le_u8(buf, owner) >= shim_from, false),
+        };
+        (code, instr, shim, entry)
+    }
+
+    /// The frame at `addr` that is on no thread's stack (a suspended
+    /// coroutine's), decoded as the thread walk decodes frames; with the
+    /// number of its local slots. `None` when it holds no code object.
+    pub(crate) fn frame_at(&mut self, mem: &dyn Memory, addr: u64) -> Option<(Frame, u64)> {
+        let size = self.process.layout.frame.size as usize;
+        let mut buf = [0u8; 512];
+        let buf = buf.get_mut(..size)?;
+        mem.read(addr, buf).ok()?;
+        let (code, instr, _, _) = self.frame_fields(buf);
+        if code == 0 {
+            return None;
+        }
+        let ci = self.code_info(mem, code).ok()??;
+        let f = RawFrame {
+            addr,
+            code,
+            instr,
+            is_entry: false,
+        };
+        let line = self.line_of(&ci, &f);
+        Some((
+            Frame::python(ci.function.to_string(), ci.file.to_string(), line),
+            ci.nslots,
+        ))
     }
 
     /// Before 3.11 the thread state has no kernel tid: find it inside
@@ -388,6 +426,7 @@ impl Reader {
             };
             let mut frames = Vec::with_capacity(t.frames.len());
             let mut entries = Vec::with_capacity(t.frames.len());
+            let mut addrs = Vec::with_capacity(t.frames.len());
             let mut truncated = t.truncated.clone();
             for f in &t.frames {
                 // Recursion repeats code objects: check each once per snapshot.
@@ -414,6 +453,7 @@ impl Reader {
                         }
                         frames.push(fr);
                         entries.push(f.is_entry);
+                        addrs.push(f.addr);
                     }
                     // Not a code object (3.13+ frames of C-level executables): not a Python frame.
                     Ok(None) => {}
@@ -423,6 +463,7 @@ impl Reader {
                         });
                         frames.push(Frame::python("<unknown>".into(), "<unknown>".into(), 0));
                         entries.push(f.is_entry);
+                        addrs.push(f.addr);
                     }
                 }
             }
@@ -438,8 +479,12 @@ impl Reader {
                     frames,
                     truncated,
                     native_entry: None,
+                    asyncio: None,
                 },
                 is_entry: entries,
+                frame_addrs: addrs,
+                tstate: t.tstate,
+                interp: t.interp,
             });
         }
         Ok(out)

@@ -501,6 +501,7 @@ mod tests {
                 .collect(),
             truncated: None,
             native_entry: None,
+            asyncio: None,
         }
     }
 

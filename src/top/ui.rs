@@ -336,6 +336,7 @@ mod tests {
             )],
             truncated: None,
             native_entry: None,
+            asyncio: None,
         };
         a.begin_tick(0, Duration::ZERO, &[]);
         a.add_threads([(9, &t)], Duration::from_millis(10), &mut |f| {

@@ -297,6 +297,7 @@ mod tests {
                 .collect(),
             truncated: None,
             native_entry: None,
+            asyncio: None,
         }
     }
 

@@ -1,0 +1,187 @@
+"""Event-loop fixture with known task trees, then READY.
+
+Usage: asyncio_tree.py [--many N] [--uvloop]
+
+Trees (each task named; expected awaiters and innermost frames go in READY):
+  sleeper          asyncio.sleep(1000)
+  future-waiter    awaits a plain Future
+  queue-consumer   awaits Queue.get
+  lock-holder      holds an asyncio.Lock, parked on a Future
+  lock-waiter      awaits that Lock
+  gg-parent        gather(gather(gg-a, gg-b), gather(gg-c))
+  shield-parent    shield(shielded)
+  waitfor-parent   wait_for(waitfor-child, 1000)
+  dead-a, dead-b   each awaits the other (a deadlock)
+  agen-consumer    async for over an async generator that sleeps
+  tg-parent        (3.11+) TaskGroup: tg-child, tg-nested (its own TaskGroup: tg-grandchild)
+  eager            (3.12+) created by the eager task factory
+  many-N           with --many: N tasks sleeping
+The main task ("main") parks on a Future.
+"""
+import asyncio
+import os
+import sys
+
+import fixture_util as fu
+
+HERE = os.path.abspath(__file__)
+MARK = fu.markers(HERE)
+EXPECT = {}
+
+
+def expect(name, parents, func, line_mark, awaiting):
+    EXPECT[name] = {
+        "parents": parents,
+        "innermost": fu.frame(func, MARK[line_mark]),
+        "awaiting": awaiting,
+    }
+
+
+async def sleeper():
+    await asyncio.sleep(1000)  # MARK:sleep
+
+
+async def wait_future(fut):
+    await fut  # MARK:future
+
+
+async def consume(q):
+    await q.get()  # MARK:queue
+
+
+async def hold(lock, park):
+    async with lock:
+        await park  # MARK:hold
+
+
+async def wait_lock(lock):
+    async with lock:  # MARK:lockwait
+        pass
+
+
+async def leaf():
+    await asyncio.sleep(1000)  # MARK:leaf
+
+
+async def gather_of_gathers(a, b, c):
+    await asyncio.gather(asyncio.gather(a, b), asyncio.gather(c))  # MARK:gg
+
+
+async def shielder(inner):
+    await asyncio.shield(inner)  # MARK:shield
+
+
+async def waitfor(inner):
+    await asyncio.wait_for(inner, 1000)  # MARK:waitfor
+
+
+HOLDER = {}
+# The loop keeps only weak references to tasks: these keep them alive.
+KEEP = []
+
+
+async def dead(other):
+    await asyncio.sleep(0)
+    await HOLDER[other]  # MARK:dead
+
+
+async def ticker():
+    while True:
+        yield 1
+        await asyncio.sleep(1000)  # MARK:agen
+
+
+async def agen_consumer():
+    async for _ in ticker():  # MARK:agenloop
+        pass
+
+
+async def tg_nested():
+    async with asyncio.TaskGroup() as tg:  # MARK:tgnested
+        tg.create_task(leaf(), name="tg-grandchild")
+
+
+async def tg_parent():
+    async with asyncio.TaskGroup() as tg:  # MARK:tgparent
+        tg.create_task(leaf(), name="tg-child")
+        tg.create_task(tg_nested(), name="tg-nested")
+
+
+async def main(many):
+    loop = asyncio.get_running_loop()
+    park = loop.create_future()
+    def mk(coro, name):
+        t = loop.create_task(coro, name=name)
+        KEEP.append(t)
+        return t
+    mk(sleeper(), "sleeper")
+    expect("sleeper", [], sleeper, "sleep", "sleep")
+    mk(wait_future(loop.create_future()), "future-waiter")
+    expect("future-waiter", [], wait_future, "future", "future")
+    q = asyncio.Queue()
+    mk(consume(q), "queue-consumer")
+    expect("queue-consumer", [], asyncio.Queue.get, None, "queue")
+    lock = asyncio.Lock()
+    mk(hold(lock, loop.create_future()), "lock-holder")
+    expect("lock-holder", [], hold, "hold", "future")
+    await asyncio.sleep(0)
+    mk(wait_lock(lock), "lock-waiter")
+    expect("lock-waiter", [], asyncio.Lock.acquire, None, "lock")
+    a, b, c = mk(leaf(), "gg-a"), mk(leaf(), "gg-b"), mk(leaf(), "gg-c")
+    mk(gather_of_gathers(a, b, c), "gg-parent")
+    expect("gg-parent", [], gather_of_gathers, "gg", "gather")
+    for n in ("gg-a", "gg-b", "gg-c"):
+        expect(n, ["gg-parent"], leaf, "leaf", "sleep")
+    s = mk(leaf(), "shielded")
+    mk(shielder(s), "shield-parent")
+    expect("shield-parent", [], shielder, "shield", "future")
+    expect("shielded", ["shield-parent"], leaf, "leaf", "sleep")
+    w = mk(leaf(), "waitfor-child")
+    mk(waitfor(w), "waitfor-parent")
+    expect("waitfor-child", ["waitfor-parent"], leaf, "leaf", "sleep")
+    HOLDER["a"] = mk(dead("b"), "dead-a")
+    HOLDER["b"] = mk(dead("a"), "dead-b")
+    expect("dead-a", ["dead-b"], dead, "dead", "task")
+    expect("dead-b", ["dead-a"], dead, "dead", "task")
+    mk(agen_consumer(), "agen-consumer")
+    expect("agen-consumer", [], ticker, "agen", "sleep")
+    if sys.version_info >= (3, 11):
+        mk(tg_parent(), "tg-parent")
+        expect("tg-parent", [], tg_parent, "tgparent", "future")
+        expect("tg-child", ["tg-parent"], leaf, "leaf", "sleep")
+        expect("tg-nested", ["tg-parent"], tg_nested, "tgnested", "future")
+        expect("tg-grandchild", ["tg-nested"], leaf, "leaf", "sleep")
+    if sys.version_info >= (3, 12):
+        loop.set_task_factory(asyncio.eager_task_factory)
+        mk(sleeper(), "eager")
+        loop.set_task_factory(None)
+        expect("eager", [], sleeper, "sleep", "sleep")
+    for i in range(many):
+        mk(leaf(), "many-%d" % i)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    expect("main", [], main, "main", "future")
+    fu.ready({
+        "tasks": EXPECT,
+        "thread_id": fu.ident(),
+        "native_id": fu.native_id(),
+        "many": many,
+    })
+    await park  # MARK:main
+
+
+def run():
+    fu.install_ping()
+    args = sys.argv[1:]
+    many = int(args[args.index("--many") + 1]) if "--many" in args else 0
+    if "--uvloop" in args:
+        import uvloop
+        uvloop.install()
+    asyncio.run(main(many))
+
+
+# Expectations naming a library coroutine carry no line (None): the test
+# checks their function and file only.
+MARK[None] = None
+if __name__ == "__main__":
+    run()
