@@ -1,6 +1,9 @@
 """Event-loop fixture with known task trees, then READY.
 
-Usage: asyncio_tree.py [--many N] [--uvloop]
+Usage: asyncio_tree.py [--many N] [--uvloop] [--busy]
+
+With --busy, instead: main awaits handle-request, which awaits call-model,
+which runs tokenize() forever (READY comes from call-model); a sleeper waits.
 
 Trees (each task named; expected awaiters and innermost frames go in READY):
   sleeper          asyncio.sleep(1000)
@@ -108,6 +111,7 @@ async def tg_parent():
 
 
 async def main(many):
+    asyncio.current_task().set_name("main")
     loop = asyncio.get_running_loop()
     park = loop.create_future()
     def mk(coro, name):
@@ -139,6 +143,9 @@ async def main(many):
     w = mk(leaf(), "waitfor-child")
     mk(waitfor(w), "waitfor-parent")
     expect("waitfor-child", ["waitfor-parent"], leaf, "leaf", "sleep")
+    # 3.12+ awaits the task inside a timeout; before, a future with a timer.
+    expect("waitfor-parent", [], waitfor, "waitfor",
+           "task" if sys.version_info >= (3, 12) else "future")
     HOLDER["a"] = mk(dead("b"), "dead-a")
     HOLDER["b"] = mk(dead("a"), "dead-b")
     expect("dead-a", ["dead-b"], dead, "dead", "task")
@@ -170,6 +177,33 @@ async def main(many):
     await park  # MARK:main
 
 
+def tokenize():
+    x = 0
+    for i in range(10000):  # MARK:tokenize
+        x += i
+    return x
+
+
+async def call_model():
+    fu.ready({"thread_id": fu.ident(), "busy": True})
+    while True:
+        tokenize()
+
+
+async def handle_request():
+    await asyncio.create_task(call_model(), name="call-model")  # MARK:handle
+
+
+async def busy():
+    """A running task (call-model, CPU-bound in tokenize) awaited by
+    handle-request, and a sleeping one beside them."""
+    asyncio.current_task().set_name("main")
+    loop = asyncio.get_running_loop()
+    KEEP.append(loop.create_task(sleeper(), name="sleeper"))
+    await asyncio.sleep(0)
+    await loop.create_task(handle_request(), name="handle-request")
+
+
 def run():
     fu.install_ping()
     args = sys.argv[1:]
@@ -177,7 +211,7 @@ def run():
     if "--uvloop" in args:
         import uvloop
         uvloop.install()
-    asyncio.run(main(many))
+    asyncio.run(busy() if "--busy" in args else main(many))
 
 
 # Expectations naming a library coroutine carry no line (None): the test

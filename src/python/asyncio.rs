@@ -994,7 +994,7 @@ fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Opti
         }
         let def = mem.read_u64(desc.wrapping_add(l.member_descr_def)).ok()?;
         let off = mem.read_u64(def.wrapping_add(MEMBER_DEF_OFFSET)).ok()?;
-        return (off >= 16 && off < 1 << 16).then_some(off);
+        return (16..1 << 16).contains(&off).then_some(off);
     }
     None
 }
