@@ -1,6 +1,6 @@
 """Event-loop fixture with known task trees, then READY.
 
-Usage: asyncio_tree.py [--many N] [--uvloop] [--busy]
+Usage: asyncio_tree.py [--many N] [--uvloop] [--pytasks] [--busy]
 
 With --busy, instead: main awaits handle-request, which awaits call-model,
 which runs tokenize() forever (READY comes from call-model); a sleeper waits.
@@ -110,8 +110,12 @@ async def tg_parent():
         tg.create_task(tg_nested(), name="tg-nested")
 
 
+def name_me(name):
+    asyncio.current_task().set_name(name)
+
+
 async def main(many):
-    asyncio.current_task().set_name("main")
+    name_me("main")
     loop = asyncio.get_running_loop()
     park = loop.create_future()
     def mk(coro, name):
@@ -197,7 +201,7 @@ async def handle_request():
 async def busy():
     """A running task (call-model, CPU-bound in tokenize) awaited by
     handle-request, and a sleeping one beside them."""
-    asyncio.current_task().set_name("main")
+    name_me("main")
     loop = asyncio.get_running_loop()
     KEEP.append(loop.create_task(sleeper(), name="sleeper"))
     await asyncio.sleep(0)
@@ -208,6 +212,10 @@ def run():
     fu.install_ping()
     args = sys.argv[1:]
     many = int(args[args.index("--many") + 1]) if "--many" in args else 0
+    if "--pytasks" in args:
+        # The pure-Python Task and Future (what runs without _asyncio).
+        asyncio.tasks.Task = asyncio.tasks._PyTask
+        asyncio.futures.Future = asyncio.futures._PyFuture
     if "--uvloop" in args:
         import uvloop
         uvloop.install()

@@ -104,6 +104,15 @@ pub struct AsyncioReader {
     slots: HashMap<(u64, &'static str), Option<u64>>,
 }
 
+/// The search's findings, kept for one snapshot.
+#[derive(Default)]
+struct Memo {
+    /// Callback → the tasks found from it.
+    starts: HashMap<u64, Vec<usize>>,
+    /// Object → (tasks it names, objects it refers to).
+    nodes: HashMap<u64, (Vec<usize>, Vec<u64>)>,
+}
+
 /// A loop's timers: future → (deadline on the loop's clock, is a sleep).
 type Timers = HashMap<u64, (f64, bool)>;
 
@@ -472,7 +481,7 @@ impl AsyncioReader {
                     });
                 }
                 Kind::PyTask => {
-                    let attr = |n: &str| objr.instance_attr(a, n).ok().flatten().unwrap_or(0);
+                    let attr = |n: &str| py_attr(objr, l, a, n).unwrap_or(0);
                     let state = match py_state(objr, attr("_state")) {
                         Some(s) => s,
                         None => continue,
@@ -537,6 +546,7 @@ impl AsyncioReader {
             }
         }
         let mut out = vec![Vec::new(); tasks.len()];
+        let mut memo = Memo::default();
         for (k, t) in tasks.iter().enumerate() {
             let mut ps: Vec<usize> = Vec::new();
             let push = |p: usize, ps: &mut Vec<usize>| {
@@ -558,7 +568,7 @@ impl AsyncioReader {
                     }
                 }
                 if !t.callbacks.is_empty() {
-                    for p in self.search(objr, l, &t.callbacks, index, &waiting_on) {
+                    for p in self.search(objr, l, &t.callbacks, index, &waiting_on, &mut memo) {
                         push(p, &mut ps);
                     }
                 }
@@ -569,7 +579,9 @@ impl AsyncioReader {
     }
 
     /// From a task's done-callbacks, the tasks that wait for it: those whose
-    /// awaited future is reachable, and a `TaskGroup`'s parent task.
+    /// awaited future is reachable, and a `TaskGroup`'s parent task. Each
+    /// callback's result is kept for the snapshot (a gather's children share
+    /// one callback), and each object is looked into once.
     fn search(
         &mut self,
         objr: &ObjReader,
@@ -577,100 +589,134 @@ impl AsyncioReader {
         callbacks: &[u64],
         index: &HashMap<u64, usize>,
         waiting_on: &HashMap<u64, Vec<usize>>,
+        memo: &mut Memo,
     ) -> Vec<usize> {
+        let mut found = Vec::new();
+        for &cb in callbacks {
+            if let Some(f) = memo.starts.get(&cb) {
+                found.extend(f.iter().copied());
+                continue;
+            }
+            let mut from_cb = Vec::new();
+            let mut seen: HashSet<u64> = HashSet::new();
+            let mut queue: Vec<(u64, u32)> = vec![(cb, 0)];
+            let mut qi = 0;
+            while qi < queue.len() && seen.len() < SEARCH_NODES {
+                let (obj, depth) = queue[qi];
+                qi += 1;
+                if obj == 0 || !seen.insert(obj) {
+                    continue;
+                }
+                if let Some(ws) = waiting_on.get(&obj) {
+                    from_cb.extend(ws.iter().copied());
+                }
+                if depth >= SEARCH_DEPTH {
+                    continue;
+                }
+                if !memo.nodes.contains_key(&obj) {
+                    let node = self.look_into(objr, l, obj, index);
+                    if memo.nodes.len() < 1 << 20 {
+                        memo.nodes.insert(obj, node);
+                    } else {
+                        break;
+                    }
+                }
+                let (direct, next) = &memo.nodes[&obj];
+                from_cb.extend(direct.iter().copied());
+                for n in next {
+                    if queue.len() < SEARCH_NODES * 4 {
+                        queue.push((*n, depth + 1));
+                    }
+                }
+            }
+            found.extend(from_cb.iter().copied());
+            memo.starts.insert(cb, from_cb);
+        }
+        found
+    }
+
+    /// What one object of the search leads to: tasks it names directly (a
+    /// wake-up callback's task, a TaskGroup's parent) and the objects it refers to.
+    fn look_into(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        obj: u64,
+        index: &HashMap<u64, usize>,
+    ) -> (Vec<usize>, Vec<u64>) {
         let mem = objr.mem;
         let mut found = Vec::new();
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut queue: Vec<(u64, u32)> = callbacks.iter().map(|c| (*c, 0)).collect();
-        let mut qi = 0;
-        while qi < queue.len() && seen.len() < SEARCH_NODES {
-            let (obj, depth) = queue[qi];
-            qi += 1;
-            if obj == 0 || !seen.insert(obj) {
-                continue;
+        let mut next: Vec<u64> = Vec::new();
+        let Ok(tn) = objr.type_name(obj) else {
+            return (found, next);
+        };
+        match tn.as_str() {
+            "TaskWakeupMethWrapper" | "builtin_function_or_method" => {
+                if let Ok(t) = mem.read_u64(obj.wrapping_add(l.wakeup_task)) {
+                    if let Some(&p) = index.get(&t) {
+                        found.push(p);
+                    }
+                }
             }
-            if let Some(ws) = waiting_on.get(&obj) {
-                found.extend(ws.iter().copied());
+            "method" => next.extend(mem.read_u64(obj.wrapping_add(l.method_self)).ok()),
+            "function" => {
+                if let Ok(cl) = mem.read_u64(obj.wrapping_add(l.func_closure)) {
+                    if cl != 0 {
+                        for cell in objr.tuple_items(cl, SEARCH_ITEMS).unwrap_or_default().0 {
+                            next.extend(
+                                mem.read_u64(cell.wrapping_add(objr.layout.object.cell_ref))
+                                    .ok(),
+                            );
+                        }
+                    }
+                }
             }
-            if depth >= SEARCH_DEPTH {
-                continue;
+            "functools.partial" => {
+                next.extend(mem.read_u64(obj.wrapping_add(l.partial_fn)).ok());
+                if let Ok(args) = mem.read_u64(obj.wrapping_add(l.partial_args)) {
+                    next.extend(objr.tuple_items(args, SEARCH_ITEMS).unwrap_or_default().0);
+                }
             }
-            let Ok(tn) = objr.type_name(obj) else {
-                continue;
-            };
-            let mut next: Vec<u64> = Vec::new();
-            match tn.as_str() {
-                "TaskWakeupMethWrapper" => {
-                    if let Ok(t) = mem.read_u64(obj.wrapping_add(l.wakeup_task)) {
-                        if let Some(&p) = index.get(&t) {
-                            found.push(p);
-                        }
-                    }
+            "collections.deque" => next.extend(deque_items(objr, l, obj, SEARCH_ITEMS)),
+            "list" => next.extend(objr.list_items(obj, SEARCH_ITEMS).unwrap_or_default().0),
+            "tuple" => next.extend(objr.tuple_items(obj, SEARCH_ITEMS).unwrap_or_default().0),
+            // Plain values lead nowhere.
+            "int" | "bool" | "float" | "str" | "bytes" | "NoneType" | "dict" | "set"
+            | "frozenset" | "type" | "module" | "code" | "cell" => {}
+            // A task is an end (its own awaiters are other edges); a
+            // future leads on through its callbacks (a gather of gathers).
+            _ if self.kind(objr, obj, l) != Kind::Other => {
+                if let Some(cbs) = self.future_callbacks(objr, l, obj) {
+                    next.extend(cbs);
                 }
-                "builtin_function_or_method" => {
-                    if let Ok(t) = mem.read_u64(obj.wrapping_add(l.wakeup_task)) {
-                        if let Some(&p) = index.get(&t) {
-                            found.push(p);
-                        }
-                    }
-                }
-                "method" => next.extend(mem.read_u64(obj.wrapping_add(l.method_self)).ok()),
-                "function" => {
-                    if let Ok(cl) = mem.read_u64(obj.wrapping_add(l.func_closure)) {
-                        if cl != 0 {
-                            for cell in objr.tuple_items(cl, SEARCH_ITEMS).unwrap_or_default().0 {
-                                next.extend(
-                                    mem.read_u64(cell.wrapping_add(objr.layout.object.cell_ref))
-                                        .ok(),
-                                );
-                            }
-                        }
-                    }
-                }
-                "functools.partial" => {
-                    next.extend(mem.read_u64(obj.wrapping_add(l.partial_fn)).ok());
-                    if let Ok(args) = mem.read_u64(obj.wrapping_add(l.partial_args)) {
-                        next.extend(objr.tuple_items(args, SEARCH_ITEMS).unwrap_or_default().0);
-                    }
-                }
-                "collections.deque" => next.extend(deque_items(objr, l, obj, SEARCH_ITEMS)),
-                "list" => next.extend(objr.list_items(obj, SEARCH_ITEMS).unwrap_or_default().0),
-                "tuple" => next.extend(objr.tuple_items(obj, SEARCH_ITEMS).unwrap_or_default().0),
-                // A task is an end (its own awaiters are other edges); a
-                // future leads on through its callbacks (a gather of gathers).
-                _ if self.kind(objr, obj, l) != Kind::Other => {
-                    if let Some(cbs) = self.future_callbacks(objr, l, obj) {
-                        next.extend(cbs);
-                    }
-                }
-                _ => {
-                    // An instance: a TaskGroup names its parent task; other
-                    // objects (a queue, an iterator) lead on by their attributes.
-                    if let Ok(Some(p)) = objr.instance_attr(obj, "_parent_task") {
-                        if let Some(&p) = index.get(&p) {
-                            found.push(p);
-                        }
-                    }
-                    for name in [
+            }
+            _ => {
+                // An instance: a TaskGroup names its parent task; other
+                // objects (a queue, an iterator) lead on by their attributes.
+                let attrs = instance_attrs(
+                    objr,
+                    obj,
+                    &[
+                        "_parent_task",
                         "_on_completed_fut",
                         "_done",
                         "_getters",
                         "_waiters",
                         "outer",
-                    ] {
-                        if let Ok(Some(v)) = objr.instance_attr(obj, name) {
-                            next.push(v);
+                    ],
+                );
+                for (name, v) in attrs {
+                    if name == "_parent_task" {
+                        if let Some(&p) = index.get(&v) {
+                            found.push(p);
                         }
+                    } else {
+                        next.push(v);
                     }
                 }
             }
-            for n in next {
-                if queue.len() < SEARCH_NODES * 4 {
-                    queue.push((n, depth + 1));
-                }
-            }
         }
-        found
+        (found, next)
     }
 
     /// The done-callbacks of a (non-task) future.
@@ -724,7 +770,7 @@ impl AsyncioReader {
         let mut out = Vec::with_capacity(shown.len());
         for k in shown {
             let t = &tasks[k];
-            let (frames, on_stack, innermost_self) = self.chain(reader, objr, l, t.coro, snap);
+            let (frames, on_stack, first_locals) = self.chain(reader, objr, l, t.coro, snap);
             let state = match t.state {
                 1 if t.log_tb => TaskState::DoneNotRetrieved,
                 1 => TaskState::Cancelled,
@@ -735,7 +781,7 @@ impl AsyncioReader {
                 _ => TaskState::Pending,
             };
             let awaiting = if t.waiter != 0 && t.state == 0 {
-                Some(self.awaiting(objr, l, t, tasks, innermost_self, sleeps))
+                Some(self.awaiting(objr, l, t, tasks, &first_locals, sleeps))
             } else {
                 None
             };
@@ -771,13 +817,13 @@ impl AsyncioReader {
         l: &AsyncioLayout,
         coro: u64,
         snap: &ThreadSnapshot,
-    ) -> (Vec<Frame>, bool, u64) {
+    ) -> (Vec<Frame>, bool, Vec<u64>) {
         let mem = objr.mem;
         let fl = reader.process.layout.frame.clone();
         let mut frames: Vec<Frame> = Vec::new(); // outermost first
         let mut obj = coro;
         let mut seen = HashSet::new();
-        let mut first_local = 0;
+        let mut first_locals = Vec::new();
         while obj != 0 && frames.len() < MAX_CHAIN && seen.insert(obj) {
             let Ok(tn) = objr.type_name(obj) else { break };
             match tn.as_str() {
@@ -802,16 +848,17 @@ impl AsyncioReader {
                 inner.reverse();
                 frames.extend(inner);
                 frames.reverse();
-                return (frames, true, 0);
+                return (frames, true, Vec::new());
             }
             let Some((f, nslots)) = reader.frame_at(mem, frame) else {
                 break;
             };
             frames.push(f);
-            first_local = mem
-                .read_u64(frame.wrapping_add(fl.localsplus))
-                .map(|v| v & !fl.pointer_tag_bits)
-                .unwrap_or(0);
+            first_locals.push(
+                mem.read_u64(frame.wrapping_add(fl.localsplus))
+                    .map(|v| v & !fl.pointer_tag_bits)
+                    .unwrap_or(0),
+            );
             let locals_end = frame.wrapping_add(fl.localsplus + nslots * 8);
             let top = match l.stack_top {
                 StackTop::Pointer(o) => {
@@ -834,7 +881,8 @@ impl AsyncioReader {
                 .map_or(0, |v| v & !fl.pointer_tag_bits);
         }
         frames.reverse();
-        (frames, false, first_local)
+        first_locals.reverse();
+        (frames, false, first_locals)
     }
 
     fn awaiting(
@@ -843,7 +891,7 @@ impl AsyncioReader {
         l: &AsyncioLayout,
         t: &RawTask,
         tasks: &[RawTask],
-        innermost_self: u64,
+        first_locals: &[u64],
         sleeps: &mut HashMap<u64, Option<Timers>>,
     ) -> Awaiting {
         let w = t.waiter;
@@ -866,33 +914,37 @@ impl AsyncioReader {
             a.kind = "gather".into();
             return a;
         }
-        // A synchronisation primitive whose waiters hold the future.
-        if innermost_self != 0 && self.kind(objr, innermost_self, l) == Kind::Other {
-            if let Ok(ty) = objr.type_of(innermost_self) {
-                let mro = self.mro(objr, ty, l);
-                let prim = mro.iter().find_map(|n| {
-                    Some(match n.as_str() {
-                        "Queue" | "LifoQueue" | "PriorityQueue" => "queue",
-                        "Lock" => "lock",
-                        "Event" => "event",
-                        "Semaphore" | "BoundedSemaphore" => "semaphore",
-                        "Condition" => "condition",
-                        "Barrier" => "barrier",
-                        _ => return None,
-                    })
-                });
-                if let Some(prim) = prim {
-                    let holds = ["_waiters", "_getters", "_putters"].iter().any(|n| {
-                        objr.instance_attr(innermost_self, n)
-                            .ok()
-                            .flatten()
-                            .is_some_and(|d| deque_items(objr, l, d, 1 << 16).contains(&w))
+        // A synchronisation primitive whose waiters hold the future: the
+        // `self` of one of the innermost frames (a Python future's own
+        // `__await__` frame may come first).
+        for &innermost_self in first_locals.iter().take(3) {
+            if innermost_self != 0 && self.kind(objr, innermost_self, l) == Kind::Other {
+                if let Ok(ty) = objr.type_of(innermost_self) {
+                    let mro = self.mro(objr, ty, l);
+                    let prim = mro.iter().find_map(|n| {
+                        Some(match n.as_str() {
+                            "Queue" | "LifoQueue" | "PriorityQueue" => "queue",
+                            "Lock" => "lock",
+                            "Event" => "event",
+                            "Semaphore" | "BoundedSemaphore" => "semaphore",
+                            "Condition" => "condition",
+                            "Barrier" => "barrier",
+                            _ => return None,
+                        })
                     });
-                    if holds {
-                        a.kind = prim.into();
-                        a.type_name = mro.first().cloned();
-                        a.object = Some(innermost_self);
-                        return a;
+                    if let Some(prim) = prim {
+                        let holds = ["_waiters", "_getters", "_putters"].iter().any(|n| {
+                            objr.instance_attr(innermost_self, n)
+                                .ok()
+                                .flatten()
+                                .is_some_and(|d| deque_items(objr, l, d, 1 << 16).contains(&w))
+                        });
+                        if holds {
+                            a.kind = prim.into();
+                            a.type_name = mro.first().cloned();
+                            a.object = Some(innermost_self);
+                            return a;
+                        }
                     }
                 }
             }
@@ -997,6 +1049,41 @@ fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Opti
         return (16..1 << 16).contains(&off).then_some(off);
     }
     None
+}
+
+/// An attribute of a Python-level object: its `__dict__`'s, else its
+/// class's (asyncio's Python `Future` keeps defaults such as `_state` there).
+fn py_attr(objr: &ObjReader, l: &AsyncioLayout, obj: u64, name: &str) -> Option<u64> {
+    if let Ok(Some(v)) = objr.instance_attr(obj, name) {
+        return Some(v);
+    }
+    let ty = objr.type_of(obj).ok()?;
+    let mro = objr.mem.read_u64(ty.wrapping_add(l.type_mro)).ok()?;
+    let (types, _) = objr.tuple_items(mro, 32).ok()?;
+    types.into_iter().find_map(|t| {
+        let d = objr.mem.read_u64(t.wrapping_add(l.type_dict)).ok()?;
+        if d == 0 {
+            return None;
+        }
+        objr.dict_get(d, name).ok().flatten()
+    })
+}
+
+/// Those of `names` an instance has in its `__dict__`, read in one pass.
+fn instance_attrs(objr: &ObjReader, obj: u64, names: &[&'static str]) -> Vec<(&'static str, u64)> {
+    let Ok(items) = objr.instance_items(obj) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in items {
+        let Ok((key, false)) = objr.string(k, 32) else {
+            continue;
+        };
+        if let Some(n) = names.iter().find(|n| **n == key) {
+            out.push((*n, v));
+        }
+    }
+    out
 }
 
 /// The callbacks of a list of (callback, context) tuples.
