@@ -142,6 +142,22 @@ async def main():
                                   and (w - base) // 8 + v - 1 < len(ws)
                                   and ws[(w - base) // 8 + v - 1] & ~7 == aw]
 
+    # 3.11+: gi_frame_state, a signed byte before the embedded frame:
+    # negative while created or suspended, positive once finished.
+    if sys.version_info >= (3, 11):
+        async def nothing():
+            pass
+        fresh, done_c = nothing(), nothing()
+        try:
+            done_c.send(None)
+        except StopIteration:
+            pass
+        a, b = raw(fresh, 96), raw(done_c, 96)
+        # Candidates (other flag bytes may match too); the test checks the table's is one.
+        OUT["gen_frame_state_at"] = ([o for o in range(16, 96) if struct.unpack_from("b", a, o)[0] < 0
+                                and struct.unpack_from("b", b, o)[0] > 0])
+        fresh.close()
+
     # States: pending 0, cancelled 1, finished 2.
     done = loop.create_future()
     done.set_result(1)

@@ -32,11 +32,12 @@ MARK = fu.markers(HERE)
 EXPECT = {}
 
 
-def expect(name, parents, func, line_mark, awaiting):
+def expect(name, parents, func, line_mark, awaiting, state="pending"):
     EXPECT[name] = {
         "parents": parents,
-        "innermost": fu.frame(func, MARK[line_mark]),
+        "innermost": fu.frame(func, MARK[line_mark]) if func else None,
         "awaiting": awaiting,
+        "state": state,
     }
 
 
@@ -60,6 +61,17 @@ async def hold(lock, park):
 async def wait_lock(lock):
     async with lock:  # MARK:lockwait
         pass
+
+
+async def stubborn():
+    try:
+        await asyncio.sleep(1000)
+    except asyncio.CancelledError:
+        await asyncio.sleep(1000)  # MARK:stubborn
+
+
+async def fails():
+    raise ValueError("nobody retrieves this")
 
 
 async def leaf():
@@ -167,6 +179,17 @@ async def main(many):
         mk(sleeper(), "eager")
         loop.set_task_factory(None)
         expect("eager", [], sleeper, "sleep", "sleep")
+    # Cancelled, caught, still running: cancelling() stays 1 (3.11+).
+    st = mk(stubborn(), "stubborn")
+    await asyncio.sleep(0)
+    st.cancel()
+    expect("stubborn", [], stubborn, "stubborn", "sleep",
+           "cancelling" if sys.version_info >= (3, 11) else "pending")
+    # Finished with an exception nobody retrieved: up to 3.11 the registry
+    # keeps it while it lives (3.12+ unregisters finished tasks).
+    if sys.version_info < (3, 12):
+        mk(fails(), "failed")
+        expect("failed", [], None, None, "none", "done-not-retrieved")
     for i in range(many):
         mk(leaf(), "many-%d" % i)
     for _ in range(5):

@@ -116,6 +116,18 @@ fn offset_table_matches_the_probe() {
                 o
             }
         };
+        if let Some(o) = l.gen_frame_state {
+            let at = &p["gen_frame_state_at"];
+            assert!(
+                at.as_array().is_some_and(|a| a.contains(&o.into())),
+                "{ctx}: gi_frame_state {o} not in {at}"
+            );
+        } else {
+            assert!(
+                p.get("gen_frame_state_at").is_none(),
+                "{ctx}: the table lacks gi_frame_state"
+            );
+        }
         let has = |k: &str, v: Value| {
             assert!(
                 p[k].as_array().is_some_and(|a| a.contains(&v)),
@@ -208,7 +220,7 @@ fn check_tree(fx: &Fixture, extra: &[&str], uvloop: bool, pytasks: bool) {
             .get(name)
             .unwrap_or_else(|| panic!("{}: no task {name} in {:?}", fx.label, tasks.keys()));
         let ctx = format!("{}: task {name}: {t}", fx.label);
-        assert_eq!(t["state"], "pending", "{ctx}");
+        assert_eq!(t["state"], e["state"], "{ctx}");
         let want: BTreeSet<String> = e["parents"]
             .as_array()
             .unwrap()
@@ -219,6 +231,12 @@ fn check_tree(fx: &Fixture, extra: &[&str], uvloop: bool, pytasks: bool) {
         // Innermost frame: the expected function; with a line, the first
         // frame of the fixture itself (library frames may come before it).
         let mut frames = &t["frames"].as_array().unwrap()[..];
+        let kind = t["awaiting"]["kind"].as_str().unwrap_or("none");
+        if e["innermost"].is_null() {
+            assert!(frames.is_empty(), "{ctx}: a finished task has no frames");
+            assert_eq!(kind, e["awaiting"], "{ctx}");
+            continue;
+        }
         // A Python-level Future is awaited through its own __await__ generator.
         if pytasks
             && frames[0]["function"]
@@ -241,7 +259,6 @@ fn check_tree(fx: &Fixture, extra: &[&str], uvloop: bool, pytasks: bool) {
         if !inner["line"].is_null() {
             assert_eq!(f["line"], inner["line"], "{ctx}");
         }
-        let kind = t["awaiting"]["kind"].as_str().unwrap_or("none");
         let want_kind = e["awaiting"].as_str().unwrap();
         // uvloop's timers are Cython objects: a sleep shows as its future.
         let ok = kind == want_kind || (uvloop && want_kind == "sleep" && kind == "future");

@@ -78,6 +78,9 @@ pub struct AsyncioLayout {
     pub task_num_cancels_requested: Option<u64>,
     pub awaited_by: Option<AwaitedBy>,
     pub gen_frame: GenFrame,
+    /// `gi_frame_state` (a signed byte, 3.11+): positive once the coroutine
+    /// finished (its embedded frame then is stale).
+    pub gen_frame_state: Option<u64>,
     /// Relative to the frame (`PyFrameObject` or the embedded one).
     pub stack_top: StackTop,
     /// Where the callback that wakes an awaiting task keeps that task
@@ -129,6 +132,7 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     task_num_cancels_requested: None,
     awaited_by: None,
     gen_frame: GenFrame::Pointer(16),
+    gen_frame_state: None,
     stack_top: StackTop::Pointer(72),
     wakeup_task: 24,
     method_self: 24,
@@ -227,6 +231,7 @@ pub static V3_11: AsyncioLayout = AsyncioLayout {
     },
     task_num_cancels_requested: Some(168),
     gen_frame: GenFrame::Embedded(80),
+    gen_frame_state: Some(75),
     stack_top: StackTop::LocalsIndex(64),
     ..COMMON
 };
@@ -234,6 +239,7 @@ pub static V3_11: AsyncioLayout = AsyncioLayout {
 pub static V3_12: AsyncioLayout = AsyncioLayout {
     minor: 12,
     gen_frame: GenFrame::Embedded(72),
+    gen_frame_state: Some(67),
     ..V3_11
 };
 
@@ -254,6 +260,7 @@ pub static V3_13: AsyncioLayout = AsyncioLayout {
     },
     task_num_cancels_requested: Some(104),
     gen_frame: GenFrame::Embedded(72),
+    gen_frame_state: Some(67),
     stack_top: StackTop::LocalsIndex(64),
     ..COMMON
 };
@@ -281,6 +288,7 @@ pub static V3_14: AsyncioLayout = AsyncioLayout {
         node: 152,
     }),
     gen_frame: GenFrame::Embedded(72),
+    gen_frame_state: Some(67),
     stack_top: StackTop::Pointer(64),
     ..COMMON
 };

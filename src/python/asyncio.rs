@@ -494,7 +494,8 @@ impl AsyncioReader {
                         addr: a,
                         loop_: attr("_loop"),
                         state,
-                        log_tb: truthy(attr("_log_traceback")),
+                        // `self.__log_traceback`, name-mangled by Future.
+                        log_tb: truthy(attr("_Future__log_traceback")),
                         cancelling: truthy(attr("_must_cancel"))
                             || truthy(attr("_num_cancels_requested")),
                         name: attr("_name"),
@@ -836,7 +837,17 @@ impl AsyncioReader {
             }
             let frame = match l.gen_frame {
                 GenFrame::Pointer(o) => mem.read_u64(obj.wrapping_add(o)).unwrap_or(0),
-                GenFrame::Embedded(o) => obj.wrapping_add(o),
+                GenFrame::Embedded(o) => {
+                    let finished = l.gen_frame_state.is_some_and(|s| {
+                        mem.read_u8(obj.wrapping_add(s))
+                            .map_or(true, |v| (v as i8) > 0)
+                    });
+                    if finished {
+                        0
+                    } else {
+                        obj.wrapping_add(o)
+                    }
+                }
             };
             if frame == 0 {
                 break;
