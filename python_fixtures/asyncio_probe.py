@@ -129,9 +129,10 @@ async def main():
     ws = words(fraw)
     # The argument's slot comes first; later copies are stale stack slots.
     OUT["frame_first_local_at"] = min(where(fraw, id(marker)))
-    OUT["stack_pointer_at"] = [o * 8 for o, w in enumerate(ws)
-                               if base <= w < base + len(fraw) and w % 8 == 0
-                               and ws[(w - base) // 8 - 1] & ~7 == aw]
+    OUT["stack_pointer_at"] = [[o * 8, below] for o, w in enumerate(ws)
+                               if base <= w < base + len(fraw) + 8 and w % 8 == 0
+                               for below in (1, 2)
+                               if ws[(w - base) // 8 - below] & ~7 == aw]
     ints = [(o, struct.unpack_from("<i", fraw, o)[0]) for o in range(0, len(fraw) - 3, 4)]
     lp = OUT["frame_first_local_at"]
     OUT["stack_index_at"] = [o for o, v in ints if 0 < v < 64 and lp + 8 * (v - 1) + 8 <= len(fraw)
@@ -152,10 +153,10 @@ async def main():
             done_c.send(None)
         except StopIteration:
             pass
-        a, b = raw(fresh, 96), raw(done_c, 96)
-        # Candidates (other flag bytes may match too); the test checks the table's is one.
-        OUT["gen_frame_state_at"] = ([o for o in range(16, 96) if struct.unpack_from("b", a, o)[0] < 0
-                                and struct.unpack_from("b", b, o)[0] > 0])
+        # Each state's bytes; the test checks the table's offset and values.
+        OUT["gen_state_fresh"] = raw(fresh, 96).hex()
+        OUT["gen_state_done"] = raw(done_c, 96).hex()
+        OUT["gen_state_suspended"] = raw(coro, 96).hex()
         fresh.close()
 
     # States: pending 0, cancelled 1, finished 2.

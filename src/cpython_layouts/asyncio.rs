@@ -34,12 +34,21 @@ pub enum GenFrame {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StackTop {
     /// A pointer just past the top item (`f_stacktop` ≤3.9, NULL while
-    /// running; `stackpointer` 3.14+, a tagged `_PyStackRef`).
-    Pointer(u64),
+    /// running; `stackpointer` 3.14+, a tagged `_PyStackRef`); the awaited
+    /// object is `below` items under it (3.15 keeps the sent value on top).
+    Pointer { at: u64, below: u64 },
     /// `f_valuestack` (a pointer) and `f_stackdepth` (an int), 3.10.
     BaseDepth { base: u64, depth: u64 },
     /// `stacktop` (an int): items counted from the first local slot (3.11–3.13).
     LocalsIndex(u64),
+}
+
+/// `gi_frame_state`: a signed byte; the coroutine finished when it is at
+/// least `finished_from` (`FRAME_COMPLETED`, or 3.15's `FRAME_CLEARED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameState {
+    pub offset: u64,
+    pub finished_from: i8,
 }
 
 /// The 3.14+ parts of `TaskObj` that `_AsyncioDebug` also describes.
@@ -78,9 +87,8 @@ pub struct AsyncioLayout {
     pub task_num_cancels_requested: Option<u64>,
     pub awaited_by: Option<AwaitedBy>,
     pub gen_frame: GenFrame,
-    /// `gi_frame_state` (a signed byte, 3.11+): positive once the coroutine
-    /// finished (its embedded frame then is stale).
-    pub gen_frame_state: Option<u64>,
+    /// `gi_frame_state` (3.11+), whose embedded frame is stale once finished.
+    pub gen_frame_state: Option<FrameState>,
     /// Relative to the frame (`PyFrameObject` or the embedded one).
     pub stack_top: StackTop,
     /// Where the callback that wakes an awaiting task keeps that task
@@ -133,7 +141,7 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     awaited_by: None,
     gen_frame: GenFrame::Pointer(16),
     gen_frame_state: None,
-    stack_top: StackTop::Pointer(72),
+    stack_top: StackTop::Pointer { at: 72, below: 1 },
     wakeup_task: 24,
     method_self: 24,
     func_closure: 72,
@@ -231,7 +239,10 @@ pub static V3_11: AsyncioLayout = AsyncioLayout {
     },
     task_num_cancels_requested: Some(168),
     gen_frame: GenFrame::Embedded(80),
-    gen_frame_state: Some(75),
+    gen_frame_state: Some(FrameState {
+        offset: 75,
+        finished_from: 1,
+    }),
     stack_top: StackTop::LocalsIndex(64),
     ..COMMON
 };
@@ -239,7 +250,10 @@ pub static V3_11: AsyncioLayout = AsyncioLayout {
 pub static V3_12: AsyncioLayout = AsyncioLayout {
     minor: 12,
     gen_frame: GenFrame::Embedded(72),
-    gen_frame_state: Some(67),
+    gen_frame_state: Some(FrameState {
+        offset: 67,
+        finished_from: 1,
+    }),
     ..V3_11
 };
 
@@ -260,7 +274,10 @@ pub static V3_13: AsyncioLayout = AsyncioLayout {
     },
     task_num_cancels_requested: Some(104),
     gen_frame: GenFrame::Embedded(72),
-    gen_frame_state: Some(67),
+    gen_frame_state: Some(FrameState {
+        offset: 67,
+        finished_from: 1,
+    }),
     stack_top: StackTop::LocalsIndex(64),
     ..COMMON
 };
@@ -288,13 +305,26 @@ pub static V3_14: AsyncioLayout = AsyncioLayout {
         node: 152,
     }),
     gen_frame: GenFrame::Embedded(72),
-    gen_frame_state: Some(67),
-    stack_top: StackTop::Pointer(64),
+    gen_frame_state: Some(FrameState {
+        offset: 67,
+        finished_from: 1,
+    }),
+    stack_top: StackTop::Pointer { at: 64, below: 1 },
     ..COMMON
 };
 
+pub static V3_15: AsyncioLayout = AsyncioLayout {
+    minor: 15,
+    gen_frame_state: Some(FrameState {
+        offset: 67,
+        finished_from: 5,
+    }),
+    stack_top: StackTop::Pointer { at: 64, below: 2 },
+    ..V3_14
+};
+
 /// Every table, oldest first.
-pub static ALL: &[&AsyncioLayout] = &[&V3_8, &V3_9, &V3_10, &V3_11, &V3_12, &V3_13, &V3_14];
+pub static ALL: &[&AsyncioLayout] = &[&V3_8, &V3_9, &V3_10, &V3_11, &V3_12, &V3_13, &V3_14, &V3_15];
 
 pub fn for_version(major: u8, minor: u8) -> Option<&'static AsyncioLayout> {
     ALL.iter()

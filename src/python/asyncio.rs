@@ -839,8 +839,8 @@ impl AsyncioReader {
                 GenFrame::Pointer(o) => mem.read_u64(obj.wrapping_add(o)).unwrap_or(0),
                 GenFrame::Embedded(o) => {
                     let finished = l.gen_frame_state.is_some_and(|s| {
-                        mem.read_u8(obj.wrapping_add(s))
-                            .map_or(true, |v| (v as i8) > 0)
+                        mem.read_u8(obj.wrapping_add(s.offset))
+                            .map_or(true, |v| (v as i8) >= s.finished_from)
                     });
                     if finished {
                         0
@@ -872,9 +872,10 @@ impl AsyncioReader {
             );
             let locals_end = frame.wrapping_add(fl.localsplus + nslots * 8);
             let top = match l.stack_top {
-                StackTop::Pointer(o) => {
-                    let p = mem.read_u64(frame.wrapping_add(o)).unwrap_or(0);
-                    (p > locals_end && p - locals_end <= 1 << 16).then(|| p - 8)
+                StackTop::Pointer { at, below } => {
+                    let p = mem.read_u64(frame.wrapping_add(at)).unwrap_or(0);
+                    let bottom = locals_end.wrapping_add(below.saturating_sub(1) * 8);
+                    (p > bottom && p - bottom <= 1 << 16).then(|| p - below * 8)
                 }
                 StackTop::BaseDepth { base, depth } => {
                     let b = mem.read_u64(frame.wrapping_add(base)).unwrap_or(0);
