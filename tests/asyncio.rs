@@ -8,34 +8,18 @@ use common::*;
 use pyinspect::cpython_layouts::asyncio::{for_version, GenFrame, StackTop};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-/// Debian sid's hosted builds (installed by .ci/sid-pythons): not in the
-/// shared matrix yet, so named here; missing ones fail.
-fn sid(minor: u32) -> Interpreter {
-    let python = PathBuf::from(format!(
-        "/opt/pyinspect-sid/root/usr/bin/python3.{minor}-hosted"
-    ));
-    assert!(
-        python.exists(),
-        "{} is missing (run .ci/sid-pythons)",
-        python.display()
-    );
-    Interpreter {
-        label: format!("debian sid 3.{minor} (hosted)"),
-        python,
-        version: (3, minor),
-    }
+/// Runs `check` on every 3.8+ interpreter of the matrix.
+fn each_asyncio_interpreter(test: &str, check: impl Fn(&Interpreter) + Sync) {
+    for_each_interpreter(test, |i| i.at_least(3, 8), check);
 }
 
-/// Runs `check` on every 3.8+ interpreter of the matrix, then on sid's 3.14.
-fn each_asyncio_interpreter(test: &str, check: impl Fn(&Interpreter) + Sync) {
-    for_each_interpreter(test, |i| i.at_least(3, 8), &check);
-    let extra = sid(14);
-    eprintln!("{test} [{}]", extra.label);
-    check(&extra);
+fn pyenv_312() -> &'static Interpreter {
+    find_interpreter("pyenv 3.12", |i| {
+        i.version == (3, 12) && i.label.starts_with("pyenv")
+    })
 }
 
 fn run_python(interp: &Interpreter, args: &[&str]) -> Output {
@@ -171,8 +155,6 @@ fn offset_table_matches_the_probe() {
         }
     };
     each_asyncio_interpreter("asyncio offsets", check);
-    // 3.15's table too, ahead of pyinspect reading 3.15 targets.
-    check(&sid(15));
 }
 
 fn n_at(p: &Value, k: &str, i: usize) -> u64 {
@@ -355,21 +337,25 @@ fn python_level_tasks_are_read() {
 
 #[test]
 fn uvloop_tasks_are_read() {
-    let interp = interpreters()
-        .iter()
-        .find(|i| i.version == (3, 12) && i.label.starts_with("pyenv"))
-        .expect("pyenv 3.12");
+    let interp = pyenv_312();
     let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--uvloop"]);
     check_tree(&fx, &[], true, false);
 }
 
-/// CPython 3.14's own reader (`python -m asyncio ps`'s data) on the same
+/// CPython 3.14+'s own reader (`python -m asyncio ps`'s data) on the same
 /// process: the same tasks, names, awaiters and coroutine stacks.
 #[test]
-fn agrees_with_python_3_14s_own_reader() {
-    let interp = sid(14);
-    let fx = Fixture::spawn(&interp, "asyncio_tree.py", &[]);
-    let oracle = run_python(&interp, &["pstree_oracle.py", &fx.pid.to_string()]);
+fn agrees_with_cpythons_own_reader() {
+    for_each_interpreter(
+        "asyncio vs CPython",
+        |i| i.at_least(3, 14),
+        agrees_with_cpython,
+    );
+}
+
+fn agrees_with_cpython(interp: &Interpreter) {
+    let fx = Fixture::spawn(interp, "asyncio_tree.py", &[]);
+    let oracle = run_python(interp, &["pstree_oracle.py", &fx.pid.to_string()]);
     oracle.assert_success();
     let rows: Vec<Value> = serde_json::from_str(oracle.stdout.trim()).expect("oracle JSON");
     let dump = &dump_json(fx.pid, &[])[0];
@@ -421,10 +407,7 @@ fn agrees_with_python_3_14s_own_reader() {
 
 #[test]
 fn ten_thousand_sleeping_tasks_are_bounded() {
-    let interp = interpreters()
-        .iter()
-        .find(|i| i.version == (3, 12) && i.label.starts_with("pyenv"))
-        .expect("pyenv 3.12");
+    let interp = pyenv_312();
     let fx = Fixture::spawn_with_timeout(
         interp,
         "asyncio_tree.py",
@@ -553,10 +536,7 @@ fn record_async_stitches_tasks_under_their_awaiters() {
 /// tasks and where they wait; record --async crosses task boundaries.
 #[test]
 fn uvicorn_server_stuck_requests_and_task_profile() {
-    let interp = interpreters()
-        .iter()
-        .find(|i| i.version == (3, 12) && i.label.starts_with("pyenv"))
-        .expect("pyenv 3.12");
+    let interp = pyenv_312();
     let fx = Fixture::spawn_with_timeout(interp, "asyncio_server.py", &[], Duration::from_secs(60));
     let stuck = fx.ready["stuck"].as_u64().unwrap() as usize;
     let dump = &dump_json(fx.pid, &[])[0];
