@@ -195,7 +195,8 @@ async def main(many):
     for _ in range(5):
         await asyncio.sleep(0)
     expect("main", [], main, "main", "future")
-    fu.ready({
+    # READY once main is suspended: the loop runs this after main awaits.
+    loop.call_soon(fu.ready, {
         "tasks": EXPECT,
         "thread_id": fu.ident(),
         "native_id": fu.native_id(),

@@ -205,18 +205,35 @@ impl AsyncioReader {
         want: AsyncRead,
     ) -> TasksByThread {
         let pid = reader.process.pid;
+        let pl = reader.process.layout.clone();
+        let objr = ObjReader::new(mem, &pl);
+        let mut out = HashMap::new();
+        // Only processes that imported asyncio are looked at further.
+        let tasks_module = |interp: u64| {
+            mem.read_u64(interp.wrapping_add(pl.interp.modules))
+                .ok()
+                .filter(|m| *m != 0)
+                .and_then(|m| objr.dict_get(m, "asyncio.tasks").ok().flatten())
+                .and_then(|m| mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok())
+        };
+        let mut modules: HashMap<u64, Option<u64>> = HashMap::new();
+        for s in snaps {
+            modules
+                .entry(s.interp)
+                .or_insert_with(|| tasks_module(s.interp));
+        }
+        if modules.values().all(|m| m.is_none()) {
+            return out;
+        }
         let Some(layout) = self.layout else {
             let v = &reader.process.version;
             self.note(format!(
                 "asyncio tasks of Python {}.{} cannot be read: no asyncio offset table for it",
                 v.major, v.minor
             ));
-            return HashMap::new();
+            return out;
         };
         self.find_lists(pid, mem);
-        let pl = reader.process.layout.clone();
-        let objr = ObjReader::new(mem, &pl);
-        let mut out = HashMap::new();
 
         let mut interps: Vec<u64> = snaps.iter().map(|s| s.interp).collect();
         interps.dedup();
@@ -239,13 +256,10 @@ impl AsyncioReader {
                 }
             };
             // The Python-level registries.
-            let md = mem
-                .read_u64(interp.wrapping_add(pl.interp.modules))
-                .ok()
-                .filter(|m| *m != 0)
-                .and_then(|m| objr.dict_get(m, "asyncio.tasks").ok().flatten())
-                .and_then(|m| mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok());
-            if let Some(md) = md {
+            let Some(md) = modules.get(&interp).copied().flatten() else {
+                continue;
+            };
+            {
                 let items = objr.dict_items(md, 1 << 16).unwrap_or_default();
                 let named = |want_name: &str| -> Option<u64> {
                     items.iter().find_map(|(k, v)| {
