@@ -1,9 +1,10 @@
 """Event-loop fixture with known task trees, then READY.
 
-Usage: asyncio_tree.py [--many N] [--uvloop] [--pytasks] [--busy]
+Usage: asyncio_tree.py [--many N] [--uvloop] [--pytasks] [--two-loops] [--busy]
 
 With --busy, instead: main awaits handle-request, which awaits call-model,
 which runs tokenize() forever (READY comes from call-model); a sleeper waits.
+With --two-loops, a second thread runs its own loop: t2-main, t2-sleeper.
 
 Trees (each task named; expected awaiters and innermost frames go in READY):
   sleeper          asyncio.sleep(1000)
@@ -93,6 +94,8 @@ async def waitfor(inner):
 HOLDER = {}
 # The loop keeps only weak references to tasks: these keep them alive.
 KEEP = []
+# With --two-loops: the second loop's thread.
+SECOND = {}
 
 
 async def dead(other):
@@ -201,6 +204,7 @@ async def main(many):
         "thread_id": fu.ident(),
         "native_id": fu.native_id(),
         "many": many,
+        "second_thread_id": SECOND.get("thread_id"),
     })
     await park  # MARK:main
 
@@ -232,6 +236,18 @@ async def busy():
     await loop.create_task(handle_request(), name="handle-request")
 
 
+def second_loop(started, info):
+    """Another thread's event loop, with one sleeping task."""
+    async def body():
+        info["thread_id"] = fu.ident()
+        asyncio.current_task().set_name("t2-main")
+        KEEP.append(asyncio.get_running_loop().create_task(sleeper(), name="t2-sleeper"))
+        await asyncio.sleep(0)
+        started.set()
+        await asyncio.get_running_loop().create_future()
+    asyncio.run(body())
+
+
 def run():
     fu.install_ping()
     args = sys.argv[1:]
@@ -243,6 +259,12 @@ def run():
     if "--uvloop" in args:
         import uvloop
         uvloop.install()
+    if "--two-loops" in args:
+        import threading
+        started, info = threading.Event(), {}
+        threading.Thread(target=second_loop, args=(started, info), daemon=True).start()
+        fu.wait_until([started])
+        SECOND.update(info)
     asyncio.run(busy() if "--busy" in args else main(many))
 
 

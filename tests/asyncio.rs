@@ -335,6 +335,31 @@ fn python_level_tasks_are_read() {
     );
 }
 
+/// Two threads, each running its own loop: each loop's tasks under its thread.
+#[test]
+fn each_loop_under_its_own_thread() {
+    each_asyncio_interpreter("asyncio two loops", |interp| {
+        let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--two-loops"]);
+        let dump = &dump_json(fx.pid, &[])[0];
+        let (_, first) = loop_tasks(dump, &fx.ready);
+        let mut second_ready = fx.ready.clone();
+        second_ready["thread_id"] = fx.ready["second_thread_id"].clone();
+        let (_, second) = loop_tasks(dump, &second_ready);
+        let names: BTreeSet<&str> = second.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            BTreeSet::from(["t2-main", "t2-sleeper"]),
+            "{}",
+            fx.label
+        );
+        assert!(
+            first.contains_key("main") && !first.contains_key("t2-sleeper"),
+            "{}",
+            fx.label
+        );
+    });
+}
+
 #[test]
 fn uvloop_tasks_are_read() {
     let interp = pyenv_312();

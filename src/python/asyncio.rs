@@ -1291,3 +1291,127 @@ pub fn stitch(t: &mut crate::stack::ThreadStack, all: bool) -> Vec<crate::stack:
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SliceMemory;
+    use crate::python::process::{GilSource, PythonProcess, Version};
+    use crate::stack::{ThreadStack, ThreadStatus};
+    use proptest::prelude::*;
+
+    const BASE: u64 = 0x10_0000;
+
+    fn reader_for(major: u8, minor: u8) -> Option<Reader> {
+        let layout = crate::cpython_layouts::for_version(major, minor)?;
+        Some(Reader::new(PythonProcess {
+            pid: std::process::id() as i32,
+            exe: "python".into(),
+            cmdline: String::new(),
+            version: Version {
+                major,
+                minor,
+                patch: Some(0),
+                suffix: String::new(),
+            },
+            layout: layout.clone(),
+            interp_head_ptr: BASE,
+            gil: GilSource::Unknown,
+            python_module: "libpython".into(),
+            warnings: Vec::new(),
+        }))
+    }
+
+    fn snapshot(tstate: u64, interp: u64, frames: Vec<u64>) -> ThreadSnapshot {
+        ThreadSnapshot {
+            stack: ThreadStack {
+                thread_id: 1,
+                os_thread_id: None,
+                name: None,
+                interpreter: 0,
+                status: ThreadStatus::Idle,
+                holds_gil: false,
+                frames: Vec::new(),
+                truncated: None,
+                native_entry: None,
+                asyncio: None,
+            },
+            is_entry: Vec::new(),
+            frame_addrs: frames,
+            tstate,
+            interp,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+        /// A corrupt or racing target: arbitrary words where tasks, futures,
+        /// coroutines, frames, deques and types should be. Every table must
+        /// come back with fewer tasks or frames, never a panic or a hang.
+        #[test]
+        fn arbitrary_memory_never_panics(words in proptest::collection::vec(any::<u64>(), 1024), seed in any::<u64>()) {
+            let bytes: Vec<u8> = words
+                .iter()
+                .flat_map(|w| {
+                    let v = match (w ^ seed) % 5 {
+                        0 | 3 => BASE + ((w % 8192) & !7),
+                        1 => u64::MAX - (w % 512),
+                        _ => *w,
+                    };
+                    v.to_le_bytes()
+                })
+                .collect();
+            let mut mem = SliceMemory::new();
+            mem.add(BASE, bytes);
+            for l in crate::cpython_layouts::asyncio::ALL {
+                let Some(mut reader) = reader_for(l.major, l.minor) else { continue };
+                let mut r = AsyncioReader::new(l.major, l.minor);
+                // As if AsyncioDebug had been found, so that the lists are walked too.
+                r.lists = Some(Lists {
+                    ts_running_loop: 8,
+                    ts_running_task: 16,
+                    ts_tasks_head: 24,
+                    interp_tasks_head: 32,
+                });
+                let snaps = vec![snapshot(BASE + 64, BASE + 128, vec![BASE + 256])];
+                let want = AsyncRead { limit: 50, max_tasks: 500 };
+                let _ = r.read(&mut reader, &mem, &snaps, want);
+                let pl = reader.process.layout.clone();
+                let objr = ObjReader::new(&mem, &pl);
+                let addrs: Vec<u64> = (0..64).map(|i| BASE + i * 72).collect();
+                let tasks = r.read_tasks(&objr, l, &addrs);
+                let index: HashMap<u64, usize> = tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
+                let _ = r.parents(&objr, l, &tasks, &index);
+                let running = HashSet::new();
+                let ks: Vec<usize> = (0..tasks.len()).collect();
+                let parents = vec![Vec::new(); tasks.len()];
+                let mut sleeps = HashMap::new();
+                let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64);
+                for a in addrs {
+                    let _ = r.chain(&mut reader, &objr, l, a, &snaps[0]);
+                    let _ = deque_items(&objr, l, a, 1 << 16);
+                    let _ = r.timers(&objr, l, a);
+                    let _ = py_attr(&objr, l, a, "_state");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn asyncio_debug_is_checked() {
+        let l = &crate::cpython_layouts::asyncio::V3_14;
+        let ab = l.awaited_by.unwrap();
+        // What sid's 3.14 carries.
+        let good = [
+            168, 136, 96, 108, 109, 128, 152, 225864, 10880, 936, 864, 872, 880,
+        ];
+        let lists = check_debug(l, &ab, &good).unwrap();
+        assert_eq!(lists.ts_tasks_head, 880);
+        let mut other_task = good;
+        other_task[5] = 120;
+        assert!(check_debug(l, &ab, &other_task).is_err());
+        let mut outside = good;
+        outside[12] = 936;
+        assert!(check_debug(l, &ab, &outside).is_err());
+    }
+}
