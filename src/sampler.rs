@@ -306,10 +306,18 @@ impl Target {
                         } else {
                             asyncio::AUTO_MAX_TASKS
                         },
+                        running_only: false,
                     },
-                    _ => AsyncRead {
+                    AsyncMode::Stitch { all } => AsyncRead {
                         limit: asyncio::MAX_TASKS,
                         max_tasks: asyncio::MAX_TASKS,
+                        running_only: !all,
+                    },
+                    // Not read when off.
+                    AsyncMode::Off => AsyncRead {
+                        limit: 0,
+                        max_tasks: 0,
+                        running_only: true,
                     },
                 };
                 let v = &self.reader.process.version;

@@ -21,6 +21,7 @@
 //! frames, never a panic or an unbounded walk.
 
 use super::objects::ObjReader;
+use super::pagecache::PageCache;
 use super::reader::{Reader, ThreadSnapshot};
 use crate::cpython_layouts::asyncio::{
     for_version, AsyncioLayout, GenFrame, StackTop, DEQUE_BLOCK_LEN, MEMBER_DEF_OFFSET,
@@ -77,6 +78,9 @@ pub struct AsyncRead {
     pub limit: usize,
     /// Registries holding more tasks than this are not read.
     pub max_tasks: usize,
+    /// Only the running tasks and their awaiters are wanted (`record`/`top
+    /// --async`): the others' stacks are not read.
+    pub running_only: bool,
 }
 
 struct RawTask {
@@ -200,7 +204,7 @@ impl AsyncioReader {
     pub fn read(
         &mut self,
         reader: &mut Reader,
-        mem: &dyn Memory,
+        mem: &PageCache,
         snaps: &[ThreadSnapshot],
         want: AsyncRead,
     ) -> TasksByThread {
@@ -267,6 +271,24 @@ impl AsyncioReader {
                             .then_some(*v)
                     })
                 };
+                // Attributing samples needs a running task: without one
+                // (an idle loop, most samples) nothing else is read.
+                if want.running_only {
+                    let idle = match named("_current_tasks") {
+                        Some(cur) => objr.dict_items(cur, 4096).unwrap_or_default().is_empty(),
+                        None => true,
+                    };
+                    let idle_lists = match self.lists {
+                        Some(lists) => threads.iter().all(|&i| {
+                            mem.read_u64(snaps[i].tstate.wrapping_add(lists.ts_running_task))
+                                .map_or(true, |t| t == 0)
+                        }),
+                        None => true,
+                    };
+                    if idle && idle_lists {
+                        continue;
+                    }
+                }
                 for ws in ["_all_tasks", "_scheduled_tasks"] {
                     let Some(w) = named(ws) else { continue };
                     let Ok(Some(data)) = objr.instance_attr(w, "data") else {
@@ -278,6 +300,10 @@ impl AsyncioReader {
                             if refs.len() as u64 >= limit {
                                 too_many = Some(refs.len());
                             }
+                            mem.prefetch(
+                                refs.iter()
+                                    .map(|r| (r.wrapping_add(layout.weakref_object), 8)),
+                            );
                             for r in refs {
                                 if let Ok(o) = mem.read_u64(r.wrapping_add(layout.weakref_object)) {
                                     add(o, &mut addrs);
@@ -350,6 +376,8 @@ impl AsyncioReader {
             if addrs.is_empty() {
                 continue;
             }
+            // One batched read for every task's struct.
+            mem.prefetch(addrs.iter().map(|a| (*a, layout.task_size as usize)));
             let tasks = self.read_tasks(&objr, layout, &addrs);
             if tasks.is_empty() {
                 continue;
@@ -387,6 +415,7 @@ impl AsyncioReader {
                     &snaps[th],
                     &mut sleeps,
                     want.limit,
+                    want.running_only,
                 );
                 out.insert(th, tt);
             }
@@ -775,12 +804,32 @@ impl AsyncioReader {
         snap: &ThreadSnapshot,
         sleeps: &mut HashMap<u64, Option<Timers>>,
         limit: usize,
+        running_only: bool,
     ) -> ThreadTasks {
-        // Show the running task and its awaiters first, then the rest by
+        // The running tasks and their awaiters first, then the rest by
         // address; the forest is drawn from these.
-        let mut order: Vec<usize> = ks.to_vec();
-        order.sort_by_key(|k| (!running.contains(&tasks[*k].addr), tasks[*k].addr));
-        let shown: Vec<usize> = order.iter().copied().take(limit).collect();
+        let mut order: Vec<usize> = Vec::with_capacity(ks.len());
+        let mut placed: HashSet<usize> = HashSet::new();
+        let mut sorted: Vec<usize> = ks.to_vec();
+        sorted.sort_by_key(|k| tasks[*k].addr);
+        for &k in &sorted {
+            if running.contains(&tasks[k].addr) && placed.insert(k) {
+                order.push(k);
+                let mut i = order.len() - 1;
+                while i < order.len() && order.len() < ks.len() {
+                    for &p in &parents[order[i]] {
+                        if placed.insert(p) {
+                            order.push(p);
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        }
+        let chain_len = order.len();
+        order.extend(sorted.into_iter().filter(|k| !placed.contains(k)));
+        let take = if running_only { chain_len } else { limit };
+        let shown: Vec<usize> = order.iter().copied().take(take).collect();
         let left_out = order.len().saturating_sub(shown.len()) as u64;
         let mut out = Vec::with_capacity(shown.len());
         for k in shown {
@@ -1374,8 +1423,8 @@ mod tests {
                     interp_tasks_head: 32,
                 });
                 let snaps = vec![snapshot(BASE + 64, BASE + 128, vec![BASE + 256])];
-                let want = AsyncRead { limit: 50, max_tasks: 500 };
-                let _ = r.read(&mut reader, &mem, &snaps, want);
+                let want = AsyncRead { limit: 50, max_tasks: 500, running_only: false };
+                let _ = r.read(&mut reader, &PageCache::new(&mem), &snaps, want);
                 let pl = reader.process.layout.clone();
                 let objr = ObjReader::new(&mem, &pl);
                 let addrs: Vec<u64> = (0..64).map(|i| BASE + i * 72).collect();
@@ -1386,7 +1435,7 @@ mod tests {
                 let ks: Vec<usize> = (0..tasks.len()).collect();
                 let parents = vec![Vec::new(); tasks.len()];
                 let mut sleeps = HashMap::new();
-                let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64);
+                let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64, false);
                 for a in addrs {
                     let _ = r.chain(&mut reader, &objr, l, a, &snaps[0]);
                     let _ = deque_items(&objr, l, a, 1 << 16);
