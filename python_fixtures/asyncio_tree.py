@@ -15,6 +15,8 @@ Trees (each task named; expected awaiters and innermost frames go in READY):
   gg-parent        gather(gather(gg-a, gg-b), gather(gg-c))
   shield-parent    shield(shielded)
   waitfor-parent   wait_for(waitfor-child, 1000)
+  ac-parent        as_completed([ac-1, ac-2])
+  wait-parent      asyncio.wait([wait-1, wait-2])
   dead-a, dead-b   each awaits the other (a deadlock)
   agen-consumer    async for over an async generator that sleeps
   tg-parent        (3.11+) TaskGroup: tg-child, tg-nested (its own TaskGroup: tg-grandchild)
@@ -91,6 +93,15 @@ async def waitfor(inner):
     await asyncio.wait_for(inner, 1000)  # MARK:waitfor
 
 
+async def completed(fs):
+    for f in asyncio.as_completed(fs):
+        await f  # MARK:ascompleted
+
+
+async def waiter(fs):
+    await asyncio.wait(fs)  # MARK:wait
+
+
 HOLDER = {}
 # The loop keeps only weak references to tasks: these keep them alive.
 KEEP = []
@@ -165,6 +176,16 @@ async def main(many):
     # 3.12+ awaits the task inside a timeout; before, a future with a timer.
     expect("waitfor-parent", [], waitfor, "waitfor",
            "task" if sys.version_info >= (3, 12) else "future")
+    fs = [mk(leaf(), "ac-1"), mk(leaf(), "ac-2")]
+    mk(completed(fs), "ac-parent")
+    expect("ac-parent", [], completed, "ascompleted", "queue")
+    expect("ac-1", ["ac-parent"], leaf, "leaf", "sleep")
+    expect("ac-2", ["ac-parent"], leaf, "leaf", "sleep")
+    ws = [mk(leaf(), "wait-1"), mk(leaf(), "wait-2")]
+    mk(waiter(ws), "wait-parent")
+    expect("wait-parent", [], waiter, "wait", "future")
+    expect("wait-1", ["wait-parent"], leaf, "leaf", "sleep")
+    expect("wait-2", ["wait-parent"], leaf, "leaf", "sleep")
     HOLDER["a"] = mk(dead("b"), "dead-a")
     HOLDER["b"] = mk(dead("a"), "dead-b")
     expect("dead-a", ["dead-b"], dead, "dead", "task")
