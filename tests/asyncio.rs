@@ -527,6 +527,26 @@ fn functions(stack: &str) -> Vec<&str> {
 fn record_async_stitches_tasks_under_their_awaiters() {
     each_asyncio_interpreter("record --async", |interp| {
         let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--busy"]);
+        // The running task, its stack from the thread, and its awaiters.
+        let dump = &dump_json(fx.pid, &[])[0];
+        let (_, tasks) = loop_tasks(dump, &fx.ready);
+        let cm = &tasks["call-model"];
+        assert_eq!(cm["state"], "running", "{}: {cm}", fx.label);
+        assert_eq!(
+            cm["frames"][0]["function"], "tokenize",
+            "{}: {cm}",
+            fx.label
+        );
+        assert_eq!(
+            tasks["handle-request"]["awaiting"]["task"], cm["id"],
+            "{}",
+            fx.label
+        );
+        assert_eq!(
+            tasks["main"]["awaiting"]["task"], tasks["handle-request"]["id"],
+            "{}",
+            fx.label
+        );
         let stacks = record_async(fx.pid, &[]);
         let stitched = ["busy", "handle_request", "call_model", "tokenize"];
         let hits: u64 = stacks
@@ -615,4 +635,54 @@ fn fixture_markers(name: &str) -> BTreeMap<String, u64> {
             Some((m.split_whitespace().next()?.to_string(), i as u64 + 1))
         })
         .collect()
+}
+
+/// `top --async` in a real terminal (tmux): the function table holds the
+/// awaiters' frames (busy, handle_request) and none of the loop's own.
+#[test]
+fn top_async_shows_the_awaiters() {
+    let fx = Fixture::spawn(pyenv_312(), "asyncio_tree.py", &["--busy"]);
+    let socket = format!("pyinspect-asyncio-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("tmux (apt-get install tmux)")
+    };
+    let cmd = format!("{} top --async --pid {}", pyinspect_bin(), fx.pid);
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        "-s",
+        "t",
+        &cmd,
+    ]);
+    assert!(started.status.success(), "tmux new-session failed");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut screen;
+    loop {
+        screen =
+            String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "t"]).stdout).into_owned();
+        let rows = |f: &str| {
+            screen
+                .lines()
+                .any(|l| l.contains(&format!("{f} (asyncio_tree.py")))
+        };
+        if rows("busy") && rows("handle_request") && rows("tokenize") {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = tmux(&["kill-server"]);
+            panic!("top --async never showed the awaiters:\n{screen}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = tmux(&["send-keys", "-t", "t", "q"]);
+    let _ = tmux(&["kill-server"]);
+    assert!(!screen.contains("run_forever"), "{screen}");
 }
