@@ -326,7 +326,10 @@ impl Target {
                     .tasks
                     .get_or_insert_with(|| AsyncioReader::new(major, minor));
                 let cache = crate::python::pagecache::PageCache::new(&self.mem);
-                r.read(&mut self.reader, &cache, s, want)
+                let pid = self.pid;
+                r.read(&mut self.reader, &cache, s, want, &|| {
+                    asyncio_debug_sections(pid)
+                })
             }
             _ => HashMap::new(),
         };
@@ -383,6 +386,42 @@ impl Target {
         threads.extend(foreign);
         Ok(threads)
     }
+}
+
+/// Where the target may carry `_asyncio`'s `AsyncioDebug` section: the
+/// `_asyncio` extension module, or the interpreter's binary when the module
+/// is built in; each as (file, section's address in the target).
+fn asyncio_debug_sections(pid: i32) -> Vec<(String, crate::elf::Range)> {
+    let Ok(maps) = procfs::maps(pid) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<&str> = Vec::new();
+    for m in &maps {
+        let name = m.path.rsplit('/').next().unwrap_or("");
+        let candidate = name.starts_with("_asyncio")
+            || name.starts_with("libpython3")
+            || name.starts_with("python3");
+        if m.is_file() && candidate && !paths.contains(&m.path.as_str()) {
+            paths.push(&m.path);
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let file_maps: Vec<&procfs::MapEntry> = maps.iter().filter(|m| m.path == p).collect();
+        let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
+            continue;
+        };
+        let Some(file) = procfs::target_file(pid, first) else {
+            continue;
+        };
+        if let Some(sec) = crate::elf::load(&file, &file_maps, &[])
+            .ok()
+            .and_then(|i| i.asyncio_debug)
+        {
+            out.push((p.to_string(), sec));
+        }
+    }
+    out
 }
 
 pub struct Sampler {

@@ -28,7 +28,6 @@ use crate::cpython_layouts::asyncio::{
 };
 use crate::elf;
 use crate::memory::{le_u64, le_u8, Memory, MemoryExt};
-use crate::procfs;
 use crate::stack::{Awaiting, Frame, Task, TaskState, ThreadTasks};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -142,9 +141,10 @@ impl AsyncioReader {
         }
     }
 
-    /// Find and check `AsyncioDebug` (3.14+), in the interpreter's binaries
-    /// or the `_asyncio` extension module, as mapped in the target.
-    fn find_lists(&mut self, pid: i32, mem: &dyn Memory) {
+    /// Check `AsyncioDebug` (3.14+) in the sections `sections` finds (the
+    /// command layer looks in the target's mapped files), at most once a second
+    /// until one is found.
+    fn find_lists(&mut self, mem: &dyn Memory, sections: &dyn Fn() -> Vec<(String, elf::Range)>) {
         let Some(l) = self.layout else { return };
         let Some(ab) = l.awaited_by else { return };
         if self.lists.is_some()
@@ -155,31 +155,7 @@ impl AsyncioReader {
             return;
         }
         self.last_debug_scan = Some(Instant::now());
-        let Ok(maps) = procfs::maps(pid) else { return };
-        let mut paths: Vec<&str> = Vec::new();
-        for m in &maps {
-            let name = m.path.rsplit('/').next().unwrap_or("");
-            let candidate = name.starts_with("_asyncio")
-                || name.starts_with("libpython3")
-                || name.starts_with("python3");
-            if m.is_file() && candidate && !paths.contains(&m.path.as_str()) {
-                paths.push(&m.path);
-            }
-        }
-        for p in paths {
-            let file_maps: Vec<&procfs::MapEntry> = maps.iter().filter(|m| m.path == p).collect();
-            let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
-                continue;
-            };
-            let Some(file) = procfs::target_file(pid, first) else {
-                continue;
-            };
-            let Ok(info) = elf::load(&file, &file_maps, &[]) else {
-                continue;
-            };
-            let Some(sec) = info.asyncio_debug else {
-                continue;
-            };
+        for (file, sec) in sections() {
             let mut buf = [0u8; DEBUG_WORDS * 8];
             if sec.size < buf.len() as u64 || mem.read(sec.addr, &mut buf).is_err() {
                 continue;
@@ -188,15 +164,10 @@ impl AsyncioReader {
                 .map(|i| le_u64(&buf, i as u64 * 8))
                 .collect();
             match check_debug(l, &ab, &w) {
-                Ok(lists) => {
-                    self.lists = Some(lists);
-                    return;
-                }
-                Err(e) => {
-                    self.note(format!("{p}: {e}"));
-                    return;
-                }
+                Ok(lists) => self.lists = Some(lists),
+                Err(e) => self.note(format!("{file}: {e}")),
             }
+            return;
         }
     }
 
@@ -207,8 +178,8 @@ impl AsyncioReader {
         mem: &PageCache,
         snaps: &[ThreadSnapshot],
         want: AsyncRead,
+        sections: &dyn Fn() -> Vec<(String, elf::Range)>,
     ) -> TasksByThread {
-        let pid = reader.process.pid;
         let pl = reader.process.layout.clone();
         let objr = ObjReader::new(mem, &pl);
         let mut out = HashMap::new();
@@ -237,7 +208,7 @@ impl AsyncioReader {
             ));
             return out;
         };
-        self.find_lists(pid, mem);
+        self.find_lists(mem, sections);
 
         let mut interps: Vec<u64> = snaps.iter().map(|s| s.interp).collect();
         interps.dedup();
@@ -1424,7 +1395,7 @@ mod tests {
                 });
                 let snaps = vec![snapshot(BASE + 64, BASE + 128, vec![BASE + 256])];
                 let want = AsyncRead { limit: 50, max_tasks: 500, running_only: false };
-                let _ = r.read(&mut reader, &PageCache::new(&mem), &snaps, want);
+                let _ = r.read(&mut reader, &PageCache::new(&mem), &snaps, want, &Vec::new);
                 let pl = reader.process.layout.clone();
                 let objr = ObjReader::new(&mem, &pl);
                 let addrs: Vec<u64> = (0..64).map(|i| BASE + i * 72).collect();
