@@ -527,9 +527,18 @@ fn functions(stack: &str) -> Vec<&str> {
 fn record_async_stitches_tasks_under_their_awaiters() {
     each_asyncio_interpreter("record --async", |interp| {
         let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--busy"]);
-        // The running task, its stack from the thread, and its awaiters.
-        let dump = &dump_json(fx.pid, &[])[0];
-        let (_, tasks) = loop_tasks(dump, &fx.ready);
+        // The running task, its stack from the thread, and its awaiters
+        // (READY comes just before call-model enters its loop: retry a while).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let tasks = loop {
+            let dump = &dump_json(fx.pid, &[])[0];
+            let (_, tasks) = loop_tasks(dump, &fx.ready);
+            let first = &tasks["call-model"]["frames"][0]["function"];
+            if first == "tokenize" || std::time::Instant::now() > deadline {
+                break tasks;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         let cm = &tasks["call-model"];
         assert_eq!(cm["state"], "running", "{}: {cm}", fx.label);
         assert_eq!(

@@ -356,6 +356,20 @@ impl AsyncioReader {
             // Which thread runs each loop.
             let main_thread = *threads.last().unwrap_or(&0);
             let running_tasks: HashSet<u64> = running.values().copied().collect();
+            let by_addr: HashMap<u64, &RawTask> = tasks.iter().map(|t| (t.addr, t)).collect();
+            // A loop without `_thread_id` (uvloop's) that runs a task: the
+            // thread whose stack holds that task's coroutine frame.
+            let running_on = |lp: u64| -> Option<usize> {
+                let t = by_addr.get(running.get(&lp)?)?;
+                let frame = match layout.gen_frame {
+                    GenFrame::Pointer(o) => mem.read_u64(t.coro.wrapping_add(o)).ok()?,
+                    GenFrame::Embedded(o) => t.coro.wrapping_add(o),
+                };
+                threads
+                    .iter()
+                    .copied()
+                    .find(|&i| frame != 0 && snaps[i].frame_addrs.contains(&frame))
+            };
             let mut by_thread: HashMap<usize, Vec<usize>> = HashMap::new();
             for (k, t) in tasks.iter().enumerate() {
                 let th = match loop_thread.get(&t.loop_) {
@@ -363,6 +377,7 @@ impl AsyncioReader {
                     None => {
                         let th = self
                             .loop_thread(&objr, t.loop_, snaps, &threads)
+                            .or_else(|| running_on(t.loop_))
                             .unwrap_or(main_thread);
                         loop_thread.insert(t.loop_, th);
                         th
@@ -816,7 +831,7 @@ impl AsyncioReader {
                 _ => TaskState::Pending,
             };
             let awaiting = if t.waiter != 0 && t.state == 0 {
-                Some(self.awaiting(objr, l, t, tasks, &first_locals, sleeps))
+                Some(self.awaiting(objr, l, t, &first_locals, sleeps))
             } else {
                 None
             };
@@ -936,7 +951,6 @@ impl AsyncioReader {
         objr: &ObjReader,
         l: &AsyncioLayout,
         t: &RawTask,
-        tasks: &[RawTask],
         first_locals: &[u64],
         sleeps: &mut HashMap<u64, Option<Timers>>,
     ) -> Awaiting {
@@ -1006,7 +1020,6 @@ impl AsyncioReader {
             }
             a.seconds = Some(((when - monotonic()) * 1000.0).round() / 1000.0);
         }
-        let _ = tasks;
         a
     }
 
