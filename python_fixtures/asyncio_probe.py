@@ -285,7 +285,6 @@ async def main():
     h = loop.call_later(3600, cb_a, x)
     one("slot__when", where(raw(h), id(h._when)))
     desc = T.__dict__["_when"]
-    member = [w for w in words(raw(desc)) if w]
     ok = []
     for o, w in zip(range(0, 1000, 8), words(raw(desc))):
         if o < 16 or not w:
