@@ -12,6 +12,8 @@ Trees (each task named; expected awaiters and innermost frames go in READY):
   queue-consumer   awaits Queue.get
   lock-holder      holds an asyncio.Lock, parked on a Future
   lock-waiter      awaits that Lock
+  event-waiter     awaits Event.wait
+  semaphore-waiter awaits Semaphore.acquire (at 0)
   gg-parent        gather(gather(gg-a, gg-b), gather(gg-c))
   shield-parent    shield(shielded)
   waitfor-parent   wait_for(waitfor-child, 1000)
@@ -75,6 +77,14 @@ async def stubborn():
 
 async def fails():
     raise ValueError("nobody retrieves this")
+
+
+async def wait_event(ev):
+    await ev.wait()  # MARK:event
+
+
+async def wait_semaphore(sem):
+    await sem.acquire()  # MARK:semaphore
 
 
 async def leaf():
@@ -161,6 +171,10 @@ async def main(many):
     await asyncio.sleep(0)
     mk(wait_lock(lock), "lock-waiter")
     expect("lock-waiter", [], asyncio.Lock.acquire, None, "lock")
+    mk(wait_event(asyncio.Event()), "event-waiter")
+    expect("event-waiter", [], asyncio.Event.wait, None, "event")
+    mk(wait_semaphore(asyncio.Semaphore(0)), "semaphore-waiter")
+    expect("semaphore-waiter", [], asyncio.Semaphore.acquire, None, "semaphore")
     a, b, c = mk(leaf(), "gg-a"), mk(leaf(), "gg-b"), mk(leaf(), "gg-c")
     mk(gather_of_gathers(a, b, c), "gg-parent")
     expect("gg-parent", [], gather_of_gathers, "gg", "gather")
