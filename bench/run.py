@@ -357,6 +357,22 @@ class Bench:
                          verdict(ok), "ms", f"{deepest}/900 `deep` frames in --json",
                          self.last_detail["wall_ms"])
 
+    def dump_10k_tasks(self):
+        """dump of an event loop with 10,000 pending tasks (task trees on by
+        default) against py-spy's dump, which shows no tasks."""
+        runs = 10 if self.quick else 20
+        with Target(self.python, "tasks.py", 10000) as t:
+            doc = self.dump_json(t.pid)
+            wall, _ = self.dump_times(t.pid, ["dump", "--pid", t.pid], ["dump", "--pid", t.pid], runs)
+        counted = max(
+            (len(th.get("tasks", [])) + th.get("tasks_left_out", 0) for th in doc.get("threads", [])),
+            default=0,
+        )
+        ok = wall["ours"] < 100 and counted == 10001
+        self.results.add("dump-10k-tasks wall", wall["ours"], wall["theirs"], "< 100 ms, 10,001 tasks",
+                         verdict(ok), "ms", f"{counted}/10001 tasks counted in --json",
+                         self.last_detail["wall_ms"])
+
     # 3
     def dump_native_3threads(self):
         runs = 10 if self.quick else 30
@@ -732,6 +748,7 @@ SCENARIOS = [
     ("dump-4threads", Bench.dump_4threads),
     ("dump-200threads", Bench.dump_200threads),
     ("dump-900frames", Bench.dump_900frames),
+    ("dump-10k-tasks", Bench.dump_10k_tasks),
     ("dump-native-3threads", Bench.dump_native_3threads),
     ("record-cpu-per-sample", Bench.record_cpu_per_sample),
     ("record-wall-100Hz", Bench.record_wall_100hz),

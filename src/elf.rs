@@ -22,6 +22,8 @@ pub struct BinaryInfo {
     pub pyruntime: Option<Range>,
     pub bss: Option<Range>,
     pub data: Option<Range>,
+    /// `_asyncio`'s `AsyncioDebug` section (3.14+): its offsets for the remote reader.
+    pub asyncio_debug: Option<Range>,
 }
 
 impl BinaryInfo {
@@ -78,6 +80,7 @@ pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryIn
             Ok(".PyRuntime") => info.pyruntime = Some(r),
             Ok(".bss") => info.bss = Some(r),
             Ok(".data") => info.data = Some(r),
+            Ok("AsyncioDebug" | ".AsyncioDebug") => info.asyncio_debug = Some(r),
             _ => {}
         }
     }

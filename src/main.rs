@@ -72,6 +72,67 @@ struct DumpArgs {
     /// records columns (3.11+; 1-based). JSON always carries them.
     #[arg(long)]
     positions: bool,
+    #[command(flatten)]
+    asyncio: DumpAsyncArgs,
+}
+
+/// dump's asyncio task trees.
+#[derive(Args, Debug)]
+struct DumpAsyncArgs {
+    /// Show each event loop's asyncio tasks however many there are (by
+    /// default they are shown when the registry holds at most 100,000).
+    #[arg(long = "async", conflicts_with = "no_async")]
+    async_tasks: bool,
+    /// Do not read asyncio tasks.
+    #[arg(long)]
+    no_async: bool,
+    /// Most tasks shown per event loop (the others are counted).
+    #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    async_limit: u32,
+}
+
+impl DumpAsyncArgs {
+    fn mode(&self) -> pyinspect::sampler::AsyncMode {
+        if self.no_async {
+            pyinspect::sampler::AsyncMode::Off
+        } else {
+            pyinspect::sampler::AsyncMode::Tree {
+                forced: self.async_tasks,
+                limit: self.async_limit as usize,
+            }
+        }
+    }
+}
+
+/// record's and top's asyncio attribution.
+#[derive(Args, Debug)]
+struct SampleAsyncArgs {
+    /// Attribute samples to asyncio tasks: the running task's stack goes on
+    /// with the stacks of the tasks awaiting it.
+    #[arg(long = "async")]
+    async_tasks: bool,
+    /// With --async: "running" (the default) counts the running task only;
+    /// "all" adds every waiting task's stack, weighted by wall time.
+    #[arg(long, value_enum, requires = "async_tasks")]
+    async_mode: Option<AsyncSampleMode>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum AsyncSampleMode {
+    Running,
+    All,
+}
+
+impl SampleAsyncArgs {
+    fn mode(&self) -> pyinspect::sampler::AsyncMode {
+        if self.async_tasks {
+            pyinspect::sampler::AsyncMode::Stitch {
+                all: self.async_mode == Some(AsyncSampleMode::All),
+            }
+        } else {
+            pyinspect::sampler::AsyncMode::Off
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +185,8 @@ struct RecordArgs {
     /// Merge native frames.
     #[arg(short, long)]
     native: bool,
+    #[command(flatten)]
+    asyncio: SampleAsyncArgs,
     /// The program to launch and profile.
     #[arg(last = true)]
     command: Vec<String>,
@@ -158,6 +221,8 @@ struct TopArgs {
     /// Show full file names rather than package-relative ones.
     #[arg(long)]
     full_filenames: bool,
+    #[command(flatten)]
+    asyncio: SampleAsyncArgs,
     /// The program to launch and watch.
     #[arg(last = true)]
     command: Vec<String>,
@@ -212,6 +277,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         gc_frames: true,
         positions: false,
         waits: pyinspect::wait::WaitDetail::Off,
+        asyncio: a.asyncio.mode(),
     };
     mode.configure(&mut sampler);
     record::run(record::RecordOptions {
@@ -231,6 +297,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
     use pyinspect::commands::top;
     top::run(top::TopOptions {
         pid: a.pid,
+        asyncio: a.asyncio.mode(),
         command: a.command,
         rate: a.rate,
         subprocesses: a.subprocesses,
@@ -297,6 +364,7 @@ fn main() {
                 native_all: a.native_all,
                 native_debug_info: a.native_debug_info,
                 positions: a.positions,
+                asyncio: a.asyncio.mode(),
             })
             .map(|()| 0)
         }

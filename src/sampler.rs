@@ -12,6 +12,7 @@ use crate::memory::{Memory, ProcessMemory};
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
+use crate::python::asyncio::{self, AsyncRead, AsyncioReader};
 use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
@@ -80,6 +81,26 @@ pub struct SamplerConfig {
     pub positions: bool,
     /// What to learn about what each thread waits for.
     pub waits: WaitDetail,
+    /// asyncio tasks: shown under their loop's thread, or stitched into the stacks.
+    pub asyncio: AsyncMode,
+}
+
+/// What is done with the asyncio tasks of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncMode {
+    Off,
+    /// Read and attach them to their loop's thread (`dump`); `forced` reads
+    /// registries of any size (up to [`crate::python::asyncio::MAX_TASKS`]).
+    Tree {
+        forced: bool,
+        limit: usize,
+    },
+    /// Samples attributed to tasks (`record`/`top --async`): the running
+    /// task's stack continues with its awaiters'; with `all`, every waiting
+    /// task adds its own stack (weighted, like every sample, by wall time).
+    Stitch {
+        all: bool,
+    },
 }
 
 /// One process's threads at one tick (after filtering).
@@ -148,6 +169,7 @@ pub struct Target {
     /// The waits of the threads that are not running, read before pausing
     /// (a pause interrupts a call, and the kernel may rewrite its arguments).
     pending: HashMap<i32, (wait::Wait, Option<wait::CallArgs>)>,
+    tasks: Option<AsyncioReader>,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
 }
@@ -280,6 +302,7 @@ impl Target {
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
+            tasks: None,
             waits: WaitReader::new(pid, cfg.waits),
             pending: HashMap::new(),
             os_names: HashMap::new(),
@@ -346,6 +369,9 @@ impl Target {
     /// What went wrong without stopping the read (shown once by dump).
     pub fn warnings(&mut self) -> Vec<String> {
         let mut w = self.reader.process.warnings.clone();
+        if let Some(t) = &self.tasks {
+            w.extend(t.notes.iter().cloned());
+        }
         if let Some(n) = self.native.as_mut() {
             w.extend(n.warnings());
         }
@@ -614,6 +640,44 @@ impl Target {
                 }
             }
         }
+        // Tasks are read while the threads still stand still.
+        let mut tasks = match (&snap, cfg.asyncio) {
+            (Ok(s), mode) if mode != AsyncMode::Off => {
+                let want = match mode {
+                    AsyncMode::Tree { forced, limit } => AsyncRead {
+                        limit,
+                        max_tasks: if forced {
+                            asyncio::MAX_TASKS
+                        } else {
+                            asyncio::AUTO_MAX_TASKS
+                        },
+                        running_only: false,
+                    },
+                    AsyncMode::Stitch { all } => AsyncRead {
+                        limit: asyncio::MAX_TASKS,
+                        max_tasks: asyncio::MAX_TASKS,
+                        running_only: !all,
+                    },
+                    // Not read when off.
+                    AsyncMode::Off => AsyncRead {
+                        limit: 0,
+                        max_tasks: 0,
+                        running_only: true,
+                    },
+                };
+                let v = &self.reader.process.version;
+                let (major, minor) = (v.major, v.minor);
+                let r = self
+                    .tasks
+                    .get_or_insert_with(|| AsyncioReader::new(major, minor));
+                let cache = crate::python::pagecache::PageCache::new(&self.mem);
+                let pid = self.pid;
+                r.read(&mut self.reader, &cache, s, want, &|| {
+                    asyncio_debug_sections(pid)
+                })
+            }
+            _ => HashMap::new(),
+        };
         drop(guard);
         let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
         if let Some(n) = self.native.as_mut() {
@@ -638,6 +702,9 @@ impl Target {
             self.stack_copy = depths;
         }
         let mut snap = snap?;
+        for (i, t) in snap.iter_mut().enumerate() {
+            t.stack.asyncio = tasks.remove(&i);
+        }
         if cfg.nonblocking {
             // No pause needs the list up front: the next tick reads the
             // states of the threads this one saw.
@@ -677,6 +744,12 @@ impl Target {
                 t.stack
             })
             .collect();
+        let mut waiting = Vec::new();
+        if let AsyncMode::Stitch { all } = cfg.asyncio {
+            for t in threads.iter_mut() {
+                waiting.extend(asyncio::stitch(t, all));
+            }
+        }
         if cfg.gil_only {
             threads.retain(|t| t.holds_gil);
         } else if !cfg.include_idle {
@@ -685,6 +758,7 @@ impl Target {
         }
         // Only the threads that are kept: a name costs a read of /proc.
         self.name_from_os(&mut threads);
+        threads.extend(waiting);
         // Oldest interpreter and thread first, as dump shows them (the
         // interpreter's lists are newest first).
         threads.reverse();
@@ -697,6 +771,42 @@ impl Target {
         }
         Ok(threads)
     }
+}
+
+/// Where the target may carry `_asyncio`'s `AsyncioDebug` section: the
+/// `_asyncio` extension module, or the interpreter's binary when the module
+/// is built in; each as (file, section's address in the target).
+fn asyncio_debug_sections(pid: i32) -> Vec<(String, crate::elf::Range)> {
+    let Ok(maps) = procfs::maps(pid) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<&str> = Vec::new();
+    for m in &maps {
+        let name = m.path.rsplit('/').next().unwrap_or("");
+        let candidate = name.starts_with("_asyncio")
+            || name.starts_with("libpython3")
+            || name.starts_with("python3");
+        if m.is_file() && candidate && !paths.contains(&m.path.as_str()) {
+            paths.push(&m.path);
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let file_maps: Vec<&procfs::MapEntry> = maps.iter().filter(|m| m.path == p).collect();
+        let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
+            continue;
+        };
+        let Some(file) = procfs::target_file(pid, first) else {
+            continue;
+        };
+        if let Some(sec) = crate::elf::load(&file, &file_maps, &[])
+            .ok()
+            .and_then(|i| i.asyncio_debug)
+        {
+            out.push((p.to_string(), sec));
+        }
+    }
+    out
 }
 
 pub struct Sampler {

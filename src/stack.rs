@@ -54,6 +54,82 @@ pub struct ThreadStack {
     /// in wall/offcpu modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait: Option<crate::wait::Wait>,
+    /// The asyncio tasks of the event loop this thread runs (`tasks`,
+    /// `tasks_left_out` in JSON).
+    #[serde(flatten)]
+    pub asyncio: Option<ThreadTasks>,
+}
+
+/// The tasks of one event loop, as a forest by awaiter.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ThreadTasks {
+    pub tasks: Vec<Task>,
+    /// Tasks read but not shown (beyond the limit).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tasks_left_out: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    Pending,
+    Running,
+    Cancelling,
+    Cancelled,
+    Done,
+    /// Finished with an exception (or cancelled) that nobody retrieved.
+    DoneNotRetrieved,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Cancelling => "cancelling",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Done => "done",
+            TaskState::DoneNotRetrieved => "done-not-retrieved",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Task {
+    /// The task object's address (Python's `id(task)`).
+    pub id: u64,
+    pub name: String,
+    pub state: TaskState,
+    /// Ids of the tasks that await this one.
+    pub awaited_by: Vec<u64>,
+    /// What this task is suspended on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub awaiting: Option<Awaiting>,
+    /// Its coroutine stack, innermost first.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Awaiting {
+    /// "task", "gather", "sleep", "queue", "lock", "event", "semaphore",
+    /// "condition", "barrier" or "future".
+    pub kind: String,
+    /// The awaited task's id (kind "task").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<u64>,
+    /// The awaited object's (or the future's) type name.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_name: Option<String>,
+    /// The awaited object's address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<u64>,
+    /// Seconds until a sleep ends (negative: overdue).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

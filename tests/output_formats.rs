@@ -32,6 +32,7 @@ fn thread(ident: u64, os_tid: Option<u32>, name: Option<&str>, frames: Vec<Frame
         native_entry: None,
         name_source: None,
         wait: None,
+        asyncio: None,
     }
 }
 

@@ -4,7 +4,8 @@ use crate::error::Error;
 use crate::pause;
 use crate::procfs;
 use crate::sampler::{SamplerConfig, Target};
-use crate::stack::{FrameKind, ProcessStacks, ThreadStatus};
+use crate::stack::{FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
 pub struct DumpOptions {
@@ -19,6 +20,8 @@ pub struct DumpOptions {
     pub native_debug_info: bool,
     /// Text output: `file:line:column` where the location table has columns.
     pub positions: bool,
+    /// asyncio tasks under their loop's thread (default: on, bounded).
+    pub asyncio: crate::sampler::AsyncMode,
 }
 
 /// Read one process once, through the same path as the samplers.
@@ -39,6 +42,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         gc_frames: false,
         positions: true,
         waits: crate::wait::WaitDetail::Full,
+        asyncio: opts.asyncio,
     };
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample(&cfg);
@@ -220,6 +224,9 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
         if let Some(why) = &t.truncated {
             writeln!(out, "    ... stack incomplete: {why}")?;
         }
+        if let Some(tt) = &t.asyncio {
+            write_tasks(out, tt)?;
+        }
     }
     let waits: Vec<(u32, Option<&str>, &crate::wait::Wait)> = p
         .threads
@@ -233,5 +240,96 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
             writeln!(out, "Summary: {line}")?;
         }
     }
+    Ok(())
+}
+
+/// A loop's tasks as a forest by awaiter: each task under the tasks that
+/// await it, its coroutine stack innermost first; a task reached twice is
+/// named again but not repeated, and a cycle is cut where it closes.
+fn write_tasks(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
+    let n = tt.tasks.len() as u64 + tt.tasks_left_out;
+    write!(out, "    asyncio tasks ({n}")?;
+    if tt.tasks_left_out > 0 {
+        write!(out, ", {} not shown", tt.tasks_left_out)?;
+    }
+    writeln!(out, "):")?;
+    let by_id: HashMap<u64, &Task> = tt.tasks.iter().map(|t| (t.id, t)).collect();
+    let mut children: HashMap<u64, Vec<&Task>> = HashMap::new();
+    for t in &tt.tasks {
+        for p in &t.awaited_by {
+            if by_id.contains_key(p) {
+                children.entry(*p).or_default().push(t);
+            }
+        }
+    }
+    let mut printed: HashSet<u64> = HashSet::new();
+    let roots: Vec<&Task> = tt
+        .tasks
+        .iter()
+        .filter(|t| !t.awaited_by.iter().any(|p| by_id.contains_key(p)))
+        .collect();
+    let mut path = Vec::new();
+    for r in roots {
+        write_task(out, r, 0, &children, &mut printed, &mut path)?;
+    }
+    // Tasks only reachable through a cycle (each awaits another).
+    for t in &tt.tasks {
+        if !printed.contains(&t.id) {
+            write_task(out, t, 0, &children, &mut printed, &mut path)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_task(
+    out: &mut dyn Write,
+    t: &Task,
+    depth: usize,
+    children: &HashMap<u64, Vec<&Task>>,
+    printed: &mut HashSet<u64>,
+    path: &mut Vec<u64>,
+) -> std::io::Result<()> {
+    let pad = "  ".repeat(depth.min(32) + 3);
+    write!(
+        out,
+        "{pad}Task \"{}\" 0x{:x} ({})",
+        t.name,
+        t.id,
+        t.state.as_str()
+    )?;
+    if path.contains(&t.id) {
+        return writeln!(out, " (awaits a task above: cycle)");
+    }
+    if !printed.insert(t.id) {
+        return writeln!(out, " (shown above)");
+    }
+    if let Some(a) = &t.awaiting {
+        write!(out, " awaiting {}", a.kind)?;
+        match (a.kind.as_str(), a.task, a.seconds, &a.type_name) {
+            (_, Some(id), _, _) => write!(out, " 0x{id:x}")?,
+            (_, _, Some(s), _) if s >= 0.0 => write!(out, " ({s:.3} s left)")?,
+            (_, _, Some(s), _) => write!(out, " ({:.3} s overdue)", -s)?,
+            ("future", _, _, Some(ty)) => write!(out, " ({ty})")?,
+            (_, _, _, Some(ty)) if ty != &a.kind => write!(out, " ({ty})")?,
+            _ => {}
+        }
+    }
+    writeln!(out)?;
+    for f in &t.frames {
+        writeln!(
+            out,
+            "{pad}    {} ({}:{})",
+            f.function,
+            f.file.as_deref().unwrap_or("?"),
+            f.line.unwrap_or(0)
+        )?;
+    }
+    path.push(t.id);
+    if let Some(cs) = children.get(&t.id) {
+        for c in cs {
+            write_task(out, c, depth + 1, children, printed, path)?;
+        }
+    }
+    path.pop();
     Ok(())
 }

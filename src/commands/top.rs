@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 pub struct TopOptions {
     pub pid: Option<i32>,
+    /// `--async` / `--async-mode` (Off when not given).
+    pub asyncio: crate::sampler::AsyncMode,
     pub command: Vec<String>,
     pub rate: f64,
     pub subprocesses: bool,
@@ -195,6 +197,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
         gc_frames: true,
         positions: false,
         waits: crate::wait::WaitDetail::Short,
+        asyncio: opts.asyncio,
     };
     let (rx, sampler) = start_sampler(pid, cfg);
     // Attach errors (not Python, permission) are printed plainly, before

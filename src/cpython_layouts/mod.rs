@@ -11,6 +11,7 @@
 //! [`debug_offsets`], which overlays those values onto the table (and is the
 //! only source of truth for versions newer than the newest table).
 
+pub mod asyncio;
 pub mod debug_offsets;
 mod v2_7;
 mod v3_10;

@@ -509,6 +509,7 @@ mod tests {
             native_entry: None,
             name_source: None,
             wait: None,
+            asyncio: None,
         }
     }
 

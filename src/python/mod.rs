@@ -1,5 +1,6 @@
 //! The CPython reader: finds the interpreter, walks threads and frames.
 
+pub mod asyncio;
 pub mod linetable;
 pub mod native;
 pub mod objects;

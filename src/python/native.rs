@@ -171,6 +171,7 @@ impl NativeStacks {
             holds_gil: false,
             native_entry: native_unwind::native_entry(native),
             name_source: Some(NameSource::Os),
+            asyncio: None,
             frames: self.output_frames(merged),
             truncated: None,
             wait: None,

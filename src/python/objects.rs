@@ -425,6 +425,12 @@ impl<'a> ObjReader<'a> {
 
     /// Attribute `name` from an instance's `__dict__` (plain, managed or inline).
     pub fn instance_attr(&self, obj: u64, name: &str) -> R<Option<u64>> {
+        self.find_str_key(self.instance_items(obj)?, name)
+    }
+
+    /// (name, value) pointers of an instance's attributes, wherever its
+    /// `__dict__` keeps them (plain, managed or inline); empty without one.
+    pub fn instance_items(&self, obj: u64) -> R<Vec<(u64, u64)>> {
         let o = &self.layout.object;
         let t = self.type_of(obj)?;
         let flags = self.mem.read_u64(t.wrapping_add(o.tp_flags))?;
@@ -436,7 +442,7 @@ impl<'a> ObjReader<'a> {
             } => (Some(*keys), *values_array),
             DictLayout::Py2 { .. } => (None, 0),
         };
-        let split = |values: u64| -> R<Option<u64>> {
+        let split = |values: u64| -> R<Vec<(u64, u64)>> {
             let kl = keys_layout.ok_or_else(|| bad(obj))?;
             let (items, _) = self.keys_items(
                 cached_keys()?,
@@ -444,14 +450,14 @@ impl<'a> ObjReader<'a> {
                 kl,
                 MAX_DICT_ENTRIES,
             )?;
-            self.find_str_key(items, name)
+            Ok(items)
         };
         let dict = match o.instance_dict {
             InstanceDict::Managed311 { flag, dict, values } if flags & flag != 0 => {
                 let d = self.ptr(obj.wrapping_add_signed(dict))?;
                 if d == 0 {
                     let v = self.ptr(obj.wrapping_add_signed(values))?;
-                    return if v == 0 { Ok(None) } else { split(v) };
+                    return if v == 0 { Ok(Vec::new()) } else { split(v) };
                 }
                 d
             }
@@ -481,15 +487,15 @@ impl<'a> ObjReader<'a> {
             _ => {
                 let off = self.mem.read_u64(t.wrapping_add(o.tp_dictoffset))? as i64;
                 if off <= 0 || off > 1 << 20 {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 }
                 self.ptr(obj.wrapping_add(off as u64))?
             }
         };
         if dict == 0 {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        self.dict_get(dict, name)
+        self.dict_items(dict, MAX_DICT_ENTRIES)
     }
 
     /// A bounded, repr()-like rendering of any object: nested containers in

@@ -117,6 +117,9 @@ pub struct ThreadSnapshot {
     pub gil_sync: Vec<(u64, u64)>,
     /// With `lock_locals`: locals that refer to locks, innermost frame first.
     pub locks: Vec<LockRef>,
+    /// The thread state and its interpreter.
+    pub tstate: u64,
+    pub interp: u64,
 }
 
 pub struct Reader {
@@ -305,19 +308,7 @@ impl Reader {
                 t.truncated = Some(format!("frame at 0x{f:x} unreadable: {e}"));
                 return;
             }
-            let code = le_u64(&buf, l.code) & !l.pointer_tag_bits;
-            let instr = match l.position {
-                InstrPosition::LastiBytes(o) => le_i32(&buf, o).max(0) as u64,
-                InstrPosition::LastiCodeUnits(o) => le_i32(&buf, o).max(0) as u64 * 2,
-                InstrPosition::InstrPointer(o) => le_u64(&buf, o),
-            };
-            let (shim, entry) = match l.entry {
-                EntryMarker::EveryFrame => (false, true),
-                EntryMarker::IsEntry(o) => (false, le_u8(&buf, o) != 0),
-                EntryMarker::OwnerShim { owner, shim_from } => {
-                    (le_u8(&buf, owner) >= shim_from, false)
-                }
-            };
+            let (code, instr, shim, entry) = self.frame_fields(&buf);
             if shim {
                 // The frame inside this shim was the first one of its eval-loop call.
                 if let Some(last) = t.frames.last_mut() {
@@ -337,6 +328,53 @@ impl Reader {
         if let Some(last) = t.frames.last_mut() {
             last.is_entry = true;
         }
+    }
+
+    /// Code object, instruction position, whether it is a shim frame and
+    /// whether it was entered by its own eval-loop call, from a copy of a frame.
+    fn frame_fields(&self, buf: &[u8]) -> (u64, u64, bool, bool) {
+        let l = &self.process.layout.frame;
+        let code = le_u64(buf, l.code) & !l.pointer_tag_bits;
+        let instr = match l.position {
+            InstrPosition::LastiBytes(o) => le_i32(buf, o).max(0) as u64,
+            InstrPosition::LastiCodeUnits(o) => le_i32(buf, o).max(0) as u64 * 2,
+            InstrPosition::InstrPointer(o) => le_u64(buf, o),
+        };
+        let (shim, entry) = match l.entry {
+            EntryMarker::EveryFrame => (false, true),
+            EntryMarker::IsEntry(o) => (false, le_u8(buf, o) != 0),
+            EntryMarker::OwnerShim { owner, shim_from } => (le_u8(buf, owner) >= shim_from, false),
+        };
+        (code, instr, shim, entry)
+    }
+
+    /// The frame at `addr` that is on no thread's stack (a suspended
+    /// coroutine's), decoded as the thread walk decodes frames; with the
+    /// number of its local slots. `None` when it holds no code object.
+    pub(crate) fn frame_at(&mut self, mem: &dyn Memory, addr: u64) -> Option<(Frame, u64)> {
+        let size = self.process.layout.frame.size as usize;
+        let mut buf = [0u8; 512];
+        let buf = buf.get_mut(..size)?;
+        mem.read(addr, buf).ok()?;
+        let (code, instr, _, _) = self.frame_fields(buf);
+        if code == 0 {
+            return None;
+        }
+        let ci = self.code_info(mem, code, false).ok()??;
+        let f = RawFrame {
+            addr,
+            code,
+            instr,
+            is_entry: false,
+        };
+        let line = ci
+            .lines
+            .line_at(self.byte_offset(&f))
+            .unwrap_or(ci.firstlineno.max(0) as u32);
+        Some((
+            Frame::python(ci.function.to_string(), ci.file.to_string(), line),
+            ci.nslots,
+        ))
     }
 
     /// Before 3.11 the thread state has no kernel tid: find it inside
@@ -625,6 +663,7 @@ impl Reader {
                     native_entry: None,
                     name_source: name.is_some().then_some(NameSource::Threading),
                     wait: None,
+                    asyncio: None,
                 },
                 is_entry: entries,
                 frame_addrs,
@@ -639,6 +678,8 @@ impl Reader {
                     Vec::new()
                 },
                 locks,
+                tstate: t.tstate,
+                interp: t.interp,
             });
         }
         Ok(out)

@@ -348,6 +348,7 @@ mod tests {
             native_entry: None,
             name_source: None,
             wait: None,
+            asyncio: None,
         };
         a.begin_tick(0, Duration::ZERO, &[]);
         a.add_threads([(9, &t)], Duration::from_millis(10), &mut |f| {

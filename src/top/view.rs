@@ -302,6 +302,7 @@ mod tests {
             native_entry: None,
             name_source: None,
             wait: None,
+            asyncio: None,
         }
     }
 

@@ -1,0 +1,1457 @@
+//! asyncio tasks: which task awaits what, read from the target's memory.
+//!
+//! Where the tasks are:
+//! - `asyncio.tasks._all_tasks` (≤3.11) or `_scheduled_tasks` (3.12+),
+//!   WeakSets, and `_eager_tasks` (3.12+), a set: found through
+//!   `sys.modules`, for C and Python tasks alike;
+//! - 3.14+: C tasks are on per-thread lists (`tstate->asyncio_tasks_head`,
+//!   and the interpreter's for threads that ended), whose offsets come from
+//!   the `_asyncio` module's `AsyncioDebug` section, checked against the table.
+//!
+//! Each task is a C `TaskObj` (offsets from [`crate::cpython_layouts::asyncio`])
+//! or a Python-level `Task` (attributes in its `__dict__`), told apart by the
+//! type's MRO. Who awaits whom: a task awaiting a task has it as its
+//! `fut_waiter`; 3.14's tasks record their awaiters (`task_awaited_by`);
+//! before, a task's done-callbacks lead (through closures, bound methods,
+//! `functools.partial`, instance dicts and deques, a bounded search) to the
+//! future its awaiter waits on (`gather`, `shield`, `wait_for`,
+//! `as_completed`) or to the `TaskGroup` whose `_parent_task` awaits it.
+//!
+//! Everything read is bounded; a racing target gives fewer tasks or
+//! frames, never a panic or an unbounded walk.
+
+use super::objects::ObjReader;
+use super::pagecache::PageCache;
+use super::reader::{Reader, ThreadSnapshot};
+use crate::cpython_layouts::asyncio::{
+    for_version, AsyncioLayout, GenFrame, StackTop, DEQUE_BLOCK_LEN, MEMBER_DEF_OFFSET,
+};
+use crate::elf;
+use crate::memory::{le_u64, le_u8, Memory, MemoryExt};
+use crate::stack::{Awaiting, Frame, Task, TaskState, ThreadTasks};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Most tasks read from one process per snapshot.
+pub const MAX_TASKS: usize = 1_000_000;
+/// Default on (`dump` without `--async`): a registry larger than this is
+/// not read, and the dump says so.
+pub const AUTO_MAX_TASKS: usize = 100_000;
+/// Longest coroutine chain followed (`await` nesting).
+const MAX_CHAIN: usize = 256;
+/// The reference search from a task's callbacks to its awaiter.
+const SEARCH_DEPTH: u32 = 4;
+const SEARCH_NODES: usize = 48;
+/// Items looked at per container during that search.
+const SEARCH_ITEMS: u64 = 16;
+/// Most callbacks looked at per future.
+const MAX_CALLBACKS: u64 = 64;
+/// How often a missing `AsyncioDebug` section is looked for again.
+const DEBUG_RESCAN: Duration = Duration::from_secs(1);
+
+/// `AsyncioDebug`: 13 `uint64_t` (3.14).
+const DEBUG_WORDS: usize = 13;
+
+#[derive(Debug, Clone, Copy)]
+struct Lists {
+    ts_running_loop: u64,
+    ts_running_task: u64,
+    ts_tasks_head: u64,
+    interp_tasks_head: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    CTask,
+    CFuture,
+    /// A Python-level Task or Future (attributes in `__dict__`).
+    PyTask,
+    PyFuture,
+    Other,
+}
+
+/// What one read of the tasks wants.
+#[derive(Debug, Clone, Copy)]
+pub struct AsyncRead {
+    /// Most tasks shown per thread (the rest are counted).
+    pub limit: usize,
+    /// Registries holding more tasks than this are not read.
+    pub max_tasks: usize,
+    /// Only the running tasks and their awaiters are wanted (`record`/`top
+    /// --async`): the others' stacks are not read.
+    pub running_only: bool,
+}
+
+struct RawTask {
+    addr: u64,
+    loop_: u64,
+    state: u8,
+    log_tb: bool,
+    cancelling: bool,
+    name: u64,
+    coro: u64,
+    waiter: u64,
+    callbacks: Vec<u64>,
+    /// 3.14+: the awaiters the task recorded.
+    awaited_by: Option<Vec<u64>>,
+}
+
+pub struct AsyncioReader {
+    layout: Option<&'static AsyncioLayout>,
+    lists: Option<Lists>,
+    last_debug_scan: Option<Instant>,
+    /// Said once: why some tasks cannot be read.
+    pub notes: Vec<String>,
+    kinds: HashMap<u64, Kind>,
+    mro_names: HashMap<u64, Vec<String>>,
+    slots: HashMap<(u64, &'static str), Option<u64>>,
+}
+
+/// The search's findings, kept for one snapshot.
+#[derive(Default)]
+struct Memo {
+    /// Callback → the tasks found from it.
+    starts: HashMap<u64, Vec<usize>>,
+    /// Object → (tasks it names, objects it refers to).
+    nodes: HashMap<u64, (Vec<usize>, Vec<u64>)>,
+}
+
+/// A loop's timers: future → (deadline on the loop's clock, is a sleep).
+type Timers = HashMap<u64, (f64, bool)>;
+
+/// Result for one process: per thread index of the snapshot, its tasks.
+pub type TasksByThread = HashMap<usize, ThreadTasks>;
+
+impl AsyncioReader {
+    pub fn new(major: u8, minor: u8) -> AsyncioReader {
+        AsyncioReader {
+            layout: for_version(major, minor),
+            lists: None,
+            last_debug_scan: None,
+            notes: Vec::new(),
+            kinds: HashMap::new(),
+            mro_names: HashMap::new(),
+            slots: HashMap::new(),
+        }
+    }
+
+    fn note(&mut self, s: String) {
+        if !self.notes.contains(&s) && self.notes.len() < 16 {
+            self.notes.push(s);
+        }
+    }
+
+    /// Check `AsyncioDebug` (3.14+) in the sections `sections` finds (the
+    /// command layer looks in the target's mapped files), at most once a second
+    /// until one is found.
+    fn find_lists(&mut self, mem: &dyn Memory, sections: &dyn Fn() -> Vec<(String, elf::Range)>) {
+        let Some(l) = self.layout else { return };
+        let Some(ab) = l.awaited_by else { return };
+        if self.lists.is_some()
+            || self
+                .last_debug_scan
+                .is_some_and(|t| t.elapsed() < DEBUG_RESCAN)
+        {
+            return;
+        }
+        self.last_debug_scan = Some(Instant::now());
+        for (file, sec) in sections() {
+            let mut buf = [0u8; DEBUG_WORDS * 8];
+            if sec.size < buf.len() as u64 || mem.read(sec.addr, &mut buf).is_err() {
+                continue;
+            }
+            let w: Vec<u64> = (0..DEBUG_WORDS)
+                .map(|i| le_u64(&buf, i as u64 * 8))
+                .collect();
+            match check_debug(l, &ab, &w) {
+                Ok(lists) => self.lists = Some(lists),
+                Err(e) => self.note(format!("{file}: {e}")),
+            }
+            return;
+        }
+    }
+
+    /// Read the tasks of every event loop of the snapshot's threads.
+    pub fn read(
+        &mut self,
+        reader: &mut Reader,
+        mem: &PageCache,
+        snaps: &[ThreadSnapshot],
+        want: AsyncRead,
+        sections: &dyn Fn() -> Vec<(String, elf::Range)>,
+    ) -> TasksByThread {
+        let pl = reader.process.layout.clone();
+        let objr = ObjReader::new(mem, &pl);
+        let mut out = HashMap::new();
+        // Only processes that imported asyncio are looked at further.
+        let tasks_module = |interp: u64| {
+            mem.read_u64(interp.wrapping_add(pl.interp.modules))
+                .ok()
+                .filter(|m| *m != 0)
+                .and_then(|m| objr.dict_get(m, "asyncio.tasks").ok().flatten())
+                .and_then(|m| mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok())
+        };
+        let mut modules: HashMap<u64, Option<u64>> = HashMap::new();
+        for s in snaps {
+            modules
+                .entry(s.interp)
+                .or_insert_with(|| tasks_module(s.interp));
+        }
+        if modules.values().all(|m| m.is_none()) {
+            return out;
+        }
+        let Some(layout) = self.layout else {
+            let v = &reader.process.version;
+            self.note(format!(
+                "asyncio tasks of Python {}.{} cannot be read: no asyncio offset table for it",
+                v.major, v.minor
+            ));
+            return out;
+        };
+        self.find_lists(mem, sections);
+
+        let mut interps: Vec<u64> = snaps.iter().map(|s| s.interp).collect();
+        interps.dedup();
+        let mut seen_interp = HashSet::new();
+        for interp in interps {
+            if !seen_interp.insert(interp) {
+                continue;
+            }
+            let threads: Vec<usize> = (0..snaps.len())
+                .filter(|i| snaps[*i].interp == interp)
+                .collect();
+            let mut addrs: Vec<u64> = Vec::new();
+            let mut seen: HashSet<u64> = HashSet::new();
+            let mut running: HashMap<u64, u64> = HashMap::new(); // loop → task
+            let mut loop_thread: HashMap<u64, usize> = HashMap::new();
+            let mut too_many = None;
+            let mut add = |a: u64, addrs: &mut Vec<u64>| {
+                if a != 0 && addrs.len() < want.max_tasks.min(MAX_TASKS) && seen.insert(a) {
+                    addrs.push(a);
+                }
+            };
+            // The Python-level registries.
+            let Some(md) = modules.get(&interp).copied().flatten() else {
+                continue;
+            };
+            {
+                let items = objr.dict_items(md, 1 << 16).unwrap_or_default();
+                let named = |want_name: &str| -> Option<u64> {
+                    items.iter().find_map(|(k, v)| {
+                        matches!(objr.string(*k, 64), Ok((s, false)) if s == want_name)
+                            .then_some(*v)
+                    })
+                };
+                // Attributing samples needs a running task: without one
+                // (an idle loop, most samples) nothing else is read.
+                if want.running_only {
+                    let idle = match named("_current_tasks") {
+                        Some(cur) => objr.dict_items(cur, 4096).unwrap_or_default().is_empty(),
+                        None => true,
+                    };
+                    let idle_lists = match self.lists {
+                        Some(lists) => threads.iter().all(|&i| {
+                            mem.read_u64(snaps[i].tstate.wrapping_add(lists.ts_running_task))
+                                .map_or(true, |t| t == 0)
+                        }),
+                        None => true,
+                    };
+                    if idle && idle_lists {
+                        continue;
+                    }
+                }
+                for ws in ["_all_tasks", "_scheduled_tasks"] {
+                    let Some(w) = named(ws) else { continue };
+                    let Ok(Some(data)) = objr.instance_attr(w, "data") else {
+                        continue;
+                    };
+                    let limit = want.max_tasks.min(MAX_TASKS) as u64 + 1;
+                    match objr.set_items(data, limit) {
+                        Ok(refs) => {
+                            if refs.len() as u64 >= limit {
+                                too_many = Some(refs.len());
+                            }
+                            mem.prefetch(
+                                refs.iter()
+                                    .map(|r| (r.wrapping_add(layout.weakref_object), 8)),
+                            );
+                            for r in refs {
+                                if let Ok(o) = mem.read_u64(r.wrapping_add(layout.weakref_object)) {
+                                    add(o, &mut addrs);
+                                }
+                            }
+                        }
+                        Err(e) => self.note(format!("asyncio.tasks.{ws} unreadable: {e}")),
+                    }
+                }
+                if let Some(eager) = named("_eager_tasks") {
+                    for t in objr.set_items(eager, 1 << 16).unwrap_or_default() {
+                        add(t, &mut addrs);
+                    }
+                }
+                if let Some(cur) = named("_current_tasks") {
+                    for (lp, t) in objr.dict_items(cur, 4096).unwrap_or_default() {
+                        running.insert(lp, t);
+                        add(t, &mut addrs);
+                    }
+                }
+            }
+            // 3.14+: the per-thread lists.
+            if let (Some(lists), Some(ab)) = (self.lists, layout.awaited_by) {
+                let mut heads: Vec<(u64, Option<usize>)> = threads
+                    .iter()
+                    .map(|&i| (snaps[i].tstate.wrapping_add(lists.ts_tasks_head), Some(i)))
+                    .collect();
+                heads.push((interp.wrapping_add(lists.interp_tasks_head), None));
+                for (head, thread) in heads {
+                    let mut node = mem.read_u64(head).unwrap_or(0);
+                    let mut steps = 0;
+                    while node != 0 && node != head && steps < want.max_tasks.min(MAX_TASKS) {
+                        steps += 1;
+                        let task = node.wrapping_sub(ab.node);
+                        add(task, &mut addrs);
+                        node = mem.read_u64(node).unwrap_or(0);
+                    }
+                    if steps >= want.max_tasks.min(MAX_TASKS) {
+                        too_many = Some(steps);
+                    }
+                    if let Some(i) = thread {
+                        let ts = snaps[i].tstate;
+                        let lp = mem
+                            .read_u64(ts.wrapping_add(lists.ts_running_loop))
+                            .unwrap_or(0);
+                        let rt = mem
+                            .read_u64(ts.wrapping_add(lists.ts_running_task))
+                            .unwrap_or(0);
+                        if lp != 0 {
+                            loop_thread.insert(lp, i);
+                            if rt != 0 {
+                                running.insert(lp, rt);
+                                add(rt, &mut addrs);
+                            }
+                        }
+                    }
+                }
+            } else if layout.awaited_by.is_some() {
+                self.note(
+                    "no AsyncioDebug section found in the target's _asyncio module: only the \
+                     tasks in asyncio.tasks' registries are shown"
+                        .into(),
+                );
+            }
+            if let Some(n) = too_many {
+                self.note(format!(
+                    "more than {n} asyncio tasks: not all were read (--async reads up to {MAX_TASKS})"
+                ));
+            }
+            if addrs.is_empty() {
+                continue;
+            }
+            // One batched read for every task's struct.
+            mem.prefetch(addrs.iter().map(|a| (*a, layout.task_size as usize)));
+            let tasks = self.read_tasks(&objr, layout, &addrs);
+            if tasks.is_empty() {
+                continue;
+            }
+            // Which thread runs each loop.
+            let main_thread = *threads.last().unwrap_or(&0);
+            let running_tasks: HashSet<u64> = running.values().copied().collect();
+            let by_addr: HashMap<u64, &RawTask> = tasks.iter().map(|t| (t.addr, t)).collect();
+            // A loop without `_thread_id` (uvloop's) that runs a task: the
+            // thread whose stack holds that task's coroutine frame.
+            let running_on = |lp: u64| -> Option<usize> {
+                let t = by_addr.get(running.get(&lp)?)?;
+                let frame = match layout.gen_frame {
+                    GenFrame::Pointer(o) => mem.read_u64(t.coro.wrapping_add(o)).ok()?,
+                    GenFrame::Embedded(o) => t.coro.wrapping_add(o),
+                };
+                threads
+                    .iter()
+                    .copied()
+                    .find(|&i| frame != 0 && snaps[i].frame_addrs.contains(&frame))
+            };
+            let mut by_thread: HashMap<usize, Vec<usize>> = HashMap::new();
+            for (k, t) in tasks.iter().enumerate() {
+                let th = match loop_thread.get(&t.loop_) {
+                    Some(th) => *th,
+                    None => {
+                        let th = self
+                            .loop_thread(&objr, t.loop_, snaps, &threads)
+                            .or_else(|| running_on(t.loop_))
+                            .unwrap_or(main_thread);
+                        loop_thread.insert(t.loop_, th);
+                        th
+                    }
+                };
+                by_thread.entry(th).or_default().push(k);
+            }
+            let index: HashMap<u64, usize> =
+                tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
+            let parents = self.parents(&objr, layout, &tasks, &index);
+            let mut sleeps: HashMap<u64, Option<Timers>> = HashMap::new();
+            for (th, ks) in by_thread {
+                let tt = self.thread_tasks(
+                    reader,
+                    &objr,
+                    layout,
+                    &tasks,
+                    &ks,
+                    &parents,
+                    &running_tasks,
+                    &snaps[th],
+                    &mut sleeps,
+                    want.limit,
+                    want.running_only,
+                );
+                out.insert(th, tt);
+            }
+        }
+        out
+    }
+
+    /// The type's MRO as type names, cached per type.
+    fn mro(&mut self, objr: &ObjReader, ty: u64, l: &AsyncioLayout) -> Vec<String> {
+        if let Some(v) = self.mro_names.get(&ty) {
+            return v.clone();
+        }
+        let mut names = Vec::new();
+        if let Ok(mro) = objr.mem.read_u64(ty.wrapping_add(l.type_mro)) {
+            if let Ok((types, _)) = objr.tuple_items(mro, 32) {
+                for t in types {
+                    let n = objr
+                        .mem
+                        .read_u64(t.wrapping_add(objr.layout.object.tp_name))
+                        .and_then(|p| objr.c_string(p, 128));
+                    if let Ok(n) = n {
+                        names.push(n);
+                    }
+                }
+            }
+        }
+        if self.mro_names.len() > 4096 {
+            self.mro_names.clear();
+        }
+        self.mro_names.insert(ty, names.clone());
+        names
+    }
+
+    fn kind(&mut self, objr: &ObjReader, obj: u64, l: &AsyncioLayout) -> Kind {
+        let Ok(ty) = objr.type_of(obj) else {
+            return Kind::Other;
+        };
+        if let Some(k) = self.kinds.get(&ty) {
+            return *k;
+        }
+        let mro = self.mro(objr, ty, l);
+        let has = |n: &str| mro.iter().any(|m| m == n);
+        let k = if has("_asyncio.Task") {
+            Kind::CTask
+        } else if has("_asyncio.Future") {
+            Kind::CFuture
+        } else if has("Task") && objr.instance_attr(obj, "_coro").is_ok_and(|v| v.is_some()) {
+            Kind::PyTask
+        } else if has("Future") && objr.instance_attr(obj, "_state").is_ok_and(|v| v.is_some()) {
+            Kind::PyFuture
+        } else {
+            Kind::Other
+        };
+        if self.kinds.len() > 4096 {
+            self.kinds.clear();
+        }
+        self.kinds.insert(ty, k);
+        k
+    }
+
+    fn read_tasks(&mut self, objr: &ObjReader, l: &AsyncioLayout, addrs: &[u64]) -> Vec<RawTask> {
+        let mut out = Vec::with_capacity(addrs.len());
+        let mut buf = vec![0u8; l.task_size as usize];
+        for &a in addrs {
+            match self.kind(objr, a, l) {
+                Kind::CTask => {
+                    if objr.mem.read(a, &mut buf).is_err() {
+                        continue;
+                    }
+                    let flag = |f: crate::cpython_layouts::asyncio::Flag| {
+                        le_u8(&buf, f.offset) & f.mask != 0
+                    };
+                    let cancels = l
+                        .task_num_cancels_requested
+                        .map_or(0, |o| crate::memory::le_u32(&buf, o));
+                    let mut callbacks = Vec::new();
+                    let cb0 = le_u64(&buf, l.fut_callback0);
+                    if cb0 != 0 {
+                        callbacks.push(cb0);
+                    }
+                    let list = le_u64(&buf, l.fut_callbacks);
+                    if list != 0 {
+                        callbacks.extend(callback_list(objr, list));
+                    }
+                    let awaited_by = l.awaited_by.map(|ab| {
+                        let v = le_u64(&buf, ab.awaited_by);
+                        if v == 0 {
+                            Vec::new()
+                        } else if le_u8(&buf, ab.is_set) != 0 {
+                            objr.set_items(v, 4096).unwrap_or_default()
+                        } else {
+                            vec![v]
+                        }
+                    });
+                    out.push(RawTask {
+                        addr: a,
+                        loop_: le_u64(&buf, l.fut_loop),
+                        state: crate::memory::le_u32(&buf, l.fut_state).min(255) as u8,
+                        log_tb: flag(l.fut_log_tb),
+                        cancelling: cancels > 0 || flag(l.task_must_cancel),
+                        name: le_u64(&buf, l.task_name),
+                        coro: le_u64(&buf, l.task_coro),
+                        waiter: le_u64(&buf, l.task_fut_waiter),
+                        callbacks,
+                        awaited_by,
+                    });
+                }
+                Kind::PyTask => {
+                    let attr = |n: &str| py_attr(objr, l, a, n).unwrap_or(0);
+                    let state = match py_state(objr, attr("_state")) {
+                        Some(s) => s,
+                        None => continue,
+                    };
+                    let truthy = |v: u64| v != 0 && objr.int_u64(v).is_ok_and(|n| n != 0);
+                    let none = |v: u64| v != 0 && objr.type_name(v).is_ok_and(|t| t == "NoneType");
+                    let waiter = attr("_fut_waiter");
+                    let cbs = attr("_callbacks");
+                    out.push(RawTask {
+                        addr: a,
+                        loop_: attr("_loop"),
+                        state,
+                        // `self.__log_traceback`, name-mangled by Future.
+                        log_tb: truthy(attr("_Future__log_traceback")),
+                        cancelling: truthy(attr("_must_cancel"))
+                            || truthy(attr("_num_cancels_requested")),
+                        name: attr("_name"),
+                        coro: attr("_coro"),
+                        waiter: if none(waiter) { 0 } else { waiter },
+                        callbacks: if cbs != 0 && !none(cbs) {
+                            callback_list(objr, cbs)
+                        } else {
+                            Vec::new()
+                        },
+                        awaited_by: None,
+                    });
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The thread whose loop this is: `loop._thread_id` (Python loops), else
+    /// the thread whose stack shows one of its running coroutines.
+    fn loop_thread(
+        &mut self,
+        objr: &ObjReader,
+        lp: u64,
+        snaps: &[ThreadSnapshot],
+        threads: &[usize],
+    ) -> Option<usize> {
+        let id = objr.instance_attr(lp, "_thread_id").ok().flatten()?;
+        let ident = objr.int_u64(id).ok()?;
+        threads
+            .iter()
+            .copied()
+            .find(|&i| snaps[i].stack.thread_id == ident)
+    }
+
+    /// Each task's awaiters (indexes into `tasks`).
+    fn parents(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        tasks: &[RawTask],
+        index: &HashMap<u64, usize>,
+    ) -> Vec<Vec<usize>> {
+        let mut waiting_on: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (k, t) in tasks.iter().enumerate() {
+            if t.waiter != 0 {
+                waiting_on.entry(t.waiter).or_default().push(k);
+            }
+        }
+        let mut out = vec![Vec::new(); tasks.len()];
+        let mut memo = Memo::default();
+        for (k, t) in tasks.iter().enumerate() {
+            let mut ps: Vec<usize> = Vec::new();
+            let push = |p: usize, ps: &mut Vec<usize>| {
+                if p != k && !ps.contains(&p) {
+                    ps.push(p);
+                }
+            };
+            if let Some(ab) = &t.awaited_by {
+                // 3.14+: the task's own record.
+                for a in ab {
+                    if let Some(&p) = index.get(a) {
+                        push(p, &mut ps);
+                    }
+                }
+            } else {
+                if let Some(ws) = waiting_on.get(&t.addr) {
+                    for &p in ws {
+                        push(p, &mut ps);
+                    }
+                }
+                if !t.callbacks.is_empty() {
+                    for p in self.search(objr, l, &t.callbacks, index, &waiting_on, &mut memo) {
+                        push(p, &mut ps);
+                    }
+                }
+            }
+            out[k] = ps;
+        }
+        out
+    }
+
+    /// From a task's done-callbacks, the tasks that wait for it: those whose
+    /// awaited future is reachable, and a `TaskGroup`'s parent task. Each
+    /// callback's result is kept for the snapshot (a gather's children share
+    /// one callback), and each object is looked into once.
+    fn search(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        callbacks: &[u64],
+        index: &HashMap<u64, usize>,
+        waiting_on: &HashMap<u64, Vec<usize>>,
+        memo: &mut Memo,
+    ) -> Vec<usize> {
+        let mut found = Vec::new();
+        for &cb in callbacks {
+            if let Some(f) = memo.starts.get(&cb) {
+                found.extend(f.iter().copied());
+                continue;
+            }
+            let mut from_cb = Vec::new();
+            let mut seen: HashSet<u64> = HashSet::new();
+            let mut queue: Vec<(u64, u32)> = vec![(cb, 0)];
+            let mut qi = 0;
+            while qi < queue.len() && seen.len() < SEARCH_NODES {
+                let (obj, depth) = queue[qi];
+                qi += 1;
+                if obj == 0 || !seen.insert(obj) {
+                    continue;
+                }
+                if let Some(ws) = waiting_on.get(&obj) {
+                    from_cb.extend(ws.iter().copied());
+                }
+                if depth >= SEARCH_DEPTH {
+                    continue;
+                }
+                if !memo.nodes.contains_key(&obj) {
+                    let node = self.look_into(objr, l, obj, index);
+                    if memo.nodes.len() < 1 << 20 {
+                        memo.nodes.insert(obj, node);
+                    } else {
+                        break;
+                    }
+                }
+                let (direct, next) = &memo.nodes[&obj];
+                from_cb.extend(direct.iter().copied());
+                for n in next {
+                    if queue.len() < SEARCH_NODES * 4 {
+                        queue.push((*n, depth + 1));
+                    }
+                }
+            }
+            found.extend(from_cb.iter().copied());
+            memo.starts.insert(cb, from_cb);
+        }
+        found
+    }
+
+    /// What one object of the search leads to: tasks it names directly (a
+    /// wake-up callback's task, a TaskGroup's parent) and the objects it refers to.
+    fn look_into(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        obj: u64,
+        index: &HashMap<u64, usize>,
+    ) -> (Vec<usize>, Vec<u64>) {
+        let mem = objr.mem;
+        let mut found = Vec::new();
+        let mut next: Vec<u64> = Vec::new();
+        let Ok(tn) = objr.type_name(obj) else {
+            return (found, next);
+        };
+        match tn.as_str() {
+            "TaskWakeupMethWrapper" | "builtin_function_or_method" => {
+                if let Ok(t) = mem.read_u64(obj.wrapping_add(l.wakeup_task)) {
+                    if let Some(&p) = index.get(&t) {
+                        found.push(p);
+                    }
+                }
+            }
+            "method" => next.extend(mem.read_u64(obj.wrapping_add(l.method_self)).ok()),
+            "function" => {
+                if let Ok(cl) = mem.read_u64(obj.wrapping_add(l.func_closure)) {
+                    if cl != 0 {
+                        for cell in objr.tuple_items(cl, SEARCH_ITEMS).unwrap_or_default().0 {
+                            next.extend(
+                                mem.read_u64(cell.wrapping_add(objr.layout.object.cell_ref))
+                                    .ok(),
+                            );
+                        }
+                    }
+                }
+            }
+            "functools.partial" => {
+                next.extend(mem.read_u64(obj.wrapping_add(l.partial_fn)).ok());
+                if let Ok(args) = mem.read_u64(obj.wrapping_add(l.partial_args)) {
+                    next.extend(objr.tuple_items(args, SEARCH_ITEMS).unwrap_or_default().0);
+                }
+            }
+            "collections.deque" => next.extend(deque_items(objr, l, obj, SEARCH_ITEMS)),
+            "list" => next.extend(objr.list_items(obj, SEARCH_ITEMS).unwrap_or_default().0),
+            "tuple" => next.extend(objr.tuple_items(obj, SEARCH_ITEMS).unwrap_or_default().0),
+            // Plain values lead nowhere.
+            "int" | "bool" | "float" | "str" | "bytes" | "NoneType" | "dict" | "set"
+            | "frozenset" | "type" | "module" | "code" | "cell" => {}
+            // A task is an end (its own awaiters are other edges); a
+            // future leads on through its callbacks (a gather of gathers).
+            _ if self.kind(objr, obj, l) != Kind::Other => {
+                if let Some(cbs) = self.future_callbacks(objr, l, obj) {
+                    next.extend(cbs);
+                }
+            }
+            _ => {
+                // An instance: a TaskGroup names its parent task; other
+                // objects (a queue, an iterator) lead on by their attributes.
+                let attrs = instance_attrs(
+                    objr,
+                    obj,
+                    &[
+                        "_parent_task",
+                        "_on_completed_fut",
+                        "_done",
+                        "_getters",
+                        "_waiters",
+                        "outer",
+                    ],
+                );
+                for (name, v) in attrs {
+                    if name == "_parent_task" {
+                        if let Some(&p) = index.get(&v) {
+                            found.push(p);
+                        }
+                    } else {
+                        next.push(v);
+                    }
+                }
+            }
+        }
+        (found, next)
+    }
+
+    /// The done-callbacks of a (non-task) future.
+    fn future_callbacks(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        f: u64,
+    ) -> Option<Vec<u64>> {
+        match self.kind(objr, f, l) {
+            Kind::CFuture => {
+                let mut out = Vec::new();
+                let cb0 = objr.mem.read_u64(f.wrapping_add(l.fut_callback0)).ok()?;
+                if cb0 != 0 {
+                    out.push(cb0);
+                }
+                let list = objr.mem.read_u64(f.wrapping_add(l.fut_callbacks)).ok()?;
+                if list != 0 {
+                    out.extend(callback_list(objr, list));
+                }
+                Some(out)
+            }
+            Kind::PyFuture => {
+                let list = objr.instance_attr(f, "_callbacks").ok()??;
+                Some(callback_list(objr, list))
+            }
+            _ => None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn thread_tasks(
+        &mut self,
+        reader: &mut Reader,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        tasks: &[RawTask],
+        ks: &[usize],
+        parents: &[Vec<usize>],
+        running: &HashSet<u64>,
+        snap: &ThreadSnapshot,
+        sleeps: &mut HashMap<u64, Option<Timers>>,
+        limit: usize,
+        running_only: bool,
+    ) -> ThreadTasks {
+        // The running tasks and their awaiters first, then the rest by
+        // address; the forest is drawn from these.
+        let mut order: Vec<usize> = Vec::with_capacity(ks.len());
+        let mut placed: HashSet<usize> = HashSet::new();
+        let mut sorted: Vec<usize> = ks.to_vec();
+        sorted.sort_by_key(|k| tasks[*k].addr);
+        for &k in &sorted {
+            if running.contains(&tasks[k].addr) && placed.insert(k) {
+                order.push(k);
+                let mut i = order.len() - 1;
+                while i < order.len() && order.len() < ks.len() {
+                    for &p in &parents[order[i]] {
+                        if placed.insert(p) {
+                            order.push(p);
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        }
+        let chain_len = order.len();
+        order.extend(sorted.into_iter().filter(|k| !placed.contains(k)));
+        let take = if running_only { chain_len } else { limit };
+        let shown: Vec<usize> = order.iter().copied().take(take).collect();
+        let left_out = order.len().saturating_sub(shown.len()) as u64;
+        let mut out = Vec::with_capacity(shown.len());
+        for k in shown {
+            let t = &tasks[k];
+            let (frames, on_stack, first_locals) = self.chain(reader, objr, l, t.coro, snap);
+            let state = match t.state {
+                1 if t.log_tb => TaskState::DoneNotRetrieved,
+                1 => TaskState::Cancelled,
+                2 if t.log_tb => TaskState::DoneNotRetrieved,
+                2 => TaskState::Done,
+                _ if running.contains(&t.addr) || on_stack => TaskState::Running,
+                _ if t.cancelling => TaskState::Cancelling,
+                _ => TaskState::Pending,
+            };
+            let awaiting = if t.waiter != 0 && t.state == 0 {
+                Some(self.awaiting(objr, l, t, &first_locals, sleeps))
+            } else {
+                None
+            };
+            let name = objr
+                .string(t.name, 256)
+                .map(|(s, _)| s)
+                // 3.12+ C tasks name themselves lazily: a counter until asked.
+                .or_else(|_| objr.int_repr(t.name).map(|n| format!("Task-{n}")))
+                .unwrap_or_else(|_| format!("Task-0x{:x}", t.addr));
+            out.push(Task {
+                id: t.addr,
+                name,
+                state,
+                awaited_by: parents[k].iter().map(|p| tasks[*p].addr).collect(),
+                awaiting,
+                frames,
+            });
+        }
+        ThreadTasks {
+            tasks: out,
+            tasks_left_out: left_out,
+        }
+    }
+
+    /// A task's coroutine stack, innermost first, following what each
+    /// suspended coroutine awaits; whether it is running on the thread (its
+    /// frames then come from the thread's stack); the innermost frame's
+    /// first local (`self` of `Queue.get`, `Lock.acquire`...).
+    fn chain(
+        &mut self,
+        reader: &mut Reader,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        coro: u64,
+        snap: &ThreadSnapshot,
+    ) -> (Vec<Frame>, bool, Vec<u64>) {
+        let mem = objr.mem;
+        let fl = reader.process.layout.frame.clone();
+        let mut frames: Vec<Frame> = Vec::new(); // outermost first
+        let mut obj = coro;
+        let mut seen = HashSet::new();
+        let mut first_locals = Vec::new();
+        while obj != 0 && frames.len() < MAX_CHAIN && seen.insert(obj) {
+            let Ok(tn) = objr.type_name(obj) else { break };
+            match tn.as_str() {
+                "coroutine" | "generator" | "async_generator" => {}
+                "async_generator_asend" | "async_generator_athrow" => {
+                    obj = mem.read_u64(obj.wrapping_add(l.asend_gen)).unwrap_or(0);
+                    continue;
+                }
+                _ => break,
+            }
+            let frame = match l.gen_frame {
+                GenFrame::Pointer(o) => mem.read_u64(obj.wrapping_add(o)).unwrap_or(0),
+                GenFrame::Embedded(o) => {
+                    let finished = l.gen_frame_state.is_some_and(|s| {
+                        mem.read_u8(obj.wrapping_add(s.offset))
+                            .map_or(true, |v| (v as i8) >= s.finished_from)
+                    });
+                    if finished {
+                        0
+                    } else {
+                        obj.wrapping_add(o)
+                    }
+                }
+            };
+            if frame == 0 {
+                break;
+            }
+            if let Some(i) = snap.frame_addrs.iter().position(|a| *a == frame) {
+                // Running: the rest is on the thread's stack.
+                let mut inner: Vec<Frame> = snap.stack.frames[..=i].to_vec();
+                inner.retain(|f| f.kind == crate::stack::FrameKind::Python);
+                inner.reverse();
+                frames.extend(inner);
+                frames.reverse();
+                return (frames, true, Vec::new());
+            }
+            let Some((f, nslots)) = reader.frame_at(mem, frame) else {
+                break;
+            };
+            frames.push(f);
+            first_locals.push(
+                mem.read_u64(frame.wrapping_add(fl.localsplus))
+                    .map(|v| v & !fl.pointer_tag_bits)
+                    .unwrap_or(0),
+            );
+            let locals_end = frame.wrapping_add(fl.localsplus + nslots * 8);
+            let top = match l.stack_top {
+                StackTop::Pointer { at, below } => {
+                    let p = mem.read_u64(frame.wrapping_add(at)).unwrap_or(0);
+                    let bottom = locals_end.wrapping_add(below.saturating_sub(1) * 8);
+                    (p > bottom && p - bottom <= 1 << 16).then(|| p - below * 8)
+                }
+                StackTop::BaseDepth { base, depth } => {
+                    let b = mem.read_u64(frame.wrapping_add(base)).unwrap_or(0);
+                    let d = mem.read_u32(frame.wrapping_add(depth)).unwrap_or(0) as u64;
+                    (b != 0 && (1..4096).contains(&d)).then(|| b + (d - 1) * 8)
+                }
+                StackTop::LocalsIndex(o) => {
+                    let n = mem.read_u32(frame.wrapping_add(o)).unwrap_or(0) as u64;
+                    (n > nslots && n < nslots + 4096)
+                        .then(|| frame.wrapping_add(fl.localsplus + (n - 1) * 8))
+                }
+            };
+            obj = top
+                .and_then(|a| mem.read_u64(a).ok())
+                .map_or(0, |v| v & !fl.pointer_tag_bits);
+        }
+        frames.reverse();
+        first_locals.reverse();
+        (frames, false, first_locals)
+    }
+
+    fn awaiting(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        t: &RawTask,
+        first_locals: &[u64],
+        sleeps: &mut HashMap<u64, Option<Timers>>,
+    ) -> Awaiting {
+        let w = t.waiter;
+        let type_name = objr.type_name(w).ok();
+        let mut a = Awaiting {
+            kind: "future".into(),
+            task: None,
+            type_name: type_name.clone(),
+            object: Some(w),
+            seconds: None,
+        };
+        let kind = self.kind(objr, w, l);
+        if matches!(kind, Kind::CTask | Kind::PyTask) {
+            a.kind = "task".into();
+            a.task = Some(w);
+            a.object = None;
+            return a;
+        }
+        if type_name.as_deref() == Some("_GatheringFuture") {
+            a.kind = "gather".into();
+            return a;
+        }
+        // A synchronisation primitive whose waiters hold the future: the
+        // `self` of one of the innermost frames (a Python future's own
+        // `__await__` frame may come first).
+        for &innermost_self in first_locals.iter().take(3) {
+            if innermost_self != 0 && self.kind(objr, innermost_self, l) == Kind::Other {
+                if let Ok(ty) = objr.type_of(innermost_self) {
+                    let mro = self.mro(objr, ty, l);
+                    let prim = mro.iter().find_map(|n| {
+                        Some(match n.as_str() {
+                            "Queue" | "LifoQueue" | "PriorityQueue" => "queue",
+                            "Lock" => "lock",
+                            "Event" => "event",
+                            "Semaphore" | "BoundedSemaphore" => "semaphore",
+                            "Condition" => "condition",
+                            "Barrier" => "barrier",
+                            _ => return None,
+                        })
+                    });
+                    if let Some(prim) = prim {
+                        let holds = ["_waiters", "_getters", "_putters"].iter().any(|n| {
+                            objr.instance_attr(innermost_self, n)
+                                .ok()
+                                .flatten()
+                                .is_some_and(|d| deque_items(objr, l, d, 1 << 16).contains(&w))
+                        });
+                        if holds {
+                            a.kind = prim.into();
+                            a.type_name = mro.first().cloned();
+                            a.object = Some(innermost_self);
+                            return a;
+                        }
+                    }
+                }
+            }
+        }
+        // A sleep: a timer of the loop resolves the future.
+        let loop_ = t.loop_;
+        let timers = sleeps
+            .entry(loop_)
+            .or_insert_with(|| self.timers(objr, l, loop_));
+        if let Some((when, sleep)) = timers.as_ref().and_then(|m| m.get(&w)) {
+            if *sleep {
+                a.kind = "sleep".into();
+            }
+            a.seconds = Some(((when - monotonic()) * 1000.0).round() / 1000.0);
+        }
+        a
+    }
+
+    /// The loop's scheduled timers: first argument (a future) → `_when`, and
+    /// whether the timer is `asyncio.sleep`'s (it sets the future's result).
+    fn timers(&mut self, objr: &ObjReader, l: &AsyncioLayout, lp: u64) -> Option<Timers> {
+        let sched = objr.instance_attr(lp, "_scheduled").ok().flatten()?;
+        let (handles, _) = objr.list_items(sched, MAX_TASKS as u64).ok()?;
+        let mut out = HashMap::with_capacity(handles.len());
+        for h in handles {
+            let Some(args) = self.slot(objr, l, h, "_args") else {
+                continue;
+            };
+            let Some(when) = self.slot(objr, l, h, "_when") else {
+                continue;
+            };
+            let Ok((first, _)) = objr.tuple_items(args, 1) else {
+                continue;
+            };
+            let Some(&fut) = first.first() else { continue };
+            let sleep = self.slot(objr, l, h, "_callback").is_some_and(|cb| {
+                objr.mem
+                    .read_u64(cb.wrapping_add(l.func_name))
+                    .ok()
+                    .and_then(|n| objr.string(n, 64).ok())
+                    .is_some_and(|(n, _)| n == "_set_result_unless_cancelled")
+            });
+            if objr.type_name(when).is_ok_and(|t| t == "float") {
+                if let Ok(bits) = objr
+                    .mem
+                    .read_u64(when.wrapping_add(objr.layout.object.float_value))
+                {
+                    out.insert(fut, (f64::from_bits(bits), sleep));
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// A `__slots__` attribute, through the type's member descriptor.
+    fn slot(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        obj: u64,
+        name: &'static str,
+    ) -> Option<u64> {
+        let ty = objr.type_of(obj).ok()?;
+        let off = match self.slots.get(&(ty, name)) {
+            Some(o) => *o,
+            None => {
+                let o = slot_offset(objr, l, ty, name);
+                if self.slots.len() > 4096 {
+                    self.slots.clear();
+                }
+                self.slots.insert((ty, name), o);
+                o
+            }
+        }?;
+        objr.mem
+            .read_u64(obj.wrapping_add(off))
+            .ok()
+            .filter(|v| *v != 0)
+    }
+}
+
+fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Option<u64> {
+    let mem = objr.mem;
+    let mro = mem.read_u64(ty.wrapping_add(l.type_mro)).ok()?;
+    let (types, _) = objr.tuple_items(mro, 32).ok()?;
+    for t in types {
+        let Ok(d) = mem.read_u64(t.wrapping_add(l.type_dict)) else {
+            continue;
+        };
+        if d == 0 {
+            continue;
+        }
+        let Ok(Some(desc)) = objr.dict_get(d, name) else {
+            continue;
+        };
+        if !objr.type_name(desc).is_ok_and(|n| n == "member_descriptor") {
+            return None;
+        }
+        let def = mem.read_u64(desc.wrapping_add(l.member_descr_def)).ok()?;
+        let off = mem.read_u64(def.wrapping_add(MEMBER_DEF_OFFSET)).ok()?;
+        return (16..1 << 16).contains(&off).then_some(off);
+    }
+    None
+}
+
+/// An attribute of a Python-level object: its `__dict__`'s, else its
+/// class's (asyncio's Python `Future` keeps defaults such as `_state` there).
+fn py_attr(objr: &ObjReader, l: &AsyncioLayout, obj: u64, name: &str) -> Option<u64> {
+    if let Ok(Some(v)) = objr.instance_attr(obj, name) {
+        return Some(v);
+    }
+    let ty = objr.type_of(obj).ok()?;
+    let mro = objr.mem.read_u64(ty.wrapping_add(l.type_mro)).ok()?;
+    let (types, _) = objr.tuple_items(mro, 32).ok()?;
+    types.into_iter().find_map(|t| {
+        let d = objr.mem.read_u64(t.wrapping_add(l.type_dict)).ok()?;
+        if d == 0 {
+            return None;
+        }
+        objr.dict_get(d, name).ok().flatten()
+    })
+}
+
+/// Those of `names` an instance has in its `__dict__`, read in one pass.
+fn instance_attrs(objr: &ObjReader, obj: u64, names: &[&'static str]) -> Vec<(&'static str, u64)> {
+    let Ok(items) = objr.instance_items(obj) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in items {
+        let Ok((key, false)) = objr.string(k, 32) else {
+            continue;
+        };
+        if let Some(n) = names.iter().find(|n| **n == key) {
+            out.push((*n, v));
+        }
+    }
+    out
+}
+
+/// The callbacks of a list of (callback, context) tuples.
+fn callback_list(objr: &ObjReader, list: u64) -> Vec<u64> {
+    let Ok((items, _)) = objr.list_items(list, MAX_CALLBACKS) else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|it| match objr.type_name(it).ok()?.as_str() {
+            "tuple" => objr.tuple_items(it, 1).ok()?.0.first().copied(),
+            _ => Some(it),
+        })
+        .collect()
+}
+
+/// Items of a `collections.deque`, at most `max`.
+fn deque_items(objr: &ObjReader, l: &AsyncioLayout, dq: u64, max: u64) -> Vec<u64> {
+    let mem = objr.mem;
+    let mut out = Vec::new();
+    let Ok(len) = mem.read_u64(dq.wrapping_add(objr.layout.object.ob_size)) else {
+        return out;
+    };
+    let n = len.min(max);
+    let Ok(mut block) = mem.read_u64(dq.wrapping_add(l.deque_leftblock)) else {
+        return out;
+    };
+    let Ok(mut idx) = mem.read_u64(dq.wrapping_add(l.deque_leftindex)) else {
+        return out;
+    };
+    if idx >= DEQUE_BLOCK_LEN {
+        return out;
+    }
+    let mut blocks = 0;
+    while (out.len() as u64) < n && block != 0 && blocks < 1 + max / DEQUE_BLOCK_LEN + 1 {
+        let Ok(raw) = mem.read_vec(block, ((DEQUE_BLOCK_LEN + 2) * 8) as usize, 1 << 12) else {
+            break;
+        };
+        while idx < DEQUE_BLOCK_LEN && (out.len() as u64) < n {
+            out.push(le_u64(&raw, 8 + idx * 8));
+            idx += 1;
+        }
+        block = le_u64(&raw, 8 + DEQUE_BLOCK_LEN * 8);
+        idx = 0;
+        blocks += 1;
+    }
+    out
+}
+
+/// A Python-level future's `_state` string → the C enum's value.
+fn py_state(objr: &ObjReader, s: u64) -> Option<u8> {
+    match objr.string(s, 16).ok()?.0.as_str() {
+        "PENDING" => Some(0),
+        "CANCELLED" => Some(1),
+        "FINISHED" => Some(2),
+        _ => None,
+    }
+}
+
+/// `AsyncioDebug` checked against the table: sizes and offsets in range,
+/// and the members the table also has must agree (they prove the rest of
+/// the table describes this build).
+fn check_debug(
+    l: &AsyncioLayout,
+    ab: &crate::cpython_layouts::asyncio::AwaitedBy,
+    w: &[u64],
+) -> Result<Lists, String> {
+    let (task_size, name, awaited_by, is_task, is_set, coro, node) =
+        (w[0], w[1], w[2], w[3], w[4], w[5], w[6]);
+    let (interp_size, interp_head) = (w[7], w[8]);
+    let (ts_size, ts_loop, ts_task, ts_head) = (w[9], w[10], w[11], w[12]);
+    let expected = (
+        l.task_size,
+        l.task_name,
+        ab.awaited_by,
+        ab.is_task,
+        ab.is_set,
+        l.task_coro,
+        ab.node,
+    );
+    if (task_size, name, awaited_by, is_task, is_set, coro, node) != expected {
+        return Err(format!(
+            "AsyncioDebug describes a TaskObj unlike Python {}.{}'s table (size {task_size}, \
+             name {name}, coro {coro}, node {node}): tasks are read from the registries only",
+            l.major, l.minor
+        ));
+    }
+    let inside = |off: u64, size: u64| size > 0 && size <= 1 << 20 && off + 8 <= size;
+    if !inside(interp_head, interp_size)
+        || !inside(ts_loop, ts_size)
+        || !inside(ts_task, ts_size)
+        || !inside(ts_head, ts_size)
+    {
+        return Err("AsyncioDebug offsets lie outside their structs".into());
+    }
+    Ok(Lists {
+        ts_running_loop: ts_loop,
+        ts_running_task: ts_task,
+        ts_tasks_head: ts_head,
+        interp_tasks_head: interp_head,
+    })
+}
+
+/// `time.monotonic()`, which asyncio's loops use as their clock: the same
+/// clock in every process of the machine.
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Attribute a thread's sample to its tasks (`record`/`top --async`): the
+/// running task's frames, then its awaiter's suspended stack, and so on to
+/// the outermost awaiter, replacing the event loop's own frames below the
+/// running task. With `all`, each waiting task that awaits no other task
+/// adds a stack of its own (named after the task), the same way. Returns
+/// those added stacks; the thread's tasks are dropped from the sample.
+pub fn stitch(t: &mut crate::stack::ThreadStack, all: bool) -> Vec<crate::stack::ThreadStack> {
+    use crate::stack::FrameKind;
+    let Some(tt) = t.asyncio.take() else {
+        return Vec::new();
+    };
+    let by_id: HashMap<u64, &Task> = tt.tasks.iter().map(|k| (k.id, k)).collect();
+    // Frames of the awaiters of `task`, innermost first, cycles cut.
+    let awaiters = |task: &Task| -> Vec<Frame> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::from([task.id]);
+        let mut cur = task;
+        while let Some(p) = cur.awaited_by.iter().find_map(|a| by_id.get(a)) {
+            if !seen.insert(p.id) || seen.len() > MAX_CHAIN {
+                break;
+            }
+            out.extend(p.frames.iter().cloned());
+            cur = p;
+        }
+        out
+    };
+    if let Some(r) = tt.tasks.iter().find(|k| k.state == TaskState::Running) {
+        // The running task's frames are the innermost Python frames of the thread.
+        let n = r.frames.len();
+        let mut python = 0;
+        let cut = t.frames.iter().position(|f| {
+            python += (f.kind == FrameKind::Python) as usize;
+            python == n
+        });
+        if let (Some(cut), true) = (cut, n > 0) {
+            t.frames.truncate(cut + 1);
+            t.frames.extend(awaiters(r));
+        }
+    }
+    if !all {
+        return Vec::new();
+    }
+    let parents: HashSet<u64> = tt
+        .tasks
+        .iter()
+        .flat_map(|k| k.awaited_by.iter().copied())
+        .collect();
+    tt.tasks
+        .iter()
+        .filter(|k| matches!(k.state, TaskState::Pending | TaskState::Cancelling))
+        .filter(|k| !parents.contains(&k.id) && !k.frames.is_empty())
+        .map(|k| {
+            let mut s = t.clone();
+            s.name = Some(format!("task {}", k.name));
+            s.status = crate::stack::ThreadStatus::Idle;
+            s.holds_gil = false;
+            s.native_entry = None;
+            s.truncated = None;
+            s.frames = k.frames.clone();
+            s.frames.extend(awaiters(k));
+            s
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SliceMemory;
+    use crate::python::process::{GilSource, PythonProcess, Version};
+    use crate::stack::{ThreadStack, ThreadStatus};
+    use proptest::prelude::*;
+
+    const BASE: u64 = 0x10_0000;
+
+    fn reader_for(major: u8, minor: u8) -> Option<Reader> {
+        let layout = crate::cpython_layouts::for_version(major, minor)?;
+        Some(Reader::new(PythonProcess {
+            pid: std::process::id() as i32,
+            exe: "python".into(),
+            cmdline: String::new(),
+            version: Version {
+                major,
+                minor,
+                patch: Some(0),
+                suffix: String::new(),
+            },
+            layout: layout.clone(),
+            interp_head_ptr: BASE,
+            gil: GilSource::Unknown,
+            gil_sync: crate::python::process::GilSyncSource::Unknown,
+            python_module: "libpython".into(),
+            warnings: Vec::new(),
+        }))
+    }
+
+    fn snapshot(tstate: u64, interp: u64, frames: Vec<u64>) -> ThreadSnapshot {
+        ThreadSnapshot {
+            stack: ThreadStack {
+                thread_id: 1,
+                os_thread_id: None,
+                name: None,
+                interpreter: 0,
+                status: ThreadStatus::Idle,
+                holds_gil: false,
+                frames: Vec::new(),
+                truncated: None,
+                native_entry: None,
+                name_source: None,
+                wait: None,
+                asyncio: None,
+            },
+            is_entry: Vec::new(),
+            frame_addrs: frames,
+            anchors: Vec::new(),
+            in_gc: false,
+            gil_sync: Vec::new(),
+            locks: Vec::new(),
+            tstate,
+            interp,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+        /// A corrupt or racing target: arbitrary words where tasks, futures,
+        /// coroutines, frames, deques and types should be. Every table must
+        /// come back with fewer tasks or frames, never a panic or a hang.
+        #[test]
+        fn arbitrary_memory_never_panics(words in proptest::collection::vec(any::<u64>(), 1024), seed in any::<u64>()) {
+            let bytes: Vec<u8> = words
+                .iter()
+                .flat_map(|w| {
+                    let v = match (w ^ seed) % 5 {
+                        0 | 3 => BASE + ((w % 8192) & !7),
+                        1 => u64::MAX - (w % 512),
+                        _ => *w,
+                    };
+                    v.to_le_bytes()
+                })
+                .collect();
+            let mut mem = SliceMemory::new();
+            mem.add(BASE, bytes);
+            for l in crate::cpython_layouts::asyncio::ALL {
+                let Some(mut reader) = reader_for(l.major, l.minor) else { continue };
+                let mut r = AsyncioReader::new(l.major, l.minor);
+                // As if AsyncioDebug had been found, so that the lists are walked too.
+                r.lists = Some(Lists {
+                    ts_running_loop: 8,
+                    ts_running_task: 16,
+                    ts_tasks_head: 24,
+                    interp_tasks_head: 32,
+                });
+                let snaps = vec![snapshot(BASE + 64, BASE + 128, vec![BASE + 256])];
+                let want = AsyncRead { limit: 50, max_tasks: 500, running_only: false };
+                let _ = r.read(&mut reader, &PageCache::new(&mem), &snaps, want, &Vec::new);
+                let pl = reader.process.layout.clone();
+                let objr = ObjReader::new(&mem, &pl);
+                let addrs: Vec<u64> = (0..64).map(|i| BASE + i * 72).collect();
+                let tasks = r.read_tasks(&objr, l, &addrs);
+                let index: HashMap<u64, usize> = tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
+                let _ = r.parents(&objr, l, &tasks, &index);
+                let running = HashSet::new();
+                let ks: Vec<usize> = (0..tasks.len()).collect();
+                let parents = vec![Vec::new(); tasks.len()];
+                let mut sleeps = HashMap::new();
+                let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64, false);
+                for a in addrs {
+                    let _ = r.chain(&mut reader, &objr, l, a, &snaps[0]);
+                    let _ = deque_items(&objr, l, a, 1 << 16);
+                    let _ = r.timers(&objr, l, a);
+                    let _ = py_attr(&objr, l, a, "_state");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn asyncio_debug_is_checked() {
+        let l = &crate::cpython_layouts::asyncio::V3_14;
+        let ab = l.awaited_by.unwrap();
+        // What sid's 3.14 carries.
+        let good = [
+            168, 136, 96, 108, 109, 128, 152, 225864, 10880, 936, 864, 872, 880,
+        ];
+        let lists = check_debug(l, &ab, &good).unwrap();
+        assert_eq!(lists.ts_tasks_head, 880);
+        let mut other_task = good;
+        other_task[5] = 120;
+        assert!(check_debug(l, &ab, &other_task).is_err());
+        let mut outside = good;
+        outside[12] = 936;
+        assert!(check_debug(l, &ab, &outside).is_err());
+    }
+}
