@@ -63,9 +63,8 @@ struct RecordArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value = "flamegraph")]
     format: OutputFormat,
-    /// Samples per second.
-    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
-    rate: f64,
+    #[command(flatten)]
+    rate: RateArg,
     /// Wall-clock seconds to record, or "unlimited" (default: until Ctrl-C or the program exits).
     #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -106,9 +105,8 @@ struct TopArgs {
     /// Process id to watch (or give a command after --).
     #[arg(short, long, value_parser = parse_pid)]
     pid: Option<i32>,
-    /// Samples per second.
-    #[arg(short, long, default_value = "100", value_parser = pyinspect::sampler::parse_rate)]
-    rate: f64,
+    #[command(flatten)]
+    rate: RateArg,
     /// Follow child processes.
     #[arg(short, long)]
     subprocesses: bool,
@@ -133,6 +131,14 @@ struct TopArgs {
     /// The program to launch and watch.
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// `--rate`, shared by record and top.
+#[derive(Args, Debug)]
+struct RateArg {
+    /// Samples per second: 100, 2.5k, 10khz (at most 100k).
+    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
+    rate: f64,
 }
 
 fn parse_pid(s: &str) -> Result<i32, String> {
@@ -168,7 +174,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         output: a.output,
         format: a.format,
         sampler: pyinspect::sampler::SamplerConfig {
-            rate: a.rate,
+            rate: a.rate.rate,
             duration: a.duration.filter(|d| *d != Duration::MAX),
             subprocesses: a.subprocesses,
             nonblocking: a.nonblocking,
@@ -191,7 +197,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
     top::run(top::TopOptions {
         pid: a.pid,
         command: a.command,
-        rate: a.rate,
+        rate: a.rate.rate,
         subprocesses: a.subprocesses,
         nonblocking: a.nonblocking,
         native: a.native,

@@ -3,7 +3,7 @@
 use crate::launch::Launched;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::{format_rate, RateHealth, Sampler, SamplerConfig};
 use anyhow::{bail, Context};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -147,14 +147,44 @@ struct Stats {
     causes: HashMap<String, u64>,
 }
 
-fn progress(stats: &Stats, profile: &Profile, elapsed: Duration) {
-    eprint!(
-        "\r\x1b[Kpyinspect: {:.1} s, {} samples, {} errors, {} late",
+fn progress(stats: &Stats, profile: &Profile, elapsed: Duration, health: &RateHealth) {
+    let mut line = format!(
+        "pyinspect: {:.1} s, {} samples, {} errors, {} late",
         elapsed.as_secs_f64(),
         profile.samples(),
         stats.errors,
         stats.late
     );
+    if let Some(why) = &health.reason {
+        line.push_str(&format!(
+            ", {} of {} asked ({why})",
+            format_rate(health.delivered),
+            format_rate(health.asked)
+        ));
+    }
+    // One terminal line: a long reason is cut rather than wrapped (a
+    // wrapped line would not be redrawn in place).
+    let width = terminal_columns().saturating_sub(1).max(40);
+    if line.chars().count() > width {
+        line = line
+            .chars()
+            .take(width.saturating_sub(1))
+            .collect::<String>()
+            + "…";
+    }
+    eprint!("\r\x1b[K{line}");
+}
+
+/// Width of the terminal on stderr (80 when it cannot be asked).
+fn terminal_columns() -> usize {
+    // SAFETY: TIOCGWINSZ only fills the winsize we pass.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        ws.ws_col as usize
+    } else {
+        80
+    }
 }
 
 /// Record; returns the exit code for pyinspect.
@@ -229,9 +259,10 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         }
         if show_progress && last_progress.elapsed() >= PROGRESS_EVERY {
             last_progress = Instant::now();
-            progress(&stats, &profile, started.elapsed());
+            progress(&stats, &profile, started.elapsed(), &sampler.rate_health());
         }
     }
+    let health = sampler.rate_health();
     let elapsed = started.elapsed();
     if show_progress {
         eprint!("\r\x1b[K");
@@ -244,7 +275,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         None => crate::procfs::cmdline(root).unwrap_or_else(|_| format!("pid {root}")),
     };
     let written = write_profile(&profile, &out, opts.format, &title);
-    summary(&stats, &profile, elapsed);
+    summary(&stats, &profile, elapsed, &health);
     let mut code = 0;
     match written {
         Ok(()) => eprintln!(
@@ -299,7 +330,7 @@ fn write_profile(
     Ok(())
 }
 
-fn summary(stats: &Stats, profile: &Profile, elapsed: Duration) {
+fn summary(stats: &Stats, profile: &Profile, elapsed: Duration, health: &RateHealth) {
     let mut line = format!(
         "pyinspect: {} samples of {} threads over {:.1} s",
         profile.samples(),
@@ -325,7 +356,14 @@ fn summary(stats: &Stats, profile: &Profile, elapsed: Duration) {
         ));
     }
     eprintln!("{line}");
-    if stats.ticks > 10 && stats.late * 10 > stats.ticks {
+    if let Some(why) = &health.reason {
+        eprintln!(
+            "pyinspect: the asked rate was not held: {} of {} ({:.0}%), because of {why}",
+            format_rate(health.delivered),
+            format_rate(health.asked),
+            health.share() * 100.0
+        );
+    } else if stats.ticks > 10 && stats.late * 10 > stats.ticks {
         eprintln!(
             "pyinspect: sampling fell behind often; the results may be skewed: try a lower --rate"
         );

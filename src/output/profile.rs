@@ -1,7 +1,7 @@
 //! The aggregation model every `record` format is written from.
 
+use foldhash::{HashMap, HashMapExt};
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::io::Write;
 use std::sync::Arc;

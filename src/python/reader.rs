@@ -9,6 +9,8 @@ use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::stack::{Frame, Local, ThreadStack, ThreadStatus};
+use foldhash::HashMap as FastMap;
+use foldhash::HashMapExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,14 +72,20 @@ pub struct ThreadSnapshot {
 
 pub struct Reader {
     pub process: PythonProcess,
-    code_cache: HashMap<u64, Arc<CodeInfo>>,
-    code_types: HashMap<u64, bool>,
+    code_cache: FastMap<u64, Arc<CodeInfo>>,
+    code_types: FastMap<u64, bool>,
     names: HashMap<(u64, u64), String>,
     last_name_scan: Option<Instant>,
     /// Offset of the kernel tid inside glibc's `struct pthread` (< 3.11).
     tid_offset: Option<Option<u64>>,
     /// The target's own tids → ours, when it runs in another pid namespace.
     ns_tids: Option<Option<HashMap<u32, u32>>>,
+    /// Pages the latest snapshot read from, and the latest thread listing:
+    /// loaded in one batch at the start of the next (see `pagecache`).
+    warm_snapshot: Vec<u64>,
+    warm_threads: Vec<u64>,
+    /// Page buffers the caches reuse from one read to the next.
+    page_buffers: Vec<Box<[u8]>>,
 }
 
 struct RawThread {
@@ -94,12 +102,15 @@ impl Reader {
     pub fn new(process: PythonProcess) -> Reader {
         Reader {
             process,
-            code_cache: HashMap::new(),
-            code_types: HashMap::new(),
+            code_cache: FastMap::new(),
+            code_types: FastMap::new(),
             names: HashMap::new(),
             last_name_scan: None,
             tid_offset: None,
             ns_tids: None,
+            warm_snapshot: Vec::new(),
+            warm_threads: Vec::new(),
+            page_buffers: Vec::new(),
         }
     }
 
@@ -140,10 +151,11 @@ impl Reader {
     /// Each Python thread's kernel tid, and whether it holds the GIL: what
     /// deciding which threads to pause needs, without walking any frame.
     pub fn python_threads(&mut self, mem: &dyn Memory) -> Result<Vec<(i32, bool)>> {
-        let cache = PageCache::new(mem);
+        let cache = PageCache::with_buffers(mem, std::mem::take(&mut self.page_buffers));
+        cache.prefetch_pages(&self.warm_threads);
         let threads = self.threads(&cache, false)?;
         let mut holders: HashMap<u64, Option<u64>> = HashMap::new();
-        Ok(threads
+        let out = threads
             .iter()
             .filter_map(|t| {
                 let holder = *holders
@@ -151,7 +163,10 @@ impl Reader {
                     .or_insert_with(|| self.gil_holder(&cache, t.interp));
                 Some((t.native_tid? as i32, holder == Some(t.tstate)))
             })
-            .collect())
+            .collect();
+        self.warm_threads = cache.used_pages();
+        self.page_buffers = cache.into_buffers();
+        Ok(out)
     }
 
     /// Walk interpreters and thread states (and frames when `frames`).
@@ -352,7 +367,8 @@ impl Reader {
         opts: ReadOptions,
         states: &HashMap<i32, char>,
     ) -> Result<Vec<ThreadSnapshot>> {
-        let cache = PageCache::new(mem);
+        let cache = PageCache::with_buffers(mem, std::mem::take(&mut self.page_buffers));
+        cache.prefetch_pages(&self.warm_snapshot);
         let raw = self.threads(&cache, true)?;
         let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
         for t in &raw {
@@ -369,7 +385,7 @@ impl Reader {
         if opts.names {
             self.refresh_names(&cache, &raw);
         }
-        let mut resolved: HashMap<u64, Result<Option<Arc<CodeInfo>>, MemError>> = HashMap::new();
+        let mut resolved: FastMap<u64, Result<Option<Arc<CodeInfo>>, MemError>> = FastMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for t in raw {
             let holds_gil = gil_by_interp
@@ -442,6 +458,8 @@ impl Reader {
                 is_entry: entries,
             });
         }
+        self.warm_snapshot = cache.used_pages();
+        self.page_buffers = cache.into_buffers();
         Ok(out)
     }
 
