@@ -120,11 +120,35 @@ fn read_back(format: &str, bytes: &[u8], ctx: &str) -> String {
             assert!(count > 0, "{ctx}");
             names.join("\n")
         }
+        "gecko" => {
+            let g = common_output::gecko(bytes);
+            assert!(g.weights.values().sum::<u64>() > 0, "{ctx}");
+            assert!(!g.threads.is_empty(), "{ctx}");
+            g.functions.join("\n")
+        }
+        "html" => {
+            let v = common_output::html_data(bytes);
+            let frames: Vec<&str> = v["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|f| f.as_str())
+                .collect();
+            frames.join("\n")
+        }
         f => panic!("unknown format {f}"),
     }
 }
 
-const FORMATS: [&str; 5] = ["flamegraph", "speedscope", "chrometrace", "raw", "pprof"];
+const FORMATS: [&str; 7] = [
+    "flamegraph",
+    "speedscope",
+    "chrometrace",
+    "raw",
+    "pprof",
+    "gecko",
+    "html",
+];
 
 /// The accuracy test measures time shares, which other tests' busy
 /// fixtures on the same two cores would distort: it runs alone.

@@ -313,6 +313,8 @@ fn format_name(f: OutputFormat) -> &'static str {
         OutputFormat::Chrometrace => "Chrome trace",
         OutputFormat::Raw => "collapsed stacks",
         OutputFormat::Pprof => "pprof",
+        OutputFormat::Gecko => "Firefox Profiler",
+        OutputFormat::Html => "HTML",
     }
 }
 

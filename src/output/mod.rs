@@ -14,6 +14,8 @@
 mod chrometrace;
 mod collapsed;
 mod filenames;
+mod gecko;
+mod html;
 mod pprof;
 mod profile;
 mod speedscope;
@@ -55,6 +57,10 @@ pub enum OutputFormat {
     Raw,
     /// Gzipped pprof profile.proto (`go tool pprof`, Pyroscope, Grafana).
     Pprof,
+    /// Firefox Profiler JSON (https://profiler.firefox.com): a track per thread.
+    Gecko,
+    /// One self-contained HTML page: zoomable flame graph, search, threads, top functions.
+    Html,
 }
 
 impl OutputFormat {
@@ -65,12 +71,17 @@ impl OutputFormat {
             OutputFormat::Speedscope | OutputFormat::Chrometrace => "json",
             OutputFormat::Raw => "txt",
             OutputFormat::Pprof => "pb.gz",
+            OutputFormat::Gecko => "json",
+            OutputFormat::Html => "html",
         }
     }
 
     /// Whether writing this format needs [`ProfileOptions::timeline`].
     pub fn needs_timeline(&self) -> bool {
-        matches!(self, OutputFormat::Speedscope | OutputFormat::Chrometrace)
+        matches!(
+            self,
+            OutputFormat::Speedscope | OutputFormat::Chrometrace | OutputFormat::Gecko
+        )
     }
 
     fn name(&self) -> &'static str {
@@ -80,6 +91,8 @@ impl OutputFormat {
             OutputFormat::Chrometrace => "chrometrace",
             OutputFormat::Raw => "raw",
             OutputFormat::Pprof => "pprof",
+            OutputFormat::Gecko => "gecko",
+            OutputFormat::Html => "html",
         }
     }
 }
