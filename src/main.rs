@@ -24,6 +24,25 @@ enum Command {
     Record(RecordArgs),
     /// A live, top-like view of the functions a process spends its time in.
     Top(TopArgs),
+    /// Compare two recordings: a differential flame graph and the functions whose share changed most.
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+struct DiffArgs {
+    /// The earlier recording (collapsed stacks, ours or py-spy's or flamegraph.pl's, or pprof).
+    before: std::path::PathBuf,
+    /// The later recording, in either format.
+    after: std::path::PathBuf,
+    /// The differential flame graph SVG to write.
+    #[arg(short, long, default_value = "diff.svg")]
+    output: std::path::PathBuf,
+    /// Draw the before profile's shape (frames that went away stay visible); colours still mean after vs before.
+    #[arg(long)]
+    negate: bool,
+    /// Rows in the table of functions whose share changed most (0 for none).
+    #[arg(long, default_value = "20")]
+    top: usize,
 }
 
 #[derive(Args, Debug)]
@@ -249,6 +268,15 @@ fn main() {
         }
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
+        Command::Diff(a) => {
+            pyinspect::commands::diff::run(pyinspect::commands::diff::DiffOptions {
+                before: a.before,
+                after: a.after,
+                output: Some(a.output),
+                negate: a.negate,
+                top: a.top,
+            })
+        }
     };
     match result {
         Ok(code) => std::process::exit(code),

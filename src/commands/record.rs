@@ -28,15 +28,16 @@ const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// The output file, opened before sampling so an unwritable path fails at
-/// once. Removed again if nothing gets written to a file we created.
-struct Output {
+/// once. Removed again if nothing gets written to a file we created. The one
+/// way pyinspect writes its output files (`diff` writes through it too).
+pub(crate) struct Output {
     path: PathBuf,
     file: File,
     created: bool,
 }
 
 impl Output {
-    fn open(path: PathBuf) -> anyhow::Result<Output> {
+    pub(crate) fn open(path: PathBuf) -> anyhow::Result<Output> {
         let existed = path.exists();
         if path.is_dir() {
             bail!(
@@ -58,7 +59,24 @@ impl Output {
         })
     }
 
-    fn abandon(self) {
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replace the file's content with what `write` produces.
+    pub(crate) fn write_with(
+        &self,
+        write: impl FnOnce(&mut dyn Write) -> Result<(), crate::output::OutputError>,
+    ) -> anyhow::Result<()> {
+        let mut f = &self.file;
+        f.set_len(0)?;
+        f.rewind()?;
+        write(&mut f)?;
+        f.flush()?;
+        Ok(())
+    }
+
+    pub(crate) fn abandon(self) {
         if self.created {
             let _ = std::fs::remove_file(&self.path);
         }
@@ -324,12 +342,7 @@ fn write_profile(
     format: OutputFormat,
     title: &str,
 ) -> anyhow::Result<()> {
-    let mut f = &out.file;
-    f.set_len(0)?;
-    f.rewind()?;
-    profile.write(format, &mut f, title)?;
-    f.flush()?;
-    Ok(())
+    out.write_with(|w| profile.write(format, w, title))
 }
 
 fn summary(stats: &Stats, profile: &Profile, elapsed: Duration, health: &RateHealth) {

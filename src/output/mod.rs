@@ -13,6 +13,7 @@
 
 mod chrometrace;
 mod collapsed;
+mod diff;
 mod filenames;
 mod gecko;
 mod html;
@@ -22,6 +23,7 @@ mod speedscope;
 
 use thiserror::Error;
 
+pub use diff::{read_recording, share_changes, write_differential, ReadError, Recording};
 pub use filenames::shorten as short_filename;
 pub use profile::Profile;
 
