@@ -33,9 +33,6 @@ FIXTURES = ROOT / "bench" / "fixtures"
 PYINSPECT = ROOT / "target" / "release" / "pyinspect"
 PYSPY_VERSION = "0.4.3"
 DEFAULT_PYTHON = "/root/.pyenv/versions/3.12.1/bin/python"
-# Debian sid's CPython 3.15 as a host process (.ci/sid-pythons), with its
-# own sampler, profiling.sampling.
-SID_PY315 = "/opt/pyinspect-sid/root/usr/bin/python3.15-hosted"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -614,9 +611,7 @@ class Bench:
         asked rate delivered, target slowdown. Then 1 kHz on 3.12 against py-spy."""
         secs, work = (3, 1.5) if self.quick else (5, 2.5)
         threads = 4
-        py315 = SID_PY315
-        if not Path(py315).exists():
-            raise Skip(f"{py315} is missing (.ci/sid-pythons installs it)")
+        py315 = sid_python("3.15")
 
         def tools(python):
             t = {
@@ -695,10 +690,8 @@ class Bench:
         measure(self.python, version_of(self.python), [1000], [False, True])
 
         def cell(r, key, unit):
-            if r is None:
-                return "-"
-            if r.get(key) is None:
-                return ("failed: " + r["error"][:40]) if r.get("error") else "-"
+            if r is None or r.get(key) is None:
+                return "failed" if r and r.get("error") else "-"
             return f"{r[key]:.1f}{unit}"
 
         print(f"\n  {'python':<6} {'mode':<11} {'rate':>6}  {'tool':<10} {'us/sample':>10} {'delivered':>10} "
@@ -706,7 +699,7 @@ class Bench:
         for r in rows:
             print(f"  {r['python']:<6} {r['mode']:<11} {r['rate']:>6}  {r['tool']:<10} "
                   f"{cell(r, 'us_per_sample', ''):>10} {cell(r, 'delivered_pct', '%'):>10} "
-                  f"{cell(r, 'slowdown_pct', '%'):>9}")
+                  f"{cell(r, 'slowdown_pct', '%'):>9}" + (f"  ({r['error'][:70]})" if r.get("error") else ""))
         print(flush=True)
 
         def find(py, tool, mode, rate):
@@ -738,11 +731,110 @@ class Bench:
                                      f"slowdown {cell(ours, 'slowdown_pct', '%')} vs {peer_name} "
                                      f"{cell(peer, 'slowdown_pct', '%')}")
 
+    # ---------------------------------------- 3.14, 3.15 and profiling.sampling
+
+    def newest_pythons(self):
+        """dump-4threads on Debian sid's 3.14 and 3.15, against py-spy."""
+        runs = 10 if self.quick else 20
+        for version in ("3.14", "3.15"):
+            python = sid_python(version)
+            with Target(python, "threads.py", 4, 1) as t:
+                self.probe(self.ours("dump", "--pid", t.pid), f"pyinspect dump on {version}")
+                args = ["dump", "--pid", t.pid]
+                wall, rss = self.dump_times(t.pid, args, args, runs)
+            self.results.add(f"dump-4threads {version} wall", wall["ours"], wall["theirs"],
+                             "<= 0.5x py-spy", verdict(wall["ours"] <= 0.5 * wall["theirs"]), "ms",
+                             f"sid {version}, median of {runs}", self.last_detail["wall_ms"])
+
+    def profiling_sampling(self):
+        """On sid's 3.15, CPython's own remote sampler (`python3.15 -m
+        profiling.sampling`) beside pyinspect and py-spy, on one process:
+        dump latency, then record CPU per sample and the share of the asked
+        rate delivered at 1 kHz and 10 kHz, every tool non-blocking."""
+        python = sid_python("3.15")
+        cpython = [python, "-m", "profiling.sampling"]
+        threads, secs = 4, (3 if self.quick else 5)
+        dump_runs, reps = (5, 1) if self.quick else (10, 2)
+        tools = ("pyinspect", "py-spy", "profiling.sampling")
+        with Target(python, "threads.py", threads, 1) as t:
+            pid = t.pid
+            dumps = {
+                "pyinspect": self.ours("dump", "--pid", pid),
+                "py-spy": self.theirs("dump", "--pid", pid),
+                "profiling.sampling": [*cpython, "dump", "-a", pid],
+            }
+            walls = {k: [] for k in tools}
+            for _ in range(dump_runs):
+                for tool in tools:
+                    m = run_measured(dumps[tool])
+                    if m.rc != 0:
+                        raise Skip(f"{tool} dump failed on 3.15: {first_line(m.err)}")
+                    walls[tool].append(m.wall * 1000)
+            wall = {k: statistics.median(v) for k, v in walls.items()}
+            self.add_three("3.15 dump wall", wall, "ms", "<= 0.5x best peer",
+                           lambda o, best: o <= 0.5 * best, f"median of {dump_runs}", walls)
+
+            for rate in (1000, 10000):
+                us = {k: [] for k in tools}
+                share = {k: [] for k in tools}
+                for i in range(reps):
+                    for tool in tools:
+                        out = self.tmp / f"ps-{tool}-{rate}-{i}.txt"
+                        out.unlink(missing_ok=True)
+                        if tool == "pyinspect":
+                            cmd = self.ours("record", "--pid", pid, "-f", "raw", "-o", out, "--rate", rate,
+                                            "--nonblocking", "--idle", "-d", secs)
+                        elif tool == "py-spy":
+                            cmd = self.theirs("record", "--pid", pid, "-f", "raw", "-o", out, "-r", rate,
+                                              "--nonblocking", "--idle", "-d", secs)
+                        else:
+                            # Non-blocking unless --blocking; -a: every thread, idle ones too.
+                            cmd = [*cpython, "attach", "-a", "-r", rate, "-d", secs, "--collapsed",
+                                   "-o", out, pid]
+                        m = run_measured(cmd, timeout=secs + 60)
+                        stacks = read_raw(out)
+                        if m.rc != 0 or not stacks:
+                            reason = first_line(m.err) if m.rc != 0 else "empty profile"
+                            raise Skip(f"{tool} record at {rate} Hz failed: {reason}")
+                        # Every thread is in every tick (--idle / -a).
+                        ticks = sum(c for _, c in stacks) / threads
+                        us[tool].append(m.cpu / ticks * 1e6)
+                        share[tool].append(ticks / (rate * secs) * 100)
+                med_us = {k: statistics.median(v) for k, v in us.items()}
+                med_share = {k: statistics.median(v) for k, v in share.items()}
+                khz = f"{rate // 1000} kHz"
+                self.add_three(f"3.15 record {khz} CPU/sample", med_us, "us", "<= 0.5x best peer",
+                               lambda o, best: o <= 0.5 * best,
+                               f"whole-run CPU / ticks, --nonblocking, {secs} s, median of {reps}",
+                               {"us_per_sample": us, "delivered_pct": share})
+                self.add_three(f"3.15 record {khz} delivered", med_share, "%", ">= 95% of the rate",
+                               lambda o, best: o >= 95, f"ticks / ({rate} x {secs} s)", share,
+                               higher_is_better=True)
+
+    def add_three(self, name, values, unit, target, ok, note, detail, higher_is_better=False):
+        """One row with pyinspect against py-spy (the table's columns), and
+        profiling.sampling's figure and both ratios in the note."""
+        ours, spy, cpy = values["pyinspect"], values["py-spy"], values["profiling.sampling"]
+        best = max(spy, cpy) if higher_is_better else min(spy, cpy)
+        ratio_cpy = ours / cpy if cpy else float("nan")
+        self.results.add(name, ours, spy, target, verdict(ok(ours, best)), unit,
+                         f"profiling.sampling {fmt(cpy, unit)}, pyinspect/profiling.sampling "
+                         f"{ratio_cpy:.2f}; {note}", detail)
+
 
 def version_of(python):
     out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                          capture_output=True, text=True).stdout.strip()
     return out or "?"
+
+
+def sid_python(version):
+    """Debian sid's build of `version`, as `.ci/sid-pythons` installs it."""
+    root = Path(os.environ.get("PYINSPECT_SID", "/opt/pyinspect-sid")) / "root"
+    python = root / "usr" / "bin" / f"python{version}-hosted"
+    if not python.exists():
+        raise Skip(f"{python} is missing: run .ci/sid-pythons")
+    return str(python)
 
 
 SCENARIOS = [
@@ -755,6 +847,8 @@ SCENARIOS = [
     ("record-150-native-threads", Bench.record_150_native_threads),
     ("top-overhead", Bench.top_overhead),
     ("accuracy", Bench.accuracy),
+    ("newest-pythons", Bench.newest_pythons),
+    ("profiling-sampling", Bench.profiling_sampling),
     ("record-vs-cpython-sampler", Bench.record_vs_cpython_sampler),
 ]
 
@@ -789,10 +883,15 @@ def find_pyspy(python):
     """py-spy 0.4.3 from PATH or next to the target Python; else pip-install
     it into that Python (pyenv's, so no system packages are touched)."""
     candidates = [shutil.which("py-spy"), str(Path(python).parent / "py-spy")]
+    candidates += sorted(str(p) for p in Path("/root/.pyenv/versions").glob("*/bin/py-spy"))
     for c in candidates:
         if c and Path(c).exists() and pyspy_version(c) == PYSPY_VERSION:
             return c
-    print(f"installing py-spy=={PYSPY_VERSION} with pip", flush=True)
+    # pyenv's 3.11 has pip (Debian sid's interpreters, say, do not).
+    pyenv311 = sorted(Path("/root/.pyenv/versions").glob("3.11.*/bin/python"))
+    if pyenv311:
+        python = str(pyenv311[-1])
+    print(f"installing py-spy=={PYSPY_VERSION} with {python} -m pip", flush=True)
     subprocess.run([python, "-m", "pip", "install", "-q", f"py-spy=={PYSPY_VERSION}"], check=True)
     c = str(Path(python).parent / "py-spy")
     if pyspy_version(c) != PYSPY_VERSION:

@@ -61,8 +61,12 @@ def main():
     fu.install_ping()
     me = os.getpid()
     first = subprocess.Popen([sys.executable, HERE, "child", str(me)], stdout=subprocess.PIPE)
-    receiver, sender = multiprocessing.Pipe(duplex=False)
-    second = multiprocessing.Process(target=mp_child, args=(me, sender), name="mp-child")
+    # Forked as on every version up to 3.13: 3.14 made forkserver the
+    # default, which adds two Python helper processes and makes the
+    # worker a grandchild.
+    mp = multiprocessing.get_context("fork") if hasattr(multiprocessing, "get_context") else multiprocessing
+    receiver, sender = mp.Pipe(duplex=False)
+    second = mp.Process(target=mp_child, args=(me, sender), name="mp-child")
     second.daemon = True
     second.start()
     other = subprocess.Popen(["sleep", "100"])

@@ -1,10 +1,11 @@
 # -*- coding: utf-8 -*-
 """A sub-interpreter runs a loop on its own thread while the main interpreter's
-threads keep running known functions; then READY. Python 3.12 and 3.13 only.
+threads keep running known functions; then READY. Python 3.12 and newer.
 
-3.12 offers `_xxsubinterpreters`, 3.13 `_interpreters`; both have create()
-and run_string(). The sub-interpreter's code reports its thread ids back
-through a pipe, since nothing else is shared.
+3.12 offers `_xxsubinterpreters`, 3.13 `_interpreters` (both with create()
+and run_string()), 3.14+ the public `concurrent.interpreters` (create(),
+then Interpreter.exec()). The sub-interpreter's code reports its thread ids
+back through a pipe, since nothing else is shared.
 """
 import os
 import sys
@@ -13,10 +14,18 @@ import time
 
 import fixture_util as fu
 
+import inspect
+
 try:
-    import _interpreters as interpreters  # 3.13
+    from concurrent import interpreters  # 3.14+
+
+    PUBLIC = True
 except ImportError:
-    import _xxsubinterpreters as interpreters  # 3.12
+    PUBLIC = False
+    try:
+        import _interpreters as interpreters  # 3.13
+    except ImportError:
+        import _xxsubinterpreters as interpreters  # 3.12
 
 HERE = os.path.abspath(__file__)
 MARK = fu.markers(HERE)
@@ -37,6 +46,10 @@ sub_loop(WRITE_FD)  # MARK:sub_call
 """
 
 
+# The file name the sub-interpreter's code runs under.
+SUB_FILE = "<script>" if PUBLIC else "<string>"
+
+
 def sub_mark(name):
     for number, text in enumerate(SUB_CODE.splitlines(), 1):
         if text.endswith("# MARK:" + name):
@@ -45,7 +58,23 @@ def sub_mark(name):
 
 
 def run_sub(interp, code):
-    interpreters.run_string(interp, code)  # MARK:run_sub
+    if PUBLIC:
+        interp.exec(code)  # MARK:run_sub_public
+    else:
+        interpreters.run_string(interp, code)  # MARK:run_sub
+
+
+def runner_frames():
+    """The sub-runner's innermost frames in the main interpreter."""
+    if not PUBLIC:
+        return [fu.frame(run_sub, MARK["run_sub"])]
+    # Interpreter.exec() calls into _interpreters: find that line in its source.
+    lines, first = inspect.getsourcelines(interpreters.Interpreter.exec)
+    call = [i for i, t in enumerate(lines) if "_interpreters.exec(" in t][0]
+    return [
+        fu.frame(interpreters.Interpreter.exec, first + call),
+        fu.frame(run_sub, MARK["run_sub_public"]),
+    ]
 
 
 def main_side(parked):
@@ -68,6 +97,7 @@ def main():
     side.start()
 
     interp = interpreters.create()
+    interp_id = interp.id if PUBLIC else int(interp)
     read_fd, write_fd = os.pipe()
     code = SUB_CODE.replace("WRITE_FD", str(write_fd))
     runner = threading.Thread(target=run_sub, args=(interp, code), name="sub-runner")
@@ -78,13 +108,13 @@ def main():
     time.sleep(0.2)  # from os.write() into time.sleep()
     fu.ready(
         {
-            "sub_interpreter": int(interp),
+            "sub_interpreter": interp_id,
             "sub_thread": {
                 "ident": sub_ident,
                 "native_id": sub_native,
                 "frames": [
-                    {"function": "sub_loop", "file": "<string>", "line": sub_mark("sub")},
-                    {"function": "<module>", "file": "<string>", "line": sub_mark("sub_call")},
+                    {"function": "sub_loop", "file": SUB_FILE, "line": sub_mark("sub")},
+                    {"function": "<module>", "file": SUB_FILE, "line": sub_mark("sub_call")},
                 ],
             },
             "main_threads": [
@@ -98,7 +128,8 @@ def main():
                     "name": "sub-runner",
                     "ident": runner.ident,
                     "native_id": sub_native,
-                    "frame": fu.frame(run_sub, MARK["run_sub"]),
+                    "frame": runner_frames()[0],
+                    "frames": runner_frames(),
                 },
                 {
                     "name": "MainThread",

@@ -31,8 +31,21 @@ pub enum Error {
     Permission { pid: i32 },
     #[error("process {pid} ({exe}) is not a Python process: no libpython or Python interpreter found in its memory")]
     NotPython { pid: i32, exe: String },
-    #[error("process {pid} runs Python {version}, which pyinspect does not support (supported: 2.7, 3.6 to 3.13, and 3.14+ through _Py_DebugOffsets)")]
-    UnsupportedVersion { pid: i32, version: String },
+    #[error("process {pid} runs Python {version}, which pyinspect does not support (supported: 2.7, 3.6 to {newest}, and later versions through their _Py_DebugOffsets)")]
+    UnsupportedVersion {
+        pid: i32,
+        version: String,
+        newest: String,
+    },
+    /// A version newer than every table, whose `_Py_DebugOffsets` could not
+    /// be read or did not validate on the live interpreter.
+    #[error("process {pid} runs Python {version}, newer than pyinspect's tables (newest {newest}), and its layout could not be proven: {why}")]
+    UnprovenLayout {
+        pid: i32,
+        version: String,
+        newest: String,
+        why: String,
+    },
     #[error("could not determine the Python version of process {pid} ({exe})")]
     UnknownVersion { pid: i32, exe: String },
     #[error("could not find the Python interpreter state in process {pid}: {why}")]

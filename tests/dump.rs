@@ -250,6 +250,12 @@ fn threads_json_names_stacks_statuses_gil() {
                 let process = &dump[0];
                 check_shape(process, false);
                 check_header(process, &ready, "threads.py");
+                // Tables and `_Py_DebugOffsets` agree everywhere: no warning.
+                assert!(
+                    process.get("warnings").is_none(),
+                    "warnings: {}",
+                    process["warnings"]
+                );
                 let holders = gil_holders(process);
                 assert!(holders.len() <= 1, "several GIL holders: {holders:?}");
                 busy_held_gil |= holders == [busy];
@@ -854,6 +860,102 @@ fn repeated_locals_flag_allows_longer_values() {
             let _ = child.wait();
             assert!(one <= 131, "-l gave {one} characters");
             assert!((256..=259).contains(&two), "-ll gave {two} characters");
+        },
+    );
+}
+
+/// `pyinspect dump --pid PID ARGS` with extra environment variables.
+fn dump_with_env(pid: i32, args: &[&str], env: &[(&str, &str)]) -> common::Output {
+    let mut command = std::process::Command::new(common::pyinspect_bin());
+    command.args(["dump", "--pid", &pid.to_string()]).args(args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    common::run_command(command, Duration::from_secs(60))
+}
+
+/// The parked threads of a threads.py dump (the busy one moves), as JSON
+/// with the fields a layout decides: names, ids, statuses, frames, locals.
+fn parked_threads(process: &Value, ready: &Value) -> Vec<Value> {
+    let busy = u64_of(&thread_named(ready, "busy")["ident"]);
+    let mut v: Vec<Value> = threads_of(process)
+        .iter()
+        .filter(|t| t["thread_id"] != busy)
+        .map(|t| {
+            let mut t = t.clone();
+            t.as_object_mut().unwrap().remove("holds_gil");
+            t
+        })
+        .collect();
+    v.sort_by_key(|t| t["thread_id"].as_u64());
+    v
+}
+
+/// A version newer than every table is read through its `_Py_DebugOffsets`
+/// and the newest table: a 3.15 target read as if pyinspect's newest table
+/// were 3.14 gives the same dump (stacks, names, locals) as with its own.
+#[test]
+fn newest_table_withheld_reads_the_same() {
+    for_each_interpreter(
+        "newest_table_withheld",
+        |i| i.at_least(3, 15),
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "threads.py", &[]);
+            let ready = fx.ready.clone();
+            let mut last = Vec::new();
+            for _ in 0..ATTEMPTS {
+                let own = dump_json(fx.pid, &["--locals"]);
+                let out = dump_with_env(
+                    fx.pid,
+                    &["--json", "--locals"],
+                    &[("PYINSPECT_NEWEST_TABLE", "3.14")],
+                );
+                out.assert_success();
+                let withheld = out.json_lines();
+                last.clear();
+                for (label, dump) in [("own table", &own[0]), ("3.14 table", &withheld[0])] {
+                    check_shape(dump, true);
+                    if let Some(w) = dump.get("warnings") {
+                        last.push(format!("{label}: warnings {w}"));
+                    }
+                    for p in threads_problems(dump, &ready, false) {
+                        last.push(format!("{label}: {p}"));
+                    }
+                }
+                if parked_threads(&own[0], &ready) != parked_threads(&withheld[0], &ready) {
+                    last.push(format!(
+                        "the dumps differ:\n  own table: {}\n  3.14 table: {}",
+                        Value::from(parked_threads(&own[0], &ready)),
+                        Value::from(parked_threads(&withheld[0], &ready))
+                    ));
+                }
+                if last.is_empty() {
+                    break;
+                }
+                sleep(Duration::from_millis(100));
+            }
+            assert!(last.is_empty(), "{}", last.join("\n"));
+
+            // Withhold 3.15's `_Py_DebugOffsets` member list too: its 3.14
+            // reading does not validate, and one line says so.
+            let out = dump_with_env(
+                fx.pid,
+                &[],
+                &[
+                    ("PYINSPECT_NEWEST_TABLE", "3.14"),
+                    ("PYINSPECT_NEWEST_DEBUG_OFFSETS", "3.14"),
+                ],
+            );
+            let line = common::assert_one_clean_error_line(&out);
+            for needle in [
+                interp.full_version.as_str(),
+                "newer",
+                "3.14",
+                "_Py_DebugOffsets",
+            ] {
+                assert!(line.contains(needle), "{needle:?} missing from {line}");
+            }
+            fx.assert_alive();
         },
     );
 }

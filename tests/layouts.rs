@@ -69,6 +69,11 @@ fn describe(label: String, python: PathBuf) -> Result<Interpreter, String> {
         return Err(format!("{label}: unexpected answer {text:?}"));
     };
     let mut includes: Vec<PathBuf> = lines.map(PathBuf::from).collect();
+    // Debian's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>
+    // from the directory above.
+    if let Some(parent) = includes.first().and_then(|p| p.parent()) {
+        includes.push(parent.to_path_buf());
+    }
     includes.dedup();
     Ok(Interpreter {
         label,
@@ -173,6 +178,9 @@ fn probe(major: u8, minor: u8) -> Probe {
     }
     if v >= (3, 12) {
         inc.push("internal/pycore_gil.h");
+    }
+    if v >= (3, 14) {
+        inc.push("internal/pycore_stackref.h");
     }
     if v >= (3, 10) {
         inc.push("internal/pycore_moduleobject.h");
@@ -318,7 +326,15 @@ fn probe(major: u8, minor: u8) -> Probe {
                 ),
             ]),
         }
-        if v >= (3, 12) {
+        // The lowest owner value that is not a Python frame: the C-stack
+        // shim (3.12, 3.13), then the interpreter's entry frame (3.14+).
+        if v >= (3, 14) {
+            e.extend([
+                ("frame.owner", "offsetof(_PyInterpreterFrame, owner)"),
+                ("frame.shim_from", "FRAME_OWNED_BY_INTERPRETER"),
+                ("frame.pointer_tag_bits", "Py_TAG_BITS"),
+            ]);
+        } else if v >= (3, 12) {
             e.extend([
                 ("frame.owner", "offsetof(_PyInterpreterFrame, owner)"),
                 ("frame.shim_from", "FRAME_OWNED_BY_CSTACK"),
@@ -643,6 +659,10 @@ fn table_fields(l: &Layout) -> BTreeMap<String, i64> {
     if let Some(v) = f.stack_chunk_data {
         put("frame.stack_chunk_data", v as i64);
     }
+    // Only 3.14+ tag their frame pointers; the probe asks the headers there.
+    if f.pointer_tag_bits != 0 {
+        put("frame.pointer_tag_bits", f.pointer_tag_bits as i64);
+    }
 
     let c = &l.code;
     put("code.argcount", c.argcount as i64);
@@ -805,7 +825,11 @@ fn check_sizes(
         (
             "frame",
             l.frame.size,
-            &["frame.shim_from", "frame.stack_chunk_data"],
+            &[
+                "frame.shim_from",
+                "frame.stack_chunk_data",
+                "frame.pointer_tag_bits",
+            ],
             &["frame.localsplus"],
         ),
         ("code", l.code.size, &[], &["code.code_adaptive"]),
@@ -933,51 +957,77 @@ fn pyenv_interpreter(major: u8, minor: u8) -> Interpreter {
     describe(i.label.clone(), i.python.clone()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `debug_offsets::V3_13` lists the members of 3.13's `_Py_DebugOffsets` in
-/// order; prove each lands at the offset the header gives it.
+/// `debug_offsets::KNOWN` lists the members of each version's
+/// `_Py_DebugOffsets` in order; prove each lands at the offset the header
+/// gives it, for every interpreter of those versions (debug builds included).
 #[test]
-fn debug_offsets_3_13_member_list_matches_header() {
-    use pyinspect::cpython_layouts::debug_offsets::V3_13;
-    let interp = pyenv_interpreter(3, 13);
-    let mut src = String::from(
-        "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <stdio.h>\n\
-         #include <internal/pycore_runtime.h>\nint main(void) {\n",
-    );
-    let mut expected = BTreeMap::new();
-    let mut at = 24i64;
-    for (section, members) in V3_13 {
-        for m in *members {
-            let k = format!("{section}.{m}");
-            src += &format!(
-                "    printf(\"{k} %zu\\n\", offsetof(_Py_DebugOffsets, {section}.{m}));\n"
+fn debug_offsets_member_lists_match_headers() {
+    use pyinspect::cpython_layouts::debug_offsets::KNOWN;
+    let interps = match interpreters() {
+        Ok(i) => i,
+        Err(e) => panic!("expected interpreters are missing:\n  {}", e.join("\n  ")),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut covered = Vec::new();
+    for (major, minor, sections) in KNOWN {
+        let chosen: Vec<&Interpreter> = interps
+            .iter()
+            .filter(|i| (i.major, i.minor) == (*major, *minor))
+            .collect();
+        assert!(
+            !chosen.is_empty(),
+            "no {major}.{minor} interpreter to prove its member list"
+        );
+        let header_file = if (*major, *minor) >= (3, 14) {
+            "internal/pycore_debug_offsets.h"
+        } else {
+            "internal/pycore_runtime.h"
+        };
+        let mut src = format!(
+            "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <stddef.h>\n#include <stdio.h>\n\
+             #include <{header_file}>\nint main(void) {{\n"
+        );
+        let mut expected = BTreeMap::new();
+        let mut at = 24i64;
+        for (section, members) in *sections {
+            for m in *members {
+                let k = format!("{section}.{m}");
+                src += &format!(
+                    "    printf(\"{k} %zu\\n\", offsetof(_Py_DebugOffsets, {section}.{m}));\n"
+                );
+                expected.insert(k, at);
+                at += 8;
+            }
+        }
+        src += "    printf(\"sizeof %zu\\n\", sizeof(_Py_DebugOffsets));\n    return 0;\n}\n";
+        expected.insert("sizeof".to_string(), at);
+        for interp in chosen {
+            let name = interp.label.replace([' ', '(', ')', ','], "_");
+            let c = dir.path().join(format!("{name}.c"));
+            let exe = dir.path().join(&name);
+            std::fs::write(&c, &src).unwrap();
+            let mut cmd = Command::new("gcc");
+            for i in &interp.includes {
+                cmd.arg("-I").arg(i);
+            }
+            let out = cmd.arg("-w").arg(&c).arg("-o").arg(&exe).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}\n{src}",
+                interp.label,
+                String::from_utf8_lossy(&out.stderr)
             );
-            expected.insert(k, at);
-            at += 8;
+            let out = Command::new(&exe).output().unwrap();
+            let header: BTreeMap<String, i64> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+                .collect();
+            assert_eq!(header, expected, "{}", interp.label);
+            covered.push(interp.label.clone());
         }
     }
-    src += "    printf(\"sizeof %zu\\n\", sizeof(_Py_DebugOffsets));\n    return 0;\n}\n";
-    expected.insert("sizeof".to_string(), at);
-    let dir = tempfile::tempdir().unwrap();
-    let c = dir.path().join("dbg.c");
-    let exe = dir.path().join("dbg");
-    std::fs::write(&c, &src).unwrap();
-    let mut cmd = Command::new("gcc");
-    for i in &interp.includes {
-        cmd.arg("-I").arg(i);
-    }
-    let out = cmd.arg("-w").arg(&c).arg("-o").arg(&exe).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{src}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(&exe).output().unwrap();
-    let header: BTreeMap<String, i64> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-        .collect();
-    assert_eq!(header, expected);
+    println!("member lists proven on: {}", covered.join(", "));
 }
 
 /// Kills the child when the test ends, pass or fail.
@@ -1044,12 +1094,13 @@ fn live_3_13_debug_offsets_agree_with_table() {
     let d = debug_offsets::read(&mem, addr).expect("read _Py_DebugOffsets");
     assert_eq!((d.major(), d.minor()), (3, 13));
     assert!(!d.free_threaded);
-    let (layout, diffs) = debug_offsets::layout(&d).expect("overlay");
+    let o = debug_offsets::layout(&d).expect("overlay");
     assert!(
-        diffs.is_empty(),
-        "differences from the 3.13 table: {diffs:#?}"
+        o.diffs.is_empty(),
+        "differences from the 3.13 table: {:#?}",
+        o.diffs
     );
-    assert_eq!(&layout, cpython_layouts::for_version(3, 13).unwrap());
+    assert_eq!(&o.layout, cpython_layouts::for_version(3, 13).unwrap());
     println!(
         "live {} pid {pid}: _Py_DebugOffsets at 0x{addr:x}, version 0x{:x}, no differences",
         interp.python.display(),

@@ -1,5 +1,6 @@
 //! `pyinspect record` end to end: the real binary against real interpreters.
 
+mod common;
 mod common_output;
 
 use std::path::{Path, PathBuf};
@@ -16,27 +17,32 @@ fn pyenv(version: &str) -> PathBuf {
     PathBuf::from(format!("/root/.pyenv/versions/{version}/bin/python"))
 }
 
-/// The interpreters the format and launch tests must cover.
+/// The interpreters the format test must cover: the whole matrix (a
+/// missing one fails in the harness).
 fn required_pythons() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = ["2.7.18", "3.8.18", "3.11.7", "3.12.1", "3.13.0"]
+    common::interpreters()
         .iter()
-        .map(|v| pyenv(v))
-        .collect();
-    v.push(PathBuf::from("/usr/bin/python3.11"));
-    for p in &v {
-        assert!(p.exists(), "{} is not installed", p.display());
-    }
-    v
+        .map(|i| i.python.clone())
+        .collect()
 }
 
 fn all_pythons() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir("/root/.pyenv/versions")
-        .map(|rd| rd.flatten().map(|e| e.path().join("bin/python")).collect())
-        .unwrap_or_default();
-    v.retain(|p| p.exists());
-    v.sort();
-    v.push(PathBuf::from("/usr/bin/python3.11"));
-    v
+    required_pythons()
+}
+
+/// The newest release builds of the matrix (sid's 3.14 and 3.15), for the
+/// launch-mode and subprocess tests that otherwise run on 3.12.
+fn newest_pythons() -> Vec<PathBuf> {
+    [(3, 14), (3, 15)]
+        .iter()
+        .map(|&v| {
+            common::find_interpreter(&format!("a {}.{} release build", v.0, v.1), |i| {
+                i.version == v && !i.debug
+            })
+            .python
+            .clone()
+        })
+        .collect()
 }
 
 fn py312() -> PathBuf {
@@ -204,11 +210,13 @@ fn smoke_every_installed_version() {
 #[test]
 fn launched_program_exit_status_is_passed_on() {
     let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
-    for python in [
+    let mut pythons = vec![
         py312(),
         pyenv("2.7.18"),
         PathBuf::from("/usr/bin/python3.11"),
-    ] {
+    ];
+    pythons.extend(newest_pythons());
+    for python in pythons {
         let threads = fixture("record_threads.py");
         let mut args = vec!["-f", "raw"];
         args.extend(launch_args(&python, &threads, &["0.3", "3"]));
@@ -344,27 +352,35 @@ fn signal_to_pyinspect_reaches_the_launched_child() {
 #[test]
 fn subprocesses_follow_multiprocessing_workers() {
     let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
-    let mut args = vec!["-s", "-f", "raw", "-r", "200"];
-    let py = py312();
-    let script = fixture("record_workers.py");
-    args.extend(launch_args(&py, &script, &["1.5"]));
-    let r = record(&args);
-    assert_eq!(r.code(), Some(0), "{}", r.stderr());
-    let stacks = r.raw();
-    let mut worker_pids = std::collections::HashSet::new();
-    for (s, _) in &stacks {
-        assert!(s.starts_with("process "), "{s}");
-        if s.contains("worker_task") {
-            let pid: i32 = s["process ".len()..]
-                .split(':')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            worker_pids.insert(pid);
+    let mut pythons = vec![py312()];
+    pythons.extend(newest_pythons());
+    for py in pythons {
+        let mut args = vec!["-s", "-f", "raw", "-r", "200"];
+        let script = fixture("record_workers.py");
+        args.extend(launch_args(&py, &script, &["1.5"]));
+        let r = record(&args);
+        assert_eq!(r.code(), Some(0), "{}: {}", py.display(), r.stderr());
+        let stacks = r.raw();
+        let mut worker_pids = std::collections::HashSet::new();
+        for (s, _) in &stacks {
+            assert!(s.starts_with("process "), "{s}");
+            if s.contains("worker_task") {
+                let pid: i32 = s["process ".len()..]
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                worker_pids.insert(pid);
+            }
         }
+        assert!(
+            worker_pids.len() >= 2,
+            "{}: {worker_pids:?}\n{}",
+            py.display(),
+            r.stderr()
+        );
     }
-    assert!(worker_pids.len() >= 2, "{worker_pids:?}\n{}", r.stderr());
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //! The screen tests share the machine's cores with a busy fixture each, so
 //! they take turns (a lock), or the busy threads would starve each other.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -17,7 +19,8 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/top_hot.py");
-const VERSIONS: &[&str] = &["2.7", "3.9", "3.12", "3.13"];
+/// pyenv's 2.7, 3.9, 3.12, 3.13, and sid's 3.14 and 3.15 release builds.
+const VERSIONS: &[(u32, u32)] = &[(2, 7), (3, 9), (3, 12), (3, 13), (3, 14), (3, 15)];
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn python(version: &str) -> PathBuf {
@@ -243,7 +246,10 @@ fn check_screen(version: &str, pyinspect_cmd: &str) -> Vec<String> {
         ));
     }
     tmux.keys("q");
-    let (ok, screen) = tmux.wait_for(Duration::from_secs(10), |s| s.contains("EXITED rc="));
+    // Until `stty -a` has printed too (its output follows EXITED).
+    let (ok, screen) = tmux.wait_for(Duration::from_secs(10), |s| {
+        s.contains("EXITED rc=") && s.contains("icanon")
+    });
     if !ok || !screen.contains("EXITED rc=0") {
         problems.push(format!(
             "{version}: q did not end pyinspect cleanly:\n{screen}"
@@ -262,10 +268,13 @@ fn check_screen(version: &str, pyinspect_cmd: &str) -> Vec<String> {
 fn top_shows_the_hot_function_and_busy_thread() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut problems = Vec::new();
-    for v in VERSIONS {
-        let fixture = Fixture::start(&python(v));
+    for &(major, minor) in VERSIONS {
+        let interp = common::find_interpreter(&format!("{major}.{minor} (release build)"), |i| {
+            i.version == (major, minor) && !i.debug && !i.label.starts_with("debian")
+        });
+        let fixture = Fixture::start(&interp.python);
         let cmd = format!("{BIN} top --pid {}", fixture.0.id());
-        problems.extend(check_screen(v, &cmd));
+        problems.extend(check_screen(&format!("{major}.{minor}"), &cmd));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }

@@ -17,6 +17,8 @@ mod v3_10;
 mod v3_11;
 mod v3_12;
 mod v3_13;
+mod v3_14;
+mod v3_15;
 mod v3_6;
 mod v3_7;
 mod v3_8;
@@ -296,9 +298,31 @@ pub enum DictKeysLayout {
 
 /// The built-in table for a minor version.
 pub fn for_version(major: u8, minor: u8) -> Option<&'static Layout> {
+    tables().find(|l| l.major == major && l.minor == minor)
+}
+
+/// The newest built-in table: what a version newer than every table starts
+/// from, under what its `_Py_DebugOffsets` provides.
+pub fn newest() -> Option<&'static Layout> {
+    tables().last()
+}
+
+/// The tables this run may use, oldest first: [`ALL`], less those newer
+/// than `PYINSPECT_NEWEST_TABLE=3.X` when that is set. That variable is for
+/// tests: it makes a target read as pyinspect would read it before its own
+/// table existed.
+fn tables() -> impl DoubleEndedIterator<Item = &'static Layout> {
+    let newest = test_override("PYINSPECT_NEWEST_TABLE");
     ALL.iter()
         .copied()
-        .find(|l| l.major == major && l.minor == minor)
+        .filter(move |l| newest.is_none_or(|n| (l.major, l.minor) <= n))
+}
+
+/// `MAJOR.MINOR` from a test-only environment variable.
+pub(crate) fn test_override(var: &str) -> Option<(u8, u8)> {
+    let v = std::env::var(var).ok()?;
+    let (a, b) = v.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 /// Every built-in table, oldest first.
@@ -312,4 +336,6 @@ pub static ALL: &[&Layout] = &[
     &v3_11::LAYOUT,
     &v3_12::LAYOUT,
     &v3_13::LAYOUT,
+    &v3_14::LAYOUT,
+    &v3_15::LAYOUT,
 ];

@@ -231,15 +231,42 @@ impl PythonProcess {
                 find_debug_cookie(mem, ranges)
             });
 
-        let layout = choose_layout(pid, mem, &version, runtime, &mut warnings)?;
+        let (layout, unproven) = choose_layout(pid, mem, &version, runtime, &mut warnings)?;
+        let unproven_error = |why: String| Error::UnprovenLayout {
+            pid,
+            version: version.to_string(),
+            newest: newest_table(),
+            why,
+        };
 
-        let interp_head_ptr =
-            find_interp_head(mem, &layout, &bins, runtime).ok_or_else(|| Error::NoInterpreter {
-                pid,
-                why: "no _PyRuntime or interp_head symbol validated, and scanning the \
-                      binaries' data found no interpreter"
-                    .into(),
-            })?;
+        let interp_head_ptr = match find_interp_head(mem, &layout, &bins, runtime) {
+            Some(p) => p,
+            None if unproven.is_some() => {
+                return Err(unproven_error(
+                    "no interpreter validated at its _Py_DebugOffsets' interpreters_head".into(),
+                ))
+            }
+            None => {
+                return Err(Error::NoInterpreter {
+                    pid,
+                    why: "no _PyRuntime or interp_head symbol validated, and scanning the \
+                          binaries' data found no interpreter"
+                        .into(),
+                })
+            }
+        };
+        if let Some((a, b)) = unproven {
+            match validate_chain(pid, mem, &layout, interp_head_ptr) {
+                Ok(()) => {}
+                Err(Error::Other(why)) => {
+                    return Err(unproven_error(format!(
+                        "read through its _Py_DebugOffsets (fields it lacks from the {a}.{b} \
+                         table), {why}"
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
 
         let gil = match &layout.runtime.gil {
             GilLocation::CurrentSymbol => bins
@@ -373,34 +400,65 @@ fn find_debug_cookie(mem: &dyn Memory, ranges: impl Iterator<Item = (u64, u64)>)
     None
 }
 
+fn newest_table() -> String {
+    cpython_layouts::newest()
+        .map(|l| format!("{}.{}", l.major, l.minor))
+        .unwrap_or_default()
+}
+
+/// The layout for the target, and for a version newer than every table the
+/// version of the table it was built on: the caller must prove such a
+/// layout on the live interpreter ([`validate_chain`]) before using it.
 fn choose_layout(
     pid: i32,
     mem: &dyn Memory,
     version: &Version,
     runtime: Option<u64>,
     warnings: &mut Vec<String>,
-) -> Result<Layout> {
+) -> Result<(Layout, Option<(u8, u8)>)> {
     let builtin = cpython_layouts::for_version(version.major, version.minor);
+    let newer = builtin.is_none()
+        && cpython_layouts::newest()
+            .is_some_and(|n| (version.major, version.minor) > (n.major, n.minor));
+    let unproven = |why: String| Error::UnprovenLayout {
+        pid,
+        version: version.to_string(),
+        newest: newest_table(),
+        why,
+    };
     // The interpreter's own offsets, wherever it carries them (3.13+):
     // `_PyRuntime` then starts with their cookie. Older runtimes start with
     // other data, and the table is the only source.
+    let mut carries = false;
     if let Some(rt) = runtime {
         let mut cookie = [0u8; 8];
-        let carries = mem.read(rt, &mut cookie).is_ok() && &cookie == debug_offsets::COOKIE;
+        carries = mem.read(rt, &mut cookie).is_ok() && &cookie == debug_offsets::COOKIE;
         if carries {
             match debug_offsets::read(mem, rt).and_then(|d| debug_offsets::layout(&d)) {
-                Ok((layout, diffs)) => {
-                    for d in diffs {
+                Ok(o) if o.own_table() => {
+                    // The table is proven against this version's headers: a
+                    // difference means one of the two is wrong. Say so once.
+                    if !o.diffs.is_empty() {
                         warnings.push(format!(
-                            "_Py_DebugOffsets differs from the built-in table: {d}"
+                            "_Py_DebugOffsets of Python {version} disagrees with pyinspect's \
+                             {}.{} table on {}; using the target's values",
+                            o.table.0,
+                            o.table.1,
+                            o.diffs.join(", ")
                         ));
                     }
-                    return Ok(layout);
+                    return Ok((o.layout, None));
                 }
+                Ok(o) => return Ok((o.layout, Some(o.table))),
                 Err(e) if builtin.is_none() => {
-                    return Err(Error::UnsupportedVersion {
-                        pid,
-                        version: format!("{version} ({e})"),
+                    return Err(if newer {
+                        unproven(format!("its _Py_DebugOffsets could not be read: {e}"))
+                    } else {
+                        Error::UnsupportedVersion {
+                            pid,
+                            version: format!("{version} ({e})"),
+                            newest: newest_table(),
+                        }
                     })
                 }
                 Err(e) => warnings.push(format!(
@@ -409,10 +467,166 @@ fn choose_layout(
             }
         }
     }
-    builtin.cloned().ok_or_else(|| Error::UnsupportedVersion {
-        pid,
-        version: version.to_string(),
-    })
+    match builtin {
+        Some(b) => Ok((b.clone(), None)),
+        None if newer => Err(unproven(if carries || runtime.is_none() {
+            "no _Py_DebugOffsets found (no _PyRuntime symbol or section, and no \"xdebugpy\" \
+             cookie in its data)"
+                .to_string()
+        } else {
+            "its _PyRuntime does not start with _Py_DebugOffsets".to_string()
+        })),
+        None => Err(Error::UnsupportedVersion {
+            pid,
+            version: version.to_string(),
+            newest: newest_table(),
+        }),
+    }
+}
+
+/// How many times a racing target may fail [`validate_chain`] before the
+/// layout is called wrong: frames come and go while it is read.
+const VALIDATE_TRIES: usize = 5;
+/// Thread states and frames looked at per try.
+const VALIDATE_THREADS: usize = 64;
+const VALIDATE_FRAMES: usize = 64;
+
+/// Proves a layout built from an unproven `_Py_DebugOffsets` on the live
+/// interpreter: the interpreter's thread states point back at it, and in
+/// every thread that has a Python frame, the first such frame holds a code
+/// object whose name and file name decode as `str`. Returns what did not
+/// hold, or `NotInitialized` when there is no interpreter or thread yet.
+fn validate_chain(pid: i32, mem: &dyn Memory, layout: &Layout, head_ptr: u64) -> Result<()> {
+    let mut why = String::new();
+    for attempt in 0..VALIDATE_TRIES {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        match validate_once(mem, layout, head_ptr) {
+            Ok(true) => return Ok(()),
+            Ok(false) => return Err(Error::NotInitialized { pid }),
+            Err(e) => why = e,
+        }
+    }
+    Err(Error::Other(why))
+}
+
+/// One try of [`validate_chain`]: `Ok(false)` when there is nothing to check yet.
+fn validate_once(
+    mem: &dyn Memory,
+    layout: &Layout,
+    head_ptr: u64,
+) -> std::result::Result<bool, String> {
+    use crate::cpython_layouts::{CurrentFrame, EntryMarker};
+    let word = |a: u64, what: &str| {
+        mem.read_u64(a)
+            .map_err(|e| format!("{what} at 0x{a:x} is unreadable: {e}"))
+    };
+    let interp = word(head_ptr, "the interpreter list head")?;
+    if interp == 0 {
+        return Ok(false);
+    }
+    let first = word(
+        interp.wrapping_add(layout.interp.tstate_head),
+        "threads.head",
+    )?;
+    if first == 0 {
+        return Ok(false);
+    }
+    if !valid_interp(mem, layout, interp) {
+        return Err(format!(
+            "the interpreter at 0x{interp:x} lists thread state 0x{first:x}, which does not \
+             point back at it (interpreter_state.threads_head or thread_state.interp is wrong)"
+        ));
+    }
+    let objr = super::objects::ObjReader::new(mem, layout);
+    let str_field = |code: u64, off: u64, what: &str| -> std::result::Result<(), String> {
+        let p = word(code.wrapping_add(off), what)?;
+        match objr.type_name(p) {
+            Ok(t) if t == "str" => {}
+            Ok(t) => {
+                return Err(format!(
+                    "{what} of code object 0x{code:x} is a {t:?}, not a str"
+                ))
+            }
+            Err(e) => return Err(format!("{what} of code object 0x{code:x}: {e}")),
+        }
+        match objr.string(p, 4096) {
+            Ok((s, _)) if !s.is_empty() => Ok(()),
+            Ok(_) => Err(format!("{what} of code object 0x{code:x} is empty")),
+            Err(e) => Err(format!(
+                "{what} of code object 0x{code:x} does not decode: {e}"
+            )),
+        }
+    };
+    let mut ts = first;
+    for _ in 0..VALIDATE_THREADS {
+        if ts == 0 {
+            break;
+        }
+        if word(ts.wrapping_add(layout.thread.interp), "thread_state.interp")? != interp {
+            return Err(format!(
+                "thread state 0x{ts:x} does not point back at its interpreter 0x{interp:x}"
+            ));
+        }
+        let mut f = match layout.thread.current_frame {
+            CurrentFrame::Direct(o) => word(ts.wrapping_add(o), "thread_state.current_frame")?,
+            CurrentFrame::ViaCFrame {
+                cframe,
+                current_frame,
+            } => match word(ts.wrapping_add(cframe), "thread_state.cframe")? {
+                0 => 0,
+                cf => word(cf.wrapping_add(current_frame), "cframe.current_frame")?,
+            },
+        };
+        for _ in 0..VALIDATE_FRAMES {
+            if f == 0 {
+                break;
+            }
+            let shim = match layout.frame.entry {
+                EntryMarker::OwnerShim { owner, shim_from } => {
+                    let mut b = [0u8; 1];
+                    mem.read(f.wrapping_add(owner), &mut b)
+                        .map_err(|e| format!("frame 0x{f:x} is unreadable: {e}"))?;
+                    b[0] >= shim_from
+                }
+                _ => false,
+            };
+            let code = word(
+                f.wrapping_add(layout.frame.code),
+                "interpreter_frame.executable",
+            )? & !layout.frame.pointer_tag_bits;
+            if !shim && code != 0 {
+                match objr.type_name(code) {
+                    Ok(t) if t == "code" => {}
+                    Ok(t) => {
+                        return Err(format!(
+                            "frame 0x{f:x} of thread state 0x{ts:x} holds a {t:?} where its \
+                             code object should be (interpreter_frame.executable is wrong)"
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(format!(
+                            "frame 0x{f:x} of thread state 0x{ts:x}: its code object is \
+                             unreadable: {e}"
+                        ))
+                    }
+                }
+                str_field(code, layout.code.name, "co_name")?;
+                str_field(code, layout.code.filename, "co_filename")?;
+                if let Some(q) = layout.code.qualname {
+                    str_field(code, q, "co_qualname")?;
+                }
+                break;
+            }
+            f = word(
+                f.wrapping_add(layout.frame.previous),
+                "interpreter_frame.previous",
+            )?;
+        }
+        ts = word(ts.wrapping_add(layout.thread.next), "thread_state.next")?;
+    }
+    Ok(true)
 }
 
 /// True when `interp` looks like a live `PyInterpreterState`: its first
@@ -486,6 +700,84 @@ fn scan_for_interp(mem: &dyn Memory, layout: &Layout, addr: u64, size: u64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake 3.15 interpreter → thread → frame → code chain for
+    /// [`validate_once`]; `code_type` names the code object's type.
+    fn fake_chain(code_type: &str, threads: bool) -> crate::memory::SliceMemory {
+        let l = cpython_layouts::for_version(3, 15).unwrap();
+        let (head, interp, ts, frame, code, ty, str_ty, name) = (
+            0x1000u64, 0x10000u64, 0x20000u64, 0x30000u64, 0x40000u64, 0x50000u64, 0x51000u64,
+            0x60000u64,
+        );
+        let put = |buf: &mut Vec<u8>, off: u64, v: u64| {
+            buf[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes())
+        };
+        let mut m = crate::memory::SliceMemory::new();
+        m.add(head, interp.to_le_bytes().to_vec());
+        let mut b = vec![0u8; 8192];
+        put(&mut b, l.interp.tstate_head, if threads { ts } else { 0 });
+        m.add(interp, b);
+        let mut b = vec![0u8; 512];
+        put(&mut b, l.thread.interp, interp);
+        let crate::cpython_layouts::CurrentFrame::Direct(cf) = l.thread.current_frame else {
+            panic!("3.15 has a direct current_frame")
+        };
+        put(&mut b, cf, frame);
+        m.add(ts, b);
+        let mut b = vec![0u8; 128];
+        put(&mut b, l.frame.code, code | 1); // a tagged _PyStackRef
+        m.add(frame, b);
+        let mut b = vec![0u8; 256];
+        put(&mut b, l.object.ob_type, ty);
+        for off in [l.code.name, l.code.filename, l.code.qualname.unwrap()] {
+            put(&mut b, off, name);
+        }
+        m.add(code, b);
+        for (t, tname) in [(ty, code_type), (str_ty, "str")] {
+            let mut b = vec![0u8; 256];
+            put(&mut b, l.object.tp_name, t + 128);
+            b[128..128 + tname.len()].copy_from_slice(tname.as_bytes());
+            m.add(t, b);
+        }
+        // A compact ASCII str "run" (kind 1, compact, ascii).
+        let mut b = vec![0u8; 128];
+        put(&mut b, l.object.ob_type, str_ty);
+        if let crate::cpython_layouts::StringLayout::Pep393 {
+            length,
+            state,
+            ascii_size,
+            ..
+        } = l.string
+        {
+            put(&mut b, length, 3);
+            b[state as usize] = (1 << 2) | (1 << 5) | (1 << 6);
+            b[ascii_size as usize..ascii_size as usize + 3].copy_from_slice(b"run");
+        }
+        m.add(name, b);
+        m
+    }
+
+    #[test]
+    fn validates_the_chain_of_a_live_interpreter() {
+        let l = cpython_layouts::for_version(3, 15).unwrap();
+        assert_eq!(
+            validate_once(&fake_chain("code", true), l, 0x1000),
+            Ok(true)
+        );
+        // No thread yet: nothing to prove, the caller waits.
+        assert_eq!(
+            validate_once(&fake_chain("code", false), l, 0x1000),
+            Ok(false)
+        );
+        // The frame's "code object" is something else: the layout is wrong.
+        let e = validate_once(&fake_chain("dict", true), l, 0x1000).unwrap_err();
+        assert!(e.contains("\"dict\"") && e.contains("executable"), "{e}");
+        // A thread state that does not point back at its interpreter.
+        let mut wrong = l.clone();
+        wrong.thread.interp += 8;
+        let e = validate_once(&fake_chain("code", true), &wrong, 0x1000).unwrap_err();
+        assert!(e.contains("point back"), "{e}");
+    }
 
     #[test]
     fn finds_the_debug_cookie_only_with_a_plausible_version() {

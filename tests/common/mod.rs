@@ -31,16 +31,37 @@ const REQUIRED_PYENV: &[(u32, u32)] = &[
     (3, 12),
     (3, 13),
 ];
-/// Debian's statically linked, stripped, non-PIE build.
-const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
+/// Debian bookworm's statically linked, stripped, non-PIE build, and its
+/// debug build (apt package python3.11-dbg, which also brings the debug
+/// file of the first under /usr/lib/debug).
+const DEBIAN_PYTHONS: &[(&str, &str)] = &[
+    ("/usr/bin/python3.11", "apt-get install python3.11"),
+    ("/usr/bin/python3.11d", "apt-get install python3.11-dbg"),
+];
+/// Debian sid's builds, installed by `.ci/sid-pythons` under
+/// `$PYINSPECT_SID/root` (default /opt/pyinspect-sid): copies of the stock
+/// binaries patched to run on this host, whose debug files are not on it.
+const SID_VERSIONS: &[&str] = &["3.13", "3.14", "3.15"];
 
 #[derive(Debug, Clone)]
 pub struct Interpreter {
-    /// e.g. "pyenv 3.12.1" or "debian 3.11.2 (static)".
+    /// e.g. "pyenv 3.12.1", "debian 3.11.2 (static)", "sid 3.14.10d (static, debug)".
     pub label: String,
     pub python: PathBuf,
     /// (major, minor).
     pub version: (u32, u32),
+    /// `platform.python_version()`, e.g. "3.14.10".
+    pub full_version: String,
+    /// A `Py_DEBUG` build (`python3.Xd`).
+    pub debug: bool,
+    /// The interpreter lives in the executable: no libpython is mapped.
+    pub static_build: bool,
+    /// The ELF file holding the interpreter has its symbol table here: its
+    /// own `.symtab`, or a debug file under /usr/lib/debug/.build-id. Without
+    /// one, its static functions (most of the eval loop) have no names.
+    pub symbols: bool,
+    /// That ELF file (libpython or the executable).
+    pub interpreter_file: PathBuf,
 }
 
 impl Interpreter {
@@ -63,13 +84,26 @@ fn pyenv_root() -> PathBuf {
     Path::new(&home).join(".pyenv")
 }
 
-/// Asks the interpreter itself: (major, minor, full version string).
-fn probe_version(python: &Path) -> (u32, u32, String) {
+/// Where `.ci/sid-pythons` installs Debian sid's interpreters.
+pub fn sid_root() -> PathBuf {
+    std::env::var_os("PYINSPECT_SID")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/pyinspect-sid"))
+        .join("root")
+}
+
+/// What the interpreter says of itself (2.7-compatible): version, whether
+/// it is a debug build, and the file its interpreter code is in.
+fn describe(python: &Path) -> (u32, u32, String, bool, PathBuf) {
+    let code = "import os, platform, sys\n\
+                f = open('/proc/self/maps')\n\
+                libs = [l.split()[-1] for l in f if 'libpython' in l.split()[-1]]\n\
+                f.close()\n\
+                sys.stdout.write('%d %d %s %d\\n%s\\n' % (sys.version_info[0], sys.version_info[1], \
+                platform.python_version(), hasattr(sys, 'gettotalrefcount'), \
+                libs and libs[0] or os.path.realpath(sys.executable)))\n";
     let out = Command::new(python)
-        .args([
-            "-c",
-            "import platform, sys; print('%d %d %s' % (sys.version_info[0], sys.version_info[1], platform.python_version()))",
-        ])
+        .args(["-c", code])
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
     assert!(
@@ -78,16 +112,85 @@ fn probe_version(python: &Path) -> (u32, u32, String) {
         python.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.split_whitespace();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut lines = text.lines();
+    let mut parts = lines.next().unwrap_or("").split_whitespace();
     let mut next = || {
         parts
             .next()
             .unwrap_or_else(|| panic!("bad version output {text:?}"))
+            .to_string()
     };
     let major = next().parse().expect("major");
     let minor = next().parse().expect("minor");
-    (major, minor, next().to_string())
+    let full = next();
+    let debug = next() == "1";
+    let file = PathBuf::from(lines.next().expect("interpreter file"));
+    (major, minor, full, debug, file)
+}
+
+/// Whether an ELF file's symbols can be had here: its own `.symtab`, or the
+/// debug file its build id names under /usr/lib/debug.
+fn has_symbols(file: &Path) -> bool {
+    use object::{Object, ObjectSection};
+    let Ok(data) = std::fs::read(file) else {
+        return false;
+    };
+    let Ok(elf) = object::File::parse(&*data) else {
+        return false;
+    };
+    if elf.section_by_name(".symtab").is_some_and(|s| s.size() > 0) {
+        return true;
+    }
+    let Ok(Some(id)) = elf.build_id() else {
+        return false;
+    };
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    hex.len() > 2
+        && Path::new(&format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &hex[..2],
+            &hex[2..]
+        ))
+        .exists()
+}
+
+fn interpreter(origin: &str, python: PathBuf) -> Interpreter {
+    let (major, minor, full, debug, file) = describe(&python);
+    let static_build = !file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("libpython"));
+    let symbols = has_symbols(&file);
+    let mut facts = Vec::new();
+    if static_build {
+        facts.push("static");
+    }
+    if debug {
+        facts.push("debug");
+    }
+    if !symbols {
+        facts.push("no symbols");
+    }
+    let label = if facts.is_empty() || origin == "pyenv" {
+        format!("{origin} {full}{}", if debug { "d" } else { "" })
+    } else {
+        format!(
+            "{origin} {full}{} ({})",
+            if debug { "d" } else { "" },
+            facts.join(", ")
+        )
+    };
+    Interpreter {
+        label,
+        python,
+        version: (major, minor),
+        full_version: full,
+        debug,
+        static_build,
+        symbols,
+        interpreter_file: file,
+    }
 }
 
 fn discover() -> Vec<Interpreter> {
@@ -106,12 +209,7 @@ fn discover() -> Vec<Interpreter> {
             "{} has no bin/python: a broken pyenv version?",
             dir.display()
         );
-        let (major, minor, full) = probe_version(&python);
-        found.push(Interpreter {
-            label: format!("pyenv {full}"),
-            python,
-            version: (major, minor),
-        });
+        found.push(interpreter("pyenv", python));
     }
     let have: BTreeSet<(u32, u32)> = found.iter().map(|i| i.version).collect();
     let missing: Vec<String> = REQUIRED_PYENV
@@ -125,20 +223,35 @@ fn discover() -> Vec<Interpreter> {
         versions.display(),
         missing.join(", ")
     );
-    let debian = PathBuf::from(DEBIAN_PYTHON);
+    let mut absent = Vec::new();
+    for (path, fix) in DEBIAN_PYTHONS {
+        let python = PathBuf::from(path);
+        if python.exists() {
+            found.push(interpreter("debian", python));
+        } else {
+            absent.push(format!("{path} ({fix})"));
+        }
+    }
+    let sid = sid_root().join("usr/bin");
+    for v in SID_VERSIONS {
+        for flavour in ["", "d"] {
+            let python = sid.join(format!("python{v}{flavour}-hosted"));
+            if python.exists() {
+                found.push(interpreter("sid", python));
+            } else {
+                absent.push(format!("{} (run .ci/sid-pythons)", python.display()));
+            }
+        }
+    }
     assert!(
-        debian.exists(),
-        "{DEBIAN_PYTHON} is missing (apt-get install python3.11): the static build must be covered"
+        absent.is_empty(),
+        "interpreters missing: {} (the suite never skips an interpreter)",
+        absent.join(", ")
     );
-    let (major, minor, full) = probe_version(&debian);
-    found.push(Interpreter {
-        label: format!("debian {full} (static)"),
-        python: debian,
-        version: (major, minor),
-    });
     found.sort_by(|a, b| (a.version, &a.label).cmp(&(b.version, &b.label)));
     eprintln!(
-        "interpreters covered: {}",
+        "interpreters covered ({}): {}",
+        found.len(),
         found
             .iter()
             .map(|i| format!("{} ({})", i.label, i.python.display()))
@@ -152,6 +265,14 @@ fn discover() -> Vec<Interpreter> {
 pub fn interpreters() -> &'static [Interpreter] {
     static ALL: OnceLock<Vec<Interpreter>> = OnceLock::new();
     ALL.get_or_init(discover)
+}
+
+/// The first interpreter of the matrix that `select` keeps; fails when none.
+pub fn find_interpreter(what: &str, select: impl Fn(&Interpreter) -> bool) -> &'static Interpreter {
+    interpreters()
+        .iter()
+        .find(|i| select(i))
+        .unwrap_or_else(|| panic!("no interpreter in the matrix is {what}"))
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
