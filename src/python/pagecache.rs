@@ -129,6 +129,8 @@ impl<'m> PageCache<'m> {
         if want.is_empty() {
             return;
         }
+        // In address order, so that neighbouring blocks are read as one range.
+        want.sort_unstable();
         let mut bufs: Vec<Box<[u8]>> = {
             let mut spare = self.spare.borrow_mut();
             want.iter()
