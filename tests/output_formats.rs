@@ -125,6 +125,28 @@ fn extensions() {
     assert_eq!(OutputFormat::Pprof.extension(), "pb.gz");
     assert_eq!(OutputFormat::Gecko.extension(), "json");
     assert_eq!(OutputFormat::Html.extension(), "html");
+    assert_eq!(OutputFormat::Heatmap.extension(), "heatmap.html");
+}
+
+#[test]
+fn heatmap_has_own_and_total_per_line() {
+    let f = fixture(false);
+    let lines = common_output::heatmap(&render(&f.profile, OutputFormat::Heatmap));
+    let get = |file: &str, line: u32| lines[&(file.to_string(), line)];
+    // The main thread: 100 ticks, io_wait on every 4th, compute otherwise.
+    assert_eq!(get("/srv/app/app.py", 12), (75, 75));
+    assert_eq!(get("/usr/lib/python3.11/selectors.py", 468), (25, 25));
+    assert_eq!(get("/srv/app/app.py", 30), (0, 100));
+    assert_eq!(get("/srv/app/app.py", 40), (0, 100));
+    // The worker (80 ticks) and the child process (50).
+    assert_eq!(
+        get("/v/lib/python3.12/site-packages/pkg;odd/work.py", 7),
+        (80, 80)
+    );
+    assert_eq!(get("/srv/app/child.py", 3), (50, 50));
+    assert_eq!(lines.len(), 8, "{:?}", lines.keys());
+    let html = String::from_utf8(render(&f.profile, OutputFormat::Heatmap)).unwrap();
+    assert!(html.contains("python app.py --größe &lt;10&gt; &amp; more"));
 }
 
 #[test]
@@ -572,10 +594,10 @@ fn an_empty_profile() {
         .write(OutputFormat::Flamegraph, &mut Vec::new(), TITLE)
         .unwrap_err();
     assert!(matches!(err, OutputError::Empty));
-    let err = p
-        .write(OutputFormat::Html, &mut Vec::new(), TITLE)
-        .unwrap_err();
-    assert!(matches!(err, OutputError::Empty));
+    for format in [OutputFormat::Html, OutputFormat::Heatmap] {
+        let err = p.write(format, &mut Vec::new(), TITLE).unwrap_err();
+        assert!(matches!(err, OutputError::Empty), "{format:?}");
+    }
     let g = common_output::gecko(&render(&p, OutputFormat::Gecko));
     assert!(g.threads.is_empty());
     assert!(render(&p, OutputFormat::Raw).is_empty());

@@ -142,11 +142,24 @@ fn read_back(format: &str, bytes: &[u8], ctx: &str) -> String {
                 .collect();
             frames.join("\n")
         }
+        "heatmap" => {
+            let lines = common_output::heatmap(bytes);
+            assert!(!lines.is_empty(), "{ctx}");
+            // Where the fixture's file is readable here, its text is shown.
+            let text = String::from_utf8_lossy(bytes);
+            if lines
+                .keys()
+                .any(|(f, _)| f.ends_with("record_threads.py") && Path::new(f).exists())
+            {
+                assert!(text.contains("stop.is_set()"), "{ctx}");
+            }
+            text.into_owned()
+        }
         f => panic!("unknown format {f}"),
     }
 }
 
-const FORMATS: [&str; 7] = [
+const FORMATS: [&str; 8] = [
     "flamegraph",
     "speedscope",
     "chrometrace",
@@ -154,6 +167,7 @@ const FORMATS: [&str; 7] = [
     "pprof",
     "gecko",
     "html",
+    "heatmap",
 ];
 
 /// The accuracy test measures time shares, which other tests' busy

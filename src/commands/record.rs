@@ -333,6 +333,7 @@ fn format_name(f: OutputFormat) -> &'static str {
         OutputFormat::Pprof => "pprof",
         OutputFormat::Gecko => "Firefox Profiler",
         OutputFormat::Html => "HTML",
+        OutputFormat::Heatmap => "line heatmap",
     }
 }
 

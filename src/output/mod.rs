@@ -16,6 +16,7 @@ mod collapsed;
 mod diff;
 mod filenames;
 mod gecko;
+mod heatmap;
 mod html;
 mod pprof;
 mod profile;
@@ -63,6 +64,8 @@ pub enum OutputFormat {
     Gecko,
     /// One self-contained HTML page: zoomable flame graph, search, threads, top functions.
     Html,
+    /// One HTML page: per source file, each sampled line's own and total share.
+    Heatmap,
 }
 
 impl OutputFormat {
@@ -75,6 +78,7 @@ impl OutputFormat {
             OutputFormat::Pprof => "pb.gz",
             OutputFormat::Gecko => "json",
             OutputFormat::Html => "html",
+            OutputFormat::Heatmap => "heatmap.html",
         }
     }
 
@@ -95,6 +99,7 @@ impl OutputFormat {
             OutputFormat::Pprof => "pprof",
             OutputFormat::Gecko => "gecko",
             OutputFormat::Html => "html",
+            OutputFormat::Heatmap => "heatmap",
         }
     }
 }

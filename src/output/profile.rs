@@ -278,6 +278,7 @@ impl Profile {
             OutputFormat::Pprof => super::pprof::write(self, &mut out, title)?,
             OutputFormat::Gecko => super::gecko::write(self, &mut out, title)?,
             OutputFormat::Html => super::html::write(self, &mut out, title)?,
+            OutputFormat::Heatmap => super::heatmap::write(self, &mut out, title)?,
         }
         out.flush()?;
         Ok(())

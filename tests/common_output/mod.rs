@@ -412,3 +412,41 @@ pub fn html_data(bytes: &[u8]) -> Value {
     }
     v
 }
+
+/// A line heatmap page: (file, line) → (own, total) sample counts of every
+/// sampled line, after checking the page is whole and self-contained.
+pub fn heatmap(bytes: &[u8]) -> HashMap<(String, u32), (u64, u64)> {
+    let html = std::str::from_utf8(bytes).expect("the page is UTF-8");
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.trim_end().ends_with("</html>"));
+    assert!(!html.contains("<script"), "a static page");
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let start = tag.find(&format!("{name}=\""))? + name.len() + 2;
+        let end = start + tag[start..].find('"')?;
+        Some(
+            tag[start..end]
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&amp;", "&"),
+        )
+    };
+    let mut out = HashMap::new();
+    let mut file = None;
+    for tag in html.split('<').skip(1) {
+        if tag.starts_with("section ") {
+            file = attr(tag, "data-file");
+        } else if tag.starts_with("tr class=\"hit\"") {
+            let f = file.clone().expect("a line row inside a file section");
+            let line: u32 = attr(tag, "data-line").unwrap().parse().unwrap();
+            let own: u64 = attr(tag, "data-own").unwrap().parse().unwrap();
+            let total: u64 = attr(tag, "data-total").unwrap().parse().unwrap();
+            assert!(own <= total, "{f}:{line} own {own} > total {total}");
+            assert!(
+                out.insert((f, line), (own, total)).is_none(),
+                "one row a line"
+            );
+        }
+    }
+    out
+}
