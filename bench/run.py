@@ -644,6 +644,134 @@ class Bench:
                           "true_pct": {"pyinspect": truth["ours"], "py-spy": truth["theirs"]}})
 
 
+    # 8 (issue 15)
+    def record_vs_cpython_sampler(self):
+        """On one CPython 3.15 process (4 threads), pyinspect, CPython's own
+        sampler (`profiling.sampling attach -a`) and py-spy at 1 and 10 kHz,
+        non-blocking and pausing: CPU per sample after start-up, share of the
+        asked rate delivered, target slowdown. Then 1 kHz on 3.12 against py-spy."""
+        secs, work = (3, 1.5) if self.quick else (5, 2.5)
+        threads = 4
+        py315 = sid_python("3.15")
+
+        def tools(python):
+            t = {
+                "pyinspect": lambda pid, rate, d, out, block: self.ours(
+                    "record", "-p", pid, "-r", rate, "-d", d, "--idle", "-f", "raw", "-o", out,
+                    *([] if block else ["--nonblocking"])),
+                "py-spy": lambda pid, rate, d, out, block: self.theirs(
+                    "record", "-p", pid, "-r", rate, "-d", d, "--idle", "-f", "raw", "-o", out,
+                    *([] if block else ["--nonblocking"])),
+            }
+            if python == py315:
+                t["cpython"] = lambda pid, rate, d, out, block: [
+                    py315, "-m", "profiling.sampling", "attach", "-a", "-r", str(rate), "-d", str(d),
+                    "--collapsed", "-o", str(out), *(["--blocking"] if block else []), str(pid)]
+            return t
+
+        def one_run(target, cmd, out, wait_s):
+            """Run cmd under measure.c while the target works in the middle of
+            its recording; returns (Measured, ticks, target rate with it)."""
+            out.unlink(missing_ok=True)
+            with tempfile.NamedTemporaryFile(suffix=".measure") as report, tempfile.TemporaryFile() as err:
+                proc = subprocess.Popen([MEASURE, report.name, *map(str, cmd)], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+                time.sleep(wait_s)
+                rate = None
+                if proc.poll() is None:
+                    answer = target.ask(work, work + 30)
+                    if answer and answer.startswith("rate "):
+                        rate = float(answer.split()[1])
+                try:
+                    proc.wait(secs + 60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                err.seek(0)
+                text = err.read().decode(errors="replace")
+                line = Path(report.name).read_text().strip()
+            if not line:
+                return None, 0, rate, "did not finish"
+            m = Measured(line, text)
+            stacks = read_raw(out) if out.exists() else []
+            ticks = sum(c for _, c in stacks) / threads
+            if m.rc != 0 or not stacks:
+                return m, 0, rate, first_line(text) if m.rc != 0 else "empty profile"
+            return m, ticks, rate, None
+
+        rows = []
+
+        def measure(python, label, rates, modes):
+            with Target(python, "work_threads.py") as t:
+                t.ask(1, 30)  # warm-up
+                for name, make in tools(python).items():
+                    for block in modes:
+                        # Start-up alone: one sample a second for a second.
+                        su = self.tmp / f"startup-{name}.txt"
+                        m0, _, _, why0 = one_run(t, make(t.pid, 1, 1, su, block), su, 0.0)
+                        startup_cpu = m0.cpu if m0 and why0 is None else 0.0
+                        startup_wall = m0.wall - 1.0 if m0 and why0 is None else 0.5
+                        for rate in rates:
+                            alone = float(t.ask(work, work + 30).split()[1])
+                            out = self.tmp / f"rec-{name}-{rate}-{block}.txt"
+                            m, ticks, with_rate, why = one_run(
+                                t, make(t.pid, rate, secs, out, block), out, max(0.3, startup_wall + 0.3))
+                            row = {"python": label, "tool": name, "mode": "pausing" if block else "nonblocking",
+                                   "rate": rate, "error": why}
+                            if why is None and ticks > 0:
+                                row["us_per_sample"] = max(0.0, m.cpu - startup_cpu) / ticks * 1e6
+                                row["delivered_pct"] = ticks / (rate * secs) * 100
+                                row["startup_cpu_s"] = startup_cpu
+                                row["wall_s"] = m.wall
+                            if with_rate:
+                                row["slowdown_pct"] = (alone - with_rate) / alone * 100
+                            rows.append(row)
+
+        measure(py315, "3.15", [1000, 10000], [False, True])
+        measure(self.python, version_of(self.python), [1000], [False, True])
+
+        def cell(r, key, unit):
+            if r is None or r.get(key) is None:
+                return "failed" if r and r.get("error") else "-"
+            return f"{r[key]:.1f}{unit}"
+
+        print(f"\n  {'python':<6} {'mode':<11} {'rate':>6}  {'tool':<10} {'us/sample':>10} {'delivered':>10} "
+              f"{'slowdown':>9}")
+        for r in rows:
+            print(f"  {r['python']:<6} {r['mode']:<11} {r['rate']:>6}  {r['tool']:<10} "
+                  f"{cell(r, 'us_per_sample', ''):>10} {cell(r, 'delivered_pct', '%'):>10} "
+                  f"{cell(r, 'slowdown_pct', '%'):>9}" + (f"  ({r['error'][:70]})" if r.get("error") else ""))
+        print(flush=True)
+
+        def find(py, tool, mode, rate):
+            for r in rows:
+                if (r["python"], r["tool"], r["mode"], r["rate"]) == (py, tool, mode, rate):
+                    return r
+            return None
+
+        for py in ("3.15", version_of(self.python)):
+            for mode in ("nonblocking", "pausing"):
+                for rate in (1000, 10000):
+                    ours = find(py, "pyinspect", mode, rate)
+                    if ours is None:
+                        continue
+                    peer = find(py, "cpython", mode, rate) or find(py, "py-spy", mode, rate)
+                    spy = find(py, "py-spy", mode, rate)
+                    o, c, s = (x.get("us_per_sample") if x else None for x in (ours, peer, spy))
+                    ok = o is not None and (c is None or o <= c / 2) and (s is None or o <= s / 4)
+                    peer_name = peer["tool"] if peer else "-"
+                    self.results.add(f"rec{py} {rate // 1000}k {mode} us/sample", o, c,
+                                     "<= 1/2 CPython, 1/4 py-spy", verdict(ok), "us",
+                                     f"vs {peer_name}; py-spy {cell(spy, 'us_per_sample', ' us')}",
+                                     {"rows": [ours, peer, spy]})
+                    want = 95 if mode == "nonblocking" or rate <= 2000 else 20
+                    d = ours.get("delivered_pct")
+                    self.results.add(f"rec{py} {rate // 1000}k {mode} delivered", d,
+                                     peer.get("delivered_pct") if peer else None,
+                                     f">= {want}% of {rate} Hz", verdict(d is not None and d >= want), "%",
+                                     f"slowdown {cell(ours, 'slowdown_pct', '%')} vs {peer_name} "
+                                     f"{cell(peer, 'slowdown_pct', '%')}")
+
     # ---------------------------------------- 3.14, 3.15 and profiling.sampling
 
     def newest_pythons(self):
@@ -735,6 +863,12 @@ class Bench:
                          f"{ratio_cpy:.2f}; {note}", detail)
 
 
+def version_of(python):
+    out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True).stdout.strip()
+    return out or "?"
+
+
 def sid_python(version):
     """Debian sid's build of `version`, as `.ci/sid-pythons` installs it."""
     root = Path(os.environ.get("PYINSPECT_SID", "/opt/pyinspect-sid")) / "root"
@@ -758,6 +892,7 @@ SCENARIOS = [
     ("accuracy", Bench.accuracy),
     ("newest-pythons", Bench.newest_pythons),
     ("profiling-sampling", Bench.profiling_sampling),
+    ("record-vs-cpython-sampler", Bench.record_vs_cpython_sampler),
 ]
 
 

@@ -30,6 +30,25 @@ enum Command {
     Top(TopArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
+    /// Compare two recordings: a differential flame graph and the functions whose share changed most.
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+struct DiffArgs {
+    /// The earlier recording (collapsed stacks, ours or py-spy's or flamegraph.pl's, or pprof).
+    before: std::path::PathBuf,
+    /// The later recording, in either format.
+    after: std::path::PathBuf,
+    /// The differential flame graph SVG to write.
+    #[arg(short, long, default_value = "diff.svg")]
+    output: std::path::PathBuf,
+    /// Draw the before profile's shape (frames that went away stay visible); colours still mean after vs before.
+    #[arg(long)]
+    negate: bool,
+    /// Rows in the table of functions whose share changed most (0 for none).
+    #[arg(long, default_value = "20")]
+    top: usize,
 }
 
 #[derive(Args, Debug)]
@@ -146,9 +165,8 @@ struct RecordArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value = "flamegraph")]
     format: OutputFormat,
-    /// Samples per second.
-    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
-    rate: f64,
+    #[command(flatten)]
+    rate: RateArg,
     /// Wall-clock seconds to record, or "unlimited" (default: until Ctrl-C or the program exits).
     #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -197,9 +215,8 @@ struct TopArgs {
     /// Process id to watch (or give a command after --).
     #[arg(short, long, value_parser = parse_pid)]
     pid: Option<i32>,
-    /// Samples per second.
-    #[arg(short, long, default_value = "100", value_parser = pyinspect::sampler::parse_rate)]
-    rate: f64,
+    #[command(flatten)]
+    rate: RateArg,
     /// Follow child processes.
     #[arg(short, long)]
     subprocesses: bool,
@@ -226,6 +243,14 @@ struct TopArgs {
     /// The program to launch and watch.
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// `--rate`, shared by record and top.
+#[derive(Args, Debug)]
+struct RateArg {
+    /// Samples per second: 100, 2.5k, 10khz (at most 100k).
+    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
+    rate: f64,
 }
 
 fn parse_pid(s: &str) -> Result<i32, String> {
@@ -262,7 +287,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         _ => RecordMode::Cpu,
     };
     let mut sampler = pyinspect::sampler::SamplerConfig {
-        rate: a.rate,
+        rate: a.rate.rate,
         duration: a.duration.filter(|d| *d != Duration::MAX),
         subprocesses: a.subprocesses,
         nonblocking: a.nonblocking,
@@ -299,7 +324,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         pid: a.pid,
         asyncio: a.asyncio.mode(),
         command: a.command,
-        rate: a.rate,
+        rate: a.rate.rate,
         subprocesses: a.subprocesses,
         nonblocking: a.nonblocking,
         native: a.native,
@@ -371,6 +396,15 @@ fn main() {
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
         Command::Completions(a) => completions(a.shell),
+        Command::Diff(a) => {
+            pyinspect::commands::diff::run(pyinspect::commands::diff::DiffOptions {
+                before: a.before,
+                after: a.after,
+                output: Some(a.output),
+                negate: a.negate,
+                top: a.top,
+            })
+        }
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -140,18 +140,23 @@ impl Memory for ProcessMemory {
         use std::io::IoSliceMut;
         // process_vm_readv stops at the first unreadable range, so one call
         // serves the common all-good case and stragglers are retried singly.
-        const BATCH: usize = 64;
+        // Below the kernel's IOV_MAX (1024) for either list.
+        const BATCH: usize = 512;
         let mut out = Vec::with_capacity(reqs.len());
         for chunk in reqs.chunks_mut(BATCH) {
-            let remote: Vec<RemoteIoVec> = chunk
-                .iter()
-                .map(|(a, b)| RemoteIoVec {
-                    base: *a as usize,
-                    len: b.len(),
-                })
-                .collect();
-            let total: usize = remote.iter().map(|r| r.len).sum();
-            let lens: Vec<usize> = remote.iter().map(|r| r.len).collect();
+            let lens: Vec<usize> = chunk.iter().map(|(_, b)| b.len()).collect();
+            // Adjacent requests are one remote range (the kernel pins each
+            // range's pages once); the local buffers stay apart, filled in
+            // order, so the byte count still tells which requests were served.
+            let mut remote: Vec<RemoteIoVec> = Vec::with_capacity(chunk.len());
+            for (a, b) in chunk.iter() {
+                let base = *a as usize;
+                match remote.last_mut() {
+                    Some(r) if r.base.checked_add(r.len) == Some(base) => r.len += b.len(),
+                    _ => remote.push(RemoteIoVec { base, len: b.len() }),
+                }
+            }
+            let total: usize = lens.iter().sum();
             let done = {
                 let mut local: Vec<IoSliceMut> =
                     chunk.iter_mut().map(|(_, b)| IoSliceMut::new(b)).collect();

@@ -239,6 +239,25 @@ pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
     parse_stat_state(&String::from_utf8_lossy(&buf[..n]))
 }
 
+/// How long the calling thread has waited on a run queue for a CPU since it
+/// started (the second field of /proc/thread-self/schedstat): time a busy
+/// machine kept it from running.
+pub fn own_run_delay() -> Option<std::time::Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
+    Some(std::time::Duration::from_nanos(ns))
+}
+
+/// The one-minute load average (/proc/loadavg).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 pub fn parse_stat_state(stat: &str) -> Option<char> {
     // The command name may contain spaces and parentheses: the state follows the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];

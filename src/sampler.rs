@@ -25,8 +25,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Highest rate accepted: beyond it the schedule is finer than a read takes.
-pub const MAX_RATE: f64 = 10_000.0;
+/// Highest rate accepted. A read of a small process takes some 10 µs, so
+/// far beyond 10 kHz the schedule is finer than a read: the summary then says
+/// what share of the asked rate was delivered and why.
+pub const MAX_RATE: f64 = 100_000.0;
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 const STARTUP_RETRY: Duration = Duration::from_millis(10);
@@ -36,9 +38,21 @@ const STARTUP_RETRY: Duration = Duration::from_millis(10);
 const NOT_PYTHON_WAIT: Duration = Duration::from_secs(2);
 /// Descendants are looked for at most this often (a scan reads all of /proc).
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
-/// Behind schedule by more than this many mean intervals, the missed ticks
-/// are skipped (and counted) instead of being sampled back to back.
+/// Behind schedule by more than this many mean intervals and more than
+/// [`MAX_BEHIND_TIME`], the missed ticks are skipped (and counted) instead of
+/// being sampled back to back. Below it a late tick is caught up: on a busy
+/// machine the sampler is often kept off a CPU for a few milliseconds, which
+/// at 10 kHz is dozens of ticks that would otherwise be lost. A longer
+/// backlog is not caught up: samples taken back to back all see one moment
+/// of the target, and at 1 kHz on a loaded machine catching up 20 ms biased
+/// the sampled shares by several points (tests/record.rs's accuracy test).
 const MAX_BEHIND_INTERVALS: u32 = 10;
+const MAX_BEHIND_TIME: Duration = Duration::from_millis(10);
+/// A tick due sooner than this is taken at once: a sleep that short costs
+/// more (a context switch) than it waits, and oversleeps anyway.
+const MIN_SLEEP: Duration = Duration::from_micros(10);
+/// Share of the asked rate below which the rate counts as not held.
+const HELD_SHARE: f64 = 0.95;
 /// Longest single sleep, so that Ctrl-C is seen promptly at low rates.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 /// How long a kernel thread name is trusted before it is read again.
@@ -129,16 +143,104 @@ pub struct Tick {
     pub ended: Vec<String>,
 }
 
-/// Parse a sampling rate in Hz: finite, above 0, at most [`MAX_RATE`].
+/// Parse a sampling rate in samples per second: a number with an optional
+/// `k` (thousands) and `hz` suffix (`100`, `2.5k`, `10khz`, `500Hz`), finite,
+/// above 0, at most [`MAX_RATE`]. The one parser of `--rate` for every command.
 pub fn parse_rate(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 && r <= MAX_RATE => Ok(r),
-        Ok(r) if r.is_finite() && r > MAX_RATE => Err(format!(
-            "rate {s} is too high: at most {MAX_RATE} samples per second"
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.strip_suffix("hz").unwrap_or(&t).trim_end();
+    let (num, scale) = match t.strip_suffix('k') {
+        Some(n) => (n.trim_end(), 1000.0),
+        None => (t, 1.0),
+    };
+    // Reject what f64 parsing accepts but no one means as a rate.
+    let plain = !num.is_empty()
+        && num
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'-' | b'+'));
+    match num.parse::<f64>().map(|r| r * scale) {
+        Ok(r) if plain && r.is_finite() && r > 0.0 && r <= MAX_RATE => Ok(r),
+        Ok(r) if plain && r.is_finite() && r > MAX_RATE => Err(format!(
+            "rate {s} is too high: at most {}k samples per second",
+            MAX_RATE / 1000.0
         )),
         _ => Err(format!(
-            "'{s}' is not a sampling rate (samples per second, above 0, at most {MAX_RATE})"
+            "'{s}' is not a sampling rate (samples per second above 0, like 100, 2.5k or 10khz; \
+             at most {}k)",
+            MAX_RATE / 1000.0
         )),
+    }
+}
+
+/// Whether the asked rate was held, and if not, why.
+#[derive(Debug, Clone)]
+pub struct RateHealth {
+    pub asked: f64,
+    /// Ticks taken per second of recording.
+    pub delivered: f64,
+    /// `None` while the rate is held (at least 95% of it delivered).
+    pub reason: Option<String>,
+}
+
+impl RateHealth {
+    pub fn share(&self) -> f64 {
+        self.delivered / self.asked
+    }
+}
+
+/// Sampler-side bookkeeping behind [`RateHealth`].
+struct RateStats {
+    taken: u64,
+    /// Time spent inside reads (from the tick being due to the sample taken).
+    reading: Duration,
+    threads: u64,
+    frames: u64,
+    cpu_at_start: Duration,
+    wait_at_start: Option<Duration>,
+}
+
+/// CPU time (user + system) this process has used so far.
+fn own_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec we pass.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+/// Fine-grained sleeps: the kernel's default 50 µs timer slack would add up
+/// to half an interval to every sleep at 10 kHz.
+fn tighten_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only
+    // the calling thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+fn micros(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.0} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+/// A rate for people: `850 Hz`, `9.6 kHz`.
+pub fn format_rate(hz: f64) -> String {
+    if hz >= 1000.0 {
+        format!("{:.1} kHz", hz / 1000.0)
+    } else {
+        format!("{hz:.0} Hz")
     }
 }
 
@@ -824,6 +926,7 @@ pub struct Sampler {
     rng: rand::rngs::ThreadRng,
     /// How native merges were made, over all targets (record's summary).
     merges: MergeCounts,
+    stats: RateStats,
 }
 
 fn is_transient(e: &Error) -> bool {
@@ -877,6 +980,14 @@ impl Sampler {
             due: Duration::ZERO,
             rng: rand::rng(),
             merges: MergeCounts::default(),
+            stats: RateStats {
+                taken: 0,
+                reading: Duration::ZERO,
+                threads: 0,
+                frames: 0,
+                cpu_at_start: Duration::ZERO,
+                wait_at_start: None,
+            },
         };
         // Since when the root has run this executable without Python in it.
         let mut not_python_since: Option<(String, Instant)> = None;
@@ -941,8 +1052,11 @@ impl Sampler {
             }
             std::thread::sleep(STARTUP_RETRY);
         }
+        tighten_timer_slack();
         s.start = Instant::now();
         s.last_scan = s.start;
+        s.stats.cpu_at_start = own_cpu_time();
+        s.stats.wait_at_start = procfs::own_run_delay();
         Ok(s)
     }
 
@@ -1023,7 +1137,7 @@ impl Sampler {
                 }
             }
             let now = self.start.elapsed();
-            if now >= self.due {
+            if now + MIN_SLEEP >= self.due {
                 break;
             }
             // A thread that did not stop in time is let go the moment it stops.
@@ -1037,7 +1151,7 @@ impl Sampler {
         }
         let mut timestamp = self.start.elapsed();
         let behind = timestamp.saturating_sub(self.due);
-        if behind > self.mean * MAX_BEHIND_INTERVALS {
+        if behind > (self.mean * MAX_BEHIND_INTERVALS).max(MAX_BEHIND_TIME) {
             // Far behind (a stall, a loaded machine): do not burst through
             // the backlog; start the schedule again from now.
             missed = (behind.as_secs_f64() / self.mean.as_secs_f64()) as u64;
@@ -1051,6 +1165,7 @@ impl Sampler {
         if self.cfg.subprocesses && self.last_scan.elapsed() >= RESCAN_EVERY {
             self.scan_descendants(true);
         }
+        let read_started = Instant::now();
         let mut processes = Vec::with_capacity(self.targets.len());
         let mut errors = Vec::new();
         let mut ended = Vec::new();
@@ -1085,6 +1200,12 @@ impl Sampler {
             }
         });
 
+        self.stats.taken += 1;
+        self.stats.reading += read_started.elapsed();
+        for p in &processes {
+            self.stats.threads += p.threads.len() as u64;
+            self.stats.frames += p.threads.iter().map(|t| t.frames.len() as u64).sum::<u64>();
+        }
         let step = self.draw_interval();
         self.due += step;
         let end = self.start.elapsed().max(self.due);
@@ -1101,6 +1222,68 @@ impl Sampler {
             errors,
             ended,
         })
+    }
+
+    /// Whether the asked rate has been held so far and, if not, the likely
+    /// cause: the machine (time spent waiting for a CPU), the target (reads
+    /// as long as the interval), or our own CPU.
+    pub fn rate_health(&self) -> RateHealth {
+        let asked = self.cfg.rate;
+        let elapsed = self.start.elapsed();
+        let secs = elapsed.as_secs_f64();
+        let st = &self.stats;
+        let delivered = if secs > 0.0 {
+            st.taken as f64 / secs
+        } else {
+            asked
+        };
+        let mut health = RateHealth {
+            asked,
+            delivered,
+            reason: None,
+        };
+        // Too early to judge: the first ticks are taken at once.
+        if secs < 0.5 || st.taken == 0 || delivered >= HELD_SHARE * asked {
+            return health;
+        }
+        let mut why = Vec::new();
+        let waited = match (procfs::own_run_delay(), st.wait_at_start) {
+            (Some(now), Some(then)) => now.saturating_sub(then).as_secs_f64() / secs,
+            _ => 0.0,
+        };
+        if waited > 0.05 {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let load = procfs::load_average()
+                .map(|l| format!(", load average {l:.1} on {cpus} CPUs"))
+                .unwrap_or_default();
+            why.push(format!(
+                "machine load: pyinspect waited for a CPU {:.0}% of the time{load}",
+                waited * 100.0
+            ));
+        }
+        let per_read = st.reading / st.taken.max(1) as u32;
+        if per_read.as_secs_f64() * asked > 0.5 {
+            why.push(format!(
+                "target size: a read of {:.0} threads and {:.0} frames takes {}, against \
+                 {} between samples",
+                st.threads as f64 / st.taken as f64,
+                st.frames as f64 / st.taken as f64,
+                micros(per_read),
+                micros(self.mean)
+            ));
+        }
+        let cpu = own_cpu_time().saturating_sub(st.cpu_at_start).as_secs_f64() / secs;
+        if cpu > 0.8 {
+            why.push(format!("CPU: pyinspect used {:.0}% of a core", cpu * 100.0));
+        }
+        if why.is_empty() {
+            why.push(format!(
+                "the schedule: sleeps overran (pyinspect used {:.0}% of a core)",
+                cpu * 100.0
+            ));
+        }
+        health.reason = Some(why.join("; "));
+        health
     }
 
     /// Whether a sample this late counts as late in summaries: more than one
@@ -1124,8 +1307,31 @@ mod tests {
     fn rates() {
         assert_eq!(parse_rate("100"), Ok(100.0));
         assert_eq!(parse_rate("0.5"), Ok(0.5));
-        for bad in ["0", "-5", "nan", "inf", "abc", "", "1e9"] {
+        assert_eq!(parse_rate("10k"), Ok(10_000.0));
+        assert_eq!(parse_rate("10khz"), Ok(10_000.0));
+        assert_eq!(parse_rate("10 kHz"), Ok(10_000.0));
+        assert_eq!(parse_rate("2.5K"), Ok(2_500.0));
+        assert_eq!(parse_rate("500Hz"), Ok(500.0));
+        assert_eq!(parse_rate("100k"), Ok(100_000.0));
+        for bad in [
+            "0",
+            "-5",
+            "nan",
+            "inf",
+            "abc",
+            "",
+            "1e9",
+            "k",
+            "hz",
+            "khz",
+            "10kk",
+            "0x10",
+            "101k",
+            "10 k hz x",
+            "infk",
+        ] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }
+        assert!(parse_rate("200k").unwrap_err().contains("too high"));
     }
 }

@@ -126,6 +126,144 @@ fn extensions() {
     assert_eq!(OutputFormat::Chrometrace.extension(), "json");
     assert_eq!(OutputFormat::Raw.extension(), "txt");
     assert_eq!(OutputFormat::Pprof.extension(), "pb.gz");
+    assert_eq!(OutputFormat::Gecko.extension(), "json");
+    assert_eq!(OutputFormat::Html.extension(), "html");
+    assert_eq!(OutputFormat::Heatmap.extension(), "heatmap.html");
+}
+
+#[test]
+fn heatmap_has_own_and_total_per_line() {
+    let f = fixture(false);
+    let lines = common_output::heatmap(&render(&f.profile, OutputFormat::Heatmap));
+    let get = |file: &str, line: u32| lines[&(file.to_string(), line)];
+    // The main thread: 100 ticks, io_wait on every 4th, compute otherwise.
+    assert_eq!(get("/srv/app/app.py", 12), (75, 75));
+    assert_eq!(get("/usr/lib/python3.11/selectors.py", 468), (25, 25));
+    assert_eq!(get("/srv/app/app.py", 30), (0, 100));
+    assert_eq!(get("/srv/app/app.py", 40), (0, 100));
+    // The worker (80 ticks) and the child process (50).
+    assert_eq!(
+        get("/v/lib/python3.12/site-packages/pkg;odd/work.py", 7),
+        (80, 80)
+    );
+    assert_eq!(get("/srv/app/child.py", 3), (50, 50));
+    assert_eq!(lines.len(), 8, "{:?}", lines.keys());
+    let html = String::from_utf8(render(&f.profile, OutputFormat::Heatmap)).unwrap();
+    assert!(html.contains("python app.py --größe &lt;10&gt; &amp; more"));
+}
+
+#[test]
+fn gecko_has_the_firefox_profiler_shape() {
+    let f = fixture(true);
+    let g = common_output::gecko(&render(&f.profile, OutputFormat::Gecko));
+    assert_eq!(g.v["meta"]["product"], TITLE);
+    assert_eq!(g.v["meta"]["interval"], 10.0);
+    // One track per thread, named as the thread is.
+    assert_eq!(g.threads.len(), 3, "{:?}", g.threads);
+    assert!(g.threads.contains(&"MainThread".to_string()));
+    assert!(g.threads.contains(&"wörker-λ".to_string()));
+    // Sample weights add up to the samples added, per thread.
+    assert_eq!(g.weights["MainThread"], 100);
+    assert_eq!(g.weights["wörker-λ"], 80);
+    assert_eq!(g.weights.values().sum::<u64>(), total_samples(&f));
+    assert!(g.functions.contains(&"compute_ünïcode".to_string()));
+    assert!(g.functions.contains(&"处理".to_string()));
+    // Real timestamps: the worker's samples resume after its 0.2 s gap,
+    // which an empty sample marks.
+    let worker = g.v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "wörker-λ")
+        .unwrap();
+    let times: Vec<f64> = worker["samples"]["time"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    let stacks = worker["samples"]["stack"].as_array().unwrap();
+    assert_eq!(times, [0.0, 400.0, 600.0]);
+    assert!(stacks[1].is_null());
+    assert_eq!(worker["pid"], "100");
+    assert_eq!(worker["tid"], 101);
+}
+
+#[test]
+fn gecko_categories_and_native_libraries() {
+    let mut p = Profile::new(ProfileOptions {
+        threads: false,
+        nolineno: false,
+        full_filenames: false,
+        subprocesses: false,
+        rate: 1000.0,
+        timeline: true,
+    });
+    let mut native = py("cblas_dgemm", "", 0);
+    native.kind = pyinspect::stack::FrameKind::Native;
+    native.file = None;
+    native.line = None;
+    native.module = Some("/usr/lib/libopenblas.so.0".into());
+    let mut busy = thread(1, Some(1), None, vec![native, py("mul", "/a/m.py", 3)]);
+    let ms = Duration::from_millis(1);
+    for i in 0..10 {
+        p.add(1, "python m.py", &busy, ms * i, ms);
+    }
+    busy.status = ThreadStatus::Idle;
+    busy.frames = vec![py("wait", "/a/m.py", 9)];
+    for i in 10..14 {
+        p.add(1, "python m.py", &busy, ms * i, ms);
+    }
+    let g = common_output::gecko(&render(&p, OutputFormat::Gecko));
+    assert_eq!(g.threads, ["MainThread"]);
+    assert_eq!(g.leaf_categories["Native"], 10);
+    assert_eq!(g.leaf_categories["Idle"], 4);
+    assert_eq!(g.libraries, ["libopenblas.so.0"]);
+    assert_eq!(g.v["libs"][0]["path"], "/usr/lib/libopenblas.so.0");
+    assert!(g.categories.contains(&"Python".to_string()));
+}
+
+#[test]
+fn html_is_one_self_contained_page() {
+    let f = fixture(false);
+    let bytes = render(&f.profile, OutputFormat::Html);
+    let v = common_output::html_data(&bytes);
+    let html = String::from_utf8(bytes).unwrap();
+    // The title is escaped in the page and kept as it is in the data.
+    assert!(html.contains("python app.py --größe &lt;10&gt; &amp; more"));
+    assert_eq!(v["title"], TITLE);
+    let threads: Vec<&str> = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(threads.len(), 3);
+    assert!(
+        threads.iter().any(|t| t.contains("wörker-λ")),
+        "{threads:?}"
+    );
+    let total: u64 = v["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s[2].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, total_samples(&f));
+    let functions: Vec<&str> = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    // Functions without their line: the top table adds a function's lines up.
+    assert!(
+        functions.contains(&"compute_ünïcode (app.py)"),
+        "{functions:?}"
+    );
+    for id in ["flame", "search", "thread", "top"] {
+        assert!(html.contains(&format!("id=\"{id}\"")), "{id}");
+    }
 }
 
 #[test]
@@ -435,7 +573,11 @@ fn pprof_decodes() {
 #[test]
 fn timeline_formats_need_the_timeline() {
     let f = fixture(false);
-    for format in [OutputFormat::Speedscope, OutputFormat::Chrometrace] {
+    for format in [
+        OutputFormat::Speedscope,
+        OutputFormat::Chrometrace,
+        OutputFormat::Gecko,
+    ] {
         let err = f.profile.write(format, &mut Vec::new(), TITLE).unwrap_err();
         assert!(matches!(err, OutputError::NoTimeline(_)), "{err}");
     }
@@ -456,6 +598,13 @@ fn an_empty_profile() {
     let doc = roxmltree::Document::parse(&svg).unwrap();
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     assert!(svg.contains("No samples"), "{svg}");
+    // The page formats say so too, and the gecko profile has no thread.
+    for format in [OutputFormat::Html, OutputFormat::Heatmap] {
+        let page = String::from_utf8(render(&p, format)).unwrap();
+        assert!(page.contains("No samples"), "{format:?}");
+    }
+    let g = common_output::gecko(&render(&p, OutputFormat::Gecko));
+    assert!(g.threads.is_empty());
     assert!(render(&p, OutputFormat::Raw).is_empty());
     let v: Value = serde_json::from_slice(&render(&p, OutputFormat::Speedscope)).unwrap();
     assert_eq!(v["profiles"].as_array().unwrap().len(), 0);

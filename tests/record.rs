@@ -126,11 +126,49 @@ fn read_back(format: &str, bytes: &[u8], ctx: &str) -> String {
             assert!(count > 0, "{ctx}");
             names.join("\n")
         }
+        "gecko" => {
+            let g = common_output::gecko(bytes);
+            assert!(g.weights.values().sum::<u64>() > 0, "{ctx}");
+            assert!(!g.threads.is_empty(), "{ctx}");
+            g.functions.join("\n")
+        }
+        "html" => {
+            let v = common_output::html_data(bytes);
+            let frames: Vec<&str> = v["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|f| f.as_str())
+                .collect();
+            frames.join("\n")
+        }
+        "heatmap" => {
+            let lines = common_output::heatmap(bytes);
+            assert!(!lines.is_empty(), "{ctx}");
+            // Where the fixture's file is readable here, its text is shown.
+            let text = String::from_utf8_lossy(bytes);
+            if lines
+                .keys()
+                .any(|(f, _)| f.ends_with("record_threads.py") && Path::new(f).exists())
+            {
+                assert!(text.contains("stop.is_set()"), "{ctx}");
+            }
+            text.into_owned()
+        }
         f => panic!("unknown format {f}"),
     }
 }
 
-const FORMATS: [&str; 5] = ["flamegraph", "speedscope", "chrometrace", "raw", "pprof"];
+const FORMATS: [&str; 8] = [
+    "flamegraph",
+    "speedscope",
+    "chrometrace",
+    "raw",
+    "pprof",
+    "gecko",
+    "html",
+    "heatmap",
+];
 
 /// The accuracy test measures time shares, which other tests' busy
 /// fixtures on the same two cores would distort: it runs alone.
@@ -490,6 +528,40 @@ fn assert_fails(args: &[&str]) -> String {
     stderr
 }
 
+/// `10k` and `10khz` are rates; a rate no machine holds (100 kHz: a read
+/// takes longer than the 10 µs interval) is delivered as far as it goes and
+/// the summary says it was not held, and why.
+#[test]
+fn rate_suffixes_and_a_rate_that_cannot_be_held() {
+    let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
+    let threads = fixture("record_threads.py");
+    let py = py312();
+    for rate in ["2.5k", "1khz"] {
+        let mut args = vec!["-f", "raw", "-r", rate, "--nonblocking"];
+        args.extend(launch_args(&py, &threads, &["0.5"]));
+        let r = record(&args);
+        assert_eq!(r.code(), Some(0), "{rate}: {}", r.stderr());
+        assert!(!r.raw().is_empty(), "{rate}");
+    }
+    let mut args = vec!["-f", "raw", "-r", "100k", "--nonblocking", "-i"];
+    args.extend(launch_args(&py, &threads, &["1.5"]));
+    let r = record(&args);
+    assert_eq!(r.code(), Some(0), "{}", r.stderr());
+    let line = r
+        .stderr()
+        .lines()
+        .find(|l| l.contains("the asked rate was not held"))
+        .unwrap_or_else(|| panic!("no rate note\n{}", r.stderr()))
+        .to_string();
+    assert!(line.contains("of 100.0 kHz"), "{line}");
+    assert!(
+        ["machine load", "target size", "CPU"]
+            .iter()
+            .any(|c| line.contains(&format!("because of {c}"))),
+        "{line}"
+    );
+}
+
 #[test]
 fn bad_input_is_one_clear_line() {
     let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
@@ -498,7 +570,7 @@ fn bad_input_is_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
     let o = dir.path().join("x.txt");
     let o = o.to_str().unwrap();
-    for rate in ["0", "-5", "1e9", "abc", "nan"] {
+    for rate in ["0", "-5", "1e9", "abc", "nan", "200k", "10kk", "k", "5 mhz"] {
         let e = assert_fails(&["-r", rate, "-o", o, "--", py, "-c", "pass"]);
         assert!(e.contains("rate"), "{e}");
     }

@@ -1,5 +1,6 @@
 //! Thin drivers for the subcommands.
 
+pub mod diff;
 pub mod dump;
 pub mod record;
 pub mod top;

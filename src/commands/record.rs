@@ -4,7 +4,7 @@ use crate::launch::{Launched, Stop};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::{format_rate, RateHealth, Sampler, SamplerConfig};
 use anyhow::bail;
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -168,14 +168,44 @@ struct Stats {
     causes: HashMap<String, u64>,
 }
 
-fn progress(stats: &Stats, profile: &Profile, elapsed: Duration) {
-    eprint!(
-        "\r\x1b[Kpyinspect: {:.1} s, {} samples, {} errors, {} late",
+fn progress(stats: &Stats, profile: &Profile, elapsed: Duration, health: &RateHealth) {
+    let mut line = format!(
+        "pyinspect: {:.1} s, {} samples, {} errors, {} late",
         elapsed.as_secs_f64(),
         profile.samples(),
         stats.errors,
         stats.late
     );
+    if let Some(why) = &health.reason {
+        line.push_str(&format!(
+            ", {} of {} asked ({why})",
+            format_rate(health.delivered),
+            format_rate(health.asked)
+        ));
+    }
+    // One terminal line: a long reason is cut rather than wrapped (a
+    // wrapped line would not be redrawn in place).
+    let width = terminal_columns().saturating_sub(1).max(40);
+    if line.chars().count() > width {
+        line = line
+            .chars()
+            .take(width.saturating_sub(1))
+            .collect::<String>()
+            + "…";
+    }
+    eprint!("\r\x1b[K{line}");
+}
+
+/// Width of the terminal on stderr (80 when it cannot be asked).
+fn terminal_columns() -> usize {
+    // SAFETY: TIOCGWINSZ only fills the winsize we pass.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        ws.ws_col as usize
+    } else {
+        80
+    }
 }
 
 /// Record; returns the exit code for pyinspect.
@@ -271,9 +301,10 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         }
         if show_progress && last_progress.elapsed() >= PROGRESS_EVERY {
             last_progress = Instant::now();
-            progress(&stats, &profile, started.elapsed());
+            progress(&stats, &profile, started.elapsed(), &sampler.rate_health());
         }
     }
+    let health = sampler.rate_health();
     let elapsed = started.elapsed();
     if show_progress {
         eprint!("\r\x1b[K");
@@ -293,7 +324,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let title = crate::stack::escape_controls(&title).into_owned();
     let shown = out.shown().to_string();
     let written = out.write_with(|w| profile.write(opts.format, w, &title));
-    summary(&stats, &profile, elapsed);
+    summary(&stats, &profile, elapsed, &health);
     if m.address + m.name + m.fallback > 0 {
         eprintln!(
             "pyinspect: native merges: {} by stack address, {} by eval-loop names, {} fell back",
@@ -344,10 +375,13 @@ fn format_name(f: OutputFormat) -> &'static str {
         OutputFormat::Chrometrace => "Chrome trace",
         OutputFormat::Raw => "collapsed stacks",
         OutputFormat::Pprof => "pprof",
+        OutputFormat::Gecko => "Firefox Profiler",
+        OutputFormat::Html => "HTML",
+        OutputFormat::Heatmap => "line heatmap",
     }
 }
 
-fn summary(stats: &Stats, profile: &Profile, elapsed: Duration) {
+fn summary(stats: &Stats, profile: &Profile, elapsed: Duration, health: &RateHealth) {
     let mut line = format!(
         "pyinspect: {} samples of {} threads over {:.1} s",
         profile.samples(),
@@ -373,7 +407,14 @@ fn summary(stats: &Stats, profile: &Profile, elapsed: Duration) {
         ));
     }
     eprintln!("{line}");
-    if stats.ticks > 10 && stats.late * 10 > stats.ticks {
+    if let Some(why) = &health.reason {
+        eprintln!(
+            "pyinspect: the asked rate was not held: {} of {} ({:.0}%), because of {why}",
+            format_rate(health.delivered),
+            format_rate(health.asked),
+            health.share() * 100.0
+        );
+    } else if stats.ticks > 10 && stats.late * 10 > stats.ticks {
         eprintln!(
             "pyinspect: sampling fell behind often; the results may be skewed: try a lower --rate"
         );

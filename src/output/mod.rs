@@ -13,7 +13,11 @@
 
 mod chrometrace;
 mod collapsed;
+mod diff;
 mod filenames;
+mod gecko;
+mod heatmap;
+mod html;
 mod pprof;
 mod profile;
 pub mod sink;
@@ -21,6 +25,7 @@ mod speedscope;
 
 use thiserror::Error;
 
+pub use diff::{read_recording, share_changes, write_differential, ReadError, Recording};
 pub use filenames::shorten as short_filename;
 pub use profile::Profile;
 
@@ -56,6 +61,12 @@ pub enum OutputFormat {
     Raw,
     /// Gzipped pprof profile.proto (`go tool pprof`, Pyroscope, Grafana).
     Pprof,
+    /// Firefox Profiler JSON (https://profiler.firefox.com): a track per thread.
+    Gecko,
+    /// One self-contained HTML page: zoomable flame graph, search, threads, top functions.
+    Html,
+    /// One HTML page: per source file, each sampled line's own and total share.
+    Heatmap,
 }
 
 impl OutputFormat {
@@ -66,12 +77,18 @@ impl OutputFormat {
             OutputFormat::Speedscope | OutputFormat::Chrometrace => "json",
             OutputFormat::Raw => "txt",
             OutputFormat::Pprof => "pb.gz",
+            OutputFormat::Gecko => "json",
+            OutputFormat::Html => "html",
+            OutputFormat::Heatmap => "heatmap.html",
         }
     }
 
     /// Whether writing this format needs [`ProfileOptions::timeline`].
     pub fn needs_timeline(&self) -> bool {
-        matches!(self, OutputFormat::Speedscope | OutputFormat::Chrometrace)
+        matches!(
+            self,
+            OutputFormat::Speedscope | OutputFormat::Chrometrace | OutputFormat::Gecko
+        )
     }
 
     fn name(&self) -> &'static str {
@@ -81,6 +98,9 @@ impl OutputFormat {
             OutputFormat::Chrometrace => "chrometrace",
             OutputFormat::Raw => "raw",
             OutputFormat::Pprof => "pprof",
+            OutputFormat::Gecko => "gecko",
+            OutputFormat::Html => "html",
+            OutputFormat::Heatmap => "heatmap",
         }
     }
 }

@@ -1,14 +1,14 @@
 //! The aggregation model every `record` format is written from.
 
+use foldhash::{HashMap, HashMapExt};
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{filenames, OutputError, OutputFormat, ProfileOptions};
-use crate::stack::{Frame, FrameKind, ThreadStack};
+use crate::stack::{Frame, FrameKind, ThreadStack, ThreadStatus};
 
 /// Values stored once and referred to by a dense `u32` id. `Arc` lets the
 /// map key and the id-indexed list share one allocation.
@@ -78,6 +78,18 @@ pub(super) struct FrameInfo {
     pub file: Option<u32>,
     /// 0 when unknown or left out.
     pub line: u32,
+    /// A native frame's library (full path as mapped), when known.
+    pub module: Option<u32>,
+    pub kind: FrameClass,
+}
+
+/// What a frame stands for, as the writers that colour by it need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FrameClass {
+    Python,
+    Native,
+    /// Process and thread roots, the truncation marker.
+    Synthetic,
 }
 
 pub(super) struct ProcessInfo {
@@ -120,6 +132,10 @@ pub(super) struct Run {
     pub stack: u32,
     /// The thread went unsampled (idle, filtered out) right before this run.
     pub after_gap: bool,
+    /// Samples merged into this run.
+    pub count: u32,
+    /// The thread was idle (waiting, not holding the GIL) in these samples.
+    pub idle: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -228,7 +244,8 @@ impl Profile {
         totals.ns = totals.ns.saturating_add(weight_ns);
 
         if self.opts.timeline {
-            self.extend_timeline(t, stack_id, start_ns, weight_ns);
+            let idle = thread.status == ThreadStatus::Idle;
+            self.extend_timeline(t, stack_id, start_ns, weight_ns, idle);
         }
     }
 
@@ -259,6 +276,9 @@ impl Profile {
             OutputFormat::Speedscope => super::speedscope::write(self, &mut out, title)?,
             OutputFormat::Chrometrace => super::chrometrace::write(self, &mut out, title)?,
             OutputFormat::Pprof => super::pprof::write(self, &mut out, title)?,
+            OutputFormat::Gecko => super::gecko::write(self, &mut out, title)?,
+            OutputFormat::Html => super::html::write(self, &mut out, title)?,
+            OutputFormat::Heatmap => super::heatmap::write(self, &mut out, title)?,
         }
         out.flush()?;
         Ok(())
@@ -268,7 +288,7 @@ impl Profile {
         self.strings.get(self.frames[frame as usize].label)
     }
 
-    fn extend_timeline(&mut self, t: u32, stack: u32, start_ns: u64, weight_ns: u64) {
+    fn extend_timeline(&mut self, t: u32, stack: u32, start_ns: u64, weight_ns: u64, idle: bool) {
         let info = &mut self.threads[t as usize];
         let end_ns = start_ns.saturating_add(weight_ns);
         // A sample more than half an interval after the thread's previous
@@ -276,9 +296,15 @@ impl Profile {
         let after_gap =
             info.last_run.is_some() && start_ns > info.last_end_ns.saturating_add(weight_ns / 2);
         match info.last_run {
-            Some(i) if !after_gap && self.runs[i].stack == stack => {
+            Some(i)
+                if !after_gap
+                    && self.runs[i].stack == stack
+                    && self.runs[i].idle == idle
+                    && self.runs[i].count < u32::MAX =>
+            {
                 let run = &mut self.runs[i];
                 run.dur_ns = end_ns.saturating_sub(run.start_ns);
+                run.count += 1;
             }
             _ => {
                 info.last_run = Some(self.runs.len());
@@ -288,6 +314,8 @@ impl Profile {
                     thread: t,
                     stack,
                     after_gap,
+                    count: 1,
+                    idle,
                 });
             }
         }
@@ -425,6 +453,8 @@ impl Profile {
                     function,
                     file,
                     line,
+                    module: None,
+                    kind: FrameClass::Python,
                 }
             }
             FrameKey::Native {
@@ -433,6 +463,7 @@ impl Profile {
                 offset,
             } => {
                 let name = self.strings.get(function);
+                let module_path = module;
                 let module = module.map(|m| {
                     let m = self.strings.get(m);
                     m.rsplit('/').next().unwrap_or(m)
@@ -451,6 +482,8 @@ impl Profile {
                     function,
                     file: None,
                     line: 0,
+                    module: module_path,
+                    kind: FrameClass::Native,
                 }
             }
             FrameKey::Synthetic { label } => FrameInfo {
@@ -458,6 +491,8 @@ impl Profile {
                 function: label,
                 file: None,
                 line: 0,
+                module: None,
+                kind: FrameClass::Synthetic,
             },
         };
         let id = self.frames.len() as u32;
@@ -483,7 +518,6 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::ThreadStatus;
 
     fn opts() -> ProfileOptions {
         ProfileOptions {

@@ -4,34 +4,104 @@
 //! side by side in a datastack chunk; code objects and strings cluster on the
 //! heap). Reading whole pages once per snapshot turns dozens of syscalls into
 //! a few, and `prefetch` batches the misses into one `process_vm_readv`.
+//!
+//! Between snapshots of one process the same pages are read again (the
+//! thread states, the frame chunks, the code objects of the running
+//! functions): [`PageCache::used_pages`] says which the latest snapshot
+//! touched, and [`PageCache::prefetch_pages`] loads them for the next one in
+//! that same single batch, so a steady target costs one or two reads a tick
+//! instead of one per page. The bytes are always read afresh.
 
 use crate::error::MemError;
 use crate::memory::Memory;
+use foldhash::{HashMap, HashMapExt};
 use std::cell::RefCell;
-use std::collections::HashMap;
 
-const PAGE: u64 = 4096;
+/// The unit cached: smaller than a memory page, so that a 100-byte code
+/// object header does not cost a 4 KiB copy every tick.
+const PAGE: u64 = 1024;
 /// Reads larger than this bypass the cache (a big line table, a long string).
-const MAX_CACHED_READ: usize = 2 * PAGE as usize;
+const MAX_CACHED_READ: usize = 8192;
 /// Bound on cached pages per snapshot, so a corrupt target cannot make us hoard memory.
-const MAX_PAGES: usize = 4096;
+const MAX_PAGES: usize = 16384;
+/// Bound on the pages carried over to the next snapshot's first batch.
+pub const MAX_WARM_PAGES: usize = 1024;
+
+struct Page {
+    /// None: the page could not be read.
+    bytes: Option<Box<[u8]>>,
+    used: bool,
+}
 
 pub struct PageCache<'m> {
     inner: &'m dyn Memory,
-    pages: RefCell<HashMap<u64, Option<Box<[u8]>>>>,
+    pages: RefCell<HashMap<u64, Page>>,
+    /// Page buffers to reuse (handed over by the previous snapshot), so a
+    /// tick allocates and clears nothing.
+    spare: RefCell<Vec<Box<[u8]>>>,
 }
 
 impl<'m> PageCache<'m> {
     pub fn new(inner: &'m dyn Memory) -> Self {
+        Self::with_buffers(inner, Vec::new())
+    }
+
+    /// A cache that fills `buffers` (page-sized; others are dropped) before
+    /// allocating; [`PageCache::into_buffers`] gives them back.
+    pub fn with_buffers(inner: &'m dyn Memory, mut buffers: Vec<Box<[u8]>>) -> Self {
+        buffers.retain(|b| b.len() == PAGE as usize);
+        buffers.truncate(MAX_WARM_PAGES);
         PageCache {
             inner,
-            pages: RefCell::new(HashMap::new()),
+            // Sized for what the previous snapshot held: no rehashing each tick.
+            pages: RefCell::new(HashMap::with_capacity(buffers.len())),
+            spare: RefCell::new(buffers),
         }
+    }
+
+    /// Every page buffer, for the next snapshot's cache (at most
+    /// [`MAX_WARM_PAGES`] are kept).
+    pub fn into_buffers(self) -> Vec<Box<[u8]>> {
+        let mut v = self.spare.into_inner();
+        v.extend(
+            self.pages
+                .into_inner()
+                .into_values()
+                .filter_map(|p| p.bytes),
+        );
+        v.truncate(MAX_WARM_PAGES);
+        v
     }
 
     /// Forget everything (the next snapshot must see fresh bytes).
     pub fn clear(&self) {
         self.pages.borrow_mut().clear();
+    }
+
+    /// Load whole pages (addresses page-aligned; others are ignored) in one
+    /// batched read: the pages an earlier snapshot used.
+    pub fn prefetch_pages(&self, pages: &[u64]) {
+        self.prefetch(
+            pages
+                .iter()
+                .filter(|p| *p & (PAGE - 1) == 0)
+                .take(MAX_WARM_PAGES)
+                .map(|&p| (p, PAGE as usize)),
+        );
+    }
+
+    /// The pages reads were served from (readable ones only), at most
+    /// [`MAX_WARM_PAGES`], lowest address first.
+    pub fn used_pages(&self) -> Vec<u64> {
+        let pages = self.pages.borrow();
+        let mut v: Vec<u64> = pages
+            .iter()
+            .filter(|(_, p)| p.used && p.bytes.is_some())
+            .map(|(a, _)| *a)
+            .collect();
+        v.sort_unstable();
+        v.truncate(MAX_WARM_PAGES);
+        v
     }
 
     /// Load the pages holding `addrs[i]..addrs[i]+len` in one batched read.
@@ -59,10 +129,18 @@ impl<'m> PageCache<'m> {
         if want.is_empty() {
             return;
         }
-        let mut bufs: Vec<Box<[u8]>> = want
-            .iter()
-            .map(|_| vec![0u8; PAGE as usize].into_boxed_slice())
-            .collect();
+        // In address order, so that neighbouring blocks are read as one range.
+        want.sort_unstable();
+        let mut bufs: Vec<Box<[u8]>> = {
+            let mut spare = self.spare.borrow_mut();
+            want.iter()
+                .map(|_| {
+                    spare
+                        .pop()
+                        .unwrap_or_else(|| vec![0u8; PAGE as usize].into_boxed_slice())
+                })
+                .collect()
+        };
         let results = {
             let mut reqs: Vec<(u64, &mut [u8])> = want
                 .iter()
@@ -76,7 +154,13 @@ impl<'m> PageCache<'m> {
             if pages.len() >= MAX_PAGES {
                 break;
             }
-            pages.insert(addr, r.ok().map(|_| buf));
+            pages.insert(
+                addr,
+                Page {
+                    bytes: r.ok().map(|_| buf),
+                    used: false,
+                },
+            );
         }
     }
 }
@@ -87,16 +171,22 @@ impl Memory for PageCache<'_> {
             return self.inner.read(addr, buf);
         }
         self.prefetch([(addr, buf.len())]);
-        let pages = self.pages.borrow();
+        let mut pages = self.pages.borrow_mut();
         let mut done = 0usize;
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
             let page = a & !(PAGE - 1);
             let off = (a - page) as usize;
             let n = (PAGE as usize - off).min(buf.len() - done);
-            match pages.get(&page) {
-                Some(Some(p)) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
-                Some(None) => {
+            match pages.get_mut(&page) {
+                Some(Page {
+                    bytes: Some(p),
+                    used,
+                }) => {
+                    *used = true;
+                    buf[done..done + n].copy_from_slice(&p[off..off + n]);
+                }
+                Some(Page { bytes: None, .. }) => {
                     return Err(MemError::Unmapped {
                         addr,
                         len: buf.len(),
@@ -139,5 +229,17 @@ mod tests {
         assert!(c.read_u64(u64::MAX - 7).is_err());
         assert!(c.read_u64(u64::MAX - 3).is_err());
         c.prefetch([(u64::MAX - 100, 200)]);
+        c.prefetch_pages(&[!(PAGE - 1), 0x1234]);
+    }
+
+    #[test]
+    fn used_pages_are_the_ones_read_from() {
+        let mut m = SliceMemory::new();
+        m.add(0x10000, vec![7u8; 3 * 4096]);
+        let c = PageCache::new(&m);
+        c.prefetch_pages(&[0x10000, 0x11000, 0x12000, 0x40000]);
+        c.read_u64(0x11008).unwrap();
+        assert!(c.read_u64(0x40000).is_err());
+        assert_eq!(c.used_pages(), [0x11000]);
     }
 }

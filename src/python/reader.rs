@@ -9,6 +9,8 @@ use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition, LineTable
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::stack::{Frame, Local, NameSource, ThreadStack, ThreadStatus};
+use foldhash::HashMap as FastMap;
+use foldhash::HashMapExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,8 +126,8 @@ pub struct ThreadSnapshot {
 
 pub struct Reader {
     pub process: PythonProcess,
-    code_cache: HashMap<u64, Arc<CodeInfo>>,
-    code_types: HashMap<u64, bool>,
+    code_cache: FastMap<u64, Arc<CodeInfo>>,
+    code_types: FastMap<u64, bool>,
     names: HashMap<(u64, u64), String>,
     last_name_scan: Option<Instant>,
     /// Offset of the kernel tid inside glibc's `struct pthread` (< 3.11).
@@ -135,6 +137,12 @@ pub struct Reader {
     /// Whether a garbage collection was running at the latest snapshot (in
     /// any interpreter); None where the layout does not say.
     pub gc_collecting: Option<bool>,
+    /// Pages the latest snapshot read from, and the latest thread listing:
+    /// loaded in one batch at the start of the next (see `pagecache`).
+    warm_snapshot: Vec<u64>,
+    warm_threads: Vec<u64>,
+    /// Page buffers the caches reuse from one read to the next.
+    page_buffers: Vec<Box<[u8]>>,
 }
 
 struct RawThread {
@@ -152,13 +160,16 @@ impl Reader {
     pub fn new(process: PythonProcess) -> Reader {
         Reader {
             process,
-            code_cache: HashMap::new(),
-            code_types: HashMap::new(),
+            code_cache: FastMap::new(),
+            code_types: FastMap::new(),
             names: HashMap::new(),
             last_name_scan: None,
             tid_offset: None,
             ns_tids: None,
             gc_collecting: None,
+            warm_snapshot: Vec::new(),
+            warm_threads: Vec::new(),
+            page_buffers: Vec::new(),
         }
     }
 
@@ -199,10 +210,11 @@ impl Reader {
     /// Each Python thread's kernel tid, and whether it holds the GIL: what
     /// deciding which threads to pause needs, without walking any frame.
     pub fn python_threads(&mut self, mem: &dyn Memory) -> Result<Vec<(i32, bool)>> {
-        let cache = PageCache::new(mem);
+        let cache = PageCache::with_buffers(mem, std::mem::take(&mut self.page_buffers));
+        cache.prefetch_pages(&self.warm_threads);
         let threads = self.threads(&cache, false)?;
         let mut holders: HashMap<u64, Option<u64>> = HashMap::new();
-        Ok(threads
+        let out = threads
             .iter()
             .filter_map(|t| {
                 let holder = *holders
@@ -210,7 +222,10 @@ impl Reader {
                     .or_insert_with(|| self.gil_holder(&cache, t.interp));
                 Some((t.native_tid? as i32, holder == Some(t.tstate)))
             })
-            .collect())
+            .collect();
+        self.warm_threads = cache.used_pages();
+        self.page_buffers = cache.into_buffers();
+        Ok(out)
     }
 
     /// Walk interpreters and thread states (and frames when `frames`).
@@ -543,7 +558,8 @@ impl Reader {
         opts: ReadOptions,
         states: &HashMap<i32, char>,
     ) -> Result<Vec<ThreadSnapshot>> {
-        let cache = PageCache::new(mem);
+        let cache = PageCache::with_buffers(mem, std::mem::take(&mut self.page_buffers));
+        cache.prefetch_pages(&self.warm_snapshot);
         let raw = self.threads(&cache, true)?;
         let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
         for t in &raw {
@@ -578,7 +594,7 @@ impl Reader {
         if opts.names {
             self.refresh_names(&cache, &raw);
         }
-        let mut resolved: HashMap<u64, Result<Option<Arc<CodeInfo>>, MemError>> = HashMap::new();
+        let mut resolved: FastMap<u64, Result<Option<Arc<CodeInfo>>, MemError>> = FastMap::new();
         let mut gil_sync_by_interp: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for t in raw {
@@ -682,6 +698,8 @@ impl Reader {
                 interp: t.interp,
             });
         }
+        self.warm_snapshot = cache.used_pages();
+        self.page_buffers = cache.into_buffers();
         Ok(out)
     }
 

@@ -190,3 +190,263 @@ pub fn pprof(gz: &[u8]) -> (Vec<String>, u64) {
         .sum();
     (functions, count)
 }
+
+/// What a Firefox Profiler (processed format) file holds, after checking its
+/// shape the way the profiler reads it: every table's columns as long as its
+/// `length`, every index in range, times not going back.
+pub struct Gecko {
+    pub threads: Vec<String>,
+    /// Sample weight per thread name.
+    pub weights: HashMap<String, u64>,
+    /// Function names, all threads together.
+    pub functions: Vec<String>,
+    /// Category names by index, and for each thread the category names of
+    /// its samples' leaf stacks with their weights.
+    pub categories: Vec<String>,
+    pub leaf_categories: HashMap<String, u64>,
+    /// Library names that native functions point to.
+    pub libraries: Vec<String>,
+    pub v: Value,
+}
+
+fn table<'a>(v: &'a Value, name: &str, columns: &[&str]) -> (usize, Vec<&'a Vec<Value>>) {
+    let t = &v[name];
+    let len = t["length"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name}.length"));
+    let cols = columns
+        .iter()
+        .map(|c| {
+            let col = t[*c]
+                .as_array()
+                .unwrap_or_else(|| panic!("{name}.{c} is a column"));
+            assert_eq!(
+                col.len() as u64,
+                len,
+                "{name}.{c} has {name}.length entries"
+            );
+            col
+        })
+        .collect();
+    (len as usize, cols)
+}
+
+fn index_in(v: &Value, len: usize, what: &str) -> Option<usize> {
+    if v.is_null() {
+        return None;
+    }
+    let i = v
+        .as_u64()
+        .unwrap_or_else(|| panic!("{what}: {v} is an index")) as usize;
+    assert!(i < len, "{what}: {i} out of {len}");
+    Some(i)
+}
+
+// Column tables are read row by row across several columns.
+#[allow(clippy::needless_range_loop)]
+pub fn gecko(bytes: &[u8]) -> Gecko {
+    let v: Value = serde_json::from_slice(bytes).expect("a gecko profile is JSON");
+    let meta = &v["meta"];
+    assert!(meta["preprocessedProfileVersion"].as_u64().unwrap() >= 47);
+    assert!(meta["interval"].as_f64().unwrap() > 0.0);
+    assert!(
+        meta["startTime"].as_f64().unwrap() > 1.0e12,
+        "ms since the epoch"
+    );
+    let categories: Vec<String> = meta["categories"]
+        .as_array()
+        .expect("meta.categories")
+        .iter()
+        .map(|c| {
+            assert!(c["color"].is_string());
+            assert!(c["subcategories"].as_array().is_some_and(|s| !s.is_empty()));
+            c["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let libs = v["libs"].as_array().expect("libs");
+    for l in libs {
+        for k in ["name", "path", "debugName", "debugPath", "breakpadId"] {
+            assert!(l[k].is_string(), "libs[].{k}");
+        }
+    }
+    let strings: Vec<&str> = v["shared"]["stringArray"]
+        .as_array()
+        .expect("shared.stringArray")
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let mut out = Gecko {
+        threads: Vec::new(),
+        weights: HashMap::new(),
+        functions: Vec::new(),
+        categories: categories.clone(),
+        leaf_categories: HashMap::new(),
+        libraries: Vec::new(),
+        v: Value::Null,
+    };
+    for t in v["threads"].as_array().expect("threads") {
+        let name = t["name"].as_str().expect("thread name").to_string();
+        assert!(t["pid"].is_string(), "pid is a string");
+        assert!(t["tid"].is_number());
+        let (nres, res) = table(t, "resourceTable", &["lib", "name", "type"]);
+        for i in 0..nres {
+            index_in(&res[0][i], libs.len(), "resourceTable.lib");
+            index_in(&res[1][i], strings.len(), "resourceTable.name");
+        }
+        let (nfunc, func) = table(
+            t,
+            "funcTable",
+            &[
+                "name",
+                "isJS",
+                "relevantForJS",
+                "resource",
+                "fileName",
+                "lineNumber",
+            ],
+        );
+        for i in 0..nfunc {
+            let n = index_in(&func[0][i], strings.len(), "funcTable.name").unwrap();
+            out.functions.push(strings[n].to_string());
+            index_in(&func[4][i], strings.len(), "funcTable.fileName");
+            let r = func[3][i].as_i64().expect("funcTable.resource");
+            if r >= 0 {
+                assert!((r as usize) < nres);
+                let lib = res[0][r as usize].as_u64().unwrap() as usize;
+                out.libraries
+                    .push(libs[lib]["name"].as_str().unwrap().to_string());
+            }
+        }
+        let (nframe, frame) = table(
+            t,
+            "frameTable",
+            &[
+                "address",
+                "inlineDepth",
+                "category",
+                "subcategory",
+                "func",
+                "line",
+            ],
+        );
+        for i in 0..nframe {
+            index_in(&frame[4][i], nfunc, "frameTable.func").unwrap();
+            index_in(&frame[2][i], categories.len(), "frameTable.category");
+        }
+        let (nstack, stack) = table(t, "stackTable", &["frame", "prefix", "category"]);
+        for i in 0..nstack {
+            index_in(&stack[0][i], nframe, "stackTable.frame").unwrap();
+            if let Some(p) = index_in(&stack[1][i], nstack, "stackTable.prefix") {
+                assert!(p < i, "a prefix comes before its stack");
+            }
+        }
+        let (nsamples, samples) = table(t, "samples", &["stack", "time", "weight"]);
+        assert_eq!(t["samples"]["weightType"], "samples");
+        let mut last = f64::MIN;
+        let mut total = 0;
+        for i in 0..nsamples {
+            let time = samples[1][i].as_f64().expect("samples.time");
+            assert!(time >= last, "sample times never go back");
+            last = time;
+            let w = samples[2][i].as_u64().expect("samples.weight");
+            total += w;
+            if let Some(s) = index_in(&samples[0][i], nstack, "samples.stack") {
+                let c = stack[2][s].as_u64().unwrap() as usize;
+                *out.leaf_categories
+                    .entry(categories[c].clone())
+                    .or_default() += w;
+            }
+        }
+        table(
+            t,
+            "markers",
+            &["data", "name", "startTime", "endTime", "phase", "category"],
+        );
+        out.weights.insert(name.clone(), total);
+        out.threads.push(name);
+    }
+    out.v = v;
+    out
+}
+
+/// The data an HTML profile carries, after checking the page is whole: one
+/// document, no external script, style or link, the data element parses.
+pub fn html_data(bytes: &[u8]) -> Value {
+    let html = std::str::from_utf8(bytes).expect("the page is UTF-8");
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.trim_end().ends_with("</html>"));
+    let lower = html.to_ascii_lowercase();
+    for external in [
+        "<script src",
+        "<link",
+        "http://",
+        "https://",
+        "@import",
+        "url(",
+    ] {
+        assert!(
+            !lower.contains(external),
+            "the page refers to something outside: {external}"
+        );
+    }
+    let open = "<script type=\"application/json\" id=\"profile-data\">";
+    let start = html.find(open).expect("the data element") + open.len();
+    let end = start
+        + html[start..]
+            .find("</script>")
+            .expect("the data element ends");
+    let v: Value = serde_json::from_str(&html[start..end]).expect("the data is JSON");
+    let frames = v["frames"].as_array().expect("frames").len();
+    let stacks = v["stacks"].as_array().expect("stacks");
+    for s in stacks {
+        for f in s.as_array().unwrap() {
+            assert!((f.as_u64().unwrap() as usize) < frames);
+        }
+    }
+    let threads = v["threads"].as_array().expect("threads").len();
+    for s in v["samples"].as_array().expect("samples") {
+        let s = s.as_array().unwrap();
+        assert!((s[0].as_u64().unwrap() as usize) < stacks.len());
+        assert!((s[1].as_u64().unwrap() as usize) < threads);
+        assert!(s[2].as_u64().unwrap() > 0);
+    }
+    v
+}
+
+/// A line heatmap page: (file, line) → (own, total) sample counts of every
+/// sampled line, after checking the page is whole and self-contained.
+pub fn heatmap(bytes: &[u8]) -> HashMap<(String, u32), (u64, u64)> {
+    let html = std::str::from_utf8(bytes).expect("the page is UTF-8");
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.trim_end().ends_with("</html>"));
+    assert!(!html.contains("<script"), "a static page");
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let start = tag.find(&format!("{name}=\""))? + name.len() + 2;
+        let end = start + tag[start..].find('"')?;
+        Some(
+            tag[start..end]
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&amp;", "&"),
+        )
+    };
+    let mut out = HashMap::new();
+    let mut file = None;
+    for tag in html.split('<').skip(1) {
+        if tag.starts_with("section ") {
+            file = attr(tag, "data-file");
+        } else if tag.starts_with("tr class=\"hit\"") {
+            let f = file.clone().expect("a line row inside a file section");
+            let line: u32 = attr(tag, "data-line").unwrap().parse().unwrap();
+            let own: u64 = attr(tag, "data-own").unwrap().parse().unwrap();
+            let total: u64 = attr(tag, "data-total").unwrap().parse().unwrap();
+            assert!(own <= total, "{f}:{line} own {own} > total {total}");
+            assert!(
+                out.insert((f, line), (own, total)).is_none(),
+                "one row a line"
+            );
+        }
+    }
+    out
+}
