@@ -731,8 +731,10 @@ pub fn decode_call(nr: i64, a: &[u64; 6], mem: &dyn Memory, full: bool) -> CallA
 
 impl Wait {
     /// Whether the thread is off the CPU (sleeping, in D state, stopped).
+    /// A tracing stop ('t') is not: while sampling it is our own pause (or
+    /// one that outlived its budget) of a thread that was running.
     pub fn off_cpu(&self) -> bool {
-        !matches!(self.state.as_str(), "R" | "")
+        !matches!(self.state.as_str(), "R" | "t" | "")
     }
 
     /// The short form used by top's wait column and record's leaf frames:

@@ -883,7 +883,10 @@ fn parked_threads(process: &Value, ready: &Value) -> Vec<Value> {
         .filter(|t| t["thread_id"] != busy)
         .map(|t| {
             let mut t = t.clone();
-            t.as_object_mut().unwrap().remove("holds_gil");
+            // Kernel readings, not the layout's: a sleep's time left moves.
+            for k in ["holds_gil", "wait"] {
+                t.as_object_mut().unwrap().remove(k);
+            }
             t
         })
         .collect();
