@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// Longest wait for the threads of one pause to stop. Together with the read
 /// that follows it this keeps every pause well under 20 ms.
-pub const STOP_BUDGET: Duration = Duration::from_millis(5);
+pub const STOP_BUDGET: Duration = Duration::from_millis(10);
 /// Signal-delivery stops answered per thread and pause before giving up on
 /// it (under a signal storm the interrupt stop comes first after one).
 const MAX_SIGNAL_STOPS: u32 = 32;
@@ -354,7 +354,12 @@ impl PauseGuard {
         // the threads stop in parallel rather than one scheduling delay each.
         let mut waiting: Vec<(i32, u32)> = Vec::with_capacity(tids.len());
         for &tid in tids {
-            if tid <= 0 || is_lingering(tid) || !procfs::is_task(pid, tid) {
+            if tid <= 0 || !procfs::is_task(pid, tid) {
+                continue;
+            }
+            if is_lingering(tid) {
+                // Still on its way to an earlier stop: not paused this time.
+                g.not_stopped.push(tid);
                 continue;
             }
             if waiting.iter().any(|(t, _)| *t == tid) {
