@@ -816,10 +816,13 @@ struct Frozen {
 
 impl Frozen {
     fn freeze(pid: i32, v2: bool) -> Frozen {
-        let base = if v2 {
-            "/sys/fs/cgroup/unified"
-        } else {
+        let base = if !v2 {
             "/sys/fs/cgroup/freezer"
+        } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            // A pure v2 machine: the unified hierarchy is the root.
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/unified"
         };
         let dir = PathBuf::from(format!(
             "{base}/pyinspect-test-{}-{pid}",
@@ -874,19 +877,17 @@ fn freezers() -> Vec<bool> {
     if Path::new("/sys/fs/cgroup/freezer/cgroup.procs").exists() {
         v.push(false);
     }
-    let probe = PathBuf::from(format!(
-        "/sys/fs/cgroup/unified/pyinspect-probe-{}",
-        std::process::id()
-    ));
+    let v2_root = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        "/sys/fs/cgroup"
+    } else {
+        "/sys/fs/cgroup/unified"
+    };
+    let probe = PathBuf::from(format!("{v2_root}/pyinspect-probe-{}", std::process::id()));
     if std::fs::create_dir(&probe).is_ok() {
         if probe.join("cgroup.freeze").exists() {
             v.push(true);
         }
         let _ = std::fs::remove_dir(&probe);
-    }
-    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-        // A pure v2 machine: its root is /sys/fs/cgroup (not handled here).
-        panic!("pure cgroup v2 layout: extend Frozen to /sys/fs/cgroup");
     }
     assert!(!v.is_empty(), "no cgroup freezer on this machine");
     v
