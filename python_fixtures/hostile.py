@@ -10,8 +10,8 @@ stays until killed (fixture_util's lifetime bounds it).
                  Two threads spin in Python meanwhile.
   spoof PID      a spinning thread writes PID into its own
                  PyThreadState.native_thread_id (3.11+, where the field is).
-  exec DELAY PROG...  a worker thread exec()s PROG after DELAY seconds
-                 while the main thread and another spin.
+  exec DELAY PROG...  on SIGUSR2, a worker thread exec()s PROG after DELAY
+                 seconds, while the main thread and another spin.
   truncate PATH  maps a copy of an ELF file at PATH (named like libpython)
                  and keeps truncating and rewriting it.
   vfork LIB SECS a thread calls hold_vfork(SECS) from LIB (the caller waits
@@ -108,13 +108,17 @@ def mode_spoof(victim):
 
 
 def mode_exec(delay, argv):
+    trigger = threading.Event()
+
     def worker():
+        trigger.wait()
         time.sleep(delay)
         os.execv(argv[0], argv)
 
+    signal.signal(signal.SIGUSR2, lambda s, f: trigger.set())
     start(spin_forever)
-    fu.ready({})
     start(worker)
+    fu.ready({})
     spin_forever()
 
 

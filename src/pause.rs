@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// Longest wait for the threads of one pause to stop. Together with the read
 /// that follows it this keeps every pause well under 20 ms.
-pub const STOP_BUDGET: Duration = Duration::from_millis(5);
+pub const STOP_BUDGET: Duration = Duration::from_millis(10);
 /// Signal-delivery stops answered per thread and pause before giving up on
 /// it (under a signal storm the interrupt stop comes first after one).
 const MAX_SIGNAL_STOPS: u32 = 32;
@@ -45,28 +45,38 @@ thread_local! {
 
 }
 
-/// While threads are held, the pausing thread runs under SCHED_FIFO (where
-/// it may): a profiler descheduled by a busy machine would otherwise hold
-/// the target's threads stopped for a whole scheduling period. Pauses are
-/// bounded, so the real-time class never runs for long; restored on drop.
-struct Boost {
-    boosted: bool,
+/// While threads are held, or interrupted threads are still on their way
+/// to a stop, the pausing thread runs under SCHED_FIFO (where it may): a
+/// profiler descheduled by a busy machine would otherwise leave the target's
+/// threads stopped for a whole scheduling period. Pauses are bounded and the
+/// thread sleeps while it waits, so the real-time class is held briefly.
+/// Counted per thread; the normal class comes back when the last one drops.
+struct Boost;
+
+thread_local! {
+    static BOOSTS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Held while LINGERING is not empty (for a second at most: a thread
+    /// that takes longer sleeps in the kernel, and will not be quick to stop).
+    static LINGER_BOOST: RefCell<Option<(Option<Boost>, Instant)>> = const { RefCell::new(None) };
 }
 
 impl Boost {
     fn new() -> Boost {
-        let param = libc::sched_param { sched_priority: 1 };
-        // SAFETY: sets the calling thread's policy; a valid sched_param.
-        let boosted = unsafe {
-            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
-        } == 0;
-        Boost { boosted }
+        if BOOSTS.with(|b| b.replace(b.get() + 1)) == 0 {
+            let param = libc::sched_param { sched_priority: 1 };
+            // SAFETY: sets the calling thread's policy; a valid sched_param.
+            // Refused without the right: then nothing changes.
+            unsafe {
+                libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param);
+            }
+        }
+        Boost
     }
 }
 
 impl Drop for Boost {
     fn drop(&mut self) {
-        if self.boosted {
+        if BOOSTS.with(|b| b.replace(b.get().saturating_sub(1))) == 1 {
             let param = libc::sched_param { sched_priority: 0 };
             // SAFETY: as above, back to the normal class.
             unsafe {
@@ -74,6 +84,23 @@ impl Drop for Boost {
             }
         }
     }
+}
+
+/// Keep the boost while threads linger; give it back once none does.
+fn update_linger_boost() {
+    let lingering = LINGERING.with(|l| !l.borrow().is_empty());
+    LINGER_BOOST.with(|b| {
+        let mut b = b.borrow_mut();
+        match (lingering, b.as_mut()) {
+            (false, _) => *b = None,
+            (true, None) => *b = Some((Some(Boost::new()), Instant::now())),
+            (true, Some((boost, since))) => {
+                if since.elapsed() > Duration::from_secs(1) {
+                    boost.take();
+                }
+            }
+        }
+    });
 }
 
 pub struct PauseGuard {
@@ -272,6 +299,11 @@ fn release(pid: i32, tid: i32) {
 /// exited) since. Cheap when there are none; the samplers call it while they
 /// sleep, so a late stop is released within a millisecond or so.
 pub fn reap_lingering() {
+    reap();
+    update_linger_boost();
+}
+
+fn reap() {
     LINGERING.with(|l| {
         let mut l = l.borrow_mut();
         if l.is_empty() {
@@ -354,7 +386,12 @@ impl PauseGuard {
         // the threads stop in parallel rather than one scheduling delay each.
         let mut waiting: Vec<(i32, u32)> = Vec::with_capacity(tids.len());
         for &tid in tids {
-            if tid <= 0 || is_lingering(tid) || !procfs::is_task(pid, tid) {
+            if tid <= 0 || !procfs::is_task(pid, tid) {
+                continue;
+            }
+            if is_lingering(tid) {
+                // Still on its way to an earlier stop: not paused this time.
+                g.not_stopped.push(tid);
                 continue;
             }
             if waiting.iter().any(|(t, _)| *t == tid) {
@@ -464,7 +501,8 @@ impl Drop for PauseGuard {
         for tid in self.stopped.drain(..) {
             release(self.pid, tid);
         }
-        reap_lingering();
+        reap();
+        update_linger_boost();
     }
 }
 

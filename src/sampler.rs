@@ -274,6 +274,9 @@ pub struct Target {
     tasks: Option<AsyncioReader>,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
+    /// Threads that did not stop within the budget at the latest sample,
+    /// or whose unwind read beyond the stack copied during the pause.
+    late_threads: usize,
 }
 
 /// Stack bytes copied per thread at its first pause, the margin added when
@@ -284,22 +287,35 @@ const STACK_COPY_MAX: usize = 1 << 20;
 /// Below the stack pointer a leaf function may keep data (the red zone).
 const RED_ZONE: u64 = 128;
 
-/// Copy up to `want` bytes of stack from `sp` (and the red zone below it),
+/// Copy up to `want` bytes of stack from `sp` (from the start of its page,
+/// which covers the red zone: the unwinder reads the stack in whole pages),
 /// stopping at the end of the mapping. Returns the copy's start and bytes.
 fn copy_stack(mem: &ProcessMemory, sp: u64, want: usize) -> (u64, Vec<u8>) {
-    const CHUNK: usize = 16 << 10;
-    let base = sp.saturating_sub(RED_ZONE);
-    let mut bytes = vec![0u8; want + RED_ZONE as usize];
+    const PAGE: usize = 4096;
+    const CHUNK: usize = 16 * PAGE;
+    let base = sp.saturating_sub(RED_ZONE) & !(PAGE as u64 - 1);
+    let len = (sp - base) as usize + want;
+    let len = len.div_ceil(PAGE) * PAGE;
+    let mut bytes = vec![0u8; len];
     let mut got = 0;
-    while got < bytes.len() {
-        let n = CHUNK.min(bytes.len() - got);
+    while got < len {
+        let n = CHUNK.min(len - got);
         if mem
             .read(base + got as u64, &mut bytes[got..got + n])
-            .is_err()
+            .is_ok()
         {
-            break;
+            got += n;
+            continue;
         }
-        got += n;
+        // The end of the mapping is in this chunk: take its pages one by one.
+        while got < len
+            && mem
+                .read(base + got as u64, &mut bytes[got..got + PAGE])
+                .is_ok()
+        {
+            got += PAGE;
+        }
+        break;
     }
     bytes.truncate(got);
     (base, bytes)
@@ -412,6 +428,7 @@ impl Target {
             identity,
             stack_copy: HashMap::new(),
             pause_notes: Vec::new(),
+            late_threads: 0,
         };
         // One read without pausing fills the code-object and name caches,
         // so that the first paused read is as short as the later ones
@@ -661,6 +678,24 @@ impl Target {
         })
     }
 
+    /// One sample in which every thread to pause stopped, and every native
+    /// unwind found its stack in the copy, if a few tries can get one
+    /// (dump): a thread that a busy machine leaves without CPU misses the
+    /// stop budget now and then, and a first copy may be too shallow (the
+    /// next try copies as deep as the unwind went). Each try holds no thread
+    /// longer than the budget; the last try's sample is taken as it is.
+    pub fn sample_whole(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+        let mut tries = 0;
+        loop {
+            let r = self.sample(cfg);
+            tries += 1;
+            if self.late_threads == 0 || tries >= 10 || r.is_err() {
+                return r;
+            }
+            pause::release_lingering(Duration::from_millis(200));
+        }
+    }
+
     pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
         if !cfg.nonblocking {
@@ -742,6 +777,7 @@ impl Target {
                 }
             }
         }
+        self.late_threads = guard.as_ref().map_or(0, |g| g.not_stopped().len());
         // Tasks are read while the threads still stand still.
         let mut tasks = match (&snap, cfg.asyncio) {
             (Ok(s), mode) if mode != AsyncMode::Off => {
@@ -794,6 +830,9 @@ impl Target {
                 unwound.insert(tid, n.unwind_regs(ip, sp, bp, &copy));
                 // Next time copy as deep as this unwind read, and a margin.
                 let needed = copy.beyond.get().saturating_sub(sp) as usize;
+                if needed > want {
+                    self.late_threads += 1;
+                }
                 let next = if needed > want {
                     (needed + STACK_COPY_MARGIN).min(STACK_COPY_MAX)
                 } else {

@@ -45,7 +45,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         asyncio: opts.asyncio,
     };
     let mut target = Target::open(pid, &cfg)?;
-    let threads = target.sample(&cfg);
+    let threads = target.sample_whole(&cfg);
     // A thread that stopped after the budget is let go now, not at exit.
     pause::release_lingering(std::time::Duration::from_millis(200));
     let threads = threads?;
