@@ -275,14 +275,22 @@ impl Target {
             function_lines: cfg.function_lines,
         };
         let snap = self.reader.snapshot(&self.mem, opts, &self.states);
-        // Native stacks must be unwound while the threads are still stopped.
-        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
+        // Registers and stack bytes are taken while the threads are stopped;
+        // the unwinding itself runs once they are running again.
+        let mut captured = Vec::new();
         if let (Some(n), Some(g)) = (self.native.as_mut(), guard.as_ref()) {
             for tid in g.tids() {
-                unwound.insert(tid, n.unwind(tid, &self.mem));
+                captured.push((tid, n.capture(tid, &self.mem)));
             }
         }
         drop(guard);
+        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
+        if let Some(n) = self.native.as_mut() {
+            for (tid, c) in captured {
+                let frames = c.map(|c| n.unwind(tid, &c, &self.mem)).unwrap_or_default();
+                unwound.insert(tid, frames);
+            }
+        }
         let mut snap = snap?;
         if cfg.nonblocking {
             // No pause needs the list up front: the next tick reads the

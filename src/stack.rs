@@ -64,6 +64,10 @@ pub struct Frame {
     pub module: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<String>,
+    /// Native frames: the symbol as the library has it, when `function`
+    /// shows it without a compiler suffix (`.constprop.0`, `.cold`...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inlined: Option<bool>,
     /// "cuda" for frames in CUDA libraries (native frames only; null otherwise).
@@ -93,6 +97,7 @@ impl Frame {
             line: Some(line),
             module: None,
             offset: None,
+            symbol: None,
             inlined: None,
             tag: None,
             locals: None,

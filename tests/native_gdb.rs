@@ -226,11 +226,35 @@ fn basename(p: &str) -> String {
     p.rsplit('/').next().unwrap_or(p).to_string()
 }
 
-/// `thread apply all bt` of a stopped process: frames per kernel tid.
-/// Inlined frames that belong to an eval-loop frame's own physical frame
-/// are left out (pyinspect replaces that whole frame by Python frames);
-/// frames past the thread's start are gdb's junk.
-fn gdb_stacks(pid: i32) -> HashMap<i32, Vec<Frame>> {
+/// Executable mappings of `pid` (start, end).
+fn code_ranges(pid: i32) -> Vec<(u64, u64)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let range = it.next()?;
+            let perms = it.next()?;
+            let (a, b) = range.split_once('-')?;
+            perms.contains('x').then(|| {
+                (
+                    u64::from_str_radix(a, 16).unwrap_or(0),
+                    u64::from_str_radix(b, 16).unwrap_or(0),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `thread apply all bt` of a stopped process: frames per kernel tid, and
+/// how many frames were junk: a pc outside all code (gdb's heuristic
+/// unwinders produce those after a frame without CFI, then resynchronise),
+/// left out. Inlined frames that belong to an eval-loop frame's own
+/// physical frame are left out too (pyinspect replaces that frame by
+/// Python frames, and shows those inlined calls with --native-all only
+/// through the merge); frames past the thread's start are gdb's junk.
+fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
+    let code = code_ranges(pid);
+    let mut junk = 0;
     let out = Command::new("gdb")
         .args(["-p", &pid.to_string(), "-batch", "-nx"])
         .args(["-ex", "set print frame-arguments none"])
@@ -265,6 +289,21 @@ fn gdb_stacks(pid: i32) -> HashMap<i32, Vec<Frame>> {
             Some((a, b)) if a.starts_with("0x") => (true, b),
             _ => (false, rest),
         };
+        if physical {
+            let pc = rest
+                .split_whitespace()
+                .next()
+                .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+                .unwrap_or(0);
+            // A return address points just past a call, inside code.
+            let in_code = code
+                .iter()
+                .any(|&(a, b)| pc.wrapping_sub(1) >= a && pc.wrapping_sub(1) < b);
+            if !in_code {
+                junk += 1;
+                continue;
+            }
+        }
         let func = body.split(" (").next().unwrap_or("").trim();
         let module = body
             .rsplit_once(" from ")
@@ -285,7 +324,7 @@ fn gdb_stacks(pid: i32) -> HashMap<i32, Vec<Frame>> {
             groups.last_mut().unwrap().push((f, physical));
         }
     }
-    stacks
+    let stacks = stacks
         .into_iter()
         .map(|(t, groups)| {
             let mut frames = Vec::new();
@@ -304,7 +343,8 @@ fn gdb_stacks(pid: i32) -> HashMap<i32, Vec<Frame>> {
             }
             (t, frames)
         })
-        .collect()
+        .collect();
+    (stacks, junk)
 }
 
 // ------------------------------------------------------- pyinspect side
@@ -432,6 +472,8 @@ struct Row {
     extra: usize,
     merges_ok: usize,
     merges: usize,
+    /// gdb frames left out: pc outside all code.
+    gdb_junk: usize,
     detail: String,
 }
 
@@ -471,7 +513,7 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
         thread_states(pid).iter().all(|&s| s == 'T'),
         "{label}: pyinspect did not leave the process stopped"
     );
-    let gdb = gdb_stacks(pid);
+    let (gdb, junk) = gdb_stacks(pid);
     assert!(
         thread_states(pid).iter().all(|&s| s == 'T'),
         "{label}: the process did not stay stopped under gdb"
@@ -480,6 +522,7 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
     let ours = pyinspect_stacks(&dump);
     let mut row = Row {
         label: label.to_string(),
+        gdb_junk: junk,
         ..Default::default()
     };
     for (tid, g) in &gdb {
@@ -513,20 +556,21 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
 
 fn print_table(rows: &[Row]) -> (f64, usize, f64) {
     let mut s = String::from(
-        "\ngdb oracle: workload/interpreter          threads  gdb frames  agree  extra  merged right\n",
+        "\ngdb oracle: workload/interpreter          threads  gdb frames  agree  extra  merged right  gdb junk\n",
     );
     let (mut g, mut m, mut x, mut mo, mut ma) = (0, 0, 0, 0, 0);
     for r in rows {
         let _ = writeln!(
             s,
-            "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>6}/{}",
+            "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>6}/{:<6} {:>4}",
             r.label,
             r.threads,
             r.gdb_frames,
             100.0 * r.matched as f64 / r.gdb_frames.max(1) as f64,
             r.extra,
             r.merges_ok,
-            r.merges
+            r.merges,
+            r.gdb_junk
         );
         g += r.gdb_frames;
         m += r.matched;

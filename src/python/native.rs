@@ -7,7 +7,7 @@ use crate::memory::Memory;
 use std::collections::HashMap;
 
 use crate::native_unwind::{
-    self, MergeMethod, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge,
+    self, CapturedStack, MergeMethod, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge,
 };
 use crate::procfs;
 use crate::stack::{Frame, FrameKind, ThreadStack, ThreadStatus};
@@ -48,22 +48,27 @@ impl NativeStacks {
         })
     }
 
-    /// Unwind paused thread `tid` (call while it is stopped). Errors become
-    /// an empty native stack: the Python frames are still shown.
-    pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Vec<NativeFrame> {
-        match self.unwinder.unwind(tid, mem) {
-            Ok(f) => {
-                match self.unwinder.ended_early() {
-                    Some(why) => self.ended.insert(tid, why.to_string()),
-                    None => self.ended.remove(&tid),
-                };
-                f
-            }
+    /// Registers and stack bytes of paused thread `tid` (call while it is
+    /// stopped; [`unwind`](Self::unwind) once it runs again). None on
+    /// failure (counted): the Python frames are still shown.
+    pub fn capture(&mut self, tid: i32, mem: &dyn Memory) -> Option<CapturedStack> {
+        match self.unwinder.capture(tid, mem) {
+            Ok(c) => Some(c),
             Err(e) => {
                 self.notes.push(format!("native unwind failed: {e}"));
-                Vec::new()
+                None
             }
         }
+    }
+
+    /// Unwind what [`capture`](Self::capture) took from thread `tid`.
+    pub fn unwind(&mut self, tid: i32, c: &CapturedStack, mem: &dyn Memory) -> Vec<NativeFrame> {
+        let f = self.unwinder.unwind_captured(c, mem);
+        match self.unwinder.ended_early() {
+            Some(why) => self.ended.insert(tid, why.to_string()),
+            None => self.ended.remove(&tid),
+        };
+        f
     }
 
     /// Merge an unwound native stack into a thread's Python stack (the
@@ -120,6 +125,10 @@ impl NativeStacks {
         for m in merged {
             match m {
                 Merged::Python(f) => out.push(f),
+                Merged::EvalInlined(nf) => {
+                    let lines = self.unwinder.add_lines(&nf);
+                    out.extend(lines.iter().filter(|f| f.inlined).map(native_frame));
+                }
                 Merged::Native(nf) => {
                     for f in self.unwinder.add_lines(&nf) {
                         // Merging judged the real function; the calls DWARF
@@ -189,6 +198,11 @@ fn native_frame(f: &NativeFrame) -> Frame {
         line: f.line,
         module: Some(f.module.clone()),
         offset: Some(format!("0x{:x}", f.offset)),
+        symbol: f
+            .function
+            .as_deref()
+            .filter(|s| native_unwind::display_name(s) != *s)
+            .map(str::to_string),
         inlined: Some(f.inlined),
         tag: Some(f.tag.map(str::to_string)),
         locals: None,

@@ -1,0 +1,154 @@
+//! `dump --native` on threads that run sub-interpreters (3.11+): nested in
+//! the thread's main-interpreter call, one after another, several per
+//! thread, and (3.12+) a sub-interpreter running another. Every thread
+//! state's Python frames must be merged into the thread's native stack by
+//! stack address (no "could not be matched", no unwind cut short), on every
+//! dump of a repeated series.
+//!
+//! The fixture is python_fixtures/native/subinterp_native.py.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{dump_json, Fixture, Interpreter};
+use serde_json::Value;
+
+/// Dumps per interpreter.
+const REPEATS: usize = 20;
+
+fn interp(label: &str, path: &str, version: (u32, u32)) -> Interpreter {
+    let python = PathBuf::from(path);
+    assert!(python.exists(), "{path} is missing");
+    Interpreter {
+        label: label.to_string(),
+        python,
+        version,
+    }
+}
+
+fn pyenv(v: &str) -> Interpreter {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let root = std::process::Command::new("pyenv")
+        .arg("root")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| format!("{home}/.pyenv"));
+    let parts: Vec<u32> = v.split('.').map(|x| x.parse().unwrap()).collect();
+    interp(
+        &format!("pyenv {v}"),
+        &format!("{root}/versions/{v}/bin/python"),
+        (parts[0], parts[1]),
+    )
+}
+
+fn interpreters() -> Vec<Interpreter> {
+    let sid = "/opt/pyinspect-sid/root/usr/bin";
+    vec![
+        pyenv("3.11.7"),
+        pyenv("3.12.1"),
+        pyenv("3.13.0"),
+        interp("debian 3.11 (static)", "/usr/bin/python3.11", (3, 11)),
+        interp(
+            "sid 3.13 (stripped)",
+            &format!("{sid}/python3.13-hosted"),
+            (3, 13),
+        ),
+        interp(
+            "sid 3.14 (stripped)",
+            &format!("{sid}/python3.14-hosted"),
+            (3, 14),
+        ),
+    ]
+}
+
+fn python_names(t: &Value) -> Vec<String> {
+    t["frames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["kind"] == "python")
+        .map(|f| f["function"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Problems in one dump: merge fallbacks, cut unwinds, and sub-interpreter
+/// threads whose sleeping frame is missing or not under a native frame.
+fn problems(dump: &Value, ready: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let threads = dump["threads"].as_array().cloned().unwrap_or_default();
+    for t in &threads {
+        if let Some(why) = t["truncated"].as_str() {
+            out.push(format!(
+                "thread {} (interpreter {}): {why}",
+                t["os_thread_id"], t["interpreter"]
+            ));
+        }
+    }
+    for (name, tid) in ready["threads"].as_object().into_iter().flatten() {
+        let on_thread: Vec<&Value> = threads
+            .iter()
+            .filter(|t| t["os_thread_id"] == *tid)
+            .collect();
+        // The main interpreter's state runs the thread's function.
+        if !on_thread
+            .iter()
+            .any(|t| t["interpreter"] == 0 && python_names(t).contains(name))
+        {
+            out.push(format!("{name}: no main-interpreter stack running {name}"));
+        }
+        // A sub-interpreter's state sleeps, with native frames inside.
+        let sleeping = on_thread.iter().find(|t| {
+            t["interpreter"] != 0
+                && python_names(t).first().map(String::as_str) == Some("sub_sleep")
+        });
+        match sleeping {
+            Some(t) => {
+                let first = &t["frames"][0];
+                if first["kind"] != "native" {
+                    out.push(format!("{name}: sub_sleep is not under a native frame"));
+                }
+            }
+            None => out.push(format!("{name}: no sub-interpreter stack in sub_sleep")),
+        }
+    }
+    out
+}
+
+#[test]
+fn sub_interpreters_merge_by_stack_address() {
+    let mut failures = Vec::new();
+    for i in interpreters() {
+        let f = Fixture::spawn_with_timeout(
+            &i,
+            "native/subinterp_native.py",
+            &[],
+            std::time::Duration::from_secs(60),
+        );
+        let mut bad = 0;
+        let mut first = None;
+        for _ in 0..REPEATS {
+            let d = dump_json(f.pid, &["--native"]).remove(0);
+            let p = problems(&d, &f.ready);
+            if !p.is_empty() {
+                bad += 1;
+                first.get_or_insert(p);
+            }
+        }
+        eprintln!(
+            "sub-interpreters on {}: {}/{REPEATS} dumps merged",
+            i.label,
+            REPEATS - bad
+        );
+        if let Some(p) = first {
+            failures.push(format!(
+                "{}: {bad} bad dumps, e.g.\n  {}",
+                i.label,
+                p.join("\n  ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
