@@ -132,6 +132,10 @@ struct Frame {
     /// Stands for one eval-loop C frame (pyinspect: a run of Python frames;
     /// gdb: a frame of `_PyEval_EvalFrameDefault` or an unnamed frame).
     python: bool,
+    /// A physical (not inlined) frame's file offset of its pc, when known:
+    /// two aliases of one function (`pthread_cond_timedwait` and glibc's
+    /// DWARF name `___pthread_cond_timedwait64`) are the same frame.
+    at: Option<u64>,
 }
 
 /// Names as both tools print them, made comparable: no argument list, no
@@ -226,19 +230,21 @@ fn basename(p: &str) -> String {
     p.rsplit('/').next().unwrap_or(p).to_string()
 }
 
-/// Executable mappings of `pid` (start, end).
-fn code_ranges(pid: i32) -> Vec<(u64, u64)> {
+/// Executable mappings of `pid` (start, end, file offset).
+fn code_ranges(pid: i32) -> Vec<(u64, u64, u64)> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     maps.lines()
         .filter_map(|l| {
             let mut it = l.split_whitespace();
             let range = it.next()?;
             let perms = it.next()?;
+            let offset = u64::from_str_radix(it.next()?, 16).ok()?;
             let (a, b) = range.split_once('-')?;
             perms.contains('x').then(|| {
                 (
                     u64::from_str_radix(a, 16).unwrap_or(0),
                     u64::from_str_radix(b, 16).unwrap_or(0),
+                    offset,
                 )
             })
         })
@@ -248,10 +254,9 @@ fn code_ranges(pid: i32) -> Vec<(u64, u64)> {
 /// `thread apply all bt` of a stopped process: frames per kernel tid, and
 /// how many frames were junk: a pc outside all code (gdb's heuristic
 /// unwinders produce those after a frame without CFI, then resynchronise),
-/// left out. Inlined frames that belong to an eval-loop frame's own
-/// physical frame are left out too (pyinspect replaces that frame by
-/// Python frames, and shows those inlined calls with --native-all only
-/// through the merge); frames past the thread's start are gdb's junk.
+/// left out. The calls inlined into an eval-loop frame are kept: pyinspect
+/// shows them with --native-all, inner to the Python frames. Frames past
+/// the thread's start are gdb's junk.
 fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
     let code = code_ranges(pid);
     let mut junk = 0;
@@ -289,6 +294,7 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
             Some((a, b)) if a.starts_with("0x") => (true, b),
             _ => (false, rest),
         };
+        let mut at = None;
         if physical {
             let pc = rest
                 .split_whitespace()
@@ -296,12 +302,15 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
                 .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
                 .unwrap_or(0);
             // A return address points just past a call, inside code.
-            let in_code = code
+            let mapping = code
                 .iter()
-                .any(|&(a, b)| pc.wrapping_sub(1) >= a && pc.wrapping_sub(1) < b);
-            if !in_code {
-                junk += 1;
-                continue;
+                .find(|&&(a, b, _)| pc.wrapping_sub(1) >= a && pc.wrapping_sub(1) < b);
+            match mapping {
+                Some(&(a, _, off)) => at = Some(pc - a + off),
+                None => {
+                    junk += 1;
+                    continue;
+                }
             }
         }
         let func = body.split(" (").next().unwrap_or("").trim();
@@ -314,6 +323,7 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
             name,
             module,
             python,
+            at,
         };
         let groups = stacks.get_mut(&t).unwrap();
         // A frame with an address starts a physical frame; those without
@@ -321,7 +331,13 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
         if physical || groups.is_empty() {
             groups.push(vec![(f, physical)]);
         } else {
-            groups.last_mut().unwrap().push((f, physical));
+            // The pc belongs to the physical function, the group's last.
+            let g = groups.last_mut().unwrap();
+            let mut f = f;
+            if let Some(last) = g.last_mut() {
+                f.at = last.0.at.take();
+            }
+            g.push((f, physical));
         }
     }
     let stacks = stacks
@@ -329,11 +345,7 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
         .map(|(t, groups)| {
             let mut frames = Vec::new();
             'outer: for g in groups {
-                let eval_group = g.iter().any(|(f, _)| f.python);
                 for (f, _) in g {
-                    if eval_group && !f.python {
-                        continue;
-                    }
                     let start = f.name.as_deref().is_some_and(is_start);
                     frames.push(f);
                     if start {
@@ -365,10 +377,15 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
                 let unnamed = func.starts_with(&format!("{raw}+0x"));
                 let name = (!unnamed).then(|| normalise(func));
                 let start = name.as_deref().is_some_and(is_start);
+                let at = (f["inlined"] == false)
+                    .then(|| f["offset"].as_str())
+                    .flatten()
+                    .and_then(|o| u64::from_str_radix(o.trim_start_matches("0x"), 16).ok());
                 frames.push(Frame {
                     name,
                     module: Some(module_name(raw)),
                     python: false,
+                    at,
                 });
                 // As for gdb: nothing past the thread's start.
                 if start {
@@ -379,6 +396,7 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
                     name: None,
                     module: None,
                     python: true,
+                    at: None,
                 });
             }
         }
@@ -400,6 +418,11 @@ fn same(g: &Frame, p: &Frame) -> bool {
     // gdb qualifies inlined functions by their namespace, DWARF's name
     // alone may not.
     let qualified = |a: &str, b: &str| a.ends_with(&format!("::{b}"));
+    // One pc in one module is one frame, whatever alias names it (where
+    // the file offset is the module's address, as in every library here).
+    if module_ok && g.at.is_some() && g.at == p.at && g.name.is_some() && p.name.is_some() {
+        return true;
+    }
     module_ok
         && match (&g.name, &p.name) {
             (Some(a), Some(b)) => a == b || qualified(a, b) || qualified(b, a),
