@@ -733,7 +733,7 @@ fn native_stacks_on_every_interpreter() {
             };
 
             // 5: --native with --nonblocking is refused, with one line.
-            for flag in ["--native", "--native-all"] {
+            for flag in ["--native", "--native-all", "--native-debug-info"] {
                 let p = pid.to_string();
                 let out = pyinspect(&["dump", "--pid", &p, flag, "--nonblocking"]);
                 let line = assert_one_clean_error_line(&out);

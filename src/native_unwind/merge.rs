@@ -60,7 +60,10 @@ pub fn display_name(function: &str) -> &str {
     let mut n = function;
     loop {
         let before = n;
-        n = n.strip_suffix(".cold").unwrap_or(n);
+        n = n
+            .strip_suffix(".cold")
+            .filter(|b| !b.is_empty())
+            .unwrap_or(n);
         for marker in [
             ".constprop.",
             ".lto_priv.",

@@ -946,6 +946,49 @@ mod tests {
     }
 
     #[test]
+    fn plt_stubs_are_named_like_objdump_names_them() {
+        // A system library with a lazy-binding .plt (Debian's zlib), checked
+        // against objdump's own `name@plt` labels.
+        let path = "/lib/x86_64-linux-gnu/libz.so.1";
+        let bytes = std::fs::read(path).expect("zlib is installed");
+        let obj = object::File::parse(&bytes[..]).unwrap();
+        let mut s = Symbols::default();
+        s.add_plt(&obj);
+        s.finish();
+        let out = std::process::Command::new("objdump")
+            .args(["-d", "-j", ".plt", path])
+            .output()
+            .expect("objdump");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut checked = 0;
+        for l in text.lines().filter(|l| l.ends_with("@plt>:")) {
+            let (addr, rest) = l.split_once(' ').unwrap();
+            let addr = u64::from_str_radix(addr, 16).unwrap();
+            let want = rest.trim_start_matches('<').trim_end_matches(">:");
+            let got = s.lookup(addr + 4).map(|x| s.name(x).to_string());
+            assert_eq!(got.as_deref(), Some(want), "at 0x{addr:x}");
+            checked += 1;
+        }
+        assert!(checked > 10, "only {checked} stubs checked");
+    }
+
+    #[test]
+    fn display_names_drop_compiler_suffixes() {
+        use crate::native_unwind::display_name;
+        assert_eq!(display_name("time_sleep.lto_priv.0"), "time_sleep");
+        assert_eq!(display_name("f.constprop.0.isra.0"), "f");
+        assert_eq!(display_name("g.part.3.cold"), "g");
+        assert_eq!(display_name("h.cold"), "h");
+        assert_eq!(
+            display_name("core::fmt::write.llvm.123456"),
+            "core::fmt::write"
+        );
+        assert_eq!(display_name("plain"), "plain");
+        assert_eq!(display_name(".cold"), ".cold");
+        assert_eq!(display_name("v1.2"), "v1.2");
+    }
+
+    #[test]
     fn symbol_lookup_respects_sizes() {
         let mut s = Symbols::default();
         for (start, size, name, exported) in [
