@@ -580,6 +580,18 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
     }
     for _ in 0..repeats {
         let d = dump_json(pid, &["--native"]).remove(0);
+        let pseudo: Vec<String> = d["threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|t| t["frames"].as_array().cloned().unwrap_or_default())
+            .filter(|f| {
+                let m = f["module"].as_str().unwrap_or("");
+                ["[stack]", "[heap]", "[unknown]"].contains(&m)
+            })
+            .map(|f| f["function"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert!(pseudo.is_empty(), "{label}: pseudo-frames {pseudo:?}");
         let (ok, all) = merged_right(&d);
         row.merges_ok += ok;
         row.merges += all;
