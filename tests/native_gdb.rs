@@ -47,7 +47,8 @@ fn run(cmd: &mut Command) {
 }
 
 /// The workload libraries, built once: the segment-gap library (code
-/// segment starting mid-page), the deadlock and the C++ fixture.
+/// segment starting mid-page), the deadlock (stripped, with MiniDebugInfo)
+/// and the C++ fixture.
 fn built() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -75,10 +76,11 @@ fn built() -> &'static Path {
             "-shared",
             "-fPIC",
             "-o",
-            &d("libdeadlock.so"),
+            &d("libdeadlock_full.so"),
             &s("deadlock.c"),
             "-lpthread",
         ]));
+        minidebuginfo(&d("libdeadlock_full.so"), &d("libdeadlock.so"), &dir);
         run(Command::new("g++").args([
             "-O2",
             "-g",
@@ -90,6 +92,42 @@ fn built() -> &'static Path {
         ]));
         dir
     })
+}
+
+/// `out`: `full` stripped of everything, with MiniDebugInfo as Fedora
+/// builds it: the function symbols (static `take_second` among them) in an
+/// xz-compressed ELF file in `.gnu_debugdata`. Only that section names the
+/// static functions, for gdb and for pyinspect alike.
+fn minidebuginfo(full: &str, out: &str, dir: &Path) {
+    let tmp = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    run(Command::new("objcopy").args(["--only-keep-debug", full, &tmp("dbg")]));
+    let nm = Command::new("nm")
+        .args(["--format=posix", "--defined-only", &tmp("dbg")])
+        .output()
+        .expect("nm");
+    let funcs: String = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let name = it.next()?;
+            matches!(it.next()?, "T" | "t").then(|| format!("{name}\n"))
+        })
+        .collect();
+    std::fs::write(tmp("funcs"), funcs).unwrap();
+    run(Command::new("objcopy").args([
+        "-S",
+        "--remove-section",
+        ".comment",
+        &format!("--keep-symbols={}", tmp("funcs")),
+        &tmp("dbg"),
+        &tmp("mini"),
+    ]));
+    run(Command::new("xz").args(["-f", &tmp("mini")]));
+    run(Command::new("strip").args(["--strip-all", "-o", out, full]));
+    run(Command::new("objcopy").args([
+        &format!("--add-section=.gnu_debugdata={}", tmp("mini.xz")),
+        out,
+    ]));
 }
 
 fn pyenv(version: &str) -> Interpreter {
