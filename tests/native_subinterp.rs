@@ -11,7 +11,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{dump_json, Fixture, Interpreter};
+use common::{dump_json, pyinspect, Fixture, Interpreter};
 use serde_json::Value;
 
 /// Dumps per interpreter.
@@ -151,4 +151,58 @@ fn sub_interpreters_merge_by_stack_address() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// record's summary says how the native merges were made: on sid's
+/// stripped 3.14 (no eval-loop symbol to go by) every one by stack address.
+#[test]
+fn record_summary_counts_merge_methods() {
+    let i = interp(
+        "sid 3.14 (stripped)",
+        "/opt/pyinspect-sid/root/usr/bin/python3.14-hosted",
+        (3, 14),
+    );
+    let f = Fixture::spawn_with_timeout(
+        &i,
+        "native/subinterp_native.py",
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.txt");
+    let r = pyinspect(&[
+        "record",
+        "--pid",
+        &f.pid.to_string(),
+        "--native",
+        "--idle",
+        "-d",
+        "1",
+        "-r",
+        "20",
+        "-f",
+        "raw",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    r.assert_success();
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("native merges:"))
+        .unwrap_or_else(|| panic!("no merge counts in the summary\n{}", r.describe()));
+    let n = |what: &str| -> u64 {
+        line.split(", ")
+            .find(|p| p.contains(what))
+            .and_then(|p| {
+                p.trim_start_matches("pyinspect: native merges: ")
+                    .split(' ')
+                    .next()
+            })
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("no '{what}' count in: {line}"))
+    };
+    assert!(n("by stack address") > 0, "{line}");
+    assert_eq!(n("by eval-loop names"), 0, "{line}");
+    assert_eq!(n("fell back"), 0, "{line}");
 }
