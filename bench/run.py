@@ -388,6 +388,55 @@ class Bench:
                          verdict(wall["ours"] <= 0.5 * wall["theirs"]), "ms", f"median of {runs}",
                          self.last_detail["wall_ms"])
 
+    def dump_native_pause(self):
+        """How long dump --native stops the target, from the target's view:
+        the largest gap a ticking thread sees around one dump, minus the
+        largest gap it sees over as long a time without one."""
+        runs = 5 if self.quick else 15
+        try:
+            t = Target(self.python, "native_pause.py")
+        except RuntimeError as e:
+            raise Skip(str(e))
+        with t:
+            args = ["dump", "--native", "--pid", t.pid]
+            self.probe(self.ours(*args), "pyinspect dump --native")
+            results = {"ours": [], "theirs": [], "idle": []}
+            for _ in range(runs):
+                for who in ("idle", "ours", "theirs"):
+                    t.ask("reset", 5)
+                    time.sleep(0.05)
+                    if who == "idle":
+                        time.sleep(0.05)
+                    else:
+                        cmd = self.ours(*args) if who == "ours" else self.theirs(*args)
+                        run_measured(cmd)
+                    time.sleep(0.05)
+                    results[who].append(float(t.ask("max", 5) or "nan"))
+        med = {k: statistics.median(v) for k, v in results.items()}
+        self.results.add("dump-native-pause (onnxruntime)", med["ours"], med["theirs"], "< 20 ms",
+                         verdict(med["ours"] < 20), "ms",
+                         f"largest tick gap around one dump, median of {runs}; "
+                         f"{med['idle']:.1f} ms without a dump",
+                         {"gap_ms": {"pyinspect": results["ours"], "py-spy": results["theirs"],
+                                     "no dump": results["idle"]}})
+
+    def native_gdb_agreement(self):
+        """The gdb oracle (tests/native_gdb.rs): its agreement table."""
+        env = dict(os.environ, PYINSPECT_ORACLE_REPEATS="10" if self.quick else "100")
+        proc = subprocess.run(
+            ["cargo", "test", "--release", "--test", "native_gdb", "--", "--nocapture",
+             "--test-threads", "1"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        rows = [l for l in proc.stderr.splitlines() if l.startswith("  all ")]
+        if not rows:
+            raise Skip(f"oracle did not run: {first_line(proc.stderr)}")
+        for table, row in zip(("ctypes", "wheels"), rows):
+            parts = row.split()
+            agree = float(parts[2].rstrip("%"))
+            self.results.add(f"native-gdb-agreement {table}", agree, None, ">= 98%, no extra frames",
+                             verdict(agree >= 98.0 and parts[3] == "0"), "%",
+                             f"gdb frames {parts[1]}, extra {parts[3]}, merged right {parts[4]}")
+
     def record_both(self, pid, ours_args, theirs_args, reps):
         """Interleaved records to raw files; per run (Measured, stacks)."""
         runs = {"ours": [], "theirs": []}
@@ -884,6 +933,8 @@ SCENARIOS = [
     ("dump-900frames", Bench.dump_900frames),
     ("dump-10k-tasks", Bench.dump_10k_tasks),
     ("dump-native-3threads", Bench.dump_native_3threads),
+    ("dump-native-pause", Bench.dump_native_pause),
+    ("native-gdb-agreement", Bench.native_gdb_agreement),
     ("record-cpu-per-sample", Bench.record_cpu_per_sample),
     ("record-wall-100Hz", Bench.record_wall_100hz),
     ("record-native-rate", Bench.record_native_rate),

@@ -827,7 +827,7 @@ impl Target {
                     live: &self.mem,
                     beyond: std::cell::Cell::new(0),
                 };
-                unwound.insert(tid, n.unwind_regs(ip, sp, bp, &copy));
+                unwound.insert(tid, n.unwind_regs(tid, (ip, sp, bp), &copy));
                 // Next time copy as deep as this unwind read, and a margin.
                 let needed = copy.beyond.get().saturating_sub(sp) as usize;
                 if needed > want {

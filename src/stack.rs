@@ -160,6 +160,10 @@ pub struct Frame {
     pub module: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<String>,
+    /// Native frames: the symbol as the library has it, when `function`
+    /// shows it without a compiler suffix (`.constprop.0`, `.cold`...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inlined: Option<bool>,
     /// "cuda" for frames in CUDA libraries (native frames only; null otherwise).
@@ -205,6 +209,7 @@ impl Frame {
         Frame {
             kind: FrameKind::Native,
             function: "[GC]".to_string(),
+            symbol: None,
             file: None,
             line: None,
             module: None,
@@ -224,6 +229,7 @@ impl Frame {
             line: Some(line),
             module: None,
             offset: None,
+            symbol: None,
             inlined: None,
             tag: None,
             locals: None,

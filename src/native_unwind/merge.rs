@@ -39,6 +39,10 @@ pub enum MergeMethod {
 pub enum Merged<F> {
     Python(F),
     Native(NativeFrame),
+    /// An eval-loop C frame replaced by the Python frames after it: only the
+    /// calls inlined into it at that point (`_PyObject_VectorcallTstate`)
+    /// are shown, with `--native-all`.
+    EvalInlined(NativeFrame),
 }
 
 /// The name without a compiler suffix (`.cold`, `.isra.0`, `.constprop.0`).
@@ -46,6 +50,38 @@ fn base_name(function: &str) -> &str {
     match function.find('.') {
         Some(i) if i > 0 => &function[..i],
         _ => function,
+    }
+}
+
+/// The name as shown: without the suffixes compilers add to clones and
+/// split-off parts (`.constprop.0`, `.lto_priv.0`, `.isra.0`, `.part.0`,
+/// `.cold`, Rust's `.llvm.N`), however many are stacked.
+pub fn display_name(function: &str) -> &str {
+    let mut n = function;
+    loop {
+        let before = n;
+        n = n
+            .strip_suffix(".cold")
+            .filter(|b| !b.is_empty())
+            .unwrap_or(n);
+        for marker in [
+            ".constprop.",
+            ".lto_priv.",
+            ".isra.",
+            ".part.",
+            ".llvm.",
+            ".cold.",
+        ] {
+            if let Some(i) = n.rfind(marker) {
+                let digits = &n[i + marker.len()..];
+                if i > 0 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                    n = &n[..i];
+                }
+            }
+        }
+        if n == before {
+            return n;
+        }
     }
 }
 
@@ -166,7 +202,7 @@ pub fn is_interpreter_plumbing(function: &str, module_is_libpython: bool) -> boo
 }
 
 /// Thread and process entry frames at the outer end of every stack.
-fn is_start_frame(function: &str) -> bool {
+pub(crate) fn is_start_frame(function: &str) -> bool {
     matches!(
         base_name(function),
         "_start"
@@ -266,6 +302,9 @@ fn merge_by_address<F: Clone>(
     let mut next = 0;
     for (i, f) in native.iter().enumerate() {
         if at.get(next) == Some(&i) {
+            if keep_all {
+                out.push(Merged::EvalInlined(f.clone()));
+            }
             out.extend(
                 python[groups[next].clone()]
                     .iter()
@@ -323,6 +362,9 @@ fn merge_by_name<F: Clone>(
         if is_eval(f) {
             if let Some(g) = next_group.next() {
                 outer_first.extend(g.into_iter().map(|p| Merged::Python(p.clone())));
+                if keep_all {
+                    outer_first.push(Merged::EvalInlined(f.clone()));
+                }
             }
         } else if let Some(m) = shown(f, keep_all) {
             outer_first.push(m);
@@ -404,6 +446,7 @@ mod tests {
         NativeFrame {
             ip: 0x1000,
             function: (!function.is_empty()).then(|| function.to_string()),
+            range_start: None,
             module: module.to_string(),
             module_path: format!("/lib/{module}"),
             offset: 0x10,
@@ -433,6 +476,7 @@ mod tests {
             .map(|x| match x {
                 Merged::Python(p) => format!("py:{p}"),
                 Merged::Native(n) => n.name(),
+                Merged::EvalInlined(n) => format!("inlined-in:{}", n.name()),
             })
             .collect()
     }
@@ -666,8 +710,14 @@ mod tests {
                 "py:caller"
             ]
         );
+        // --native-all: every native frame; the eval-loop ones as the calls
+        // inlined into them, inner to the Python frames they ran.
         let (all, _, _) = merge(&native, &python, &[], true);
-        assert_eq!(all.len(), 8);
+        assert_eq!(all.len(), 10);
+        assert_eq!(
+            names(&all)[2..4],
+            ["inlined-in:_PyEval_EvalFrameDefault", "py:key"]
+        );
     }
 
     #[test]

@@ -26,13 +26,17 @@ use crate::procfs::{self, MapEntry as Mapping};
 use module::{Backing, LoadedModule, SectionData};
 
 pub use merge::{
-    is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry, MergeMethod,
-    Merged, PyFrameForMerge,
+    display_name, is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry,
+    MergeMethod, Merged, PyFrameForMerge,
 };
 
 /// Deepest stack we walk; deeper ones are cut (and the cut is visible as a
 /// stack that does not end in a thread entry point).
 pub const MAX_FRAMES: usize = 2048;
+/// Stack bytes copied from a stopped thread, from its stack pointer up:
+/// what most native stacks (and the C frames of deep Python stacks) need.
+/// Older frames are read after the thread resumes; they rarely change.
+pub const STACK_COPY: u64 = 128 << 10;
 /// Stack bytes fetched per read: most stacks need a handful.
 const CHUNK: u64 = 4096;
 /// Bound on stack bytes read for one unwind (chunks).
@@ -62,8 +66,13 @@ pub enum UnwindMethod {
 pub struct NativeFrame {
     /// The program counter (innermost frame) or the return address.
     pub ip: u64,
-    /// Demangled function name; None when no symbol covers the address.
+    /// Demangled function name as the symbol has it (compiler suffixes
+    /// included); None when no symbol covers the address.
     pub function: Option<String>,
+    /// Without a symbol: start (module-relative) of the CFI range holding
+    /// the address, which names it so that one stripped function's samples
+    /// aggregate.
+    pub range_start: Option<u64>,
     /// Library file name, e.g. "libc.so.6"; a pseudo name ("[vdso]",
     /// "[anon]") for code outside any file.
     pub module: String,
@@ -93,11 +102,17 @@ pub struct NativeFrame {
 }
 
 impl NativeFrame {
-    /// The function, or `module+0xoffset` when there is no symbol.
+    /// The function without compiler suffixes, or `module+0xSTART` when
+    /// there is no symbol (START: the containing CFI range, else the
+    /// frame's own offset).
     pub fn name(&self) -> String {
         match &self.function {
-            Some(f) => f.clone(),
-            None => format!("{}+0x{:x}", self.module, self.offset),
+            Some(f) => display_name(f).to_string(),
+            None => format!(
+                "{}+0x{:x}",
+                self.module,
+                self.range_start.unwrap_or(self.offset)
+            ),
         }
     }
 
@@ -392,6 +407,7 @@ impl NativeUnwinder {
         let mut f = NativeFrame {
             ip,
             function: None,
+            range_start: None,
             module: String::new(),
             module_path: String::new(),
             offset: ip,
@@ -414,9 +430,12 @@ impl NativeUnwinder {
                 Some(lm) => {
                     let bias = lm.bias;
                     f.offset = ip.wrapping_sub(bias);
-                    if let Some((name, exported)) = lm.symbol(lookup.wrapping_sub(bias)) {
+                    let svma = lookup.wrapping_sub(bias);
+                    if let Some((name, exported)) = lm.symbol(svma) {
                         f.function = Some(name.to_string());
                         f.exported = exported;
+                    } else {
+                        f.range_start = lm.cfi_start(svma);
                     }
                 }
                 None => f.offset = ip - start,
@@ -500,6 +519,17 @@ impl NativeUnwinder {
     /// Unwind thread `tid`, which the caller has stopped with ptrace
     /// (PTRACE_SEIZE + PTRACE_INTERRUPT + waitpid). Innermost first.
     pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Result<Vec<NativeFrame>, Error> {
+        let c = self.capture(tid, mem)?;
+        Ok(self.unwind_captured(&c, mem))
+    }
+
+    /// What unwinding thread `tid` needs from it while it is stopped: its
+    /// registers and a copy of the innermost [`STACK_COPY`] bytes of its
+    /// stack (one read). The unwind itself can then run after the thread is
+    /// resumed ([`unwind_captured`](Self::unwind_captured)), so that CFI
+    /// lookups, symbol tables and large modules parsed on first use do not
+    /// lengthen the pause.
+    pub fn capture(&mut self, tid: i32, mem: &dyn Memory) -> Result<CapturedStack, Error> {
         let regs =
             nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)).map_err(|e| match e {
                 nix::errno::Errno::ESRCH => Error::Other(format!(
@@ -507,7 +537,27 @@ impl NativeUnwinder {
                 )),
                 e => Error::Other(format!("reading the registers of thread {tid}: {e}")),
             })?;
-        Ok(self.unwind_from_regs(regs.rip, regs.rsp, regs.rbp, mem))
+        let sp = regs.rsp;
+        let end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
+        let len = end.saturating_sub(sp).min(STACK_COPY) as usize;
+        let mut bytes = vec![0u8; len];
+        if mem.read(sp, &mut bytes).is_err() {
+            bytes.clear();
+        }
+        Ok(CapturedStack {
+            ip: regs.rip,
+            sp,
+            bp: regs.rbp,
+            bytes,
+        })
+    }
+
+    /// Unwind a [`capture`](Self::capture)d thread (it may be running
+    /// again): stack reads inside the copy come from it, the rest (older
+    /// frames, code bytes) from `mem`.
+    pub fn unwind_captured(&mut self, c: &CapturedStack, mem: &dyn Memory) -> Vec<NativeFrame> {
+        let overlay = StackCopy { c, inner: mem };
+        self.unwind_from_regs(c.ip, c.sp, c.bp, &overlay)
     }
 
     /// Unwind from explicit registers (a core file later; tests).
@@ -606,10 +656,21 @@ impl NativeUnwinder {
             }
         }
         if covered {
-            let mut read = |a: u64| stack.read_u64(a);
-            // Broken CFI (or a stack we could not read) falls through to the rest.
-            if let Ok(r) = self.fh.unwind_frame(addr, regs, &mut self.cache, &mut read) {
-                return (r, UnwindMethod::Cfi);
+            // Broken CFI (or a stack we could not read) falls through to the
+            // rest, and so does CFI that leads outside code or down the
+            // stack: hand-written kernels with an FDE that does not follow
+            // their stack pointer (OpenBLAS's dgemm kernels).
+            let before = *regs;
+            match self.cfi_step(addr, regs, stack) {
+                // "No caller" is believed from a thread's or the process's
+                // entry point; elsewhere it is a frame-pointer guess that hit
+                // rbp = 0 in code that uses rbp for data.
+                Ok(None) if self.is_entry_point(lookup) => return (None, UnwindMethod::Cfi),
+                Ok(None) => *regs = before,
+                Ok(Some(ra)) if regs.sp() > before.sp() && self.is_code(ra.wrapping_sub(1)) => {
+                    return (Some(ra), UnwindMethod::Cfi)
+                }
+                _ => *regs = before,
             }
         }
         // No CFI here: a frame pointer is believed only when the scan agrees
@@ -716,6 +777,50 @@ impl NativeUnwinder {
         None
     }
 
+    /// Whether `addr` is in `_start`, `clone3`, `start_thread` and kin.
+    fn is_entry_point(&mut self, addr: u64) -> bool {
+        let Some(i) = self.module_for(addr) else {
+            return false;
+        };
+        let Some(lm) = self.loaded(i) else {
+            return false;
+        };
+        let svma = addr.wrapping_sub(lm.bias);
+        lm.symbol(svma)
+            .is_some_and(|(name, _)| merge::is_start_frame(&name))
+    }
+
+    /// One CFI step (the frame at `addr` is known to be covered): CFA
+    /// expressions evaluated here, every other rule by framehop.
+    fn cfi_step(
+        &mut self,
+        addr: FrameAddress,
+        regs: &mut UnwindRegsX86_64,
+        stack: &mut StackReader,
+    ) -> Result<Option<u64>, ()> {
+        let lookup = addr.address_for_lookup();
+        if let Some(i) = self.find_module(lookup) {
+            let (sp, bp) = (regs.sp(), regs.bp());
+            if let Some(lm) = self.loaded(i) {
+                let svma = lookup.wrapping_sub(lm.bias);
+                let mut read = |a: u64| stack.read_u64(a).ok();
+                match lm.expression_step(svma, sp, bp, &mut read) {
+                    None => {}
+                    Some(None) => return Err(()),
+                    Some(Some((ra, cfa, new_bp))) => {
+                        regs.set_sp(cfa);
+                        regs.set_bp(new_bp);
+                        return Ok(Some(ra));
+                    }
+                }
+            }
+        }
+        let mut read = |a: u64| stack.read_u64(a);
+        self.fh
+            .unwind_frame(addr, regs, &mut self.cache, &mut read)
+            .map_err(|_| ())
+    }
+
     /// How many frames CFI unwinds from return address `ra` with stack
     /// pointer `sp` and frame pointer `bp` (up to [`CHAIN_LOOKAHEAD`]; the
     /// whole lookahead when it reaches the end of the stack cleanly).
@@ -740,11 +845,7 @@ impl NativeUnwinder {
                 return n;
             }
             let old_sp = regs.sp();
-            let mut read = |x: u64| stack.read_u64(x);
-            match self
-                .fh
-                .unwind_frame(addr, &mut regs, &mut self.cache, &mut read)
-            {
+            match self.cfi_step(addr, &mut regs, stack) {
                 Ok(None) => return CHAIN_LOOKAHEAD,
                 Ok(Some(next)) if regs.sp() > old_sp && self.is_code(next.wrapping_sub(1)) => {
                     match FrameAddress::from_return_address(next) {
@@ -800,11 +901,7 @@ impl NativeUnwinder {
         }
         for b in bps {
             let mut regs = UnwindRegsX86_64::new(ra, slot + 8, b);
-            let mut read = |x: u64| stack.read_u64(x);
-            match self
-                .fh
-                .unwind_frame(addr, &mut regs, &mut self.cache, &mut read)
-            {
+            match self.cfi_step(addr, &mut regs, stack) {
                 Ok(None) => return true,
                 Ok(Some(next)) if regs.sp() > slot && self.is_code(next.wrapping_sub(1)) => {
                     return true
@@ -902,6 +999,37 @@ fn call_may_target(ra: u64, callee: u64, mem: &dyn Memory) -> bool {
     mem.read_u64(got).is_ok_and(|t| t == callee)
 }
 
+/// A stopped thread's registers and the innermost part of its stack.
+pub struct CapturedStack {
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    /// The stack from `sp` up (empty when it could not be read).
+    bytes: Vec<u8>,
+}
+
+/// Memory where the captured stack range reads from the copy.
+struct StackCopy<'a> {
+    c: &'a CapturedStack,
+    inner: &'a dyn Memory,
+}
+
+impl Memory for StackCopy<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), crate::error::MemError> {
+        let off = addr.wrapping_sub(self.c.sp);
+        if addr >= self.c.sp
+            && off
+                .checked_add(buf.len() as u64)
+                .is_some_and(|e| e <= self.c.bytes.len() as u64)
+        {
+            let o = off as usize;
+            buf.copy_from_slice(&self.c.bytes[o..o + buf.len()]);
+            return Ok(());
+        }
+        self.inner.read(addr, buf)
+    }
+}
+
 /// Reads the target's stack in page-sized chunks: one syscall serves many
 /// frames. Bounded in the number of chunks per unwind.
 struct StackReader<'m> {
@@ -961,6 +1089,7 @@ mod tests {
         let f = NativeFrame {
             ip: 0x7f00_0000_1234,
             function: None,
+            range_start: None,
             module: "libfoo.so".into(),
             module_path: "/x/libfoo.so".into(),
             offset: 0x1234,

@@ -8,7 +8,7 @@ use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 
 /// The bytes of a module or debug file: a copy read from the file (never a
 /// mapping: a file truncated under a mapping faults with SIGBUS), or from the
@@ -104,6 +104,104 @@ impl Symbols {
         if want_static {
             for s in file.symbols() {
                 push(s, false);
+            }
+        }
+    }
+
+    fn push_named(&mut self, start: u64, size: u64, name: &str) {
+        if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
+            return;
+        }
+        let b = self.names.len() as u32;
+        self.names.push_str(name);
+        self.syms.push(Sym {
+            start,
+            size,
+            name: b..self.names.len() as u32,
+            exported: false,
+        });
+    }
+
+    /// PLT stubs as `func@plt`, as gdb names them: each stub's
+    /// `jmp *GOT(%rip)` names its GOT slot, whose dynamic relocation names
+    /// the function; a lazy-binding stub without one (`push index`) is named
+    /// by its index into `.rela.plt`.
+    fn add_plt(&mut self, file: &object::File) {
+        let Some(dynsyms) = file.dynamic_symbol_table() else {
+            return;
+        };
+        let mut by_slot: HashMap<u64, String> = HashMap::new();
+        let mut jump_slots: Vec<String> = Vec::new();
+        if let Some(relocs) = file.dynamic_relocations() {
+            for (offset, r) in relocs.take(1 << 20) {
+                let object::RelocationTarget::Symbol(idx) = r.target() else {
+                    continue;
+                };
+                let Some(name) = dynsyms
+                    .symbol_by_index(idx)
+                    .ok()
+                    .and_then(|s| s.name().ok().map(str::to_string))
+                else {
+                    continue;
+                };
+                if matches!(
+                    r.flags(),
+                    object::RelocationFlags::Elf {
+                        r_type: object::elf::R_X86_64_JUMP_SLOT
+                    }
+                ) {
+                    jump_slots.push(name.clone());
+                }
+                by_slot.insert(offset, name);
+            }
+        }
+        if by_slot.is_empty() {
+            return;
+        }
+        for sec_name in [".plt", ".plt.sec", ".plt.got"] {
+            let Some(sec) = file.section_by_name(sec_name) else {
+                continue;
+            };
+            let Ok(data) = sec.data() else { continue };
+            let base = sec.address();
+            let ibt = data.starts_with(&[0xF3, 0x0F, 0x1E, 0xFA]);
+            let entsize = if sec_name == ".plt.got" && !ibt {
+                8
+            } else {
+                16
+            };
+            for (i, entry) in data.chunks_exact(entsize).enumerate().take(1 << 20) {
+                let at = base + (i * entsize) as u64;
+                let jmp = entry.windows(2).position(|w| w == [0xFF, 0x25]);
+                let name = match jmp {
+                    Some(p) if p + 6 <= entry.len() => {
+                        let disp = i32::from_le_bytes([
+                            entry[p + 2],
+                            entry[p + 3],
+                            entry[p + 4],
+                            entry[p + 5],
+                        ]) as i64;
+                        let slot = at.wrapping_add((p + 6) as u64).wrapping_add(disp as u64);
+                        by_slot.get(&slot).cloned()
+                    }
+                    _ => entry
+                        .iter()
+                        .position(|&b| b == 0x68)
+                        .filter(|&p| p + 5 <= entry.len())
+                        .and_then(|p| {
+                            let n = u32::from_le_bytes([
+                                entry[p + 1],
+                                entry[p + 2],
+                                entry[p + 3],
+                                entry[p + 4],
+                            ]) as usize;
+                            jump_slots.get(n).cloned()
+                        }),
+                };
+                if let Some(n) = name {
+                    let n = n.split('@').next().unwrap_or(&n).to_string();
+                    self.push_named(at, entsize as u64, &format!("{n}@plt"));
+                }
             }
         }
     }
@@ -231,6 +329,32 @@ impl DwarfCtx {
     }
 }
 
+/// The decompressed bytes of an xz stream (`.gnu_debugdata`), bounded.
+fn unxz(data: &[u8]) -> Option<Vec<u8>> {
+    /// A writer that refuses to grow past a bound (a corrupt or hostile
+    /// stream cannot make us allocate without limit).
+    struct Capped(Vec<u8>);
+    impl std::io::Write for Capped {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + buf.len() > MINIDEBUGINFO_MAX {
+                return Err(std::io::Error::other("MiniDebugInfo too large"));
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Capped(Vec::new());
+    let mut input = std::io::BufReader::new(data);
+    lzma_rs::xz_decompress(&mut input, &mut out).ok()?;
+    Some(out.0)
+}
+
+/// Bound on a decompressed `.gnu_debugdata` (real ones are a few MB).
+const MINIDEBUGINFO_MAX: usize = 256 << 20;
+
 /// A section's bytes, decompressed when the section is SHF_COMPRESSED (zlib),
 /// as Debian's debug files are.
 fn section_bytes<'d>(sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
@@ -269,6 +393,8 @@ pub(crate) struct LoadedModule {
     pub bias: u64,
     cfi: CfiCoverage,
     cfi_cache: HashMap<u64, bool>,
+    /// Addresses whose CFA rule is known not to be an expression.
+    expr_cache: HashMap<u64, bool>,
     /// Paths tried for a separate debug file (computed at load, opened lazily).
     debug_candidates: Vec<(String, Option<Vec<u8>>)>,
     has_symtab: bool,
@@ -374,6 +500,16 @@ impl LoadedModule {
                             build_id.clone(),
                         ));
                     }
+                    // What debuginfod clients (gdb, elfutils) have fetched.
+                    let caches = [
+                        std::env::var("DEBUGINFOD_CACHE_PATH").ok(),
+                        std::env::var("HOME")
+                            .ok()
+                            .map(|h| format!("{h}/.cache/debuginfod_client")),
+                    ];
+                    for c in caches.into_iter().flatten().filter(|c| !c.is_empty()) {
+                        debug_candidates.push((format!("{c}/{hex}/debuginfo"), build_id.clone()));
+                    }
                 }
             }
             if let Ok(Some((link, _crc))) = obj.gnu_debuglink() {
@@ -398,6 +534,7 @@ impl LoadedModule {
                 bias,
                 cfi,
                 cfi_cache: HashMap::new(),
+                expr_cache: HashMap::new(),
                 debug_candidates,
                 has_symtab,
                 debug: None,
@@ -435,6 +572,107 @@ impl LoadedModule {
         c
     }
 
+    /// Start (svma) of the CFI range (FDE) covering `svma`: what names code
+    /// without a symbol, so that samples in one stripped function aggregate.
+    pub(crate) fn cfi_start(&mut self, svma: u64) -> Option<u64> {
+        match &self.cfi {
+            CfiCoverage::Hdr {
+                hdr,
+                hdr_svma,
+                eh,
+                eh_svma,
+            } => hdr_fde_start(hdr, *hdr_svma, eh, *eh_svma, svma),
+            CfiCoverage::Ranges(r) => {
+                let i = r.partition_point(|&(s, _)| s <= svma);
+                (i > 0 && svma < r[i - 1].1).then(|| r[i - 1].0)
+            }
+            CfiCoverage::None => None,
+        }
+    }
+
+    /// The caller's (return address, stack pointer, rbp) where the CFA rule
+    /// of `svma` is a DWARF expression, as in functions that realign the
+    /// stack (GCC's `DW_OP_breg6 -8; DW_OP_deref`, common in AVX code).
+    /// framehop does not evaluate those: it falls back to the frame pointer,
+    /// which finds the right return address but the wrong stack pointer, and
+    /// the next frame goes astray. None: not such a frame (use framehop);
+    /// Some(None): such a frame that could not be evaluated.
+    pub(crate) fn expression_step(
+        &mut self,
+        svma: u64,
+        sp: u64,
+        bp: u64,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<Option<(u64, u64, u64)>> {
+        if self.expr_cache.get(&svma) == Some(&false) {
+            return None;
+        }
+        let CfiCoverage::Hdr {
+            hdr,
+            hdr_svma,
+            eh,
+            eh_svma,
+        } = &self.cfi
+        else {
+            return None;
+        };
+        let bases = gimli::BaseAddresses::default()
+            .set_eh_frame_hdr(*hdr_svma)
+            .set_eh_frame(*eh_svma);
+        let row_result = (|| {
+            let parsed = gimli::EhFrameHdr::new(hdr, LittleEndian)
+                .parse(&bases, 8)
+                .ok()?;
+            let table = parsed.table()?;
+            let eh_frame = gimli::EhFrame::new(eh, LittleEndian);
+            let fde = table
+                .fde_for_address(&eh_frame, &bases, svma, gimli::EhFrame::cie_from_offset)
+                .ok()?;
+            let mut ctx = Box::new(gimli::UnwindContext::new());
+            let row = fde
+                .unwind_info_for_address(&eh_frame, &bases, &mut ctx, svma)
+                .ok()?;
+            let gimli::CfaRule::Expression(e) = row.cfa() else {
+                return Some(None);
+            };
+            let cfa_expr = e.get(&eh_frame).ok()?;
+            let ra_rule = row.register(gimli::X86_64::RA);
+            let bp_rule = row.register(gimli::X86_64::RBP);
+            let bp_expr = match &bp_rule {
+                gimli::RegisterRule::Expression(e) => Some(e.get(&eh_frame).ok()?),
+                _ => None,
+            };
+            Some(Some((cfa_expr, ra_rule, bp_rule, bp_expr)))
+        })();
+        let Some(found) = row_result else {
+            return Some(None);
+        };
+        let Some((cfa_expr, ra_rule, bp_rule, bp_expr)) = found else {
+            if self.expr_cache.len() >= CACHE_MAX {
+                self.expr_cache.clear();
+            }
+            self.expr_cache.insert(svma, false);
+            return None;
+        };
+        let step = (|| {
+            let cfa = eval_cfi_expr(cfa_expr, sp, bp, None, read)?;
+            let ra = match ra_rule {
+                gimli::RegisterRule::Offset(o) => read(cfa.wrapping_add(o as u64))?,
+                _ => return None,
+            };
+            let new_bp = match (bp_rule, bp_expr) {
+                (gimli::RegisterRule::Offset(o), _) => read(cfa.wrapping_add(o as u64))?,
+                (gimli::RegisterRule::Expression(_), Some(e)) => {
+                    let at = eval_cfi_expr(e, sp, bp, Some(cfa), read)?;
+                    read(at)?
+                }
+                _ => bp,
+            };
+            Some((ra, cfa, new_bp))
+        })();
+        Some(step)
+    }
+
     fn debug_file(&mut self) -> Option<Arc<Backing>> {
         if let Some(d) = &self.debug {
             return d.clone();
@@ -457,8 +695,23 @@ impl LoadedModule {
     fn symbols(&mut self) -> &Symbols {
         if self.symbols.is_none() {
             let mut s = Symbols::default();
+            let mut minidebug = None;
             if let Ok(obj) = object::File::parse(&**self.bytes) {
                 s.add_from(&obj, true);
+                s.add_plt(&obj);
+                if !self.has_symtab {
+                    minidebug = obj
+                        .section_by_name(".gnu_debugdata")
+                        .and_then(|sec| sec.data().ok().and_then(unxz));
+                }
+            }
+            // MiniDebugInfo: an xz-compressed ELF file holding the static
+            // function symbols that stripping removed (Fedora, RHEL, some
+            // wheels' bundled libraries).
+            if let Some(bytes) = minidebug {
+                if let Ok(obj) = object::File::parse(&bytes[..]) {
+                    s.add_from(&obj, true);
+                }
             }
             if !self.has_symtab {
                 if let Some(d) = self.debug_file() {
@@ -518,6 +771,21 @@ impl LoadedModule {
         }
         let mut out = Vec::new();
         if let Some(Some(d)) = &self.dwarf {
+            // File names relative to the unit's compilation directory, as
+            // the build saw them (`Objects/abstract.c`).
+            let comp_dir = d
+                .ctx
+                .find_dwarf_and_unit(svma)
+                .skip_all_loads()
+                .and_then(|u| u.comp_dir.map(|c| c.to_string_lossy().into_owned()));
+            let relative = |f: &str| -> String {
+                let f = comp_dir
+                    .as_deref()
+                    .and_then(|c| f.strip_prefix(c.trim_end_matches('/')))
+                    .and_then(|r| r.strip_prefix('/'))
+                    .unwrap_or(f);
+                f.strip_prefix("./").unwrap_or(f).to_string()
+            };
             if let Ok(mut it) = d.ctx.find_frames(svma).skip_all_loads() {
                 while let Ok(Some(f)) = it.next() {
                     out.push(LineFrame {
@@ -526,7 +794,7 @@ impl LoadedModule {
                             .as_ref()
                             .and_then(|n| n.demangle().ok())
                             .map(|n| n.into_owned()),
-                        file: f.location.as_ref().and_then(|l| l.file).map(str::to_string),
+                        file: f.location.as_ref().and_then(|l| l.file).map(relative),
                         line: f.location.as_ref().and_then(|l| l.line),
                         inlined: true,
                     });
@@ -563,6 +831,69 @@ fn hdr_covers(hdr: &[u8], hdr_svma: u64, eh: &[u8], eh_svma: u64, svma: u64) -> 
     table
         .fde_for_address(&eh_frame, &bases, svma, gimli::EhFrame::cie_from_offset)
         .is_ok()
+}
+
+/// Evaluate a CFI expression with rsp and rbp known (the CFA pushed first
+/// for a register rule): the address it computes.
+fn eval_cfi_expr(
+    expr: gimli::Expression<EndianSlice<'_, LittleEndian>>,
+    sp: u64,
+    bp: u64,
+    cfa: Option<u64>,
+    read: &mut dyn FnMut(u64) -> Option<u64>,
+) -> Option<u64> {
+    let encoding = gimli::Encoding {
+        format: gimli::Format::Dwarf32,
+        version: 4,
+        address_size: 8,
+    };
+    let mut eval = expr.evaluation(encoding);
+    if let Some(c) = cfa {
+        eval.set_initial_value(c);
+    }
+    let mut result = eval.evaluate().ok()?;
+    for _ in 0..64 {
+        match result {
+            gimli::EvaluationResult::Complete => {
+                let piece = eval.as_result().last()?;
+                return match piece.location {
+                    gimli::Location::Address { address } => Some(address),
+                    _ => None,
+                };
+            }
+            gimli::EvaluationResult::RequiresRegister { register, .. } => {
+                let v = match register {
+                    gimli::X86_64::RSP => sp,
+                    gimli::X86_64::RBP => bp,
+                    _ => return None,
+                };
+                result = eval.resume_with_register(gimli::Value::Generic(v)).ok()?;
+            }
+            gimli::EvaluationResult::RequiresMemory {
+                address, size: 8, ..
+            } => {
+                let v = read(address)?;
+                result = eval.resume_with_memory(gimli::Value::Generic(v)).ok()?;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn hdr_fde_start(hdr: &[u8], hdr_svma: u64, eh: &[u8], eh_svma: u64, svma: u64) -> Option<u64> {
+    let bases = gimli::BaseAddresses::default()
+        .set_eh_frame_hdr(hdr_svma)
+        .set_eh_frame(eh_svma);
+    let parsed = gimli::EhFrameHdr::new(hdr, LittleEndian)
+        .parse(&bases, 8)
+        .ok()?;
+    let table = parsed.table()?;
+    let eh_frame = gimli::EhFrame::new(eh, LittleEndian);
+    table
+        .fde_for_address(&eh_frame, &bases, svma, gimli::EhFrame::cie_from_offset)
+        .ok()
+        .map(|f| f.initial_address())
 }
 
 fn eh_frame_ranges(eh: &[u8], eh_svma: u64) -> Vec<(u64, u64)> {
@@ -608,6 +939,49 @@ mod tests {
             "core::fmt::write"
         );
         assert_eq!(demangle("_RNvCs1234_5krate4func"), "krate::func");
+    }
+
+    #[test]
+    fn plt_stubs_are_named_like_objdump_names_them() {
+        // A system library with a lazy-binding .plt (Debian's zlib), checked
+        // against objdump's own `name@plt` labels.
+        let path = "/lib/x86_64-linux-gnu/libz.so.1";
+        let bytes = std::fs::read(path).expect("zlib is installed");
+        let obj = object::File::parse(&bytes[..]).unwrap();
+        let mut s = Symbols::default();
+        s.add_plt(&obj);
+        s.finish();
+        let out = std::process::Command::new("objdump")
+            .args(["-d", "-j", ".plt", path])
+            .output()
+            .expect("objdump");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut checked = 0;
+        for l in text.lines().filter(|l| l.ends_with("@plt>:")) {
+            let (addr, rest) = l.split_once(' ').unwrap();
+            let addr = u64::from_str_radix(addr, 16).unwrap();
+            let want = rest.trim_start_matches('<').trim_end_matches(">:");
+            let got = s.lookup(addr + 4).map(|x| s.name(x).to_string());
+            assert_eq!(got.as_deref(), Some(want), "at 0x{addr:x}");
+            checked += 1;
+        }
+        assert!(checked > 10, "only {checked} stubs checked");
+    }
+
+    #[test]
+    fn display_names_drop_compiler_suffixes() {
+        use crate::native_unwind::display_name;
+        assert_eq!(display_name("time_sleep.lto_priv.0"), "time_sleep");
+        assert_eq!(display_name("f.constprop.0.isra.0"), "f");
+        assert_eq!(display_name("g.part.3.cold"), "g");
+        assert_eq!(display_name("h.cold"), "h");
+        assert_eq!(
+            display_name("core::fmt::write.llvm.123456"),
+            "core::fmt::write"
+        );
+        assert_eq!(display_name("plain"), "plain");
+        assert_eq!(display_name(".cold"), ".cold");
+        assert_eq!(display_name("v1.2"), "v1.2");
     }
 
     #[test]

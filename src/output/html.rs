@@ -147,6 +147,18 @@ fn data_json(p: &Profile, title: &str) -> io::Result<String> {
     Ok(serde_json::to_string(&v)?)
 }
 
+/// A recording that ended before its first sample still gets its page.
+pub(super) fn no_samples(out: &mut dyn Write, title: &str) -> Result<(), OutputError> {
+    let t = html_escape(title);
+    write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{t} — pyinspect</title>\n</head>\n<body>\n<h1>{t}</h1>\n\
+         <p>No samples were taken.</p>\n</body>\n</html>\n"
+    )
+    .map_err(OutputError::Io)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,16 +172,4 @@ mod tests {
         assert_eq!(back["f"], "</script><!-- x");
         assert_eq!(html_escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
     }
-}
-
-/// A recording that ended before its first sample still gets its page.
-pub(super) fn no_samples(out: &mut dyn Write, title: &str) -> Result<(), OutputError> {
-    let t = html_escape(title);
-    write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <title>{t} — pyinspect</title>\n</head>\n<body>\n<h1>{t}</h1>\n\
-         <p>No samples were taken.</p>\n</body>\n</html>\n"
-    )
-    .map_err(OutputError::Io)
 }

@@ -50,28 +50,20 @@ impl NativeStacks {
         })
     }
 
-    /// Unwind paused thread `tid` (call while it is stopped). Errors become
-    /// an empty native stack: the Python frames are still shown.
-    pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Vec<NativeFrame> {
-        match self.unwinder.unwind(tid, mem) {
-            Ok(f) => {
-                match self.unwinder.ended_early() {
-                    Some(why) => self.ended.insert(tid, why.to_string()),
-                    None => self.ended.remove(&tid),
-                };
-                f
-            }
-            Err(e) => {
-                self.notes.push(format!("native unwind failed: {e}"));
-                Vec::new()
-            }
-        }
-    }
-
-    /// Unwind from registers taken while the thread was stopped, over `mem`
-    /// (a copy of its stack: the thread may run again meanwhile).
-    pub fn unwind_regs(&mut self, ip: u64, sp: u64, bp: u64, mem: &dyn Memory) -> Vec<NativeFrame> {
-        self.unwinder.unwind_from_regs(ip, sp, bp, mem)
+    /// Unwind thread `tid` from registers taken while it was stopped, over
+    /// `mem` (a copy of its stack: the thread may run again meanwhile).
+    pub fn unwind_regs(
+        &mut self,
+        tid: i32,
+        (ip, sp, bp): (u64, u64, u64),
+        mem: &dyn Memory,
+    ) -> Vec<NativeFrame> {
+        let f = self.unwinder.unwind_from_regs(ip, sp, bp, mem);
+        match self.unwinder.ended_early() {
+            Some(why) => self.ended.insert(tid, why.to_string()),
+            None => self.ended.remove(&tid),
+        };
+        f
     }
 
     /// Merge an unwound native stack into a thread's Python stack (the
@@ -128,6 +120,10 @@ impl NativeStacks {
         for m in merged {
             match m {
                 Merged::Python(f) => out.push(f),
+                Merged::EvalInlined(nf) => {
+                    let lines = self.unwinder.add_lines(&nf);
+                    out.extend(lines.iter().filter(|f| f.inlined).map(native_frame));
+                }
                 Merged::Native(nf) => {
                     for f in self.unwinder.add_lines(&nf) {
                         // Merging judged the real function; the calls DWARF
@@ -200,6 +196,11 @@ fn native_frame(f: &NativeFrame) -> Frame {
         line: f.line,
         module: Some(f.module.clone()),
         offset: Some(format!("0x{:x}", f.offset)),
+        symbol: f
+            .function
+            .as_deref()
+            .filter(|s| native_unwind::display_name(s) != *s)
+            .map(str::to_string),
         inlined: Some(f.inlined),
         tag: Some(f.tag.map(str::to_string)),
         locals: None,
