@@ -44,14 +44,7 @@ const BLOB: &[u8] = &[
     0xc3, // ret
 ];
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run build tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::run_build_tool as run;
 
 /// Build the C fixtures once per test binary.
 fn built() -> &'static Path {

@@ -5,6 +5,8 @@
 //! through ctypes.
 
 use std::io::{BufRead, BufReader, Write};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
@@ -16,14 +18,7 @@ use pyinspect::native_unwind::{native_entry, NativeFrame, NativeUnwinder, Unwind
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run build tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::run_build_tool as run;
 
 /// Build the fixtures once per test binary.
 fn built() -> &'static Path {

@@ -37,14 +37,7 @@ fn repeats() -> usize {
         .unwrap_or(100)
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run build tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::run_build_tool as run;
 
 /// The workload libraries, built once: the segment-gap library (code
 /// segment starting mid-page), the deadlock (stripped, with MiniDebugInfo)

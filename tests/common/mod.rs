@@ -688,3 +688,14 @@ pub fn assert_one_clean_error_line(out: &Output) -> String {
     );
     lines[0].to_string()
 }
+
+/// Run a build tool (gcc, strip, objcopy, ...) for a fixture; a failure
+/// fails the test with the tool's own message.
+pub fn run_build_tool(cmd: &mut Command) {
+    let out = cmd.output().expect("run build tool");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
