@@ -281,13 +281,41 @@ impl ThreadStack {
         opt(&mut self.name);
         opt(&mut self.truncated);
         opt(&mut self.native_entry);
-        for f in &mut self.frames {
-            escape_in_place(&mut f.function);
-            opt(&mut f.file);
-            opt(&mut f.module);
-            for l in f.locals.iter_mut().flatten() {
+        let frames = |frames: &mut Vec<Frame>| {
+            for f in frames {
+                escape_in_place(&mut f.function);
+                opt(&mut f.file);
+                opt(&mut f.module);
+                for l in f.locals.iter_mut().flatten() {
+                    escape_in_place(&mut l.name);
+                    escape_in_place(&mut l.repr);
+                }
+            }
+        };
+        frames(&mut self.frames);
+        if let Some(w) = &mut self.wait {
+            // Paths, peers' commands, the GIL holder's and locks' names.
+            opt(&mut w.path);
+            if let Some(g) = &mut w.gil {
+                opt(&mut g.holder_name);
+            }
+            if let Some(l) = &mut w.lock {
                 escape_in_place(&mut l.name);
-                escape_in_place(&mut l.repr);
+                escape_in_place(&mut l.function);
+                escape_in_place(&mut l.file);
+            }
+            for d in w.fd.iter_mut().chain(w.fds.iter_mut()) {
+                opt(&mut d.target);
+                d.peers.iter_mut().for_each(escape_in_place);
+            }
+        }
+        if let Some(a) = &mut self.asyncio {
+            for t in &mut a.tasks {
+                escape_in_place(&mut t.name);
+                frames(&mut t.frames);
+                if let Some(aw) = &mut t.awaiting {
+                    opt(&mut aw.type_name);
+                }
             }
         }
     }

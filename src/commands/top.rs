@@ -74,8 +74,14 @@ pub fn run(opts: TopOptions) -> anyhow::Result<()> {
         (None, true) => bail!("give a process to watch: --pid PID, or a command after --"),
         (Some(pid), true) => (pid, None, None),
         (None, false) => {
-            let log =
-                std::env::temp_dir().join(format!("pyinspect-top-{}.log", std::process::id()));
+            // Created exclusively (never through a planted link); the time
+            // keeps a stale log of an earlier pyinspect with our pid from
+            // refusing the run.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let log = std::env::temp_dir()
+                .join(format!("pyinspect-top-{}-{nanos}.log", std::process::id()));
             let child = spawn_quietly(&opts.command, &log)?;
             (child.pid(), Some(child), Some(log))
         }

@@ -379,14 +379,18 @@ fn merge_by_name<F: Clone>(
 /// interpreter frames there go too: outside the outermost Python frame the
 /// interpreter only starts threads and the main program (`thread_run`,
 /// `pymain_*`), which a stripped interpreter such as Debian's static
-/// python3.11 cannot name (its `.dynsym` has only the exported API).
+/// python3.11 cannot name (its `.dynsym` has only the exported API); and
+/// unnamed C-runtime frames there are the thread or process start.
 fn drop_outer_start<F>(mut frames: Vec<Merged<F>>, keep_all: bool) -> Vec<Merged<F>> {
     if keep_all {
         return frames;
     }
     while let Some(Merged::Native(f)) = frames.last() {
-        let unnamed_interpreter = f.function.is_none() && is_python_module(&f.module);
-        if unnamed_interpreter || f.function.as_deref().is_some_and(is_start_frame) {
+        // A stripped C library (sid's libc without its -dbg files) cannot
+        // name its thread and process start either.
+        let unnamed_start =
+            f.function.is_none() && (is_python_module(&f.module) || is_runtime_module(&f.module));
+        if unnamed_start || f.function.as_deref().is_some_and(is_start_frame) {
             frames.pop();
         } else {
             break;
