@@ -447,17 +447,25 @@ impl Target {
 
     /// Still the process we opened: not exited, not another process under a
     /// reused pid, not another program after an exec.
-    fn check_identity(&self) -> Result<(), Error> {
+    fn check_identity(&mut self) -> Result<(), Error> {
         let now = self.stat.identity();
         match now {
             None => {
-                // The open file fails once its process is gone, whatever
-                // now holds the pid.
+                // The open file fails once its task is gone: the process
+                // exited (whatever now holds the pid), or a thread other than
+                // the leader exec'd and took the leader's place.
                 match procfs::identity(self.pid) {
                     Some(id) if id.start_time != self.identity.start_time => {
                         Err(Error::PidReused { pid: self.pid })
                     }
-                    _ => Err(Error::ProcessExited { pid: self.pid }),
+                    Some(id) if id != self.identity => Err(Error::Execed { pid: self.pid }),
+                    Some(_) => {
+                        // The same process and program: follow it through
+                        // a new file.
+                        self.stat = procfs::StatFile::open(self.pid)?;
+                        Ok(())
+                    }
+                    None => Err(Error::ProcessExited { pid: self.pid }),
                 }
             }
             Some(id) if id.start_time != self.identity.start_time => {
