@@ -33,10 +33,6 @@ pub use merge::{
 /// Deepest stack we walk; deeper ones are cut (and the cut is visible as a
 /// stack that does not end in a thread entry point).
 pub const MAX_FRAMES: usize = 2048;
-/// Stack bytes copied from a stopped thread, from its stack pointer up:
-/// what most native stacks (and the C frames of deep Python stacks) need.
-/// Older frames are read after the thread resumes; they rarely change.
-pub const STACK_COPY: u64 = 128 << 10;
 /// Stack bytes fetched per read: most stacks need a handful.
 const CHUNK: u64 = 4096;
 /// Bound on stack bytes read for one unwind (chunks).
@@ -517,19 +513,10 @@ impl NativeUnwinder {
     }
 
     /// Unwind thread `tid`, which the caller has stopped with ptrace
-    /// (PTRACE_SEIZE + PTRACE_INTERRUPT + waitpid). Innermost first.
+    /// (PTRACE_SEIZE + PTRACE_INTERRUPT + waitpid), over live memory.
+    /// Innermost first. The samplers take the registers from the pauser and
+    /// unwind a copy of the stack instead (see `sampler.rs`).
     pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Result<Vec<NativeFrame>, Error> {
-        let c = self.capture(tid, mem)?;
-        Ok(self.unwind_captured(&c, mem))
-    }
-
-    /// What unwinding thread `tid` needs from it while it is stopped: its
-    /// registers and a copy of the innermost [`STACK_COPY`] bytes of its
-    /// stack (one read). The unwind itself can then run after the thread is
-    /// resumed ([`unwind_captured`](Self::unwind_captured)), so that CFI
-    /// lookups, symbol tables and large modules parsed on first use do not
-    /// lengthen the pause.
-    pub fn capture(&mut self, tid: i32, mem: &dyn Memory) -> Result<CapturedStack, Error> {
         let regs =
             nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)).map_err(|e| match e {
                 nix::errno::Errno::ESRCH => Error::Other(format!(
@@ -537,30 +524,11 @@ impl NativeUnwinder {
                 )),
                 e => Error::Other(format!("reading the registers of thread {tid}: {e}")),
             })?;
-        let sp = regs.rsp;
-        let end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
-        let len = end.saturating_sub(sp).min(STACK_COPY) as usize;
-        let mut bytes = vec![0u8; len];
-        if mem.read(sp, &mut bytes).is_err() {
-            bytes.clear();
-        }
-        Ok(CapturedStack {
-            ip: regs.rip,
-            sp,
-            bp: regs.rbp,
-            bytes,
-        })
+        Ok(self.unwind_from_regs(regs.rip, regs.rsp, regs.rbp, mem))
     }
 
-    /// Unwind a [`capture`](Self::capture)d thread (it may be running
-    /// again): stack reads inside the copy come from it, the rest (older
-    /// frames, code bytes) from `mem`.
-    pub fn unwind_captured(&mut self, c: &CapturedStack, mem: &dyn Memory) -> Vec<NativeFrame> {
-        let overlay = StackCopy { c, inner: mem };
-        self.unwind_from_regs(c.ip, c.sp, c.bp, &overlay)
-    }
-
-    /// Unwind from explicit registers (a core file later; tests).
+    /// Unwind from explicit registers over `mem`: the samplers pass a copy
+    /// of the stack taken while the thread was stopped (a core file later).
     pub fn unwind_from_regs(
         &mut self,
         ip: u64,
@@ -997,37 +965,6 @@ fn call_may_target(ra: u64, callee: u64, mem: &dyn Memory) -> bool {
         .wrapping_add((i + 6) as u64)
         .wrapping_add(disp as u64);
     mem.read_u64(got).is_ok_and(|t| t == callee)
-}
-
-/// A stopped thread's registers and the innermost part of its stack.
-pub struct CapturedStack {
-    ip: u64,
-    sp: u64,
-    bp: u64,
-    /// The stack from `sp` up (empty when it could not be read).
-    bytes: Vec<u8>,
-}
-
-/// Memory where the captured stack range reads from the copy.
-struct StackCopy<'a> {
-    c: &'a CapturedStack,
-    inner: &'a dyn Memory,
-}
-
-impl Memory for StackCopy<'_> {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), crate::error::MemError> {
-        let off = addr.wrapping_sub(self.c.sp);
-        if addr >= self.c.sp
-            && off
-                .checked_add(buf.len() as u64)
-                .is_some_and(|e| e <= self.c.bytes.len() as u64)
-        {
-            let o = off as usize;
-            buf.copy_from_slice(&self.c.bytes[o..o + buf.len()]);
-            return Ok(());
-        }
-        self.inner.read(addr, buf)
-    }
 }
 
 /// Reads the target's stack in page-sized chunks: one syscall serves many
