@@ -64,12 +64,18 @@ fn stat_of(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
+/// Nanoseconds a thread has run on a CPU (the first field of schedstat).
+fn run_time(path: &str) -> Option<u64> {
+    stat_of(path)?.split_whitespace().next()?.parse().ok()
+}
+
 fn state_letter(stat: &str) -> Option<char> {
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// Watches every thread of `pid` until stopped: the longest run of
-/// consecutive observations (at most 3 ms apart) in which a thread was in
+/// consecutive observations (at most 3 ms apart, with no CPU time run in
+/// between) in which a thread was in
 /// ptrace stop ('t'), and whether any pid in `never` was ever traced.
 struct Watcher {
     stop: Arc<AtomicBool>,
@@ -89,7 +95,12 @@ impl Watcher {
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut r = WatchResult::default();
-            let mut since: HashMap<String, Instant> = HashMap::new();
+            // A thread seen stopped twice was held the whole time between
+            // only if it ran no CPU time in between: a profiler that stops a
+            // thread at 1 kHz frees a CPU for this watcher exactly while the
+            // thread is stopped, so on a small machine the watcher tends to
+            // look only then, and would take many short stops for one.
+            let mut since: HashMap<String, (Instant, Option<u64>)> = HashMap::new();
             let mut last = Instant::now();
             while !flag.load(Ordering::SeqCst) {
                 let now = Instant::now();
@@ -106,8 +117,12 @@ impl Watcher {
                         };
                         r.observations += 1;
                         if state_letter(&st) == Some('t') {
-                            let start = *since.entry(name).or_insert(now);
-                            r.longest_stop = r.longest_stop.max(now - start);
+                            let ran = run_time(&format!("/proc/{pid}/task/{name}/schedstat"));
+                            let entry = since.entry(name).or_insert((now, ran));
+                            if entry.1 != ran {
+                                *entry = (now, ran);
+                            }
+                            r.longest_stop = r.longest_stop.max(now - entry.0);
                         } else {
                             since.remove(&name);
                         }
