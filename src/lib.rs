@@ -15,5 +15,6 @@ pub mod procfs;
 pub mod python;
 pub mod sampler;
 pub mod stack;
+pub mod target;
 pub mod top;
 pub mod wait;
