@@ -77,6 +77,24 @@ pub enum Error {
     NotInitialized { pid: i32 },
     #[error("reading the target failed: {0}")]
     Memory(#[from] MemError),
+    // The rules the options of dump, record and top follow (src/options.rs):
+    // one variant, and so one message, per rule, whichever command broke it.
+    #[error(
+        "--native needs the threads paused to read their registers; it cannot be used with \
+         --nonblocking"
+    )]
+    NativeNeedsPause,
+    #[error("give either --pid or a command after --, not both")]
+    PidAndCommand,
+    #[error("give a process: --pid PID, or for record and top a command to launch after --")]
+    NoTarget,
+    #[error(
+        "'{given}' is not a sampling rate (samples per second above 0, like 100, 2.5k or \
+         10khz; at most {}k)", crate::sampler::MAX_RATE / 1000.0
+    )]
+    NotARate { given: String },
+    #[error("rate {given} is too high: at most {}k samples per second", crate::sampler::MAX_RATE / 1000.0)]
+    RateTooHigh { given: String },
     #[error("{0}")]
     Io(String),
     #[error("{0}")]

@@ -159,16 +159,11 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
             .bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'-' | b'+'));
     match num.parse::<f64>().map(|r| r * scale) {
-        Ok(r) if plain && r.is_finite() && r > 0.0 && r <= MAX_RATE => Ok(r),
-        Ok(r) if plain && r.is_finite() && r > MAX_RATE => Err(format!(
-            "rate {s} is too high: at most {}k samples per second",
-            MAX_RATE / 1000.0
-        )),
-        _ => Err(format!(
-            "'{s}' is not a sampling rate (samples per second above 0, like 100, 2.5k or 10khz; \
-             at most {}k)",
-            MAX_RATE / 1000.0
-        )),
+        Ok(r) if plain => crate::options::check_rate(r, s).map_err(|e| e.to_string()),
+        _ => Err(Error::NotARate {
+            given: s.to_string(),
+        }
+        .to_string()),
     }
 }
 
@@ -998,19 +993,8 @@ impl Sampler {
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
     pub fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
-        if cfg.native && cfg.nonblocking {
-            return Err(Error::Other(
-                "--native needs to pause threads to unwind them; it cannot be used with \
-                 --nonblocking"
-                    .into(),
-            ));
-        }
-        let rate = cfg.rate;
-        if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
-            return Err(Error::Other(format!(
-                "sampling rate {rate} is out of range (above 0, at most {MAX_RATE})"
-            )));
-        }
+        crate::options::check_read(cfg.native, cfg.nonblocking)?;
+        let rate = crate::options::check_rate(cfg.rate, &cfg.rate.to_string())?;
         // Launched by us: our child, or the child of our launch keeper.
         let me = Some(std::process::id() as i32);
         let parent = procfs::ppid(root_pid);

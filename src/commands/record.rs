@@ -5,7 +5,6 @@ use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
 use crate::sampler::{format_rate, RateHealth, Sampler, SamplerConfig};
-use anyhow::bail;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -211,9 +210,8 @@ fn terminal_columns() -> usize {
 /// Record; returns the exit code for pyinspect.
 pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     pause::install_signal_flag();
-    if opts.pid.is_some() != opts.command.is_empty() {
-        bail!("give either --pid PID or a command to launch after --");
-    }
+    crate::options::check_target(opts.pid, &opts.command)?;
+    crate::options::check_read(opts.sampler.native, opts.sampler.nonblocking)?;
     let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
     // Opened before sampling, so that an unwritable path fails at once.
     let out = OutputFile::create(&path)?;

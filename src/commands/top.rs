@@ -64,16 +64,18 @@ enum Msg {
 static OTHER_PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 pub fn run(opts: TopOptions) -> anyhow::Result<()> {
-    // Checked first: nothing is launched or attached for a run that cannot draw.
+    // Checked first: nothing is launched or attached for a run that cannot
+    // go on (the options' rules, then a terminal to draw on).
+    crate::options::check_target(opts.pid, &opts.command)?;
+    crate::options::check_read(opts.native, opts.nonblocking)?;
+    crate::options::check_rate(opts.rate, &opts.rate.to_string())?;
     if !std::io::stdout().is_terminal() {
         bail!("top needs a terminal (stdout is not a tty)");
     }
     pause::install_signal_flag();
-    let (pid, launched, log) = match (opts.pid, opts.command.is_empty()) {
-        (Some(_), false) => bail!("give either --pid or a command after --, not both"),
-        (None, true) => bail!("give a process to watch: --pid PID, or a command after --"),
-        (Some(pid), true) => (pid, None, None),
-        (None, false) => {
+    let (pid, launched, log) = match opts.pid {
+        Some(pid) => (pid, None, None),
+        None => {
             // Created exclusively (never through a planted link); the time
             // keeps a stale log of an earlier pyinspect with our pid from
             // refusing the run.
