@@ -66,7 +66,7 @@ struct CompletionsArgs {
 #[derive(Args, Debug)]
 struct PidArg {
     /// Process id of the Python process (decimal, or hex with 0x).
-    #[arg(short, long, value_parser = parse_pid)]
+    #[arg(short, long, allow_negative_numbers = true, value_parser = parse_pid)]
     pid: Option<i32>,
 }
 
