@@ -136,8 +136,9 @@ pub struct Tick {
     /// behind (each is a late sample that was never taken).
     pub missed: u64,
     pub processes: Vec<ProcessSample>,
-    /// Per-sample read errors (counted; summaries show the most common).
-    pub errors: Vec<String>,
+    /// Per-sample read errors (counted; summaries show the most common
+    /// [`Error::kind`]).
+    pub errors: Vec<Error>,
     /// Processes no longer followed for a reason worth telling (pid reused,
     /// exec'd another program), once each.
     pub ended: Vec<String>,
@@ -261,7 +262,7 @@ pub struct Target {
     identity: procfs::Identity,
     /// Bytes of each thread's stack to copy at the next pause (--native).
     stack_copy: HashMap<i32, usize>,
-    pause_notes: Vec<String>,
+    pause_notes: Vec<Error>,
     waits: WaitReader,
     /// The waits of the threads that are not running, read before pausing
     /// (a pause interrupts a call, and the kernel may rewrite its arguments).
@@ -480,7 +481,7 @@ impl Target {
             .unwrap_or_default()
     }
 
-    pub fn take_notes(&mut self) -> Vec<String> {
+    pub fn take_notes(&mut self) -> Vec<Error> {
         let mut notes = std::mem::take(&mut self.pause_notes);
         if let Some(n) = self.native.as_mut() {
             notes.extend(n.take_notes());
@@ -776,7 +777,7 @@ impl Target {
                         let (base, bytes) = copy_stack(&self.mem, sp, want);
                         copies.push((tid, ip, sp, bp, base, bytes, want));
                     }
-                    Err(e) => self.pause_notes.push(format!("native unwind failed: {e}")),
+                    Err(e) => self.pause_notes.push(Error::NativeUnwind(Box::new(e))),
                 }
             }
         }
@@ -1226,7 +1227,7 @@ impl Sampler {
                 if is_zombie(t.pid) {
                     return false;
                 }
-                errors.push(e.to_string());
+                errors.push(e);
                 true
             }
         });
