@@ -75,8 +75,10 @@ pub enum Error {
     NoInterpreter { pid: i32, why: String },
     #[error("the interpreter of process {pid} has not started yet, or is shutting down")]
     NotInitialized { pid: i32 },
+    /// Not a `source`: the message already says the memory error, and
+    /// `{:#}` at the edge would say it twice.
     #[error("reading the target failed: {0}")]
-    Memory(#[from] MemError),
+    Memory(MemError),
     // The rules the options of dump, record and top follow (src/options.rs):
     // one variant, and so one message, per rule, whichever command broke it.
     #[error(
@@ -197,4 +199,30 @@ impl Error {
     }
 }
 
+impl From<MemError> for Error {
+    fn from(e: MemError) -> Error {
+        Error::Memory(e)
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chained_messages_do_not_repeat_the_cause() {
+        let e: anyhow::Error = Error::Memory(MemError::Gone).into();
+        assert_eq!(
+            format!("{e:#}"),
+            "reading the target failed: the process exited"
+        );
+        let e: anyhow::Error =
+            Error::NativeUnwind(Box::new(Error::NotStoppedByUs { tid: 7 })).into();
+        assert_eq!(
+            format!("{e:#}"),
+            "native unwind failed: thread 7 is not stopped under ptrace by us (or it exited)"
+        );
+    }
+}
