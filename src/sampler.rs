@@ -141,7 +141,7 @@ pub struct Tick {
     pub errors: Vec<Error>,
     /// Processes no longer followed for a reason worth telling (pid reused,
     /// exec'd another program), once each.
-    pub ended: Vec<String>,
+    pub ended: Vec<Error>,
 }
 
 /// Parse a sampling rate in samples per second: a number with an optional
@@ -1220,7 +1220,7 @@ impl Sampler {
             }
             Err(Error::ProcessExited { .. }) | Err(Error::NoSuchProcess(_)) => false,
             Err(e @ (Error::PidReused { .. } | Error::Execed { .. })) => {
-                ended.push(e.to_string());
+                ended.push(e);
                 false
             }
             Err(e) => {
