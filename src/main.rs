@@ -90,8 +90,8 @@ struct ReadArgs {
     /// needs the threads paused, so not with --nonblocking.
     #[arg(short, long)]
     native: bool,
-    /// Also the Python processes among the target's descendants (while
-    /// sampling, new ones too).
+    /// Also read the Python processes among the target's descendants
+    /// (while sampling, new ones too).
     #[arg(short, long)]
     subprocesses: bool,
 }
