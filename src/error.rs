@@ -75,15 +75,120 @@ pub enum Error {
     NoInterpreter { pid: i32, why: String },
     #[error("the interpreter of process {pid} has not started yet, or is shutting down")]
     NotInitialized { pid: i32 },
+    /// Not a `source`: the message already says the memory error, and
+    /// `{:#}` at the edge would say it twice.
     #[error("reading the target failed: {0}")]
-    Memory(#[from] MemError),
+    Memory(MemError),
+    // The rules the options of dump, record and top follow (src/options.rs):
+    // one variant, and so one message, per rule, whichever command broke it.
+    #[error(
+        "--native needs the threads paused to read their registers; it cannot be used with \
+         --nonblocking"
+    )]
+    NativeNeedsPause,
+    #[error("give either --pid or a command after --, not both")]
+    PidAndCommand,
+    #[error("give a process: --pid PID, or for record and top a command to launch after --")]
+    NoTarget,
+    #[error(
+        "'{given}' is not a sampling rate (samples per second above 0, like 100, 2.5k or \
+         10khz; at most {}k)", crate::sampler::MAX_RATE / 1000.0
+    )]
+    NotARate { given: String },
+    #[error("rate {given} is too high: at most {}k samples per second", crate::sampler::MAX_RATE / 1000.0)]
+    RateTooHigh { given: String },
+    /// `_Py_DebugOffsets` that cannot be used: no cookie, an unexpected
+    /// version, a member missing or implausible (`why` says which).
+    #[error("{why}")]
+    BadDebugOffsets { why: String },
+    /// A layout read through an unproven `_Py_DebugOffsets` that did not
+    /// hold on the live interpreter (`why` says what did not).
+    #[error("{why}")]
+    ChainNotValid { why: String },
+    #[error("no built-in layout table")]
+    NoLayoutTable,
+    #[error("thread {tid} is not stopped under ptrace by us (or it exited)")]
+    NotStoppedByUs { tid: i32 },
+    #[error("reading the registers of thread {tid}: {errno}")]
+    Registers { tid: i32, errno: nix::errno::Errno },
+    /// A ptrace request or wait for a thread that failed: `op` names it.
+    #[error("{op} thread {tid}: {errno}")]
+    Ptrace {
+        op: &'static str,
+        tid: i32,
+        errno: nix::errno::Errno,
+    },
+    /// A sample whose native frames could not be unwound.
+    #[error("native unwind failed: {0}")]
+    NativeUnwind(Box<Error>),
+    /// A sample whose native and Python frames did not match.
+    #[error("native and Python frames did not match: showed the Python frames whole")]
+    MergeMismatch,
+    #[error("cannot launch '{prog}': {why}")]
+    Launch { prog: String, why: String },
     #[error("{0}")]
     Io(String),
+    /// A cause with no variant of its own yet: prefer adding one, so that
+    /// callers and summaries can tell it from the others.
     #[error("{0}")]
     Other(String),
 }
 
 impl Error {
+    /// What went wrong, without the numbers (addresses, pids, thread ids,
+    /// counts) that differ between occurrences: summaries count errors by
+    /// it. One description per variant (and per memory error).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::NoSuchProcess(_) => "no such process",
+            Error::ProcessExited { .. } => "the process exited while it was being read",
+            Error::Permission { .. } => "permission denied",
+            Error::Traced { .. } => "the process is traced by another tracer",
+            Error::KernelThread(_) => "a kernel thread",
+            Error::Zombie(_) => "the process has exited (a zombie)",
+            Error::PidReused { .. } => "the pid was taken by another process",
+            Error::Execed { .. } => "the process exec'd another program",
+            Error::OtherUser { .. } => "a process of another user",
+            Error::NotPython { .. } => "not a Python process",
+            Error::UnsupportedVersion { .. } => "an unsupported Python version",
+            Error::UnprovenLayout { .. } => "a Python version whose layout could not be proven",
+            Error::UnknownVersion { .. } => "the Python version could not be determined",
+            Error::NoInterpreter { .. } => "no interpreter state found",
+            Error::NotInitialized { .. } => "the interpreter is starting or shutting down",
+            Error::Memory(m) => match m {
+                MemError::Unmapped { .. } => "reading the target failed: an address not readable",
+                MemError::TooLarge { .. } => "reading the target failed: an object too large",
+                MemError::Gone => "reading the target failed: the process exited",
+                MemError::Permission => "reading the target failed: permission denied",
+                MemError::Os { .. } => "reading the target failed: an OS error",
+            },
+            Error::NativeNeedsPause => "--native with --nonblocking",
+            Error::PidAndCommand => "both --pid and a command",
+            Error::NoTarget => "no process given",
+            Error::NotARate { .. } => "not a sampling rate",
+            Error::RateTooHigh { .. } => "a sampling rate too high",
+            Error::BadDebugOffsets { .. } => "unusable _Py_DebugOffsets",
+            Error::ChainNotValid { .. } => "a layout that did not hold on the interpreter",
+            Error::NoLayoutTable => "no built-in layout table",
+            Error::NotStoppedByUs { .. } => "a thread not stopped by us",
+            Error::Registers { .. } => "reading a thread's registers failed",
+            Error::Ptrace { .. } => "a ptrace request failed",
+            Error::NativeUnwind(e) => match **e {
+                Error::NotStoppedByUs { .. } => "native unwind failed: a thread not stopped by us",
+                Error::Registers { .. } => {
+                    "native unwind failed: reading a thread's registers failed"
+                }
+                _ => "native unwind failed",
+            },
+            Error::MergeMismatch => {
+                "native and Python frames did not match: showed the Python frames whole"
+            }
+            Error::Launch { .. } => "a program could not be launched",
+            Error::Io(_) => "an I/O error",
+            Error::Other(_) => "other errors",
+        }
+    }
+
     /// Map a memory error seen while reading `pid` to what the user should hear.
     pub fn from_mem(pid: i32, e: MemError) -> Error {
         match e {
@@ -94,4 +199,30 @@ impl Error {
     }
 }
 
+impl From<MemError> for Error {
+    fn from(e: MemError) -> Error {
+        Error::Memory(e)
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chained_messages_do_not_repeat_the_cause() {
+        let e: anyhow::Error = Error::Memory(MemError::Gone).into();
+        assert_eq!(
+            format!("{e:#}"),
+            "reading the target failed: the process exited"
+        );
+        let e: anyhow::Error =
+            Error::NativeUnwind(Box::new(Error::NotStoppedByUs { tid: 7 })).into();
+        assert_eq!(
+            format!("{e:#}"),
+            "native unwind failed: thread 7 is not stopped under ptrace by us (or it exited)"
+        );
+    }
+}

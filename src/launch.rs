@@ -61,9 +61,7 @@ impl Launched {
     /// would reap our own child's exit status should it exit meanwhile. The
     /// keeper reaps the program and exits with its status.
     pub fn spawn(argv: &[String]) -> Result<Launched, Error> {
-        let (prog, args) = argv
-            .split_first()
-            .ok_or_else(|| Error::Other("no command to launch".into()))?;
+        let (prog, args) = argv.split_first().ok_or(Error::NoTarget)?;
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| Error::Io(format!("pipe: {e}")))?;
         // SAFETY: pyinspect has started no threads yet, so the child may do
@@ -81,7 +79,10 @@ impl Launched {
                     Some(p) => p,
                     None => {
                         let _ = nix::sys::wait::waitpid(child, None);
-                        return Err(Error::Other(format!("cannot launch '{prog}': {msg}")));
+                        return Err(Error::Launch {
+                            prog: prog.clone(),
+                            why: msg,
+                        });
                     }
                 };
                 CHILD_PID.store(pid, Ordering::SeqCst);

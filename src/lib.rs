@@ -8,6 +8,7 @@ pub mod error;
 pub mod launch;
 pub mod memory;
 pub mod native_unwind;
+pub mod options;
 pub mod output;
 pub mod pause;
 pub mod privilege;

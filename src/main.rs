@@ -58,11 +58,77 @@ struct CompletionsArgs {
     shell: clap_complete::Shell,
 }
 
+// The options shared by dump, record and top, each defined once here and
+// flattened into the commands that take it; the rules between them are
+// checked once each, in `check` below (src/options.rs).
+
+/// `--pid`: dump, record and top.
+#[derive(Args, Debug)]
+struct PidArg {
+    /// Process id of the Python process (decimal, or hex with 0x).
+    #[arg(short, long, allow_negative_numbers = true, value_parser = parse_pid)]
+    pid: Option<i32>,
+}
+
+/// The process record and top follow: `--pid`, or a command after `--`.
+#[derive(Args, Debug)]
+struct TargetArgs {
+    #[command(flatten)]
+    pid: PidArg,
+    /// The program to launch and follow (instead of --pid).
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+/// How the threads are read: dump, record and top.
+#[derive(Args, Debug)]
+struct ReadArgs {
+    /// Read without pausing the target (stacks may be torn).
+    #[arg(long)]
+    nonblocking: bool,
+    /// Merge native (C, C++, Rust, CUDA-library) frames into each stack;
+    /// needs the threads paused, so not with --nonblocking.
+    #[arg(short, long)]
+    native: bool,
+    /// Also read the Python processes among the target's descendants
+    /// (while sampling, new ones too).
+    #[arg(short, long)]
+    subprocesses: bool,
+}
+
+/// Which threads a sample counts, and how frames are named: record and top.
+#[derive(Args, Debug)]
+struct SampleArgs {
+    #[command(flatten)]
+    rate: RateArg,
+    /// Include idle threads (for record, the same as --mode wall).
+    #[arg(short, long)]
+    idle: bool,
+    /// Only count the thread holding the GIL (for record, the same as
+    /// --mode gil, with --idle too, as py-spy takes both).
+    #[arg(short, long)]
+    gil: bool,
+    /// Show full file names rather than package-relative ones.
+    #[arg(long)]
+    full_filenames: bool,
+    #[command(flatten)]
+    asyncio: SampleAsyncArgs,
+}
+
+/// `--rate`: record and top.
+#[derive(Args, Debug)]
+struct RateArg {
+    /// Samples per second: 100, 2.5k, 10khz (at most 100k).
+    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
+    rate: f64,
+}
+
 #[derive(Args, Debug)]
 struct DumpArgs {
-    /// Process id of the Python process.
-    #[arg(short, long, value_parser = parse_pid)]
-    pid: i32,
+    #[command(flatten)]
+    pid: PidArg,
+    #[command(flatten)]
+    read: ReadArgs,
     /// One JSON object per process per line (JSON Lines).
     #[arg(short, long)]
     json: bool,
@@ -70,15 +136,6 @@ struct DumpArgs {
     /// for longer values).
     #[arg(short, long, action = clap::ArgAction::Count)]
     locals: u8,
-    /// Read without pausing the target (may show torn stacks).
-    #[arg(long)]
-    nonblocking: bool,
-    /// Also dump the Python processes among the target's descendants.
-    #[arg(short, long)]
-    subprocesses: bool,
-    /// Merge native (C, C++, Rust, CUDA-library) frames into each stack.
-    #[arg(short, long)]
-    native: bool,
     /// With --native: also interpreter plumbing frames and threads Python does not know.
     #[arg(long)]
     native_all: bool,
@@ -93,6 +150,13 @@ struct DumpArgs {
     positions: bool,
     #[command(flatten)]
     asyncio: DumpAsyncArgs,
+}
+
+impl DumpArgs {
+    /// --native-all and --native-debug-info imply --native.
+    fn native(&self) -> bool {
+        self.read.native || self.native_all || self.native_debug_info
+    }
 }
 
 /// dump's asyncio task trees.
@@ -156,35 +220,26 @@ impl SampleAsyncArgs {
 
 #[derive(Args, Debug)]
 struct RecordArgs {
-    /// Process id to sample (or give a command after --).
-    #[arg(short, long, value_parser = parse_pid)]
-    pid: Option<i32>,
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    read: ReadArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
     /// Output file (default: derived from the program name and the time).
     #[arg(short, long)]
     output: Option<std::path::PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "flamegraph")]
     format: OutputFormat,
-    #[command(flatten)]
-    rate: RateArg,
     /// Wall-clock seconds to record, or "unlimited" (default: until Ctrl-C or the program exits).
     #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// Follow child processes (and their children).
-    #[arg(short, long)]
-    subprocesses: bool,
     /// What a sample counts: cpu (threads on the CPU), wall (every thread;
     /// waits end in a leaf frame naming them), offcpu (only waiting threads,
     /// with that leaf), gil (only the GIL holder).
-    #[arg(short, long, value_enum)]
+    #[arg(short, long, value_enum, conflicts_with_all = ["idle", "gil"])]
     mode: Option<pyinspect::commands::record::RecordMode>,
-    /// Include idle threads: the same as --mode wall.
-    #[arg(short, long, conflicts_with = "mode")]
-    idle: bool,
-    /// Only sample the thread holding the GIL: the same as --mode gil
-    /// (with --idle too, as py-spy takes both).
-    #[arg(short, long, conflicts_with = "mode")]
-    gil: bool,
     /// Add a root frame per thread.
     #[arg(short, long)]
     threads: bool,
@@ -194,63 +249,37 @@ struct RecordArgs {
     /// Leave line numbers out of frame names.
     #[arg(long)]
     nolineno: bool,
-    /// Show full file names rather than package-relative ones.
-    #[arg(long)]
-    full_filenames: bool,
-    /// Read without pausing the target.
-    #[arg(long)]
-    nonblocking: bool,
-    /// Merge native frames.
-    #[arg(short, long)]
-    native: bool,
-    #[command(flatten)]
-    asyncio: SampleAsyncArgs,
-    /// The program to launch and profile.
-    #[arg(last = true)]
-    command: Vec<String>,
 }
 
 #[derive(Args, Debug)]
 struct TopArgs {
-    /// Process id to watch (or give a command after --).
-    #[arg(short, long, value_parser = parse_pid)]
-    pid: Option<i32>,
     #[command(flatten)]
-    rate: RateArg,
-    /// Follow child processes.
-    #[arg(short, long)]
-    subprocesses: bool,
-    /// Include idle threads.
-    #[arg(short, long)]
-    idle: bool,
-    /// Only count the thread holding the GIL.
-    #[arg(short, long)]
-    gil: bool,
-    /// Read without pausing the target.
-    #[arg(long)]
-    nonblocking: bool,
-    /// Merge native frames.
-    #[arg(short, long)]
-    native: bool,
+    target: TargetArgs,
+    #[command(flatten)]
+    read: ReadArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
     /// Seconds between refreshes of the display.
     #[arg(long, default_value = "1", value_parser = parse_delay, allow_hyphen_values = true)]
     delay: Duration,
-    /// Show full file names rather than package-relative ones.
-    #[arg(long)]
-    full_filenames: bool,
-    #[command(flatten)]
-    asyncio: SampleAsyncArgs,
-    /// The program to launch and watch.
-    #[arg(last = true)]
-    command: Vec<String>,
 }
 
-/// `--rate`, shared by record and top.
-#[derive(Args, Debug)]
-struct RateArg {
-    /// Samples per second: 100, 2.5k, 10khz (at most 100k).
-    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
-    rate: f64,
+/// The rules between options, one check each (src/options.rs), before
+/// anything is opened, launched or drawn.
+fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
+    use pyinspect::options::{check_read, check_target, require_pid};
+    match command {
+        Command::Dump(a) => {
+            require_pid(a.pid.pid)?;
+            check_read(a.native(), a.read.nonblocking)
+        }
+        Command::Record(RecordArgs { target, read, .. })
+        | Command::Top(TopArgs { target, read, .. }) => {
+            check_target(target.pid.pid, &target.command)?;
+            check_read(read.native, read.nonblocking)
+        }
+        Command::Completions(_) | Command::Diff(_) => Ok(()),
+    }
 }
 
 fn parse_pid(s: &str) -> Result<i32, String> {
@@ -280,18 +309,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn record(a: RecordArgs) -> anyhow::Result<i32> {
     use pyinspect::commands::record::{self, RecordMode};
-    let mode = match (a.mode, a.idle, a.gil) {
+    let mode = match (a.mode, a.sample.idle, a.sample.gil) {
         (Some(m), _, _) => m,
         (None, _, true) => RecordMode::Gil,
         (None, true, _) => RecordMode::Wall,
         _ => RecordMode::Cpu,
     };
     let mut sampler = pyinspect::sampler::SamplerConfig {
-        rate: a.rate.rate,
+        rate: a.sample.rate.rate,
         duration: a.duration.filter(|d| *d != Duration::MAX),
-        subprocesses: a.subprocesses,
-        nonblocking: a.nonblocking,
-        native: a.native,
+        subprocesses: a.read.subprocesses,
+        nonblocking: a.read.nonblocking,
+        native: a.read.native,
         native_all: false,
         native_debug_info: false,
         gil_only: false,
@@ -302,18 +331,18 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         gc_frames: true,
         positions: false,
         waits: pyinspect::wait::WaitDetail::Off,
-        asyncio: a.asyncio.mode(),
+        asyncio: a.sample.asyncio.mode(),
     };
     mode.configure(&mut sampler);
     record::run(record::RecordOptions {
-        pid: a.pid,
-        command: a.command,
+        pid: a.target.pid.pid,
+        command: a.target.command,
         output: a.output,
         format: a.format,
         sampler,
         threads: a.threads,
         nolineno: a.nolineno,
-        full_filenames: a.full_filenames,
+        full_filenames: a.sample.full_filenames,
         mode,
     })
 }
@@ -321,17 +350,17 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
 fn top(a: TopArgs) -> anyhow::Result<()> {
     use pyinspect::commands::top;
     top::run(top::TopOptions {
-        pid: a.pid,
-        asyncio: a.asyncio.mode(),
-        command: a.command,
-        rate: a.rate.rate,
-        subprocesses: a.subprocesses,
-        nonblocking: a.nonblocking,
-        native: a.native,
-        idle: a.idle,
-        gil: a.gil,
+        pid: a.target.pid.pid,
+        asyncio: a.sample.asyncio.mode(),
+        command: a.target.command,
+        rate: a.sample.rate.rate,
+        subprocesses: a.read.subprocesses,
+        nonblocking: a.read.nonblocking,
+        native: a.read.native,
+        idle: a.sample.idle,
+        gil: a.sample.gil,
         refresh: a.delay,
-        full_filenames: a.full_filenames,
+        full_filenames: a.sample.full_filenames,
     })
 }
 
@@ -376,23 +405,30 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Err(e) = check(&cli.command) {
+        // A usage error, like clap's own: the same status.
+        eprintln!("pyinspect: {e} (see pyinspect --help)");
+        std::process::exit(2);
+    }
     pyinspect::privilege::set_allow_any_user(cli.allow_any_user);
     let result = match cli.command {
-        Command::Dump(a) => {
-            pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
-                pid: a.pid,
-                json: a.json,
-                locals: a.locals,
-                nonblocking: a.nonblocking,
-                subprocesses: a.subprocesses,
-                native: a.native || a.native_all || a.native_debug_info,
-                native_all: a.native_all,
-                native_debug_info: a.native_debug_info,
-                positions: a.positions,
-                asyncio: a.asyncio.mode(),
+        Command::Dump(a) => pyinspect::options::require_pid(a.pid.pid)
+            .map_err(anyhow::Error::from)
+            .and_then(|pid| {
+                pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
+                    pid,
+                    json: a.json,
+                    locals: a.locals,
+                    nonblocking: a.read.nonblocking,
+                    subprocesses: a.read.subprocesses,
+                    native: a.native(),
+                    native_all: a.native_all,
+                    native_debug_info: a.native_debug_info,
+                    positions: a.positions,
+                    asyncio: a.asyncio.mode(),
+                })
             })
-            .map(|()| 0)
-        }
+            .map(|()| 0),
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
         Command::Completions(a) => completions(a.shell),

@@ -483,10 +483,10 @@ impl PauseGuard {
     /// Instruction, stack and frame pointer of a thread stopped by this guard.
     pub fn registers(&self, tid: i32) -> Result<(u64, u64, u64)> {
         if !self.stopped.contains(&tid) {
-            return Err(Error::Other(format!("thread {tid} is not stopped by us")));
+            return Err(Error::NotStoppedByUs { tid });
         }
         let r = nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid))
-            .map_err(|e| Error::Other(format!("reading the registers of thread {tid}: {e}")))?;
+            .map_err(|errno| Error::Registers { tid, errno })?;
         Ok((r.rip, r.rsp, r.rbp))
     }
 

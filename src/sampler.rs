@@ -138,11 +138,12 @@ pub struct Tick {
     /// behind (each is a late sample that was never taken).
     pub missed: u64,
     pub processes: Vec<ProcessSample>,
-    /// Per-sample read errors (counted; summaries show the most common).
-    pub errors: Vec<String>,
+    /// Per-sample read errors (counted; summaries show the most common
+    /// [`Error::kind`]).
+    pub errors: Vec<Error>,
     /// Processes no longer followed for a reason worth telling (pid reused,
     /// exec'd another program), once each.
-    pub ended: Vec<String>,
+    pub ended: Vec<Error>,
 }
 
 /// Parse a sampling rate in samples per second: a number with an optional
@@ -161,16 +162,11 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
             .bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'-' | b'+'));
     match num.parse::<f64>().map(|r| r * scale) {
-        Ok(r) if plain && r.is_finite() && r > 0.0 && r <= MAX_RATE => Ok(r),
-        Ok(r) if plain && r.is_finite() && r > MAX_RATE => Err(format!(
-            "rate {s} is too high: at most {}k samples per second",
-            MAX_RATE / 1000.0
-        )),
-        _ => Err(format!(
-            "'{s}' is not a sampling rate (samples per second above 0, like 100, 2.5k or 10khz; \
-             at most {}k)",
-            MAX_RATE / 1000.0
-        )),
+        Ok(r) if plain => crate::options::check_rate(r, s).map_err(|e| e.to_string()),
+        _ => Err(Error::NotARate {
+            given: s.to_string(),
+        }
+        .to_string()),
     }
 }
 
@@ -267,7 +263,7 @@ pub struct Target {
     live: Option<Liveness>,
     /// Bytes of each thread's stack to copy at the next pause (--native).
     stack_copy: HashMap<i32, usize>,
-    pause_notes: Vec<String>,
+    pause_notes: Vec<Error>,
     waits: WaitReader,
     /// The waits of the threads that are not running, read before pausing
     /// (a pause interrupts a call, and the kernel may rewrite its arguments).
@@ -528,7 +524,7 @@ impl Target {
             .unwrap_or_default()
     }
 
-    pub fn take_notes(&mut self) -> Vec<String> {
+    pub fn take_notes(&mut self) -> Vec<Error> {
         let mut notes = std::mem::take(&mut self.pause_notes);
         if let Some(n) = self.native.as_mut() {
             notes.extend(n.take_notes());
@@ -834,7 +830,7 @@ impl Target {
                         let (base, bytes) = copy_stack(&*self.source, sp, want);
                         copies.push((tid, ip, sp, bp, base, bytes, want));
                     }
-                    Err(e) => self.pause_notes.push(format!("native unwind failed: {e}")),
+                    Err(e) => self.pause_notes.push(Error::NativeUnwind(Box::new(e))),
                 }
             }
         }
@@ -1069,19 +1065,8 @@ impl Sampler {
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
     pub fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
-        if cfg.native && cfg.nonblocking {
-            return Err(Error::Other(
-                "--native needs to pause threads to unwind them; it cannot be used with \
-                 --nonblocking"
-                    .into(),
-            ));
-        }
-        let rate = cfg.rate;
-        if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
-            return Err(Error::Other(format!(
-                "sampling rate {rate} is out of range (above 0, at most {MAX_RATE})"
-            )));
-        }
+        crate::options::check_read(cfg.native, cfg.nonblocking)?;
+        let rate = crate::options::check_rate(cfg.rate, &cfg.rate.to_string())?;
         // Launched by us: our child, or the child of our launch keeper.
         let me = Some(std::process::id() as i32);
         let parent = procfs::ppid(root_pid);
@@ -1306,14 +1291,14 @@ impl Sampler {
             }
             Err(Error::ProcessExited { .. }) | Err(Error::NoSuchProcess(_)) => false,
             Err(e @ (Error::PidReused { .. } | Error::Execed { .. })) => {
-                ended.push(e.to_string());
+                ended.push(e);
                 false
             }
             Err(e) => {
                 if is_zombie(t.pid) {
                     return false;
                 }
-                errors.push(e.to_string());
+                errors.push(e);
                 true
             }
         });

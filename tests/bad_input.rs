@@ -299,3 +299,128 @@ fn top_refuses_a_bad_delay() {
         assert_mentions(&line, &["delay"]);
     }
 }
+
+/// Runs `pyinspect CMD ARGS...` for each command, and asserts that each
+/// fails with one clean line, the same line and status from every one.
+fn same_from_each(commands: &[&str], args: &[&str]) -> String {
+    let mut seen: Vec<(String, Option<i32>, String)> = Vec::new();
+    for cmd in commands {
+        let mut full = vec![*cmd];
+        full.extend_from_slice(args);
+        let out = pyinspect(&full);
+        let line = assert_one_clean_error_line(&out);
+        assert!(out.stdout.is_empty(), "{}", out.describe());
+        seen.push((cmd.to_string(), out.status.code(), line));
+    }
+    let (first_cmd, code, line) = &seen[0];
+    for (cmd, c, l) in &seen[1..] {
+        assert_eq!(
+            (l, c),
+            (line, code),
+            "{cmd} {args:?} and {first_cmd} {args:?} should say the same"
+        );
+    }
+    line.clone()
+}
+
+const ALL: &[&str] = &["dump", "record", "top"];
+const SAMPLERS: &[&str] = &["record", "top"];
+
+#[test]
+fn each_rule_has_one_message_from_dump_record_and_top() {
+    // A real, non-Python target: nothing may touch it, it stays running.
+    let target = Sleep::start();
+    let pid = target.pid().to_string();
+    let p = pid.as_str();
+
+    // --native (and what implies it) with --nonblocking.
+    let line = same_from_each(ALL, &["--pid", p, "--native", "--nonblocking"]);
+    assert_mentions(&line, &["--nonblocking"]);
+    assert_mentions(&line, &["paused"]);
+    for implied in ["--native-all", "--native-debug-info"] {
+        let out = pyinspect(&["dump", "--pid", p, implied, "--nonblocking"]);
+        assert_eq!(assert_one_clean_error_line(&out), line, "dump {implied}");
+    }
+    let short = same_from_each(ALL, &["-p", p, "-n", "--nonblocking"]);
+    assert_eq!(short, line);
+
+    // A process to follow: neither, or both of --pid and a command.
+    let line = same_from_each(ALL, &[]);
+    assert_mentions(&line, &["--pid"]);
+    let line = same_from_each(SAMPLERS, &["--pid", p, "--", "sleep", "1"]);
+    assert_mentions(&line, &["not both"]);
+
+    // The pid's form, whichever command takes it.
+    for bad in ["abc", "-5", "0", "12abc", "0xzz"] {
+        let line = same_from_each(ALL, &["--pid", bad]);
+        assert_mentions(&line, &[bad]);
+        assert_mentions(&line, &["process id"]);
+    }
+
+    // The rate's range: the same explanation from record and top (top once
+    // said "unexpected argument" for a negative rate).
+    for bad in ["-5", "-0.5", "0", "abc", "nan", "inf", "10kk"] {
+        for args in [&["--rate", bad, "--pid", p][..], &["--pid", p, "-r", bad]] {
+            let line = same_from_each(SAMPLERS, args);
+            assert_mentions(&line, &["above 0"]);
+            assert_mentions(&line, &[bad]);
+        }
+        let out = pyinspect(&["top", &format!("--rate={bad}"), "--pid", p]);
+        assert_mentions(&assert_one_clean_error_line(&out), &["above 0"]);
+    }
+    for high in ["200k", "1e9", "100001"] {
+        let line = same_from_each(SAMPLERS, &["--pid", p, "--rate", high]);
+        assert_mentions(&line, &["too high"]);
+        assert_mentions(&line, &["100k"]);
+    }
+    let line = same_from_each(SAMPLERS, &["--pid", p, "--rate"]);
+    assert_mentions(&line, &["--rate"]);
+
+    // --async-mode only with --async.
+    let line = same_from_each(SAMPLERS, &["--pid", p, "--async-mode", "all"]);
+    assert_mentions(&line, &["--async"]);
+    let line = same_from_each(SAMPLERS, &["--pid", p, "--async", "--async-mode", "some"]);
+    assert_mentions(&line, &["some"]);
+
+    // Unknown flags and stray arguments.
+    let line = same_from_each(ALL, &["--pid", p, "--bogus"]);
+    assert_mentions(&line, &["--bogus"]);
+    let line = same_from_each(ALL, &["--pid", p, "stray"]);
+    assert_mentions(&line, &["stray"]);
+
+    assert_not_stopped(target.pid());
+}
+
+#[test]
+fn record_only_rules_are_one_clear_line() {
+    let target = Sleep::start();
+    let p = target.pid().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("x.svg");
+    let o = o.to_str().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--mode", "wall", "--idle"], &["--mode", "--idle"]),
+        (&["--mode", "gil", "--gil"], &["--mode", "--gil"]),
+        (&["-m", "cpu", "-i"], &["--mode", "--idle"]),
+        (&["--mode", "sideways"], &["sideways"]),
+        (&["-F", "--nolineno"], &["--function", "--nolineno"]),
+        (&["--format", "gif"], &["gif"]),
+        (&["--duration", "0"], &["duration"]),
+        (&["--duration", "-1"], &["duration"]),
+        (&["--duration", "soon"], &["duration"]),
+    ];
+    for (extra, words) in cases {
+        let mut args = vec!["record", "--pid", &p, "-o", o];
+        args.extend_from_slice(extra);
+        let line = assert_one_clean_error_line(&pyinspect(&args));
+        for w in *words {
+            assert_mentions(&line, &[w]);
+        }
+    }
+    // py-spy's --idle with --gil is one mode, not a conflict: it gets as
+    // far as the target (not Python).
+    let out = pyinspect(&["record", "--pid", &p, "-o", o, "-i", "-g", "-d", "1"]);
+    assert_mentions(&assert_one_clean_error_line(&out), &["sleep"]);
+    assert!(!Path::new(o).exists(), "a failed record left {o}");
+    assert_not_stopped(target.pid());
+}

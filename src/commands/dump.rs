@@ -66,11 +66,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
 }
 
 pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
-    if opts.native && opts.nonblocking {
-        anyhow::bail!(
-            "--native needs the threads paused to read their registers; it cannot be used with --nonblocking"
-        );
-    }
+    crate::options::check_read(opts.native, opts.nonblocking)?;
     pause::install_signal_flag();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let root = read_process(opts.pid, opts)?;

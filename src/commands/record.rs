@@ -5,7 +5,6 @@ use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
 use crate::sampler::{format_rate, RateHealth, Sampler, SamplerConfig};
-use anyhow::bail;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -141,31 +140,13 @@ fn local_timestamp() -> String {
     )
 }
 
-/// Error messages differ by address; group them by what remains.
-fn error_cause(e: &str) -> String {
-    let mut out = String::with_capacity(e.len());
-    let mut it = e.split_inclusive(|c: char| !c.is_ascii_alphanumeric());
-    for word in it.by_ref() {
-        let (body, sep) = match word.char_indices().last() {
-            Some((i, c)) if !c.is_ascii_alphanumeric() => (&word[..i], &word[i..]),
-            _ => (word, ""),
-        };
-        if body.starts_with("0x") || (!body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()))
-        {
-            out.push('N');
-        } else {
-            out.push_str(body);
-        }
-        out.push_str(sep);
-    }
-    out
-}
-
 struct Stats {
     ticks: u64,
     late: u64,
     errors: u64,
-    causes: HashMap<String, u64>,
+    /// Errors by kind ([`crate::error::Error::kind`]): addresses and ids
+    /// differ between occurrences of one cause.
+    causes: HashMap<&'static str, u64>,
 }
 
 fn progress(stats: &Stats, profile: &Profile, elapsed: Duration, health: &RateHealth) {
@@ -211,9 +192,8 @@ fn terminal_columns() -> usize {
 /// Record; returns the exit code for pyinspect.
 pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     pause::install_signal_flag();
-    if opts.pid.is_some() != opts.command.is_empty() {
-        bail!("give either --pid PID or a command to launch after --");
-    }
+    crate::options::check_target(opts.pid, &opts.command)?;
+    crate::options::check_read(opts.sampler.native, opts.sampler.nonblocking)?;
     let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
     // Opened before sampling, so that an unwritable path fails at once.
     let out = OutputFile::create(&path)?;
@@ -297,7 +277,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         }
         for e in tick.errors {
             stats.errors += 1;
-            *stats.causes.entry(error_cause(&e)).or_default() += 1;
+            *stats.causes.entry(e.kind()).or_default() += 1;
         }
         if show_progress && last_progress.elapsed() >= PROGRESS_EVERY {
             last_progress = Instant::now();
@@ -398,8 +378,8 @@ fn summary(stats: &Stats, profile: &Profile, elapsed: Duration, health: &RateHea
         let (cause, n) = stats
             .causes
             .iter()
-            .max_by_key(|(c, n)| (**n, std::cmp::Reverse(c.as_str())))
-            .map(|(c, n)| (c.as_str(), *n))
+            .max_by_key(|(c, n)| (**n, std::cmp::Reverse(**c)))
+            .map(|(c, n)| (*c, *n))
             .unwrap_or(("", 0));
         line.push_str(&format!(
             ", {} errors (most common, {n}: {cause})",
@@ -426,12 +406,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_causes_group_by_text() {
-        assert_eq!(
-            error_cause("frame at 0x7f00 unreadable: errno 14"),
-            error_cause("frame at 0x7f88 unreadable: errno 14")
-        );
-        assert_eq!(error_cause("a b"), "a b");
+    fn errors_group_by_kind_not_by_address() {
+        use crate::error::{Error, MemError};
+        let unmapped = |addr| Error::Memory(MemError::Unmapped { addr, len: 8 });
+        assert_eq!(unmapped(0x7f00).kind(), unmapped(0x7f88).kind());
+        let os = Error::Memory(MemError::Os {
+            addr: 0x7f00,
+            errno: 14,
+        });
+        assert_ne!(unmapped(0x7f00).kind(), os.kind());
+        let regs = |tid| {
+            Error::NativeUnwind(Box::new(Error::Registers {
+                tid,
+                errno: nix::errno::Errno::ESRCH,
+            }))
+        };
+        assert_eq!(regs(1).kind(), regs(2).kind());
+        assert!(!regs(1).kind().chars().any(|c| c.is_ascii_digit()));
+        assert_ne!(regs(1).kind(), Error::MergeMismatch.kind());
     }
 
     #[test]

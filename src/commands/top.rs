@@ -56,7 +56,9 @@ enum Msg {
     Tick(Tick),
     /// Every followed process has exited (or a stop signal arrived).
     Ended,
-    Failed(String),
+    /// The sampler could not start or go on: the error itself, carried to
+    /// the edge (printed, or shown as the reason the view ended).
+    Failed(anyhow::Error),
 }
 
 /// Panics of the sampler thread, kept while the screen is taken and
@@ -64,16 +66,18 @@ enum Msg {
 static OTHER_PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 pub fn run(opts: TopOptions) -> anyhow::Result<()> {
-    // Checked first: nothing is launched or attached for a run that cannot draw.
+    // Checked first: nothing is launched or attached for a run that cannot
+    // go on (the options' rules, then a terminal to draw on).
+    crate::options::check_target(opts.pid, &opts.command)?;
+    crate::options::check_read(opts.native, opts.nonblocking)?;
+    crate::options::check_rate(opts.rate, &opts.rate.to_string())?;
     if !std::io::stdout().is_terminal() {
         bail!("top needs a terminal (stdout is not a tty)");
     }
     pause::install_signal_flag();
-    let (pid, launched, log) = match (opts.pid, opts.command.is_empty()) {
-        (Some(_), false) => bail!("give either --pid or a command after --, not both"),
-        (None, true) => bail!("give a process to watch: --pid PID, or a command after --"),
-        (Some(pid), true) => (pid, None, None),
-        (None, false) => {
+    let (pid, launched, log) = match opts.pid {
+        Some(pid) => (pid, None, None),
+        None => {
             // Created exclusively (never through a planted link); the time
             // keeps a stale log of an earlier pyinspect with our pid from
             // refusing the run.
@@ -153,7 +157,7 @@ fn start_sampler(pid: i32, cfg: SamplerConfig) -> (Receiver<Msg>, JoinHandle<()>
             let mut sampler = match Sampler::new(pid, cfg) {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = tx.send(Msg::Failed(e.to_string()));
+                    let _ = tx.send(Msg::Failed(e.into()));
                     return;
                 }
             };
@@ -170,9 +174,9 @@ fn start_sampler(pid: i32, cfg: SamplerConfig) -> (Receiver<Msg>, JoinHandle<()>
             let _ = tx.send(Msg::Ended);
         });
         if std::panic::catch_unwind(body).is_err() {
-            let _ = panicked.send(Msg::Failed(
-                "sampling stopped on an internal error (printed on exit)".into(),
-            ));
+            let _ = panicked.send(Msg::Failed(anyhow::anyhow!(
+                "sampling stopped on an internal error (printed on exit)"
+            )));
         }
     });
     (rx, handle)
@@ -210,7 +214,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
     // the screen is taken.
     match rx.recv() {
         Ok(Msg::Started) => {}
-        Ok(Msg::Failed(e)) => bail!("{e}"),
+        Ok(Msg::Failed(e)) => return Err(e),
         Ok(Msg::Ended) | Ok(Msg::Tick(_)) | Err(_) => bail!("process {pid} exited"),
     }
     let mut app = App {
@@ -275,7 +279,7 @@ impl App {
                     Ok(Msg::Tick(t)) => self.add_tick(t),
                     Ok(Msg::Started) => {}
                     Ok(Msg::Ended) => self.end(format!("process {} exited", self.root_pid)),
-                    Ok(Msg::Failed(e)) => self.end(e),
+                    Ok(Msg::Failed(e)) => self.end(e.to_string()),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
                         if !self.ended {

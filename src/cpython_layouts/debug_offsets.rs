@@ -422,13 +422,14 @@ impl DebugOffsets {
     }
     /// Like [`get`](Self::get) for members every supported version has.
     fn need(&self, section: &str, member: &str) -> Result<u64, Error> {
-        self.get(section, member).ok_or_else(|| {
-            Error::Other(format!(
-                "_Py_DebugOffsets of Python {}.{} has no {section}.{member}",
-                self.major(),
-                self.minor()
-            ))
-        })
+        self.get(section, member)
+            .ok_or_else(|| Error::BadDebugOffsets {
+                why: format!(
+                    "_Py_DebugOffsets of Python {}.{} has no {section}.{member}",
+                    self.major(),
+                    self.minor()
+                ),
+            })
     }
 }
 
@@ -458,31 +459,39 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
     let mut header = [0u8; HEADER_LEN as usize];
     mem.read(runtime_addr, &mut header)?;
     if &header[..8] != COOKIE {
-        return Err(Error::Other(format!(
-            "no _Py_DebugOffsets at 0x{runtime_addr:x}: cookie is {:?}, expected \"xdebugpy\" \
+        return Err(Error::BadDebugOffsets {
+            why: format!(
+                "no _Py_DebugOffsets at 0x{runtime_addr:x}: cookie is {:?}, expected \"xdebugpy\" \
              (not a Python 3.13+ _PyRuntime)",
-            String::from_utf8_lossy(&header[..8])
-        )));
+                String::from_utf8_lossy(&header[..8])
+            ),
+        });
     }
     let version_hex = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
     let free_threaded = u64::from_le_bytes(header[16..24].try_into().unwrap_or_default());
     let (major, minor) = ((version_hex >> 24) as u8, (version_hex >> 16) as u8);
     if version_hex >> 32 != 0 || major != 3 || minor < 13 {
-        return Err(Error::Other(format!(
-            "_Py_DebugOffsets at 0x{runtime_addr:x} claims version 0x{version_hex:x}; \
+        return Err(Error::BadDebugOffsets {
+            why: format!(
+                "_Py_DebugOffsets at 0x{runtime_addr:x} claims version 0x{version_hex:x}; \
              expected Python 3.13 or newer"
-        )));
+            ),
+        });
     }
     let Some((members_major, members_minor, sections)) = sections_for(major, minor) else {
-        return Err(Error::Other(format!(
-            "_Py_DebugOffsets of Python {}: no member list to read it with",
-            version_string(version_hex)
-        )));
+        return Err(Error::BadDebugOffsets {
+            why: format!(
+                "_Py_DebugOffsets of Python {}: no member list to read it with",
+                version_string(version_hex)
+            ),
+        });
     };
     if free_threaded > 1 {
-        return Err(Error::Other(format!(
+        return Err(Error::BadDebugOffsets {
+ why: format!(
             "_Py_DebugOffsets at 0x{runtime_addr:x}: free_threaded is {free_threaded}, expected 0 or 1"
-        )));
+        ),
+});
     }
 
     // For a version newer than every member list, say which list was used.
@@ -494,10 +503,8 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
             version_string(version_hex)
         )
     };
-    let implausible = |section: &str, member: &str, value: u64, why: &str| {
-        Error::Other(format!(
-            "_Py_DebugOffsets looks corrupt{ctx}: {section}.{member} = {value} is {why}"
-        ))
+    let implausible = |section: &str, member: &str, value: u64, why: &str| Error::BadDebugOffsets {
+        why: format!("_Py_DebugOffsets looks corrupt{ctx}: {section}.{member} = {value} is {why}"),
     };
     let count: usize = sections.iter().map(|(_, m)| m.len()).sum();
     let mut body = vec![0u8; count * 8];
@@ -547,21 +554,23 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
         _ => false,
     };
     if !header_ok {
-        return Err(Error::Other(format!(
+        return Err(Error::BadDebugOffsets {
+            why: format!(
             "_Py_DebugOffsets of Python {} read with the {members_major}.{members_minor} member \
              list: pyobject.size/ob_type = {:?}/{:?} is not a CPython object header",
             version_string(version_hex),
             d.get("pyobject", "size"),
             d.get("pyobject", "ob_type"),
-        )));
+        ),
+        });
     }
     Ok(d)
 }
 
 fn implausible(section: &str, member: &str, value: u64, why: &str) -> Error {
-    Error::Other(format!(
-        "_Py_DebugOffsets looks corrupt: {section}.{member} = {value} is {why}"
-    ))
+    Error::BadDebugOffsets {
+        why: format!("_Py_DebugOffsets looks corrupt: {section}.{member} = {value} is {why}"),
+    }
 }
 
 /// Records each field that `_Py_DebugOffsets` changes relative to the table.
@@ -615,7 +624,7 @@ impl Overlaid {
 pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
     let base = for_version(d.major(), d.minor())
         .or_else(super::newest)
-        .ok_or_else(|| Error::Other("no built-in layout table".into()))?;
+        .ok_or(Error::NoLayoutTable)?;
     let mut l = base.clone();
     let mut o = Overlay { diffs: Vec::new() };
     l.major = d.major();

@@ -516,10 +516,8 @@ impl NativeUnwinder {
     pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Result<Vec<NativeFrame>, Error> {
         let regs =
             nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)).map_err(|e| match e {
-                nix::errno::Errno::ESRCH => Error::Other(format!(
-                    "thread {tid} is not stopped under ptrace by us (or exited)"
-                )),
-                e => Error::Other(format!("reading the registers of thread {tid}: {e}")),
+                nix::errno::Errno::ESRCH => Error::NotStoppedByUs { tid },
+                errno => Error::Registers { tid, errno },
             })?;
         Ok(self.unwind_from_regs(regs.rip, regs.rsp, regs.rbp, mem))
     }

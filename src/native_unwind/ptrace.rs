@@ -21,15 +21,22 @@ impl PausedThread {
         ptrace::seize(pid, ptrace::Options::empty()).map_err(|e| match e {
             nix::errno::Errno::EPERM => Error::Permission { pid: tid },
             nix::errno::Errno::ESRCH => Error::NoSuchProcess(tid),
-            e => Error::Other(format!("PTRACE_SEIZE of thread {tid}: {e}")),
+            errno => Error::Ptrace {
+                op: "PTRACE_SEIZE of",
+                tid,
+                errno,
+            },
         })?;
         // From here on, Drop detaches.
         let mut t = PausedThread {
             tid: pid,
             pending: None,
         };
-        ptrace::interrupt(pid)
-            .map_err(|e| Error::Other(format!("PTRACE_INTERRUPT of thread {tid}: {e}")))?;
+        ptrace::interrupt(pid).map_err(|errno| Error::Ptrace {
+            op: "PTRACE_INTERRUPT of",
+            tid,
+            errno,
+        })?;
         loop {
             match waitpid(pid, Some(WaitPidFlag::__WALL)) {
                 Ok(WaitStatus::PtraceEvent(..)) => return Ok(t),
@@ -44,7 +51,13 @@ impl PausedThread {
                 }
                 Ok(_) => continue,
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(Error::Other(format!("waiting for thread {tid}: {e}"))),
+                Err(errno) => {
+                    return Err(Error::Ptrace {
+                        op: "waiting for",
+                        tid,
+                        errno,
+                    })
+                }
             }
         }
     }

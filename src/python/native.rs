@@ -18,7 +18,7 @@ pub struct NativeStacks {
     keep_all: bool,
     /// Why unwinds failed or merges fell back since the last
     /// [`take_notes`](Self::take_notes): counted in record's error summary.
-    notes: Vec<String>,
+    notes: Vec<crate::error::Error>,
     /// Why the unwind of a thread (by tid) stopped short, since its unwind.
     ended: HashMap<i32, String>,
     counts: MergeCounts,
@@ -108,10 +108,7 @@ impl NativeStacks {
                 .get_or_insert(format!("native unwind stopped: {why}"));
         }
         if let Some(r) = reason {
-            // Without the counts, so that the summary groups them as one cause.
-            self.notes.push(
-                "native and Python frames did not match: showed the Python frames whole".into(),
-            );
+            self.notes.push(crate::error::Error::MergeMismatch);
             snap.stack.truncated.get_or_insert(format!(
                 "native and Python frames could not be matched ({r}); showing the Python frames below the innermost native ones"
             ));
@@ -184,7 +181,7 @@ impl NativeStacks {
         std::mem::take(&mut self.counts)
     }
 
-    pub fn take_notes(&mut self) -> Vec<String> {
+    pub fn take_notes(&mut self) -> Vec<crate::error::Error> {
         std::mem::take(&mut self.notes)
     }
 

@@ -285,7 +285,7 @@ impl PythonProcess {
         if let Some((a, b)) = unproven {
             match validate_chain(pid, mem, &layout, interp_head_ptr) {
                 Ok(()) => {}
-                Err(Error::Other(why)) => {
+                Err(Error::ChainNotValid { why }) => {
                     return Err(unproven_error(format!(
                         "read through its _Py_DebugOffsets (fields it lacks from the {a}.{b} \
                          table), {why}"
@@ -577,7 +577,7 @@ fn validate_chain(pid: i32, mem: &dyn Memory, layout: &Layout, head_ptr: u64) ->
             Err(e) => why = e,
         }
     }
-    Err(Error::Other(why))
+    Err(Error::ChainNotValid { why })
 }
 
 /// One try of [`validate_chain`]: `Ok(false)` when there is nothing to check yet.

@@ -270,7 +270,12 @@ impl Aggregator {
     /// Start a tick: call once per sampling interval, before its threads.
     /// `late_samples` counts this sample if it was late, plus the samples
     /// the sampler skipped because it fell behind.
-    pub fn begin_tick(&mut self, late_samples: u64, late_by: Duration, errors: &[String]) {
+    pub fn begin_tick(
+        &mut self,
+        late_samples: u64,
+        late_by: Duration,
+        errors: &[crate::error::Error],
+    ) {
         self.ticks += 1;
         self.window.ticks += 1;
         if late_samples > 0 {
@@ -279,7 +284,7 @@ impl Aggregator {
         }
         self.errors += errors.len() as u64;
         if let Some(e) = errors.last() {
-            self.last_error = Some(e.clone());
+            self.last_error = Some(e.to_string());
         }
     }
 
@@ -651,7 +656,7 @@ mod tests {
         tick(&mut a, &[stack(1, true, false, &[("hot", 3)])]);
         a.roll_window();
         // The process is gone: ticks with no threads, then refreshes.
-        a.begin_tick(0, Duration::ZERO, &["gone".to_string()]);
+        a.begin_tick(0, Duration::ZERO, &[crate::error::Error::NoSuchProcess(1)]);
         a.add_threads(std::iter::empty(), MS, &mut |f| f.to_string());
         a.roll_window();
         a.roll_window();

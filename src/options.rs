@@ -1,0 +1,78 @@
+//! The rules the options of `dump`, `record` and `top` follow, checked in
+//! one place each: every command that breaks a rule gets the same message
+//! (one [`Error`] variant per rule). The CLI edge checks them before anything
+//! is opened, launched or drawn; the library entry points check them again.
+
+use crate::error::Error;
+use crate::sampler::MAX_RATE;
+
+/// `--native` reads each thread's registers, which needs the thread paused.
+pub fn check_read(native: bool, nonblocking: bool) -> Result<(), Error> {
+    if native && nonblocking {
+        return Err(Error::NativeNeedsPause);
+    }
+    Ok(())
+}
+
+/// A process to follow: `--pid`, or a command to launch, exactly one.
+pub fn check_target(pid: Option<i32>, command: &[String]) -> Result<(), Error> {
+    match (pid, command.is_empty()) {
+        (Some(_), false) => Err(Error::PidAndCommand),
+        (None, true) => Err(Error::NoTarget),
+        _ => Ok(()),
+    }
+}
+
+/// `--pid` for a command that only reads a running process (`dump`).
+pub fn require_pid(pid: Option<i32>) -> Result<i32, Error> {
+    pid.ok_or(Error::NoTarget)
+}
+
+/// Samples per second: finite, above 0, at most [`MAX_RATE`]. `given` is
+/// how the user wrote it, for the message.
+pub fn check_rate(rate: f64, given: &str) -> Result<f64, Error> {
+    if rate.is_finite() && rate > MAX_RATE {
+        Err(Error::RateTooHigh {
+            given: given.to_string(),
+        })
+    } else if rate.is_finite() && rate > 0.0 {
+        Ok(rate)
+    } else {
+        Err(Error::NotARate {
+            given: given.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_rule_has_its_own_error() {
+        assert!(matches!(
+            check_read(true, true),
+            Err(Error::NativeNeedsPause)
+        ));
+        assert!(check_read(true, false).is_ok() && check_read(false, true).is_ok());
+        let cmd = vec!["python3".to_string()];
+        assert!(matches!(
+            check_target(Some(1), &cmd),
+            Err(Error::PidAndCommand)
+        ));
+        assert!(matches!(check_target(None, &[]), Err(Error::NoTarget)));
+        assert!(check_target(Some(1), &[]).is_ok() && check_target(None, &cmd).is_ok());
+        assert!(matches!(require_pid(None), Err(Error::NoTarget)));
+        for bad in [0.0, -5.0, f64::NAN, f64::INFINITY] {
+            assert!(
+                matches!(check_rate(bad, "x"), Err(Error::NotARate { .. })),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            check_rate(2e5, "200k"),
+            Err(Error::RateTooHigh { .. })
+        ));
+        assert_eq!(check_rate(MAX_RATE, "100k").ok(), Some(MAX_RATE));
+    }
+}
