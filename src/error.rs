@@ -111,6 +111,9 @@ pub enum Error {
     NotStoppedByUs { tid: i32 },
     #[error("reading the registers of thread {tid}: {errno}")]
     Registers { tid: i32, errno: nix::errno::Errno },
+    /// A core that holds no registers for a thread it lists.
+    #[error("no registers of thread {tid} in the core")]
+    NoSavedRegisters { tid: i32 },
     /// A ptrace request or wait for a thread that failed: `op` names it.
     #[error("{op} thread {tid}: {errno}")]
     Ptrace {
@@ -172,6 +175,7 @@ impl Error {
             Error::NoLayoutTable => "no built-in layout table",
             Error::NotStoppedByUs { .. } => "a thread not stopped by us",
             Error::Registers { .. } => "reading a thread's registers failed",
+            Error::NoSavedRegisters { .. } => "a thread without registers in the core",
             Error::Ptrace { .. } => "a ptrace request failed",
             Error::NativeUnwind(e) => match **e {
                 Error::NotStoppedByUs { .. } => "native unwind failed: a thread not stopped by us",

@@ -846,9 +846,9 @@ impl Target {
             for tid in tids {
                 match self.source.saved_registers(tid) {
                     Some(r) => copies.push((tid, r.ip, r.sp, r.bp, 0, Vec::new(), usize::MAX)),
-                    None => self.pause_notes.push(format!(
-                        "native unwind failed: no registers of thread {tid}"
-                    )),
+                    None => self.pause_notes.push(Error::NativeUnwind(Box::new(
+                        Error::NoSavedRegisters { tid },
+                    ))),
                 }
             }
         }
