@@ -137,6 +137,22 @@ fn offset_table_matches_the_probe() {
             }
             StackTop::LocalsIndex(o) => has("stack_index_at", (frame_base + o).into()),
         }
+        if let Some(ms) = l.module_state {
+            for (v, k) in [
+                (ms.md_state, "md_state"),
+                (ms.future_type, "state_future_type"),
+                (ms.task_type, "state_task_type"),
+                (ms.tasks, "state_tasks"),
+                (ms.eager_tasks, "state_eager_tasks"),
+            ] {
+                assert_eq!(v, n(k), "{ctx} {k}");
+            }
+        } else {
+            assert!(
+                p.get("md_state").is_none(),
+                "{ctx}: the table lacks _asyncio's module state"
+            );
+        }
         if let Some(ab) = l.awaited_by {
             let raw = hex(p["awaited_by_raw"].as_str().expect("awaited_by_raw"));
             let word = u64::from_le_bytes(
@@ -210,6 +226,28 @@ fn check_tree(fx: &Fixture, extra: &[&str], uvloop: bool, pytasks: bool) {
         .iter()
         .map(|(n, t)| (t["id"].as_u64().unwrap(), n.clone()))
         .collect();
+    // The process's own asyncio.all_tasks(): the same unfinished tasks.
+    if let Some(all) = fx.ready["all_task_ids"].as_array() {
+        let theirs: BTreeSet<u64> = all.iter().map(|v| v.as_u64().unwrap()).collect();
+        let ours: BTreeSet<u64> = tasks
+            .values()
+            .filter(|t| {
+                !["done", "cancelled", "done-not-retrieved"].contains(&t["state"].as_str().unwrap())
+            })
+            .map(|t| t["id"].as_u64().unwrap())
+            .collect();
+        let named = |ids: &BTreeSet<u64>| -> Vec<String> {
+            ids.iter()
+                .map(|i| by_id.get(i).cloned().unwrap_or_else(|| format!("0x{i:x}")))
+                .collect()
+        };
+        assert_eq!(
+            named(&ours),
+            named(&theirs),
+            "{}: pyinspect's unfinished tasks (left) vs the process's asyncio.all_tasks() (right)",
+            fx.label
+        );
+    }
     let expected = fx.ready["tasks"].as_object().unwrap();
     for (name, e) in expected {
         let t = tasks
@@ -319,20 +357,46 @@ impl Alive for Fixture {
     }
 }
 
-/// asyncio's pure-Python Task and Future (what runs without `_asyncio`):
-/// attributes in `__dict__` and class defaults instead of C structs.
-/// 3.8–3.13: from 3.14 on, `_asyncio` registers such tasks in a WeakSet of
-/// its module state that no Python name reaches (not read yet).
+/// asyncio's pure-Python Task and Future, on every 3.8+ interpreter:
+/// with the C accelerator blocked (`--no-c-asyncio`: tasks in
+/// `asyncio.tasks._scheduled_tasks`), swapped in beside it (`--pytasks`,
+/// up to 3.13: 3.14's C `current_task()` no longer sees them), and as a
+/// third-party Task implementation that registers through asyncio's public
+/// hooks (`--third-party`: from 3.14 in `_asyncio`'s module state), mixed
+/// with one C task. Attributes come from `__dict__` and class defaults
+/// instead of C structs. CPython's own reader (3.14+) sees only the C task
+/// of the mixed process: it must agree on that one; the process's own
+/// `asyncio.all_tasks()` sees them all, and so must pyinspect.
 #[test]
 fn python_level_tasks_are_read() {
-    for_each_interpreter(
-        "asyncio python tasks",
-        |i| i.at_least(3, 8) && !i.at_least(3, 14),
-        |interp| {
-            let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--pytasks"]);
+    each_asyncio_interpreter("asyncio python tasks", |interp| {
+        let mut modes = vec!["--no-c-asyncio", "--third-party"];
+        if !interp.at_least(3, 14) {
+            modes.push("--pytasks");
+        }
+        for mode in modes {
+            let fx = Fixture::spawn(interp, "asyncio_tree.py", &[mode]);
             check_tree(&fx, &[], false, true);
-        },
-    );
+            if mode == "--third-party" && interp.at_least(3, 14) {
+                let (ours, theirs) = ours_and_cpythons(interp, &fx);
+                assert_eq!(
+                    theirs.len(),
+                    1,
+                    "{}: CPython's reader saw {theirs:?}",
+                    fx.label
+                );
+                for (id, row) in &theirs {
+                    assert_eq!(
+                        ours.get(id),
+                        Some(row),
+                        "{}: pyinspect (left) vs CPython's asyncio ps (right)",
+                        fx.label
+                    );
+                }
+                assert!(ours.len() > theirs.len() + 20, "{}: {ours:?}", fx.label);
+            }
+        }
+    });
 }
 
 /// Two threads, each running its own loop: each loop's tasks under its thread.
@@ -380,12 +444,24 @@ fn agrees_with_cpythons_own_reader() {
 
 fn agrees_with_cpython(interp: &Interpreter) {
     let fx = Fixture::spawn(interp, "asyncio_tree.py", &[]);
+    let (ours, theirs) = ours_and_cpythons(interp, &fx);
+    assert_eq!(
+        ours, theirs,
+        "pyinspect (left) vs CPython's asyncio ps (right)"
+    );
+}
+
+/// Per task: (name, coroutine stack, awaiters), from pyinspect's dump and
+/// from CPython's own reader, on the same process.
+type TaskRows = BTreeMap<u64, (String, String, BTreeSet<u64>)>;
+
+fn ours_and_cpythons(interp: &Interpreter, fx: &Fixture) -> (TaskRows, TaskRows) {
     let oracle = run_python(interp, &["pstree_oracle.py", &fx.pid.to_string()]);
     oracle.assert_success();
     let rows: Vec<Value> = serde_json::from_str(oracle.stdout.trim()).expect("oracle JSON");
     let dump = &dump_json(fx.pid, &[])[0];
     let (_, tasks) = loop_tasks(dump, &fx.ready);
-    let mut theirs: BTreeMap<u64, (String, String, BTreeSet<u64>)> = BTreeMap::new();
+    let mut theirs: TaskRows = BTreeMap::new();
     for r in &rows {
         let e = theirs.entry(r["id"].as_u64().unwrap()).or_insert_with(|| {
             (
@@ -399,7 +475,7 @@ fn agrees_with_cpython(interp: &Interpreter) {
             e.2.insert(a);
         }
     }
-    let ours: BTreeMap<u64, (String, String, BTreeSet<u64>)> = tasks
+    let ours: TaskRows = tasks
         .values()
         .map(|t| {
             let stack: Vec<&str> = t["frames"]
@@ -424,10 +500,7 @@ fn agrees_with_cpython(interp: &Interpreter) {
             )
         })
         .collect();
-    assert_eq!(
-        ours, theirs,
-        "pyinspect (left) vs CPython's asyncio ps (right)"
-    );
+    (ours, theirs)
 }
 
 #[test]

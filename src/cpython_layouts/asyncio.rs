@@ -64,6 +64,24 @@ pub struct AwaitedBy {
     pub node: u64,
 }
 
+/// 3.14+: where the `_asyncio` module's state (`asyncio_state`) keeps the
+/// tasks that are no C `Task`: Python-level Task implementations that
+/// register through `asyncio._register_task` / `_register_eager_task` (a
+/// third-party loop's tasks, a Task subclass of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleState {
+    /// `PyModuleObject.md_state`: a pointer to the module's state.
+    pub md_state: u64,
+    /// In `asyncio_state`: `FutureType` and `TaskType`, the type objects
+    /// `_asyncio.Future` and `_asyncio.Task` (what proves the state is one).
+    pub future_type: u64,
+    pub task_type: u64,
+    /// `non_asyncio_tasks`: a `weakref.WeakSet`.
+    pub tasks: u64,
+    /// `non_asyncio_eager_tasks`: a `set`.
+    pub eager_tasks: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AsyncioLayout {
     pub major: u8,
@@ -86,6 +104,8 @@ pub struct AsyncioLayout {
     /// `task_num_cancels_requested` (an int), 3.11+.
     pub task_num_cancels_requested: Option<u64>,
     pub awaited_by: Option<AwaitedBy>,
+    /// 3.14+: the module state's registries of non-C tasks.
+    pub module_state: Option<ModuleState>,
     pub gen_frame: GenFrame,
     /// `gi_frame_state` (3.11+), whose embedded frame is stale once finished.
     pub gen_frame_state: Option<FrameState>,
@@ -139,6 +159,7 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     task_must_cancel: Flag { offset: 0, mask: 1 },
     task_num_cancels_requested: None,
     awaited_by: None,
+    module_state: None,
     gen_frame: GenFrame::Pointer(16),
     gen_frame_state: None,
     stack_top: StackTop::Pointer { at: 72, below: 1 },
@@ -304,6 +325,13 @@ pub static V3_14: AsyncioLayout = AsyncioLayout {
         is_task: 108,
         node: 152,
     }),
+    module_state: Some(ModuleState {
+        md_state: 32,
+        future_type: 16,
+        task_type: 24,
+        tasks: 48,
+        eager_tasks: 56,
+    }),
     gen_frame: GenFrame::Embedded(72),
     gen_frame_state: Some(FrameState {
         offset: 67,
@@ -320,6 +348,14 @@ pub static V3_15: AsyncioLayout = AsyncioLayout {
         finished_from: 5,
     }),
     stack_top: StackTop::Pointer { at: 64, below: 2 },
+    // 3.15's PyModuleObject keeps md_state right after md_dict.
+    module_state: Some(ModuleState {
+        md_state: 24,
+        future_type: 16,
+        task_type: 24,
+        tasks: 48,
+        eager_tasks: 56,
+    }),
     ..V3_14
 };
 
