@@ -160,8 +160,25 @@ async def tg_parent():
         tg.create_task(tg_nested(), name="tg-nested")
 
 
+# 3.7's tasks have no name: READY's "names" maps their ids to those given here.
+NAMED = hasattr(asyncio.Task, "get_name")
+NAMES = {}
+
+
+def named(task, name):
+    if NAMED:
+        task.set_name(name)
+    else:
+        NAMES[str(id(task))] = name
+    return task
+
+
+def create(coro, name):
+    return named(asyncio.get_running_loop().create_task(coro), name)
+
+
 def name_me(name):
-    asyncio.current_task().set_name(name)
+    named(asyncio.current_task(), name)
 
 
 def third_party_task():
@@ -189,7 +206,7 @@ async def main(many):
     loop = asyncio.get_running_loop()
     park = loop.create_future()
     def mk(coro, name):
-        t = loop.create_task(coro, name=name)
+        t = create(coro, name)
         KEEP.append(t)
         return t
     mk(sleeper(), "sleeper")
@@ -267,7 +284,7 @@ async def main(many):
         expect("failed", [], None, None, "none", "done-not-retrieved")
     if TASK_FACTORY:
         # Beside the third-party tasks, one of asyncio's C tasks.
-        KEEP.append(asyncio.tasks._CTask(sleeper(), loop=loop, name="native-sleeper"))
+        KEEP.append(named(asyncio.tasks._CTask(sleeper(), loop=loop), "native-sleeper"))
         expect("native-sleeper", [], sleeper, "sleep", "sleep")
     for i in range(many):
         mk(leaf(), "many-%d" % i)
@@ -281,6 +298,7 @@ async def main(many):
         "native_id": fu.native_id(),
         "many": many,
         "second_thread_id": SECOND.get("thread_id"),
+        "names": NAMES,
     }, loop)
     await park  # MARK:main
 
@@ -301,13 +319,13 @@ def tokenize():
 
 
 async def call_model():
-    fu.ready({"thread_id": fu.ident(), "busy": True})
+    fu.ready({"thread_id": fu.ident(), "busy": True, "names": NAMES})
     while True:
         tokenize()
 
 
 async def handle_request():
-    await asyncio.create_task(call_model(), name="call-model")  # MARK:handle
+    await create(call_model(), "call-model")  # MARK:handle
 
 
 async def busy():
@@ -315,17 +333,17 @@ async def busy():
     handle-request, and a sleeping one beside them."""
     name_me("main")
     loop = asyncio.get_running_loop()
-    KEEP.append(loop.create_task(sleeper(), name="sleeper"))
+    KEEP.append(create(sleeper(), "sleeper"))
     await asyncio.sleep(0)
-    await loop.create_task(handle_request(), name="handle-request")
+    await create(handle_request(), "handle-request")
 
 
 def second_loop(started, info):
     """Another thread's event loop, with one sleeping task."""
     async def body():
         info["thread_id"] = fu.ident()
-        asyncio.current_task().set_name("t2-main")
-        KEEP.append(asyncio.get_running_loop().create_task(sleeper(), name="t2-sleeper"))
+        name_me("t2-main")
+        KEEP.append(create(sleeper(), "t2-sleeper"))
         await asyncio.sleep(0)
         started.set()
         await asyncio.get_running_loop().create_future()

@@ -99,7 +99,8 @@ pub struct AsyncioLayout {
     pub fut_log_tb: Flag,
     pub task_fut_waiter: u64,
     pub task_coro: u64,
-    pub task_name: u64,
+    /// `task_name` (3.8+: 3.7's tasks have no name).
+    pub task_name: Option<u64>,
     pub task_must_cancel: Flag,
     /// `task_num_cancels_requested` (an int), 3.11+.
     pub task_num_cancels_requested: Option<u64>,
@@ -155,7 +156,7 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     fut_log_tb: Flag { offset: 0, mask: 1 },
     task_fut_waiter: 0,
     task_coro: 0,
-    task_name: 0,
+    task_name: None,
     task_must_cancel: Flag { offset: 0, mask: 1 },
     task_num_cancels_requested: None,
     awaited_by: None,
@@ -179,6 +180,26 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     member_descr_def: 40,
 };
 
+pub static V3_7: AsyncioLayout = AsyncioLayout {
+    minor: 7,
+    task_size: 136,
+    fut_state: 72,
+    fut_log_tb: Flag {
+        offset: 76,
+        mask: 1,
+    },
+    task_fut_waiter: 104,
+    task_coro: 112,
+    task_must_cancel: Flag {
+        offset: 128,
+        mask: 1,
+    },
+    wakeup_task: 16,
+    func_closure: 48,
+    func_name: 64,
+    ..COMMON
+};
+
 pub static V3_8: AsyncioLayout = AsyncioLayout {
     minor: 8,
     task_size: 144,
@@ -189,7 +210,7 @@ pub static V3_8: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 104,
     task_coro: 112,
-    task_name: 120,
+    task_name: Some(120),
     task_must_cancel: Flag {
         offset: 136,
         mask: 1,
@@ -210,7 +231,7 @@ pub static V3_9: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 144,
     task_coro: 152,
-    task_name: 160,
+    task_name: Some(160),
     task_must_cancel: Flag {
         offset: 176,
         mask: 1,
@@ -231,7 +252,7 @@ pub static V3_10: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 152,
     task_coro: 160,
-    task_name: 168,
+    task_name: Some(168),
     task_must_cancel: Flag {
         offset: 184,
         mask: 1,
@@ -253,7 +274,7 @@ pub static V3_11: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 128,
     task_coro: 136,
-    task_name: 144,
+    task_name: Some(144),
     task_must_cancel: Flag {
         offset: 160,
         mask: 1,
@@ -288,7 +309,7 @@ pub static V3_13: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 112,
     task_coro: 120,
-    task_name: 128,
+    task_name: Some(128),
     task_must_cancel: Flag {
         offset: 100,
         mask: 4,
@@ -313,7 +334,7 @@ pub static V3_14: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 120,
     task_coro: 128,
-    task_name: 136,
+    task_name: Some(136),
     task_must_cancel: Flag {
         offset: 110,
         mask: 4,
@@ -360,7 +381,9 @@ pub static V3_15: AsyncioLayout = AsyncioLayout {
 };
 
 /// Every table, oldest first.
-pub static ALL: &[&AsyncioLayout] = &[&V3_8, &V3_9, &V3_10, &V3_11, &V3_12, &V3_13, &V3_14, &V3_15];
+pub static ALL: &[&AsyncioLayout] = &[
+    &V3_7, &V3_8, &V3_9, &V3_10, &V3_11, &V3_12, &V3_13, &V3_14, &V3_15,
+];
 
 pub fn for_version(major: u8, minor: u8) -> Option<&'static AsyncioLayout> {
     ALL.iter()

@@ -592,7 +592,7 @@ impl AsyncioReader {
                         state: crate::memory::le_u32(&buf, l.fut_state).min(255) as u8,
                         log_tb: flag(l.fut_log_tb),
                         cancelling: cancels > 0 || flag(l.task_must_cancel),
-                        name: le_u64(&buf, l.task_name),
+                        name: l.task_name.map_or(0, |o| le_u64(&buf, o)),
                         coro: le_u64(&buf, l.task_coro),
                         waiter: le_u64(&buf, l.task_fut_waiter),
                         callbacks,
@@ -1349,7 +1349,7 @@ fn check_debug(
     let (ts_size, ts_loop, ts_task, ts_head) = (w[9], w[10], w[11], w[12]);
     let expected = (
         l.task_size,
-        l.task_name,
+        l.task_name.unwrap_or(0),
         ab.awaited_by,
         ab.is_task,
         ab.is_set,
