@@ -390,6 +390,17 @@ fn python_level_tasks_are_read() {
         for mode in modes {
             let fx = Fixture::spawn(interp, "asyncio_tree.py", &[mode]);
             check_tree(&fx, &[], false, true);
+            // Every task was found: nothing to warn about (with the C
+            // accelerator blocked there is no AsyncioDebug section to miss).
+            let dump = &dump_json(fx.pid, &[])[0];
+            let warnings = dump["warnings"].as_array().cloned().unwrap_or_default();
+            assert!(
+                warnings
+                    .iter()
+                    .all(|w| !w.as_str().unwrap().to_lowercase().contains("asyncio")),
+                "{} {mode}: {warnings:?}",
+                fx.label
+            );
             if mode == "--third-party" && interp.at_least(3, 14) {
                 let (ours, theirs) = ours_and_cpythons(interp, &fx);
                 assert_eq!(

@@ -238,6 +238,9 @@ impl AsyncioReader {
             let Some(md) = modules.get(&interp).copied().flatten() else {
                 continue;
             };
+            // The C accelerator, unless blocked (`sys.modules["_asyncio"] = None`).
+            let c_module = sys_module(interp, "_asyncio")
+                .filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"));
             {
                 let items = objr.dict_items(md, 1 << 16).unwrap_or_default();
                 let named = |want_name: &str| -> Option<u64> {
@@ -285,9 +288,7 @@ impl AsyncioReader {
                     }
                 }
                 // 3.14+: the tasks that are no C tasks, in `_asyncio`'s state.
-                if let (Some(ms), Some(module)) =
-                    (layout.module_state, sys_module(interp, "_asyncio"))
-                {
+                if let (Some(ms), Some(module)) = (layout.module_state, c_module) {
                     let (objs, full) =
                         self.module_state_tasks(mem, &objr, layout, &ms, module, limit);
                     if full {
@@ -340,7 +341,9 @@ impl AsyncioReader {
                         }
                     }
                 }
-            } else if layout.awaited_by.is_some() {
+            } else if layout.awaited_by.is_some() && c_module.is_some() {
+                // (Without `_asyncio`, the C accelerator blocked, every
+                // task is a Python one, in the registries.)
                 self.note(
                     "no AsyncioDebug section found in the target's _asyncio module: only the \
                      tasks in asyncio.tasks' registries are shown"
@@ -433,7 +436,6 @@ impl AsyncioReader {
         limit: u64,
     ) -> (Vec<u64>, bool) {
         let mut out = Vec::new();
-        // The C accelerator blocked (`sys.modules["_asyncio"] = None`).
         if !objr.type_name(module).is_ok_and(|t| t == "module") {
             return (out, false);
         }
