@@ -22,6 +22,13 @@ fn pyenv_312() -> &'static Interpreter {
     })
 }
 
+/// Debian sid's 3.14 release build (uvicorn and uvloop from sid's packages).
+fn sid_314() -> &'static Interpreter {
+    find_interpreter("sid 3.14 (release)", |i| {
+        i.version == (3, 14) && i.label.starts_with("sid") && !i.debug
+    })
+}
+
 fn run_python(interp: &Interpreter, args: &[&str]) -> Output {
     let mut c = Command::new(&interp.python);
     c.args(args).current_dir(fixture_path(""));
@@ -448,11 +455,18 @@ fn each_loop_under_its_own_thread() {
     });
 }
 
+/// uvloop's loop on pyenv 3.12 (pip's) and sid's 3.14 (sid's own).
 #[test]
 fn uvloop_tasks_are_read() {
-    let interp = pyenv_312();
-    let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--uvloop"]);
-    check_tree(&fx, &[], true, false);
+    let sid = sid_314();
+    for_each_interpreter(
+        "asyncio uvloop",
+        |i| std::ptr::eq(i, pyenv_312()) || std::ptr::eq(i, sid),
+        |interp| {
+            let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--uvloop"]);
+            check_tree(&fx, &[], true, false);
+        },
+    );
 }
 
 /// CPython 3.14+'s own reader (`python -m asyncio ps`'s data) on the same
@@ -684,10 +698,21 @@ fn record_async_stitches_tasks_under_their_awaiters() {
 }
 
 /// uvicorn + Starlette under a loopback load loop: the stuck requests'
-/// tasks and where they wait; record --async crosses task boundaries.
+/// tasks and where they wait; record --async crosses task boundaries. On
+/// pyenv 3.12 (pip's uvicorn, .ci/asyncio-deps) and sid's 3.14 (sid's own
+/// packages and uvloop, .ci/sid-asyncio-deps), whose tasks come from the
+/// per-thread lists instead of the registries.
 #[test]
 fn uvicorn_server_stuck_requests_and_task_profile() {
-    let interp = pyenv_312();
+    let sid_314 = sid_314();
+    for_each_interpreter(
+        "asyncio uvicorn server",
+        |i| std::ptr::eq(i, pyenv_312()) || std::ptr::eq(i, sid_314),
+        uvicorn_server,
+    );
+}
+
+fn uvicorn_server(interp: &Interpreter) {
     let fx = Fixture::spawn_with_timeout(interp, "asyncio_server.py", &[], Duration::from_secs(60));
     let stuck = fx.ready["stuck"].as_u64().unwrap() as usize;
     let dump = &dump_json(fx.pid, &[])[0];
@@ -710,11 +735,11 @@ fn uvicorn_server_stuck_requests_and_task_profile() {
                 })
             })
             .collect();
-        assert_eq!(found.len(), stuck, "{func}: {found:?}");
+        assert_eq!(found.len(), stuck, "{}: {func}: {found:?}", fx.label);
         for t in found {
-            assert_eq!(t["state"], "pending", "{t}");
-            assert_eq!(t["frames"][0]["function"], inner, "{t}");
-            assert!(t["awaiting"].is_object(), "{t}");
+            assert_eq!(t["state"], "pending", "{}: {t}", fx.label);
+            assert_eq!(t["frames"][0]["function"], inner, "{}: {t}", fx.label);
+            assert!(t["awaiting"].is_object(), "{}: {t}", fx.label);
         }
     }
     let stacks = record_async(fx.pid, &[]);
@@ -726,7 +751,8 @@ fn uvicorn_server_stuck_requests_and_task_profile() {
     });
     assert!(
         crossing,
-        "no handle_request → call_model → tokenize stack in {stacks:?}"
+        "{}: no handle_request → call_model → tokenize stack in {stacks:?}",
+        fx.label
     );
 }
 
