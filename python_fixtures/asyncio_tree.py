@@ -1,7 +1,7 @@
 """Event-loop fixture with known task trees, then READY.
 
 Usage: asyncio_tree.py [--many N] [--uvloop] [--pytasks | --no-c-asyncio |
-                       --third-party] [--two-loops] [--busy]
+                       --third-party] [--two-loops] [--busy [--eager]]
 
 --pytasks swaps in asyncio's pure-Python Task and Future beside the C module;
 --no-c-asyncio blocks the C accelerator (`_asyncio`) before asyncio is
@@ -174,7 +174,11 @@ def named(task, name):
 
 
 def create(coro, name):
-    return named(asyncio.get_running_loop().create_task(coro), name)
+    loop = asyncio.get_running_loop()
+    if NAMED:
+        # Named at creation: an eager task may never return from it.
+        return loop.create_task(coro, name=name)
+    return named(loop.create_task(coro), name)
 
 
 def name_me(name):
@@ -330,11 +334,18 @@ async def handle_request():
 
 async def busy():
     """A running task (call-model, CPU-bound in tokenize) awaited by
-    handle-request, and a sleeping one beside them."""
+    handle-request, and a sleeping one beside them. With --eager (3.12+),
+    handle-request and call-model start eagerly: call-model's first step
+    never ends, so both stay in their first step, in the eager registries
+    (handle-request is then not the current task)."""
     name_me("main")
     loop = asyncio.get_running_loop()
     KEEP.append(create(sleeper(), "sleeper"))
     await asyncio.sleep(0)
+    if "--eager" in sys.argv:
+        task_class = TASK_FACTORY.get("class")
+        loop.set_task_factory(asyncio.create_eager_task_factory(task_class)
+                              if task_class else asyncio.eager_task_factory)
     await create(handle_request(), "handle-request")
 
 

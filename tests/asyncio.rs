@@ -697,6 +697,94 @@ fn record_async_stitches_tasks_under_their_awaiters() {
     });
 }
 
+/// Eager tasks (3.12+) still in their first step run inside their
+/// creator's step: main creates handle-request eagerly, which creates
+/// call-model eagerly, which never yields. Each task's stack is its own
+/// part of the thread's stack (3.12 and 3.13 name such tasks only after
+/// their first step: they are told apart by their outermost frame), the
+/// outer ones are found in the eager registries (on 3.14 a third-party
+/// one in `_asyncio`'s state), and `record --async` keeps the whole nest.
+#[test]
+fn eager_tasks_run_inside_their_creators() {
+    for_each_interpreter(
+        "asyncio eager nest",
+        |i| i.at_least(3, 12),
+        |interp| {
+            for mode in [None, Some("--third-party")] {
+                let mut args = vec!["--busy", "--eager"];
+                args.extend(mode);
+                let fx = Fixture::spawn(interp, "asyncio_tree.py", &args);
+                let ctx = format!("{} {mode:?}", fx.label);
+                let outermost = |t: &Value| {
+                    t["frames"]
+                        .as_array()
+                        .and_then(|f| f.last())
+                        .map(|f| f["function"].as_str().unwrap().to_string())
+                        .unwrap_or_default()
+                };
+                let functions_of = |t: &Value| -> Vec<String> {
+                    t["frames"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|f| f["function"].as_str().unwrap().to_string())
+                        .collect()
+                };
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                let by_outer = loop {
+                    let dump = &dump_json(fx.pid, &[])[0];
+                    let (_, tasks) = loop_tasks(dump, &fx.ready);
+                    let by_outer: BTreeMap<String, Value> =
+                        tasks.values().map(|t| (outermost(t), t.clone())).collect();
+                    let inner = by_outer.get("call_model").map(&functions_of);
+                    if inner.as_deref() == Some(&["tokenize".to_string(), "call_model".into()][..])
+                        || std::time::Instant::now() > deadline
+                    {
+                        break by_outer;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                };
+                for (outer, not_in) in [
+                    ("call_model", "busy"),
+                    ("handle_request", "call_model"),
+                    ("busy", "handle_request"),
+                ] {
+                    let t = by_outer
+                        .get(outer)
+                        .unwrap_or_else(|| panic!("{ctx}: no task running {outer}: {by_outer:?}"));
+                    assert_eq!(t["state"], "running", "{ctx}: {t}");
+                    let fs = functions_of(t);
+                    assert!(
+                        !fs.iter().any(|f| f == not_in || f == "tokenize") || outer == "call_model",
+                        "{ctx}: {outer}'s task shows another task's frames: {fs:?}"
+                    );
+                }
+                assert_eq!(
+                    functions_of(&by_outer["call_model"]),
+                    ["tokenize", "call_model"],
+                    "{ctx}"
+                );
+                let stacks = record_async(fx.pid, &[]);
+                let nested = stacks.iter().any(|(s, _)| {
+                    let f = functions(s);
+                    let at = |n: &str| f.iter().position(|x| *x == n);
+                    f.first() == Some(&"busy")
+                        && f.last() == Some(&"tokenize")
+                        && matches!((at("handle_request"), at("call_model")), (Some(h), Some(c)) if h < c)
+                });
+                assert!(
+                    nested,
+                    "{ctx}: no busy → handle_request → call_model → tokenize in {stacks:?}"
+                );
+                assert!(
+                    stacks.iter().all(|(s, _)| !s.contains("run_forever")),
+                    "{ctx}: {stacks:?}"
+                );
+            }
+        },
+    );
+}
+
 /// uvicorn + Starlette under a loopback load loop: the stuck requests'
 /// tasks and where they wait; record --async crosses task boundaries. On
 /// pyenv 3.12 (pip's uvicorn, .ci/asyncio-deps) and sid's 3.14 (sid's own

@@ -884,14 +884,41 @@ impl AsyncioReader {
         limit: usize,
         running_only: bool,
     ) -> ThreadTasks {
-        // The running tasks and their awaiters first, then the rest by
-        // address; the forest is drawn from these.
+        // Tasks whose coroutine frame is on this thread's stack (3.11+, where
+        // the frame sits inside the coroutine): the current task and, with
+        // eager tasks, the tasks still in their first step around it, by
+        // their place on the stack, innermost first.
+        let mut stack_pos: HashMap<usize, usize> = HashMap::new();
+        let mut task_frames: HashSet<u64> = HashSet::new();
+        if let GenFrame::Embedded(o) = l.gen_frame {
+            let at: HashMap<u64, usize> = snap
+                .frame_addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (*a, i))
+                .collect();
+            for &k in ks {
+                let f = tasks[k].coro.wrapping_add(o);
+                if let Some(&i) = at.get(&f).filter(|_| tasks[k].coro != 0) {
+                    stack_pos.insert(k, i);
+                    task_frames.insert(f);
+                }
+            }
+        }
+        // The running tasks (innermost first) and their awaiters first,
+        // then the rest by address; the forest is drawn from these.
         let mut order: Vec<usize> = Vec::with_capacity(ks.len());
         let mut placed: HashSet<usize> = HashSet::new();
         let mut sorted: Vec<usize> = ks.to_vec();
         sorted.sort_by_key(|k| tasks[*k].addr);
-        for &k in &sorted {
-            if running.contains(&tasks[k].addr) && placed.insert(k) {
+        let mut runners: Vec<usize> = sorted
+            .iter()
+            .copied()
+            .filter(|k| running.contains(&tasks[*k].addr) || stack_pos.contains_key(k))
+            .collect();
+        runners.sort_by_key(|k| stack_pos.get(k).copied().unwrap_or(usize::MAX));
+        for k in runners {
+            if placed.insert(k) {
                 order.push(k);
                 let mut i = order.len() - 1;
                 while i < order.len() && order.len() < ks.len() {
@@ -912,7 +939,8 @@ impl AsyncioReader {
         let mut out = Vec::with_capacity(shown.len());
         for k in shown {
             let t = &tasks[k];
-            let (frames, on_stack, first_locals) = self.chain(reader, objr, l, t.coro, snap);
+            let (frames, on_stack, first_locals) =
+                self.chain(reader, objr, l, t.coro, snap, &task_frames);
             let state = match t.state {
                 1 if t.log_tb => TaskState::DoneNotRetrieved,
                 1 => TaskState::Cancelled,
@@ -950,8 +978,10 @@ impl AsyncioReader {
 
     /// A task's coroutine stack, innermost first, following what each
     /// suspended coroutine awaits; whether it is running on the thread (its
-    /// frames then come from the thread's stack); the innermost frame's
-    /// first local (`self` of `Queue.get`, `Lock.acquire`...).
+    /// frames then come from the thread's stack, up to the coroutine frame
+    /// of the next task inside it, one of `task_frames`: an eager task's
+    /// first step runs inside its creator's); the innermost frame's first
+    /// local (`self` of `Queue.get`, `Lock.acquire`...).
     fn chain(
         &mut self,
         reader: &mut Reader,
@@ -959,6 +989,7 @@ impl AsyncioReader {
         l: &AsyncioLayout,
         coro: u64,
         snap: &ThreadSnapshot,
+        task_frames: &HashSet<u64>,
     ) -> (Vec<Frame>, bool, Vec<u64>) {
         let mem = objr.mem;
         let fl = reader.process.layout.frame.clone();
@@ -994,8 +1025,13 @@ impl AsyncioReader {
                 break;
             }
             if let Some(i) = snap.frame_addrs.iter().position(|a| *a == frame) {
-                // Running: the rest is on the thread's stack.
-                let mut inner: Vec<Frame> = snap.stack.frames[..=i].to_vec();
+                // Running: the rest is on the thread's stack, down to the
+                // task running inside this one, if any.
+                let start = snap.frame_addrs[..i]
+                    .iter()
+                    .rposition(|a| task_frames.contains(a))
+                    .map_or(0, |j| j + 1);
+                let mut inner: Vec<Frame> = snap.stack.frames[start..=i].to_vec();
                 inner.retain(|f| f.kind == crate::stack::FrameKind::Python);
                 inner.reverse();
                 frames.extend(inner);
@@ -1421,9 +1457,16 @@ pub fn stitch(t: &mut crate::stack::ThreadStack, all: bool) -> Vec<crate::stack:
         }
         out
     };
-    if let Some(r) = tt.tasks.iter().find(|k| k.state == TaskState::Running) {
-        // The running task's frames are the innermost Python frames of the thread.
-        let n = r.frames.len();
+    // The running tasks, innermost first (an eager task's first step runs
+    // inside its creator's): together their frames are the innermost Python
+    // frames of the thread; below the outermost one go its awaiters.
+    let runners: Vec<&Task> = tt
+        .tasks
+        .iter()
+        .filter(|k| k.state == TaskState::Running)
+        .collect();
+    if let Some(outer) = runners.last() {
+        let n: usize = runners.iter().map(|r| r.frames.len()).sum();
         let mut python = 0;
         let cut = t.frames.iter().position(|f| {
             python += (f.kind == FrameKind::Python) as usize;
@@ -1431,7 +1474,7 @@ pub fn stitch(t: &mut crate::stack::ThreadStack, all: bool) -> Vec<crate::stack:
         });
         if let (Some(cut), true) = (cut, n > 0) {
             t.frames.truncate(cut + 1);
-            t.frames.extend(awaiters(r));
+            t.frames.extend(awaiters(outer));
         }
     }
     if !all {
@@ -1568,7 +1611,7 @@ mod tests {
                         let _ = r.module_state_tasks(&cache, &objr, l, &ms, a, 500);
                     }
                     let _ = weakset_members(&cache, &objr, l, a, 500);
-                    let _ = r.chain(&mut reader, &objr, l, a, &snaps[0]);
+                    let _ = r.chain(&mut reader, &objr, l, a, &snaps[0], &HashSet::from([a]));
                     let _ = deque_items(&objr, l, a, 1 << 16);
                     let _ = r.timers(&objr, l, a);
                     let _ = py_attr(&objr, l, a, "_state");
