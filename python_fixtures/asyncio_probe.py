@@ -90,10 +90,12 @@ async def main():
     marker = object()
     awaited = loop.create_future()
     coro = outer(marker, awaited)
-    t = Task(coro, loop=loop, name="probe-task-name")
+    named = hasattr(Task, "get_name")  # 3.8+: 3.7's tasks have no name
+    t = Task(coro, loop=loop, name="probe-task-name") if named else Task(coro, loop=loop)
     one("fut_loop", where(raw(t), id(loop)))
     one("task_coro", where(raw(t), id(coro)))
-    one("task_name", where(raw(t), id(t.get_name())))
+    if named:
+        one("task_name", where(raw(t), id(t.get_name())))
     t.add_done_callback(cb_a)
     one("fut_callback0", where(raw(t), id(cb_a)))
     before = raw(t)
@@ -294,6 +296,43 @@ async def main():
     one("member_descr_def", ok)
     h.cancel()
     t.cancel()
+    if sys.version_info >= (3, 14):
+        module_state()
+
+
+class NotATask:
+    """Weakly referable, and no _asyncio.Task: registered as a third-party task."""
+
+
+def module_state():
+    """3.14+: where `_asyncio`'s module state keeps the tasks that are no C
+    tasks (a WeakSet and a set): an object registered into both is found
+    among the module's referents, and then in the state's words."""
+    import _asyncio
+    import gc
+    m = NotATask()
+    asyncio.tasks._register_task(m)
+    asyncio.tasks._register_eager_task(m)
+    try:
+        refs = gc.get_referents(_asyncio)
+        ws = [r for r in refs if isinstance(r, weakref.WeakSet) and m in r]
+        st = [r for r in refs if type(r) is set and m in r]
+        if len(ws) != 1 or len(st) != 1:
+            raise SystemExit("probe: _asyncio's registries not found (%d, %d)" % (len(ws), len(st)))
+        states = []
+        for o, w in enumerate(words(raw(_asyncio))):
+            head = peek(w, 128) if o >= 2 and w else None
+            if head is not None and len(head) == 128 and id(ws[0]) in words(head):
+                states.append((o * 8, head))
+        one("md_state", [o for o, _ in states])
+        head = states[0][1]
+        one("state_future_type", where(head[:64], id(_asyncio.Future), skip_header=False))
+        one("state_task_type", where(head[:64], id(_asyncio.Task), skip_header=False))
+        one("state_tasks", where(head, id(ws[0]), skip_header=False))
+        one("state_eager_tasks", where(head, id(st[0]), skip_header=False))
+    finally:
+        asyncio.tasks._unregister_eager_task(m)
+        asyncio.tasks._unregister_task(m)
 
 
 asyncio.run(main())

@@ -8,7 +8,8 @@ Routes:
 The load loop (a thread) sends STUCK requests of each stuck kind, then
 /model requests until LOAD_SECONDS or LOAD_COUNT; READY comes once every
 stuck request is inside its handler. Needs uvicorn and starlette
-(.ci/asyncio-deps installs them into pyenv 3.12).
+(.ci/asyncio-deps installs them into pyenv 3.12, .ci/sid-asyncio-deps into
+sid's interpreters).
 """
 import asyncio
 import os

@@ -1,6 +1,15 @@
 """Event-loop fixture with known task trees, then READY.
 
-Usage: asyncio_tree.py [--many N] [--uvloop] [--pytasks] [--two-loops] [--busy]
+Usage: asyncio_tree.py [--many N] [--uvloop] [--pytasks | --no-c-asyncio |
+                       --third-party] [--two-loops] [--busy [--eager]]
+
+--pytasks swaps in asyncio's pure-Python Task and Future beside the C module;
+--no-c-asyncio blocks the C accelerator (`_asyncio`) before asyncio is
+imported, so that everything is pure Python; --third-party creates every task
+as a Task implementation of its own (a pure-Python Task subclass) that
+registers itself through asyncio's public hooks (`asyncio._register_task`,
+`_enter_task`...), as third-party loops do: from 3.14 those land in a WeakSet
+of the `_asyncio` module's state.
 
 With --busy, instead: main awaits handle-request, which awaits call-model,
 which runs tokenize() forever (READY comes from call-model); a sleeper waits.
@@ -23,12 +32,17 @@ Trees (each task named; expected awaiters and innermost frames go in READY):
   agen-consumer    async for over an async generator that sleeps
   tg-parent        (3.11+) TaskGroup: tg-child, tg-nested (its own TaskGroup: tg-grandchild)
   eager            (3.12+) created by the eager task factory
+  native-sleeper   with --third-party: a C task beside the third-party ones
   many-N           with --many: N tasks sleeping
 The main task ("main") parks on a Future.
 """
-import asyncio
 import os
 import sys
+
+if "--no-c-asyncio" in sys.argv:
+    # The C accelerator off: asyncio falls back on its pure-Python code.
+    sys.modules["_asyncio"] = None
+import asyncio
 
 import fixture_util as fu
 
@@ -146,8 +160,49 @@ async def tg_parent():
         tg.create_task(tg_nested(), name="tg-nested")
 
 
+# 3.7's tasks have no name: READY's "names" maps their ids to those given here.
+NAMED = hasattr(asyncio.Task, "get_name")
+NAMES = {}
+
+
+def named(task, name):
+    if NAMED:
+        task.set_name(name)
+    else:
+        NAMES[str(id(task))] = name
+    return task
+
+
+def create(coro, name):
+    loop = asyncio.get_running_loop()
+    if NAMED:
+        # Named at creation: an eager task may never return from it.
+        return loop.create_task(coro, name=name)
+    return named(loop.create_task(coro), name)
+
+
 def name_me(name):
-    asyncio.current_task().set_name(name)
+    named(asyncio.current_task(), name)
+
+
+def third_party_task():
+    """A Task implementation of its own, as a third-party loop brings: a
+    pure-Python Task that registers, enters and leaves through asyncio's
+    public hooks (`asyncio.tasks._register_task`, `_enter_task`..., the C
+    ones when `_asyncio` is there)."""
+    for hook in ("register_task", "unregister_task", "register_eager_task",
+                 "unregister_eager_task", "enter_task", "leave_task",
+                 "swap_current_task"):
+        # 3.12+: asyncio's own pure-Python Task calls the `_py_` hooks.
+        if hasattr(asyncio.tasks, "_py_" + hook):
+            setattr(asyncio.tasks, "_py_" + hook, getattr(asyncio.tasks, "_" + hook))
+
+    class ThirdPartyTask(asyncio.tasks._PyTask):
+        pass
+    return ThirdPartyTask
+
+
+TASK_FACTORY = {}
 
 
 async def main(many):
@@ -155,7 +210,7 @@ async def main(many):
     loop = asyncio.get_running_loop()
     park = loop.create_future()
     def mk(coro, name):
-        t = loop.create_task(coro, name=name)
+        t = create(coro, name)
         KEEP.append(t)
         return t
     mk(sleeper(), "sleeper")
@@ -213,9 +268,12 @@ async def main(many):
         expect("tg-nested", ["tg-parent"], tg_nested, "tgnested", "future")
         expect("tg-grandchild", ["tg-nested"], leaf, "leaf", "sleep")
     if sys.version_info >= (3, 12):
-        loop.set_task_factory(asyncio.eager_task_factory)
+        prev = loop.get_task_factory()
+        task_class = TASK_FACTORY.get("class")
+        loop.set_task_factory(asyncio.create_eager_task_factory(task_class)
+                              if task_class else asyncio.eager_task_factory)
         mk(sleeper(), "eager")
-        loop.set_task_factory(None)
+        loop.set_task_factory(prev)
         expect("eager", [], sleeper, "sleep", "sleep")
     # Cancelled, caught, still running: cancelling() stays 1 (3.11+).
     st = mk(stubborn(), "stubborn")
@@ -228,20 +286,33 @@ async def main(many):
     if sys.version_info < (3, 12):
         mk(fails(), "failed")
         expect("failed", [], None, None, "none", "done-not-retrieved")
+    if TASK_FACTORY:
+        # Beside the third-party tasks, one of asyncio's C tasks.
+        KEEP.append(named(asyncio.tasks._CTask(sleeper(), loop=loop), "native-sleeper"))
+        expect("native-sleeper", [], sleeper, "sleep", "sleep")
     for i in range(many):
         mk(leaf(), "many-%d" % i)
     for _ in range(5):
         await asyncio.sleep(0)
     expect("main", [], main, "main", "future")
     # READY once main is suspended: the loop runs this after main awaits.
-    loop.call_soon(fu.ready, {
+    loop.call_soon(ready_with_all_tasks, {
         "tasks": EXPECT,
         "thread_id": fu.ident(),
         "native_id": fu.native_id(),
         "many": many,
         "second_thread_id": SECOND.get("thread_id"),
-    })
+        "names": NAMES,
+    }, loop)
     await park  # MARK:main
+
+
+def ready_with_all_tasks(info, loop):
+    # The process's own view: what asyncio.all_tasks() finds (3.14's C
+    # version reads the per-thread lists and `_asyncio`'s registries).
+    if not info["many"]:
+        info["all_task_ids"] = sorted(id(t) for t in asyncio.all_tasks(loop))
+    fu.ready(info)
 
 
 def tokenize():
@@ -252,31 +323,38 @@ def tokenize():
 
 
 async def call_model():
-    fu.ready({"thread_id": fu.ident(), "busy": True})
+    fu.ready({"thread_id": fu.ident(), "busy": True, "names": NAMES})
     while True:
         tokenize()
 
 
 async def handle_request():
-    await asyncio.create_task(call_model(), name="call-model")  # MARK:handle
+    await create(call_model(), "call-model")  # MARK:handle
 
 
 async def busy():
     """A running task (call-model, CPU-bound in tokenize) awaited by
-    handle-request, and a sleeping one beside them."""
+    handle-request, and a sleeping one beside them. With --eager (3.12+),
+    handle-request and call-model start eagerly: call-model's first step
+    never ends, so both stay in their first step, in the eager registries
+    (handle-request is then not the current task)."""
     name_me("main")
     loop = asyncio.get_running_loop()
-    KEEP.append(loop.create_task(sleeper(), name="sleeper"))
+    KEEP.append(create(sleeper(), "sleeper"))
     await asyncio.sleep(0)
-    await loop.create_task(handle_request(), name="handle-request")
+    if "--eager" in sys.argv:
+        task_class = TASK_FACTORY.get("class")
+        loop.set_task_factory(asyncio.create_eager_task_factory(task_class)
+                              if task_class else asyncio.eager_task_factory)
+    await create(handle_request(), "handle-request")
 
 
 def second_loop(started, info):
     """Another thread's event loop, with one sleeping task."""
     async def body():
         info["thread_id"] = fu.ident()
-        asyncio.current_task().set_name("t2-main")
-        KEEP.append(asyncio.get_running_loop().create_task(sleeper(), name="t2-sleeper"))
+        name_me("t2-main")
+        KEEP.append(create(sleeper(), "t2-sleeper"))
         await asyncio.sleep(0)
         started.set()
         await asyncio.get_running_loop().create_future()
@@ -300,7 +378,15 @@ def run():
         threading.Thread(target=second_loop, args=(started, info), daemon=True).start()
         fu.wait_until([started])
         SECOND.update(info)
-    asyncio.run(busy() if "--busy" in args else main(many))
+    coro = busy() if "--busy" in args else main(many)
+    if "--third-party" in args:
+        task_class = TASK_FACTORY["class"] = third_party_task()
+        loop = asyncio.new_event_loop()
+        loop.set_task_factory(lambda loop, coro, **kw: task_class(coro, loop=loop, **kw))
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(coro)
+    else:
+        asyncio.run(coro)
 
 
 # Expectations naming a library coroutine carry no line (None): the test

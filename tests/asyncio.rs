@@ -1,5 +1,5 @@
 //! asyncio tasks: the offset table against the probe, task trees in dump on
-//! every 3.8+ interpreter, CPython 3.14's own reader as the oracle, bounds,
+//! every 3.7+ interpreter, CPython 3.14's own reader as the oracle, bounds,
 //! `record --async` stitching, and a real uvicorn/Starlette server.
 
 mod common;
@@ -11,14 +11,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-/// Runs `check` on every 3.8+ interpreter of the matrix.
+/// Runs `check` on every 3.7+ interpreter of the matrix.
 fn each_asyncio_interpreter(test: &str, check: impl Fn(&Interpreter) + Sync) {
-    for_each_interpreter(test, |i| i.at_least(3, 8), check);
+    for_each_interpreter(test, |i| i.at_least(3, 7), check);
 }
 
 fn pyenv_312() -> &'static Interpreter {
     find_interpreter("pyenv 3.12", |i| {
         i.version == (3, 12) && i.label.starts_with("pyenv")
+    })
+}
+
+/// Debian sid's 3.14 release build (uvicorn and uvloop from sid's packages).
+fn sid_314() -> &'static Interpreter {
+    find_interpreter("sid 3.14 (release)", |i| {
+        i.version == (3, 14) && i.label.starts_with("sid") && !i.debug
     })
 }
 
@@ -54,7 +61,7 @@ fn offset_table_matches_the_probe() {
         );
         assert_eq!(l.task_fut_waiter, n("task_fut_waiter"), "{ctx}");
         assert_eq!(l.task_coro, n("task_coro"), "{ctx}");
-        assert_eq!(l.task_name, n("task_name"), "{ctx}");
+        assert_eq!(l.task_name, p["task_name"].as_u64(), "{ctx} task_name");
         assert_eq!(
             (l.task_must_cancel.offset, l.task_must_cancel.mask),
             flag("task_must_cancel"),
@@ -137,6 +144,22 @@ fn offset_table_matches_the_probe() {
             }
             StackTop::LocalsIndex(o) => has("stack_index_at", (frame_base + o).into()),
         }
+        if let Some(ms) = l.module_state {
+            for (v, k) in [
+                (ms.md_state, "md_state"),
+                (ms.future_type, "state_future_type"),
+                (ms.task_type, "state_task_type"),
+                (ms.tasks, "state_tasks"),
+                (ms.eager_tasks, "state_eager_tasks"),
+            ] {
+                assert_eq!(v, n(k), "{ctx} {k}");
+            }
+        } else {
+            assert!(
+                p.get("md_state").is_none(),
+                "{ctx}: the table lacks _asyncio's module state"
+            );
+        }
         if let Some(ab) = l.awaited_by {
             let raw = hex(p["awaited_by_raw"].as_str().expect("awaited_by_raw"));
             let word = u64::from_le_bytes(
@@ -170,7 +193,8 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// The thread of `ready["thread_id"]` in a dump, and its tasks by name.
+/// The thread of `ready["thread_id"]` in a dump, and its tasks by name
+/// (3.7's tasks have none: READY's `names` gives the fixture's, by id).
 fn loop_tasks(dump: &Value, ready: &Value) -> (Value, BTreeMap<String, Value>) {
     let thread = dump["threads"]
         .as_array()
@@ -183,7 +207,13 @@ fn loop_tasks(dump: &Value, ready: &Value) -> (Value, BTreeMap<String, Value>) {
         .as_array()
         .unwrap_or_else(|| panic!("no tasks on the loop thread: {thread}"))
         .iter()
-        .map(|t| (t["name"].as_str().unwrap().to_string(), t.clone()))
+        .map(|t| {
+            let given = ready["names"]
+                .get(t["id"].as_u64().unwrap().to_string())
+                .and_then(|n| n.as_str());
+            let name = given.unwrap_or_else(|| t["name"].as_str().unwrap());
+            (name.to_string(), t.clone())
+        })
         .collect();
     (thread, tasks)
 }
@@ -210,6 +240,28 @@ fn check_tree(fx: &Fixture, extra: &[&str], uvloop: bool, pytasks: bool) {
         .iter()
         .map(|(n, t)| (t["id"].as_u64().unwrap(), n.clone()))
         .collect();
+    // The process's own asyncio.all_tasks(): the same unfinished tasks.
+    if let Some(all) = fx.ready["all_task_ids"].as_array() {
+        let theirs: BTreeSet<u64> = all.iter().map(|v| v.as_u64().unwrap()).collect();
+        let ours: BTreeSet<u64> = tasks
+            .values()
+            .filter(|t| {
+                !["done", "cancelled", "done-not-retrieved"].contains(&t["state"].as_str().unwrap())
+            })
+            .map(|t| t["id"].as_u64().unwrap())
+            .collect();
+        let named = |ids: &BTreeSet<u64>| -> Vec<String> {
+            ids.iter()
+                .map(|i| by_id.get(i).cloned().unwrap_or_else(|| format!("0x{i:x}")))
+                .collect()
+        };
+        assert_eq!(
+            named(&ours),
+            named(&theirs),
+            "{}: pyinspect's unfinished tasks (left) vs the process's asyncio.all_tasks() (right)",
+            fx.label
+        );
+    }
     let expected = fx.ready["tasks"].as_object().unwrap();
     for (name, e) in expected {
         let t = tasks
@@ -278,9 +330,15 @@ fn dump_shows_task_trees() {
         // The text form: the forest, the cycle cut, the waits.
         let out = pyinspect(&["dump", "--pid", &fx.pid.to_string()]);
         out.assert_success();
+        // 3.7's tasks have no name.
+        let named = if interp.at_least(3, 8) {
+            "Task \"gg-parent\""
+        } else {
+            "Task \"Task-0x"
+        };
         for needle in [
             "asyncio tasks (",
-            "Task \"gg-parent\"",
+            named,
             "awaiting queue",
             "awaiting lock",
             "awaiting gather",
@@ -319,20 +377,57 @@ impl Alive for Fixture {
     }
 }
 
-/// asyncio's pure-Python Task and Future (what runs without `_asyncio`):
-/// attributes in `__dict__` and class defaults instead of C structs.
-/// 3.8–3.13: from 3.14 on, `_asyncio` registers such tasks in a WeakSet of
-/// its module state that no Python name reaches (not read yet).
+/// asyncio's pure-Python Task and Future, on every 3.7+ interpreter:
+/// with the C accelerator blocked (`--no-c-asyncio`: tasks in
+/// `asyncio.tasks._scheduled_tasks`), swapped in beside it (`--pytasks`,
+/// up to 3.13: 3.14's C `current_task()` no longer sees them), and as a
+/// third-party Task implementation that registers through asyncio's public
+/// hooks (`--third-party`: from 3.14 in `_asyncio`'s module state), mixed
+/// with one C task. Attributes come from `__dict__` and class defaults
+/// instead of C structs. CPython's own reader (3.14+) sees only the C task
+/// of the mixed process: it must agree on that one; the process's own
+/// `asyncio.all_tasks()` sees them all, and so must pyinspect.
 #[test]
 fn python_level_tasks_are_read() {
-    for_each_interpreter(
-        "asyncio python tasks",
-        |i| i.at_least(3, 8) && !i.at_least(3, 14),
-        |interp| {
-            let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--pytasks"]);
+    each_asyncio_interpreter("asyncio python tasks", |interp| {
+        let mut modes = vec!["--no-c-asyncio", "--third-party"];
+        if !interp.at_least(3, 14) {
+            modes.push("--pytasks");
+        }
+        for mode in modes {
+            let fx = Fixture::spawn(interp, "asyncio_tree.py", &[mode]);
             check_tree(&fx, &[], false, true);
-        },
-    );
+            // Every task was found: nothing to warn about (with the C
+            // accelerator blocked there is no AsyncioDebug section to miss).
+            let dump = &dump_json(fx.pid, &[])[0];
+            let warnings = dump["warnings"].as_array().cloned().unwrap_or_default();
+            assert!(
+                warnings
+                    .iter()
+                    .all(|w| !w.as_str().unwrap().to_lowercase().contains("asyncio")),
+                "{} {mode}: {warnings:?}",
+                fx.label
+            );
+            if mode == "--third-party" && interp.at_least(3, 14) {
+                let (ours, theirs) = ours_and_cpythons(interp, &fx);
+                assert_eq!(
+                    theirs.len(),
+                    1,
+                    "{}: CPython's reader saw {theirs:?}",
+                    fx.label
+                );
+                for (id, row) in &theirs {
+                    assert_eq!(
+                        ours.get(id),
+                        Some(row),
+                        "{}: pyinspect (left) vs CPython's asyncio ps (right)",
+                        fx.label
+                    );
+                }
+                assert!(ours.len() > theirs.len() + 20, "{}: {ours:?}", fx.label);
+            }
+        }
+    });
 }
 
 /// Two threads, each running its own loop: each loop's tasks under its thread.
@@ -360,11 +455,18 @@ fn each_loop_under_its_own_thread() {
     });
 }
 
+/// uvloop's loop on pyenv 3.12 (pip's) and sid's 3.14 (sid's own).
 #[test]
 fn uvloop_tasks_are_read() {
-    let interp = pyenv_312();
-    let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--uvloop"]);
-    check_tree(&fx, &[], true, false);
+    let sid = sid_314();
+    for_each_interpreter(
+        "asyncio uvloop",
+        |i| std::ptr::eq(i, pyenv_312()) || std::ptr::eq(i, sid),
+        |interp| {
+            let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--uvloop"]);
+            check_tree(&fx, &[], true, false);
+        },
+    );
 }
 
 /// CPython 3.14+'s own reader (`python -m asyncio ps`'s data) on the same
@@ -380,12 +482,24 @@ fn agrees_with_cpythons_own_reader() {
 
 fn agrees_with_cpython(interp: &Interpreter) {
     let fx = Fixture::spawn(interp, "asyncio_tree.py", &[]);
+    let (ours, theirs) = ours_and_cpythons(interp, &fx);
+    assert_eq!(
+        ours, theirs,
+        "pyinspect (left) vs CPython's asyncio ps (right)"
+    );
+}
+
+/// Per task: (name, coroutine stack, awaiters), from pyinspect's dump and
+/// from CPython's own reader, on the same process.
+type TaskRows = BTreeMap<u64, (String, String, BTreeSet<u64>)>;
+
+fn ours_and_cpythons(interp: &Interpreter, fx: &Fixture) -> (TaskRows, TaskRows) {
     let oracle = run_python(interp, &["pstree_oracle.py", &fx.pid.to_string()]);
     oracle.assert_success();
     let rows: Vec<Value> = serde_json::from_str(oracle.stdout.trim()).expect("oracle JSON");
     let dump = &dump_json(fx.pid, &[])[0];
     let (_, tasks) = loop_tasks(dump, &fx.ready);
-    let mut theirs: BTreeMap<u64, (String, String, BTreeSet<u64>)> = BTreeMap::new();
+    let mut theirs: TaskRows = BTreeMap::new();
     for r in &rows {
         let e = theirs.entry(r["id"].as_u64().unwrap()).or_insert_with(|| {
             (
@@ -399,7 +513,7 @@ fn agrees_with_cpython(interp: &Interpreter) {
             e.2.insert(a);
         }
     }
-    let ours: BTreeMap<u64, (String, String, BTreeSet<u64>)> = tasks
+    let ours: TaskRows = tasks
         .values()
         .map(|t| {
             let stack: Vec<&str> = t["frames"]
@@ -424,10 +538,7 @@ fn agrees_with_cpython(interp: &Interpreter) {
             )
         })
         .collect();
-    assert_eq!(
-        ours, theirs,
-        "pyinspect (left) vs CPython's asyncio ps (right)"
-    );
+    (ours, theirs)
 }
 
 #[test]
@@ -586,11 +697,110 @@ fn record_async_stitches_tasks_under_their_awaiters() {
     });
 }
 
+/// Eager tasks (3.12+) still in their first step run inside their
+/// creator's step: main creates handle-request eagerly, which creates
+/// call-model eagerly, which never yields. Each task's stack is its own
+/// part of the thread's stack (3.12 and 3.13 name such tasks only after
+/// their first step: they are told apart by their outermost frame), the
+/// outer ones are found in the eager registries (on 3.14 a third-party
+/// one in `_asyncio`'s state), and `record --async` keeps the whole nest.
+#[test]
+fn eager_tasks_run_inside_their_creators() {
+    for_each_interpreter(
+        "asyncio eager nest",
+        |i| i.at_least(3, 12),
+        |interp| {
+            for mode in [None, Some("--third-party")] {
+                let mut args = vec!["--busy", "--eager"];
+                args.extend(mode);
+                let fx = Fixture::spawn(interp, "asyncio_tree.py", &args);
+                let ctx = format!("{} {mode:?}", fx.label);
+                let outermost = |t: &Value| {
+                    t["frames"]
+                        .as_array()
+                        .and_then(|f| f.last())
+                        .map(|f| f["function"].as_str().unwrap().to_string())
+                        .unwrap_or_default()
+                };
+                let functions_of = |t: &Value| -> Vec<String> {
+                    t["frames"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|f| f["function"].as_str().unwrap().to_string())
+                        .collect()
+                };
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                let by_outer = loop {
+                    let dump = &dump_json(fx.pid, &[])[0];
+                    let (_, tasks) = loop_tasks(dump, &fx.ready);
+                    let by_outer: BTreeMap<String, Value> =
+                        tasks.values().map(|t| (outermost(t), t.clone())).collect();
+                    let inner = by_outer.get("call_model").map(&functions_of);
+                    if inner.as_deref() == Some(&["tokenize".to_string(), "call_model".into()][..])
+                        || std::time::Instant::now() > deadline
+                    {
+                        break by_outer;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                };
+                for (outer, not_in) in [
+                    ("call_model", "busy"),
+                    ("handle_request", "call_model"),
+                    ("busy", "handle_request"),
+                ] {
+                    let t = by_outer
+                        .get(outer)
+                        .unwrap_or_else(|| panic!("{ctx}: no task running {outer}: {by_outer:?}"));
+                    assert_eq!(t["state"], "running", "{ctx}: {t}");
+                    let fs = functions_of(t);
+                    assert!(
+                        !fs.iter().any(|f| f == not_in || f == "tokenize") || outer == "call_model",
+                        "{ctx}: {outer}'s task shows another task's frames: {fs:?}"
+                    );
+                }
+                assert_eq!(
+                    functions_of(&by_outer["call_model"]),
+                    ["tokenize", "call_model"],
+                    "{ctx}"
+                );
+                let stacks = record_async(fx.pid, &[]);
+                let nested = stacks.iter().any(|(s, _)| {
+                    let f = functions(s);
+                    let at = |n: &str| f.iter().position(|x| *x == n);
+                    f.first() == Some(&"busy")
+                        && f.last() == Some(&"tokenize")
+                        && matches!((at("handle_request"), at("call_model")), (Some(h), Some(c)) if h < c)
+                });
+                assert!(
+                    nested,
+                    "{ctx}: no busy → handle_request → call_model → tokenize in {stacks:?}"
+                );
+                assert!(
+                    stacks.iter().all(|(s, _)| !s.contains("run_forever")),
+                    "{ctx}: {stacks:?}"
+                );
+            }
+        },
+    );
+}
+
 /// uvicorn + Starlette under a loopback load loop: the stuck requests'
-/// tasks and where they wait; record --async crosses task boundaries.
+/// tasks and where they wait; record --async crosses task boundaries. On
+/// pyenv 3.12 (pip's uvicorn, .ci/asyncio-deps) and sid's 3.14 (sid's own
+/// packages and uvloop, .ci/sid-asyncio-deps), whose tasks come from the
+/// per-thread lists instead of the registries.
 #[test]
 fn uvicorn_server_stuck_requests_and_task_profile() {
-    let interp = pyenv_312();
+    let sid_314 = sid_314();
+    for_each_interpreter(
+        "asyncio uvicorn server",
+        |i| std::ptr::eq(i, pyenv_312()) || std::ptr::eq(i, sid_314),
+        uvicorn_server,
+    );
+}
+
+fn uvicorn_server(interp: &Interpreter) {
     let fx = Fixture::spawn_with_timeout(interp, "asyncio_server.py", &[], Duration::from_secs(60));
     let stuck = fx.ready["stuck"].as_u64().unwrap() as usize;
     let dump = &dump_json(fx.pid, &[])[0];
@@ -613,11 +823,11 @@ fn uvicorn_server_stuck_requests_and_task_profile() {
                 })
             })
             .collect();
-        assert_eq!(found.len(), stuck, "{func}: {found:?}");
+        assert_eq!(found.len(), stuck, "{}: {func}: {found:?}", fx.label);
         for t in found {
-            assert_eq!(t["state"], "pending", "{t}");
-            assert_eq!(t["frames"][0]["function"], inner, "{t}");
-            assert!(t["awaiting"].is_object(), "{t}");
+            assert_eq!(t["state"], "pending", "{}: {t}", fx.label);
+            assert_eq!(t["frames"][0]["function"], inner, "{}: {t}", fx.label);
+            assert!(t["awaiting"].is_object(), "{}: {t}", fx.label);
         }
     }
     let stacks = record_async(fx.pid, &[]);
@@ -629,7 +839,8 @@ fn uvicorn_server_stuck_requests_and_task_profile() {
     });
     assert!(
         crossing,
-        "no handle_request → call_model → tokenize stack in {stacks:?}"
+        "{}: no handle_request → call_model → tokenize stack in {stacks:?}",
+        fx.label
     );
 }
 

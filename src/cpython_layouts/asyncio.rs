@@ -64,6 +64,24 @@ pub struct AwaitedBy {
     pub node: u64,
 }
 
+/// 3.14+: where the `_asyncio` module's state (`asyncio_state`) keeps the
+/// tasks that are no C `Task`: Python-level Task implementations that
+/// register through `asyncio._register_task` / `_register_eager_task` (a
+/// third-party loop's tasks, a Task subclass of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleState {
+    /// `PyModuleObject.md_state`: a pointer to the module's state.
+    pub md_state: u64,
+    /// In `asyncio_state`: `FutureType` and `TaskType`, the type objects
+    /// `_asyncio.Future` and `_asyncio.Task` (what proves the state is one).
+    pub future_type: u64,
+    pub task_type: u64,
+    /// `non_asyncio_tasks`: a `weakref.WeakSet`.
+    pub tasks: u64,
+    /// `non_asyncio_eager_tasks`: a `set`.
+    pub eager_tasks: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AsyncioLayout {
     pub major: u8,
@@ -81,11 +99,14 @@ pub struct AsyncioLayout {
     pub fut_log_tb: Flag,
     pub task_fut_waiter: u64,
     pub task_coro: u64,
-    pub task_name: u64,
+    /// `task_name` (3.8+: 3.7's tasks have no name).
+    pub task_name: Option<u64>,
     pub task_must_cancel: Flag,
     /// `task_num_cancels_requested` (an int), 3.11+.
     pub task_num_cancels_requested: Option<u64>,
     pub awaited_by: Option<AwaitedBy>,
+    /// 3.14+: the module state's registries of non-C tasks.
+    pub module_state: Option<ModuleState>,
     pub gen_frame: GenFrame,
     /// `gi_frame_state` (3.11+), whose embedded frame is stale once finished.
     pub gen_frame_state: Option<FrameState>,
@@ -135,10 +156,11 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     fut_log_tb: Flag { offset: 0, mask: 1 },
     task_fut_waiter: 0,
     task_coro: 0,
-    task_name: 0,
+    task_name: None,
     task_must_cancel: Flag { offset: 0, mask: 1 },
     task_num_cancels_requested: None,
     awaited_by: None,
+    module_state: None,
     gen_frame: GenFrame::Pointer(16),
     gen_frame_state: None,
     stack_top: StackTop::Pointer { at: 72, below: 1 },
@@ -158,6 +180,26 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     member_descr_def: 40,
 };
 
+pub static V3_7: AsyncioLayout = AsyncioLayout {
+    minor: 7,
+    task_size: 136,
+    fut_state: 72,
+    fut_log_tb: Flag {
+        offset: 76,
+        mask: 1,
+    },
+    task_fut_waiter: 104,
+    task_coro: 112,
+    task_must_cancel: Flag {
+        offset: 128,
+        mask: 1,
+    },
+    wakeup_task: 16,
+    func_closure: 48,
+    func_name: 64,
+    ..COMMON
+};
+
 pub static V3_8: AsyncioLayout = AsyncioLayout {
     minor: 8,
     task_size: 144,
@@ -168,7 +210,7 @@ pub static V3_8: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 104,
     task_coro: 112,
-    task_name: 120,
+    task_name: Some(120),
     task_must_cancel: Flag {
         offset: 136,
         mask: 1,
@@ -189,7 +231,7 @@ pub static V3_9: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 144,
     task_coro: 152,
-    task_name: 160,
+    task_name: Some(160),
     task_must_cancel: Flag {
         offset: 176,
         mask: 1,
@@ -210,7 +252,7 @@ pub static V3_10: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 152,
     task_coro: 160,
-    task_name: 168,
+    task_name: Some(168),
     task_must_cancel: Flag {
         offset: 184,
         mask: 1,
@@ -232,7 +274,7 @@ pub static V3_11: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 128,
     task_coro: 136,
-    task_name: 144,
+    task_name: Some(144),
     task_must_cancel: Flag {
         offset: 160,
         mask: 1,
@@ -267,7 +309,7 @@ pub static V3_13: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 112,
     task_coro: 120,
-    task_name: 128,
+    task_name: Some(128),
     task_must_cancel: Flag {
         offset: 100,
         mask: 4,
@@ -292,7 +334,7 @@ pub static V3_14: AsyncioLayout = AsyncioLayout {
     },
     task_fut_waiter: 120,
     task_coro: 128,
-    task_name: 136,
+    task_name: Some(136),
     task_must_cancel: Flag {
         offset: 110,
         mask: 4,
@@ -303,6 +345,13 @@ pub static V3_14: AsyncioLayout = AsyncioLayout {
         is_set: 109,
         is_task: 108,
         node: 152,
+    }),
+    module_state: Some(ModuleState {
+        md_state: 32,
+        future_type: 16,
+        task_type: 24,
+        tasks: 48,
+        eager_tasks: 56,
     }),
     gen_frame: GenFrame::Embedded(72),
     gen_frame_state: Some(FrameState {
@@ -320,11 +369,21 @@ pub static V3_15: AsyncioLayout = AsyncioLayout {
         finished_from: 5,
     }),
     stack_top: StackTop::Pointer { at: 64, below: 2 },
+    // 3.15's PyModuleObject keeps md_state right after md_dict.
+    module_state: Some(ModuleState {
+        md_state: 24,
+        future_type: 16,
+        task_type: 24,
+        tasks: 48,
+        eager_tasks: 56,
+    }),
     ..V3_14
 };
 
 /// Every table, oldest first.
-pub static ALL: &[&AsyncioLayout] = &[&V3_8, &V3_9, &V3_10, &V3_11, &V3_12, &V3_13, &V3_14, &V3_15];
+pub static ALL: &[&AsyncioLayout] = &[
+    &V3_7, &V3_8, &V3_9, &V3_10, &V3_11, &V3_12, &V3_13, &V3_14, &V3_15,
+];
 
 pub fn for_version(major: u8, minor: u8) -> Option<&'static AsyncioLayout> {
     ALL.iter()

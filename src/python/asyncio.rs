@@ -24,7 +24,7 @@ use super::objects::ObjReader;
 use super::pagecache::PageCache;
 use super::reader::{Reader, ThreadSnapshot};
 use crate::cpython_layouts::asyncio::{
-    for_version, AsyncioLayout, GenFrame, StackTop, DEQUE_BLOCK_LEN, MEMBER_DEF_OFFSET,
+    for_version, AsyncioLayout, GenFrame, ModuleState, StackTop, DEQUE_BLOCK_LEN, MEMBER_DEF_OFFSET,
 };
 use crate::elf;
 use crate::memory::{le_u64, le_u8, Memory, MemoryExt};
@@ -183,12 +183,16 @@ impl AsyncioReader {
         let pl = reader.process.layout.clone();
         let objr = ObjReader::new(mem, &pl);
         let mut out = HashMap::new();
-        // Only processes that imported asyncio are looked at further.
-        let tasks_module = |interp: u64| {
+        // `sys.modules[name]` of an interpreter.
+        let sys_module = |interp: u64, name: &str| {
             mem.read_u64(interp.wrapping_add(pl.interp.modules))
                 .ok()
                 .filter(|m| *m != 0)
-                .and_then(|m| objr.dict_get(m, "asyncio.tasks").ok().flatten())
+                .and_then(|m| objr.dict_get(m, name).ok().flatten())
+        };
+        // Only processes that imported asyncio are looked at further.
+        let tasks_module = |interp: u64| {
+            sys_module(interp, "asyncio.tasks")
                 .and_then(|m| mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok())
         };
         let mut modules: HashMap<u64, Option<u64>> = HashMap::new();
@@ -234,6 +238,9 @@ impl AsyncioReader {
             let Some(md) = modules.get(&interp).copied().flatten() else {
                 continue;
             };
+            // The C accelerator, unless blocked (`sys.modules["_asyncio"] = None`).
+            let c_module = sys_module(interp, "_asyncio")
+                .filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"));
             {
                 let items = objr.dict_items(md, 1 << 16).unwrap_or_default();
                 let named = |want_name: &str| -> Option<u64> {
@@ -260,25 +267,16 @@ impl AsyncioReader {
                         continue;
                     }
                 }
+                let limit = want.max_tasks.min(MAX_TASKS) as u64 + 1;
                 for ws in ["_all_tasks", "_scheduled_tasks"] {
                     let Some(w) = named(ws) else { continue };
-                    let Ok(Some(data)) = objr.instance_attr(w, "data") else {
-                        continue;
-                    };
-                    let limit = want.max_tasks.min(MAX_TASKS) as u64 + 1;
-                    match objr.set_items(data, limit) {
-                        Ok(refs) => {
-                            if refs.len() as u64 >= limit {
-                                too_many = Some(refs.len());
+                    match weakset_members(mem, &objr, layout, w, limit) {
+                        Ok(objs) => {
+                            if objs.len() as u64 >= limit {
+                                too_many = Some(objs.len());
                             }
-                            mem.prefetch(
-                                refs.iter()
-                                    .map(|r| (r.wrapping_add(layout.weakref_object), 8)),
-                            );
-                            for r in refs {
-                                if let Ok(o) = mem.read_u64(r.wrapping_add(layout.weakref_object)) {
-                                    add(o, &mut addrs);
-                                }
+                            for o in objs {
+                                add(o, &mut addrs);
                             }
                         }
                         Err(e) => self.note(format!("asyncio.tasks.{ws} unreadable: {e}")),
@@ -287,6 +285,17 @@ impl AsyncioReader {
                 if let Some(eager) = named("_eager_tasks") {
                     for t in objr.set_items(eager, 1 << 16).unwrap_or_default() {
                         add(t, &mut addrs);
+                    }
+                }
+                // 3.14+: the tasks that are no C tasks, in `_asyncio`'s state.
+                if let (Some(ms), Some(module)) = (layout.module_state, c_module) {
+                    let (objs, full) =
+                        self.module_state_tasks(mem, &objr, layout, &ms, module, limit);
+                    if full {
+                        too_many = Some(objs.len());
+                    }
+                    for o in objs {
+                        add(o, &mut addrs);
                     }
                 }
                 if let Some(cur) = named("_current_tasks") {
@@ -332,7 +341,9 @@ impl AsyncioReader {
                         }
                     }
                 }
-            } else if layout.awaited_by.is_some() {
+            } else if layout.awaited_by.is_some() && c_module.is_some() {
+                // (Without `_asyncio`, the C accelerator blocked, every
+                // task is a Python one, in the registries.)
                 self.note(
                     "no AsyncioDebug section found in the target's _asyncio module: only the \
                      tasks in asyncio.tasks' registries are shown"
@@ -409,6 +420,86 @@ impl AsyncioReader {
         out
     }
 
+    /// 3.14+: the members of `_asyncio`'s `non_asyncio_tasks` (a WeakSet)
+    /// and `non_asyncio_eager_tasks` (a set), where Python-level Task
+    /// implementations register through `asyncio._register_task`. The
+    /// module, its state and both containers are checked by type before
+    /// anything in them is read; what fails is noted, and the rest is kept.
+    /// Also says whether `limit` was reached.
+    fn module_state_tasks(
+        &mut self,
+        cache: &PageCache,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        ms: &ModuleState,
+        module: u64,
+        limit: u64,
+    ) -> (Vec<u64>, bool) {
+        let mut out = Vec::new();
+        if !objr.type_name(module).is_ok_and(|t| t == "module") {
+            return (out, false);
+        }
+        let state = match objr.mem.read_u64(module.wrapping_add(ms.md_state)) {
+            Ok(s) if s != 0 && s % 8 == 0 => s,
+            _ => {
+                self.note(
+                    "_asyncio's module state unreadable: its Python-level tasks are not shown"
+                        .into(),
+                );
+                return (out, false);
+            }
+        };
+        let word = |off: u64| objr.mem.read_u64(state.wrapping_add(off)).unwrap_or(0);
+        let is_type = |p: u64, name: &str| {
+            objr.type_name(p).is_ok_and(|t| t == "type")
+                && objr
+                    .mem
+                    .read_u64(p.wrapping_add(objr.layout.object.tp_name))
+                    .and_then(|n| objr.c_string(n, 64))
+                    .is_ok_and(|n| n == name)
+        };
+        if !is_type(word(ms.future_type), "_asyncio.Future")
+            || !is_type(word(ms.task_type), "_asyncio.Task")
+        {
+            self.note(
+                "_asyncio's module state is unlike the table's (no _asyncio.Future and \
+                 _asyncio.Task where expected): its Python-level tasks are not shown"
+                    .into(),
+            );
+            return (out, false);
+        }
+        let mut full = false;
+        let ws = word(ms.tasks);
+        if objr.type_name(ws).is_ok_and(|t| t == "WeakSet") {
+            match weakset_members(cache, objr, l, ws, limit) {
+                Ok(objs) => {
+                    full |= objs.len() as u64 >= limit;
+                    out.extend(objs);
+                }
+                Err(e) => self.note(format!(
+                    "_asyncio's registry of Python-level tasks unreadable: {e}"
+                )),
+            }
+        } else {
+            self.note("_asyncio's registry of Python-level tasks is no WeakSet: not read".into());
+        }
+        let eager = word(ms.eager_tasks);
+        if objr.type_name(eager).is_ok_and(|t| t == "set") {
+            match objr.set_items(eager, limit) {
+                Ok(objs) => {
+                    full |= objs.len() as u64 >= limit;
+                    out.extend(objs);
+                }
+                Err(e) => self.note(format!(
+                    "_asyncio's eager Python-level tasks unreadable: {e}"
+                )),
+            }
+        } else {
+            self.note("_asyncio's registry of eager Python-level tasks is no set: not read".into());
+        }
+        (out, full)
+    }
+
     /// The type's MRO as type names, cached per type.
     fn mro(&mut self, objr: &ObjReader, ty: u64, l: &AsyncioLayout) -> Vec<String> {
         if let Some(v) = self.mro_names.get(&ty) {
@@ -450,7 +541,8 @@ impl AsyncioReader {
             Kind::CFuture
         } else if has("Task") && objr.instance_attr(obj, "_coro").is_ok_and(|v| v.is_some()) {
             Kind::PyTask
-        } else if has("Future") && objr.instance_attr(obj, "_state").is_ok_and(|v| v.is_some()) {
+        } else if has("Future") && py_attr(objr, l, obj, "_state").is_some() {
+            // A pending Python future's `_state` is its class's default.
             Kind::PyFuture
         } else {
             Kind::Other
@@ -502,7 +594,7 @@ impl AsyncioReader {
                         state: crate::memory::le_u32(&buf, l.fut_state).min(255) as u8,
                         log_tb: flag(l.fut_log_tb),
                         cancelling: cancels > 0 || flag(l.task_must_cancel),
-                        name: le_u64(&buf, l.task_name),
+                        name: l.task_name.map_or(0, |o| le_u64(&buf, o)),
                         coro: le_u64(&buf, l.task_coro),
                         waiter: le_u64(&buf, l.task_fut_waiter),
                         callbacks,
@@ -792,14 +884,41 @@ impl AsyncioReader {
         limit: usize,
         running_only: bool,
     ) -> ThreadTasks {
-        // The running tasks and their awaiters first, then the rest by
-        // address; the forest is drawn from these.
+        // Tasks whose coroutine frame is on this thread's stack (3.11+, where
+        // the frame sits inside the coroutine): the current task and, with
+        // eager tasks, the tasks still in their first step around it, by
+        // their place on the stack, innermost first.
+        let mut stack_pos: HashMap<usize, usize> = HashMap::new();
+        let mut task_frames: HashSet<u64> = HashSet::new();
+        if let GenFrame::Embedded(o) = l.gen_frame {
+            let at: HashMap<u64, usize> = snap
+                .frame_addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (*a, i))
+                .collect();
+            for &k in ks {
+                let f = tasks[k].coro.wrapping_add(o);
+                if let Some(&i) = at.get(&f).filter(|_| tasks[k].coro != 0) {
+                    stack_pos.insert(k, i);
+                    task_frames.insert(f);
+                }
+            }
+        }
+        // The running tasks (innermost first) and their awaiters first,
+        // then the rest by address; the forest is drawn from these.
         let mut order: Vec<usize> = Vec::with_capacity(ks.len());
         let mut placed: HashSet<usize> = HashSet::new();
         let mut sorted: Vec<usize> = ks.to_vec();
         sorted.sort_by_key(|k| tasks[*k].addr);
-        for &k in &sorted {
-            if running.contains(&tasks[k].addr) && placed.insert(k) {
+        let mut runners: Vec<usize> = sorted
+            .iter()
+            .copied()
+            .filter(|k| running.contains(&tasks[*k].addr) || stack_pos.contains_key(k))
+            .collect();
+        runners.sort_by_key(|k| stack_pos.get(k).copied().unwrap_or(usize::MAX));
+        for k in runners {
+            if placed.insert(k) {
                 order.push(k);
                 let mut i = order.len() - 1;
                 while i < order.len() && order.len() < ks.len() {
@@ -820,7 +939,8 @@ impl AsyncioReader {
         let mut out = Vec::with_capacity(shown.len());
         for k in shown {
             let t = &tasks[k];
-            let (frames, on_stack, first_locals) = self.chain(reader, objr, l, t.coro, snap);
+            let (frames, on_stack, first_locals) =
+                self.chain(reader, objr, l, t.coro, snap, &task_frames);
             let state = match t.state {
                 1 if t.log_tb => TaskState::DoneNotRetrieved,
                 1 => TaskState::Cancelled,
@@ -858,8 +978,10 @@ impl AsyncioReader {
 
     /// A task's coroutine stack, innermost first, following what each
     /// suspended coroutine awaits; whether it is running on the thread (its
-    /// frames then come from the thread's stack); the innermost frame's
-    /// first local (`self` of `Queue.get`, `Lock.acquire`...).
+    /// frames then come from the thread's stack, up to the coroutine frame
+    /// of the next task inside it, one of `task_frames`: an eager task's
+    /// first step runs inside its creator's); the innermost frame's first
+    /// local (`self` of `Queue.get`, `Lock.acquire`...).
     fn chain(
         &mut self,
         reader: &mut Reader,
@@ -867,6 +989,7 @@ impl AsyncioReader {
         l: &AsyncioLayout,
         coro: u64,
         snap: &ThreadSnapshot,
+        task_frames: &HashSet<u64>,
     ) -> (Vec<Frame>, bool, Vec<u64>) {
         let mem = objr.mem;
         let fl = reader.process.layout.frame.clone();
@@ -902,8 +1025,13 @@ impl AsyncioReader {
                 break;
             }
             if let Some(i) = snap.frame_addrs.iter().position(|a| *a == frame) {
-                // Running: the rest is on the thread's stack.
-                let mut inner: Vec<Frame> = snap.stack.frames[..=i].to_vec();
+                // Running: the rest is on the thread's stack, down to the
+                // task running inside this one, if any.
+                let start = snap.frame_addrs[..i]
+                    .iter()
+                    .rposition(|a| task_frames.contains(a))
+                    .map_or(0, |j| j + 1);
+                let mut inner: Vec<Frame> = snap.stack.frames[start..=i].to_vec();
                 inner.retain(|f| f.kind == crate::stack::FrameKind::Python);
                 inner.reverse();
                 frames.extend(inner);
@@ -1086,6 +1214,49 @@ impl AsyncioReader {
     }
 }
 
+/// The live objects of a `weakref.WeakSet` (its `data`, a set of weak
+/// references), at most `limit`: each reference checked by type, a dead
+/// one (pointing at `None`) left out.
+fn weakset_members(
+    cache: &PageCache,
+    objr: &ObjReader,
+    l: &AsyncioLayout,
+    ws: u64,
+    limit: u64,
+) -> Result<Vec<u64>, crate::error::MemError> {
+    let data = objr
+        .instance_attr(ws, "data")?
+        .ok_or(crate::error::MemError::Unmapped { addr: ws, len: 0 })?;
+    if !objr.type_name(data).is_ok_and(|t| t == "set") {
+        return Err(crate::error::MemError::Unmapped { addr: data, len: 0 });
+    }
+    let refs = objr.set_items(data, limit)?;
+    cache.prefetch(refs.iter().map(|r| (r.wrapping_add(l.weakref_object), 8)));
+    let mut weakref_type = None;
+    let mut out = Vec::with_capacity(refs.len());
+    for r in refs {
+        // Every member is a `weakref.ref` (named `weakref` before 3.9):
+        // its type is checked once. A dead one points at `None`, which the
+        // task check leaves out.
+        let Ok(ty) = objr.type_of(r) else { continue };
+        if weakref_type != Some(ty) {
+            if !objr
+                .type_name(r)
+                .is_ok_and(|n| n == "weakref.ReferenceType" || n == "weakref")
+            {
+                continue;
+            }
+            weakref_type = Some(ty);
+        }
+        if let Ok(o) = objr.mem.read_u64(r.wrapping_add(l.weakref_object)) {
+            if o != 0 {
+                out.push(o);
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Option<u64> {
     let mem = objr.mem;
     let mro = mem.read_u64(ty.wrapping_add(l.type_mro)).ok()?;
@@ -1216,7 +1387,7 @@ fn check_debug(
     let (ts_size, ts_loop, ts_task, ts_head) = (w[9], w[10], w[11], w[12]);
     let expected = (
         l.task_size,
-        l.task_name,
+        l.task_name.unwrap_or(0),
         ab.awaited_by,
         ab.is_task,
         ab.is_set,
@@ -1286,9 +1457,16 @@ pub fn stitch(t: &mut crate::stack::ThreadStack, all: bool) -> Vec<crate::stack:
         }
         out
     };
-    if let Some(r) = tt.tasks.iter().find(|k| k.state == TaskState::Running) {
-        // The running task's frames are the innermost Python frames of the thread.
-        let n = r.frames.len();
+    // The running tasks, innermost first (an eager task's first step runs
+    // inside its creator's): together their frames are the innermost Python
+    // frames of the thread; below the outermost one go its awaiters.
+    let runners: Vec<&Task> = tt
+        .tasks
+        .iter()
+        .filter(|k| k.state == TaskState::Running)
+        .collect();
+    if let Some(outer) = runners.last() {
+        let n: usize = runners.iter().map(|r| r.frames.len()).sum();
         let mut python = 0;
         let cut = t.frames.iter().position(|f| {
             python += (f.kind == FrameKind::Python) as usize;
@@ -1296,7 +1474,7 @@ pub fn stitch(t: &mut crate::stack::ThreadStack, all: bool) -> Vec<crate::stack:
         });
         if let (Some(cut), true) = (cut, n > 0) {
             t.frames.truncate(cut + 1);
-            t.frames.extend(awaiters(r));
+            t.frames.extend(awaiters(outer));
         }
     }
     if !all {
@@ -1427,14 +1605,95 @@ mod tests {
                 let parents = vec![Vec::new(); tasks.len()];
                 let mut sleeps = HashMap::new();
                 let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64, false);
+                let cache = PageCache::new(&mem);
                 for a in addrs {
-                    let _ = r.chain(&mut reader, &objr, l, a, &snaps[0]);
+                    if let Some(ms) = l.module_state {
+                        let _ = r.module_state_tasks(&cache, &objr, l, &ms, a, 500);
+                    }
+                    let _ = weakset_members(&cache, &objr, l, a, 500);
+                    let _ = r.chain(&mut reader, &objr, l, a, &snaps[0], &HashSet::from([a]));
                     let _ = deque_items(&objr, l, a, 1 << 16);
                     let _ = r.timers(&objr, l, a);
                     let _ = py_attr(&objr, l, a, "_state");
                 }
             }
         }
+    }
+
+    /// `_asyncio`'s module state laid out by hand (3.14): its registries are
+    /// read only when the state's types and the containers' types are
+    /// right; a corrupt one gives a note and what else could be read.
+    #[test]
+    fn module_state_registries_are_checked() {
+        let pl = crate::cpython_layouts::for_version(3, 14).unwrap().clone();
+        let l = &crate::cpython_layouts::asyncio::V3_14;
+        let ms = l.module_state.unwrap();
+        let o = &pl.object;
+        let build = |future_name: &str, set_mask: u64| {
+            let mut b = vec![0u8; 0x8000];
+            let mut put =
+                |at: u64, v: u64| b[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+            let names = [
+                "type",
+                "module",
+                future_name,
+                "_asyncio.Task",
+                "WeakSet",
+                "set",
+            ];
+            // Types at 0x1000 + 0x200 * i, named by strings at 0x100 + 0x40 * i;
+            // the first is `type` itself.
+            for (i, _) in names.iter().enumerate() {
+                let t = 0x1000 + 0x200 * i as u64;
+                put(t + o.ob_type, BASE + 0x1000);
+                put(t + o.tp_name, BASE + 0x100 + 0x40 * i as u64);
+            }
+            let ty = |i: u64| BASE + 0x1000 + 0x200 * i;
+            put(0x2000 + o.ob_type, ty(1)); // the module
+            put(0x2000 + ms.md_state, BASE + 0x3000);
+            put(0x3000 + ms.future_type, ty(2));
+            put(0x3000 + ms.task_type, ty(3));
+            put(0x3000 + ms.tasks, BASE + 0x4000);
+            put(0x3000 + ms.eager_tasks, BASE + 0x5000);
+            put(0x4000 + o.ob_type, ty(4)); // a WeakSet without a readable dict
+            put(0x5000 + o.ob_type, ty(5)); // the eager set: two members
+            put(0x5000 + o.set_mask, set_mask);
+            put(0x5000 + o.set_table, BASE + 0x6000);
+            put(0x6000 + o.set_entry_key, BASE + 0x7000);
+            put(0x6000 + o.set_entry_size + o.set_entry_key, BASE + 0x7100);
+            for (i, n) in names.iter().enumerate() {
+                let at = 0x100 + 0x40 * i;
+                b[at..at + n.len()].copy_from_slice(n.as_bytes());
+            }
+            let mut mem = SliceMemory::new();
+            mem.add(BASE, b);
+            mem
+        };
+        let read = |mem: &SliceMemory| {
+            let cache = PageCache::new(mem);
+            let objr = ObjReader::new(&cache, &pl);
+            let mut r = AsyncioReader::new(3, 14);
+            let (found, full) = r.module_state_tasks(&cache, &objr, l, &ms, BASE + 0x2000, 100);
+            (found, full, r.notes)
+        };
+        let (found, full, notes) = read(&build("_asyncio.Future", 3));
+        assert_eq!(found, vec![BASE + 0x7000, BASE + 0x7100]);
+        assert!(!full);
+        assert!(
+            notes.iter().any(|n| n.contains("Python-level tasks")),
+            "{notes:?}"
+        );
+        // A corrupt table size: a note, nothing read, no panic.
+        let (found, _, notes) = read(&build("_asyncio.Future", u64::MAX / 2));
+        assert!(found.is_empty());
+        assert!(notes.iter().any(|n| n.contains("eager")), "{notes:?}");
+        // Not the state the table describes: nothing in it is read.
+        let (found, _, notes) = read(&build("something.Else", 3));
+        assert!(found.is_empty());
+        assert!(
+            notes.iter().any(|n| n.contains("unlike the table")),
+            "{notes:?}"
+        );
     }
 
     #[test]
