@@ -368,7 +368,7 @@ impl AsyncioReader {
                 threads
                     .iter()
                     .copied()
-                    .find(|&i| frame != 0 && snaps[i].frame_addrs.contains(&frame))
+                    .find(|&i| frame != 0 && snaps[i].frame_index(frame).is_some())
             };
             let mut by_thread: HashMap<usize, Vec<usize>> = HashMap::new();
             for (k, t) in tasks.iter().enumerate() {
@@ -901,7 +901,7 @@ impl AsyncioReader {
             if frame == 0 {
                 break;
             }
-            if let Some(i) = snap.frame_addrs.iter().position(|a| *a == frame) {
+            if let Some(i) = snap.frame_index(frame) {
                 // Running: the rest is on the thread's stack.
                 let mut inner: Vec<Frame> = snap.stack.frames[..=i].to_vec();
                 inner.retain(|f| f.kind == crate::stack::FrameKind::Python);
@@ -1365,15 +1365,23 @@ mod tests {
                 interpreter: 0,
                 status: ThreadStatus::Idle,
                 holds_gil: false,
-                frames: Vec::new(),
+                frames: frames
+                    .into_iter()
+                    .map(|addr| {
+                        let mut f = Frame::python("f".into(), "f.py".into(), 1);
+                        f.mark = Some(crate::stack::FrameMark {
+                            addr,
+                            is_entry: false,
+                        });
+                        f
+                    })
+                    .collect(),
                 truncated: None,
                 native_entry: None,
                 name_source: None,
                 wait: None,
                 asyncio: None,
             },
-            is_entry: Vec::new(),
-            frame_addrs: frames,
             anchors: Vec::new(),
             in_gc: false,
             gil_sync: Vec::new(),
