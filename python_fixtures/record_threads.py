@@ -1,7 +1,10 @@
 # Fixture for `record` thread filtering: one busy main thread (busy_main),
 # one thread sleeping in the kernel (sleeping_worker), and one busy thread
 # (busy_worker). Runs argv[1] seconds (default 3), then exits with
-# argv[2] (default 0).
+# argv[2] (default 0). With --ready (anywhere in argv), prints
+# `READY {"pid": PID}` once its threads run: the tests' handshake.
+import json
+import os
 import sys
 import threading
 import time
@@ -26,13 +29,17 @@ def busy_main(seconds):
 
 
 def main():
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
-    code = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    args = [a for a in sys.argv[1:] if a != "--ready"]
+    seconds = float(args[0]) if len(args) > 0 else 3.0
+    code = int(args[1]) if len(args) > 1 else 0
     stop = threading.Event()
     ts = [threading.Thread(target=sleeping_worker, args=(stop,)),
           threading.Thread(target=busy_worker, args=(stop,))]
     for t in ts:
         t.start()
+    if "--ready" in sys.argv[1:]:
+        sys.stdout.write("READY " + json.dumps({"pid": os.getpid()}) + "\n")
+        sys.stdout.flush()
     busy_main(seconds)
     stop.set()
     for t in ts:

@@ -63,11 +63,23 @@ pub fn absent(pid: i32) -> Error {
     Error::NoSuchProcess(pid)
 }
 
+/// The fields of a line of /proc/PID[/task/TID]/stat after the command
+/// name (field 2), which may hold spaces and parentheses: they start after
+/// its last ')'. The one stat parser: [`stat_field`] and
+/// [`parse_stat_state`] are built on it.
+fn stat_fields(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat.get(stat.rfind(')')? + 1..)?.split_whitespace())
+}
+
 /// Numeric field `n` (1-based, as proc(5) counts) of a stat line.
 pub fn stat_field(stat: &str, n: usize) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
     // Field 3 (the state) is the first after the command name.
-    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+    stat_fields(stat)?.nth(n.checked_sub(3)?)?.parse().ok()
+}
+
+/// The scheduler state letter (field 3: R, S, D, T, t, Z…) of a stat line.
+pub fn parse_stat_state(stat: &str) -> Option<char> {
+    stat_fields(stat)?.next()?.chars().next()
 }
 
 /// What tells one run of a program from another under the same pid: the
@@ -256,12 +268,6 @@ pub fn load_average() -> Option<f64> {
         .next()?
         .parse()
         .ok()
-}
-
-pub fn parse_stat_state(stat: &str) -> Option<char> {
-    // The command name may contain spaces and parentheses: the state follows the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.trim_start().chars().next()
 }
 
 /// When the target lives in another pid namespace (a container), the tids
@@ -487,8 +493,7 @@ fn parse_unix_diag_peer(msg: &[u8], attr_type: u16) -> Option<u64> {
 /// Parent pid from /proc/PID/stat.
 pub fn ppid(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(proc_path(pid, "stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    stat_field(&s, 4)?.try_into().ok()
 }
 
 /// Every descendant of `pid` (children, grandchildren…), parents before children.
@@ -612,5 +617,9 @@ garbage line
     fn stat_state_after_odd_comm() {
         assert_eq!(parse_stat_state("12 (a) b)) S 1 2"), Some('S'));
         assert_eq!(parse_stat_state("garbage"), None);
+        assert_eq!(parse_stat_state("12 (a)"), None);
+        assert_eq!(stat_field("1 (x) S 9", 4), Some(9));
+        assert_eq!(stat_field("1 (x) S", 4), None);
+        assert_eq!(stat_field("1 (x) S 9", 2), None);
     }
 }

@@ -175,6 +175,20 @@ pub struct Frame {
     /// (3.11+ location tables; each null where the version has none).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
+    /// Python frames read from the target: where, and how it was entered
+    /// (for the native merge and asyncio). Never printed.
+    #[serde(skip)]
+    pub(crate) mark: Option<FrameMark>,
+}
+
+/// What the reader knows of a Python frame beyond what is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameMark {
+    /// Address of its `_PyInterpreterFrame` or `PyFrameObject`.
+    pub(crate) addr: u64,
+    /// First Python frame run by its own C eval-loop call (see
+    /// `native_unwind::merge`).
+    pub(crate) is_entry: bool,
 }
 
 /// Where an instruction's source is, beyond its line: what 3.11+ location
@@ -218,6 +232,7 @@ impl Frame {
             tag: None,
             locals: None,
             position: None,
+            mark: None,
         }
     }
 
@@ -234,6 +249,7 @@ impl Frame {
             tag: None,
             locals: None,
             position: Some(Position::default()),
+            mark: None,
         }
     }
 }

@@ -228,12 +228,7 @@ fn process_exits_during_the_dump() {
             let pid = child.id();
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                if stat
-                    .rsplit(')')
-                    .next()
-                    .is_some_and(|s| s.trim_start().starts_with('Z'))
-                {
+                if common::stat_state(pid as i32, pid as i32) == Some('Z') {
                     break;
                 }
                 assert!(Instant::now() < deadline, "python -c pass did not exit");

@@ -70,7 +70,7 @@ fn run_time(path: &str) -> Option<u64> {
 }
 
 fn state_letter(stat: &str) -> Option<char> {
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+    pyinspect::procfs::parse_stat_state(stat)
 }
 
 /// Watches every thread of `pid` until stopped: the longest run of

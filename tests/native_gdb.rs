@@ -492,7 +492,7 @@ fn thread_states(pid: i32) -> Vec<char> {
     {
         let Ok(e) = e else { continue };
         let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        if let Some(s) = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()) {
+        if let Some(s) = pyinspect::procfs::parse_stat_state(&stat) {
             v.push(s);
         }
     }

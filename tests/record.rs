@@ -4,7 +4,7 @@ mod common;
 mod common_output;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
@@ -13,8 +13,16 @@ fn fixture(name: &str) -> String {
     format!("{}/python_fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-fn pyenv(version: &str) -> PathBuf {
-    PathBuf::from(format!("/root/.pyenv/versions/{version}/bin/python"))
+/// The matrix's interpreter of `version` (the pyenv build, or Debian's
+/// static one): the harness finds them, and fails when one is missing.
+fn python(what: &str, select: impl Fn(&common::Interpreter) -> bool) -> PathBuf {
+    common::find_interpreter(what, select).python.clone()
+}
+
+fn pyenv(version: (u32, u32)) -> PathBuf {
+    python(&format!("pyenv's {}.{}", version.0, version.1), |i| {
+        i.version == version && i.label.starts_with("pyenv ")
+    })
 }
 
 /// The interpreters the format test must cover: the whole matrix (a
@@ -46,7 +54,7 @@ fn newest_pythons() -> Vec<PathBuf> {
 }
 
 fn py312() -> PathBuf {
-    pyenv("3.12.1")
+    pyenv((3, 12))
 }
 
 struct Recorded {
@@ -226,8 +234,10 @@ fn launched_program_exit_status_is_passed_on() {
     let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let mut pythons = vec![
         py312(),
-        pyenv("2.7.18"),
-        PathBuf::from("/usr/bin/python3.11"),
+        pyenv((2, 7)),
+        python("Debian's static 3.11 release build", |i| {
+            i.label.starts_with("debian ") && i.static_build && !i.debug
+        }),
     ];
     pythons.extend(newest_pythons());
     for python in pythons {
@@ -268,33 +278,20 @@ fn default_output_name_is_program_and_time() {
     assert_eq!(n.len(), "record_threads-".len() + 15 + 4, "{n}");
 }
 
-fn spawn_python(python: &Path, args: &[&str]) -> Child {
-    let child = Command::new(python)
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Let the interpreter come up before attaching by pid.
-    std::thread::sleep(Duration::from_millis(400));
-    child
-}
-
-fn state(pid: u32) -> char {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let rest = &s[s.rfind(')').unwrap() + 1..];
-    rest.trim_start().chars().next().unwrap()
-}
-
-fn thread_states(pid: u32) -> Vec<char> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let s = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.trim_start().chars().next()
-        })
-        .collect()
+/// Wait (bounded) for a `READY ` line on `stdout`, then keep draining it.
+fn await_ready(stdout: std::process::ChildStdout, timeout: Duration) {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("READY ") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(timeout)
+        .unwrap_or_else(|e| panic!("no READY from the launched fixture within {timeout:?}: {e}"));
 }
 
 fn sigint(pid: u32) {
@@ -308,13 +305,16 @@ fn sigint(pid: u32) {
 #[test]
 fn ctrl_c_writes_the_profile_and_leaves_the_target_running() {
     let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
-    let mut target = spawn_python(&py312(), &[&fixture("record_threads.py"), "30"]);
+    let interp = common::find_interpreter("pyenv's 3.12", |i| {
+        i.version == (3, 12) && i.label.starts_with("pyenv ")
+    });
+    let mut target = common::Fixture::spawn(interp, "record_threads.py", &["--ready", "30"]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.txt");
     let rec = Command::new(BIN)
         .args(["record", "-f", "raw", "-r", "500", "-o"])
         .arg(&path)
-        .args(["--pid", &target.id().to_string()])
+        .args(["--pid", &target.pid.to_string()])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -325,13 +325,10 @@ fn ctrl_c_writes_the_profile_and_leaves_the_target_running() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let stacks = common_output::raw_stacks(&std::fs::read(&path).unwrap());
     assert!(stacks.iter().any(|(s, _)| s.contains("busy_main")));
-    // Still running, and no thread left stopped.
-    assert!(target.try_wait().unwrap().is_none());
-    std::thread::sleep(Duration::from_millis(100));
-    let states = thread_states(target.id());
-    assert!(!states.iter().any(|s| matches!(s, 't' | 'T')), "{states:?}");
-    target.kill().unwrap();
-    target.wait().unwrap();
+    // Still running, no thread left stopped (the kernel detached every
+    // tracee before pyinspect's exit was reported), and its Python runs.
+    assert!(target.child.try_wait().unwrap().is_none());
+    common::assert_not_stopped(target.pid);
 }
 
 #[test]
@@ -339,16 +336,20 @@ fn signal_to_pyinspect_reaches_the_launched_child() {
     let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.txt");
-    let rec = Command::new(BIN)
+    let mut rec = Command::new(BIN)
         .args(["record", "-f", "raw", "-o"])
         .arg(&path)
         .args(["--", py312().to_str().unwrap()])
         .arg(fixture("record_threads.py"))
-        .arg("30")
+        .args(["30", "--ready"])
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
+    // The launched child's stdout is pyinspect's: its READY says Python runs
+    // (and will take SIGINT as KeyboardInterrupt); then a few dozen ticks.
+    await_ready(rec.stdout.take().unwrap(), Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
     sigint(rec.id());
     let out = rec.wait_with_output().unwrap();
@@ -451,7 +452,12 @@ fn function_mode_reports_first_lines() {
     args.extend(launch_args(&py, &script, &["0.5"]));
     let r = record(&args);
     assert_eq!(r.code(), Some(0), "{}", r.stderr());
-    // def busy_main is on line 21 of the fixture.
+    let source = std::fs::read_to_string(&script).unwrap();
+    let def = 1 + source
+        .lines()
+        .position(|l| l.starts_with("def busy_main"))
+        .unwrap();
+    let want = format!("busy_main (record_threads.py:{def})");
     let leaves: Vec<String> = r
         .raw()
         .into_iter()
@@ -459,12 +465,7 @@ fn function_mode_reports_first_lines() {
         .filter(|l| l.starts_with("busy_main"))
         .collect();
     assert!(!leaves.is_empty());
-    assert!(
-        leaves
-            .iter()
-            .all(|l| l == "busy_main (record_threads.py:21)"),
-        "{leaves:?}"
-    );
+    assert!(leaves.iter().all(|l| *l == want), "{leaves:?}");
 }
 
 #[test]
@@ -624,7 +625,9 @@ fn a_non_python_pid_is_refused_quickly() {
     ]);
     assert!(e.contains("not a Python process"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(3));
-    assert!(matches!(state(sleeper.id()), 'S' | 'R'));
+    let pid = sleeper.id() as i32;
+    let state = common::stat_state(pid, pid);
+    assert!(matches!(state, Some('S' | 'R')), "{state:?}");
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
 }

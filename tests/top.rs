@@ -24,23 +24,16 @@ const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/top_
 const VERSIONS: &[(u32, u32)] = &[(2, 7), (3, 9), (3, 12), (3, 13), (3, 14), (3, 15)];
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// pyenv's build of `version` ("3.12"), found by the harness (which fails
+/// when one of the matrix is missing).
 fn python(version: &str) -> PathBuf {
-    let root = Path::new("/root/.pyenv/versions");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(root)
-        .unwrap_or_else(|e| panic!("no pyenv interpreters under {}: {e}", root.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{version}.")))
-        })
-        .collect();
-    found.sort();
-    let dir = found
-        .pop()
-        .unwrap_or_else(|| panic!("Python {version} is not installed under pyenv"));
-    dir.join("bin/python")
+    let (major, minor) = version.split_once('.').expect("MAJOR.MINOR");
+    let v = (major.parse().unwrap(), minor.parse().unwrap());
+    common::find_interpreter(&format!("pyenv's {version}"), |i| {
+        i.version == v && i.label.starts_with("pyenv ")
+    })
+    .python
+    .clone()
 }
 
 fn require_tmux() {
@@ -186,8 +179,8 @@ fn thread_tid(screen: &str, name: &str) -> Option<u32> {
 fn kernel_cpu_pct(tid: u32, span: Duration) -> Option<f64> {
     let ticks = || -> Option<u64> {
         let s = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
-        let f: Vec<&str> = s[s.rfind(')')? + 2..].split(' ').collect();
-        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        // utime + stime.
+        Some(pyinspect::procfs::stat_field(&s, 14)? + pyinspect::procfs::stat_field(&s, 15)?)
     };
     let (a, t0) = (ticks()?, Instant::now());
     std::thread::sleep(span);

@@ -5,15 +5,16 @@ named Python threads, for the native unwinding and merging tests.
 
 Threads: "blocker" (fixture_block: read() on a pipe), "spinner"
 (fixture_spin), "sleeper" (fixture_sleep), "callback" (fixture_call ->
-Python callback -> fixture_block: native -> Python -> native). Prints one JSON
-line {thread name: native thread id} once they all run, then waits for stdin
-to close. Works on Python 2.7 and 3.x.
+Python callback -> fixture_block: native -> Python -> native). Prints
+`READY {"pid": PID, thread name: native thread id...}` once they all run (the
+tests' handshake), then waits to be killed. Works on Python 2.7 and 3.x.
 """
 import ctypes
 import json
 import os
 import sys
 import threading
+import time
 
 lib = ctypes.CDLL(sys.argv[1])
 lib.fixture_block.argtypes = [ctypes.c_int]
@@ -71,7 +72,8 @@ for name, target in targets:
     t.start()
 for _ in targets:
     started.acquire()
-sys.stdout.write(json.dumps(tids) + "\n")
+tids["pid"] = os.getpid()
+sys.stdout.write("READY " + json.dumps(tids) + "\n")
 sys.stdout.flush()
-sys.stdin.read()
-os._exit(0)
+while True:
+    time.sleep(3600)

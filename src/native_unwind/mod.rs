@@ -11,7 +11,6 @@
 
 mod merge;
 mod module;
-pub mod ptrace;
 pub mod scan;
 
 use std::collections::{HashMap, HashSet};

@@ -379,7 +379,7 @@ impl AsyncioReader {
                 threads
                     .iter()
                     .copied()
-                    .find(|&i| frame != 0 && snaps[i].frame_addrs.contains(&frame))
+                    .find(|&i| frame != 0 && snaps[i].frame_index(frame).is_some())
             };
             let mut by_thread: HashMap<usize, Vec<usize>> = HashMap::new();
             for (k, t) in tasks.iter().enumerate() {
@@ -892,10 +892,11 @@ impl AsyncioReader {
         let mut task_frames: HashSet<u64> = HashSet::new();
         if let GenFrame::Embedded(o) = l.gen_frame {
             let at: HashMap<u64, usize> = snap
-                .frame_addrs
+                .stack
+                .frames
                 .iter()
                 .enumerate()
-                .map(|(i, a)| (*a, i))
+                .filter_map(|(i, f)| Some((f.mark?.addr, i)))
                 .collect();
             for &k in ks {
                 let f = tasks[k].coro.wrapping_add(o);
@@ -1024,12 +1025,12 @@ impl AsyncioReader {
             if frame == 0 {
                 break;
             }
-            if let Some(i) = snap.frame_addrs.iter().position(|a| *a == frame) {
+            if let Some(i) = snap.frame_index(frame) {
                 // Running: the rest is on the thread's stack, down to the
                 // task running inside this one, if any.
-                let start = snap.frame_addrs[..i]
+                let start = snap.stack.frames[..i]
                     .iter()
-                    .rposition(|a| task_frames.contains(a))
+                    .rposition(|f| f.mark.is_some_and(|m| task_frames.contains(&m.addr)))
                     .map_or(0, |j| j + 1);
                 let mut inner: Vec<Frame> = snap.stack.frames[start..=i].to_vec();
                 inner.retain(|f| f.kind == crate::stack::FrameKind::Python);
@@ -1543,15 +1544,23 @@ mod tests {
                 interpreter: 0,
                 status: ThreadStatus::Idle,
                 holds_gil: false,
-                frames: Vec::new(),
+                frames: frames
+                    .into_iter()
+                    .map(|addr| {
+                        let mut f = Frame::python("f".into(), "f.py".into(), 1);
+                        f.mark = Some(crate::stack::FrameMark {
+                            addr,
+                            is_entry: false,
+                        });
+                        f
+                    })
+                    .collect(),
                 truncated: None,
                 native_entry: None,
                 name_source: None,
                 wait: None,
                 asyncio: None,
             },
-            is_entry: Vec::new(),
-            frame_addrs: frames,
             anchors: Vec::new(),
             in_gc: false,
             gil_sync: Vec::new(),

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use crate::native_unwind::{
     self, MergeMethod, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge,
 };
-use crate::stack::{Frame, FrameKind, NameSource, ThreadStack, ThreadStatus};
+use crate::stack::{Frame, FrameKind, FrameMark, NameSource, ThreadStack, ThreadStatus};
 use crate::target::TargetSource;
 use std::rc::Rc;
 
@@ -81,12 +81,16 @@ impl NativeStacks {
             .stack
             .frames
             .drain(..)
-            .zip(snap.is_entry.iter())
-            .zip(snap.frame_addrs.iter().chain(std::iter::repeat(&0)))
-            .map(|((frame, &is_entry), &addr)| PyFrameForMerge {
-                frame,
-                is_entry,
-                addr,
+            .map(|frame| {
+                let mark = frame.mark.unwrap_or(FrameMark {
+                    addr: 0,
+                    is_entry: false,
+                });
+                PyFrameForMerge {
+                    frame,
+                    is_entry: mark.is_entry,
+                    addr: mark.addr,
+                }
             })
             .collect();
         let (merged, method, reason) =
@@ -207,5 +211,6 @@ fn native_frame(f: &NativeFrame) -> Frame {
         tag: Some(f.tag.map(str::to_string)),
         locals: None,
         position: None,
+        mark: None,
     }
 }

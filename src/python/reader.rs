@@ -8,7 +8,7 @@ use super::process::{GilSource, GilSyncSource, PythonProcess};
 use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition, LineTableFormat};
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
-use crate::stack::{Frame, Local, NameSource, ThreadStack, ThreadStatus};
+use crate::stack::{Frame, FrameMark, Local, NameSource, ThreadStack, ThreadStatus};
 use crate::target::TargetSource;
 use foldhash::HashMap as FastMap;
 use foldhash::HashMapExt;
@@ -101,13 +101,19 @@ pub struct RawFrame {
     pub is_entry: bool,
 }
 
+impl RawFrame {
+    fn mark(&self) -> FrameMark {
+        FrameMark {
+            addr: self.addr,
+            is_entry: self.is_entry,
+        }
+    }
+}
+
 /// One thread as read from the interpreter.
 pub struct ThreadSnapshot {
+    /// Its Python frames, each with its [`FrameMark`] (address, entry).
     pub stack: ThreadStack,
-    pub is_entry: Vec<bool>,
-    /// Address of each frame of `stack.frames` (`_PyInterpreterFrame` or
-    /// `PyFrameObject`).
-    pub frame_addrs: Vec<u64>,
     /// Eval-loop state on the C stack (3.11+), innermost first: (address of
     /// a `_PyCFrame` or of an entry shim `_PyInterpreterFrame`, address of a
     /// Python frame run by that eval-loop call). The native merge finds the
@@ -123,6 +129,16 @@ pub struct ThreadSnapshot {
     /// The thread state and its interpreter.
     pub tstate: u64,
     pub interp: u64,
+}
+
+impl ThreadSnapshot {
+    /// Index in `stack.frames` of the Python frame read at `addr`.
+    pub(crate) fn frame_index(&self, addr: u64) -> Option<usize> {
+        self.stack
+            .frames
+            .iter()
+            .position(|f| f.mark.is_some_and(|m| m.addr == addr))
+    }
 }
 
 pub struct Reader {
@@ -620,8 +636,6 @@ impl Reader {
                 ThreadStatus::Idle
             };
             let mut frames = Vec::with_capacity(t.frames.len());
-            let mut entries = Vec::with_capacity(t.frames.len());
-            let mut frame_addrs = Vec::with_capacity(t.frames.len());
             let mut truncated = t.truncated.clone();
             let mut locks = Vec::new();
             for f in &t.frames {
@@ -656,9 +670,8 @@ impl Reader {
                         if opts.lock_locals {
                             locks.extend(self.lock_locals(&cache, &ci, f, frames.len()));
                         }
+                        fr.mark = Some(f.mark());
                         frames.push(fr);
-                        entries.push(f.is_entry);
-                        frame_addrs.push(f.addr);
                     }
                     // Not a code object (3.13+ frames of C-level executables): not a Python frame.
                     Ok(None) => {}
@@ -666,9 +679,9 @@ impl Reader {
                         truncated.get_or_insert_with(|| {
                             format!("code object at 0x{:x} unreadable: {e}", f.code)
                         });
-                        frames.push(Frame::python("<unknown>".into(), "<unknown>".into(), 0));
-                        entries.push(f.is_entry);
-                        frame_addrs.push(f.addr);
+                        let mut fr = Frame::python("<unknown>".into(), "<unknown>".into(), 0);
+                        fr.mark = Some(f.mark());
+                        frames.push(fr);
                     }
                 }
             }
@@ -688,8 +701,6 @@ impl Reader {
                     wait: None,
                     asyncio: None,
                 },
-                is_entry: entries,
-                frame_addrs,
                 anchors: t.anchors.clone(),
                 in_gc: holds_gil && gc_by_interp.get(&t.interp) == Some(&Some(true)),
                 gil_sync: if opts.gil_sync {
@@ -1059,10 +1070,13 @@ mod tests {
                     v.to_le_bytes()
                 })
                 .collect();
+            let end = BASE + bytes.len() as u64;
             let mut mem = SliceMemory::new();
             mem.add(BASE, bytes);
             let mem = crate::target::Recorded::new(mem);
             for layout in ALL {
+                let version = (layout.major, layout.minor);
+                let started = Instant::now();
                 let mut r = Reader::new(process(layout, BASE));
                 let opts = ReadOptions {
                     locals: 1,
@@ -1072,8 +1086,32 @@ mod tests {
                     gil_sync: true,
                     lock_locals: true,
                 };
-                let _ = r.snapshot(&mem, opts, &HashMap::new());
-                let _ = r.python_threads(&mem);
+                // An error, or stacks within the bounds: every frame read
+                // from the only memory there is, each thread's frames and
+                // locals within their caps.
+                if let Ok(snaps) = r.snapshot(&mem, opts, &HashMap::new()) {
+                    prop_assert!(snaps.len() <= MAX_THREADS, "{version:?}: {} threads", snaps.len());
+                    for s in &snaps {
+                        let frames = &s.stack.frames;
+                        prop_assert!(frames.len() <= MAX_FRAMES, "{version:?}: {} frames", frames.len());
+                        for f in frames {
+                            let at = f.mark.map(|m| m.addr);
+                            prop_assert!(
+                                at.is_some_and(|a| (BASE..end).contains(&a)),
+                                "{version:?}: frame {} read at {at:x?}, outside the memory", f.function
+                            );
+                            let locals = f.locals.as_ref().map_or(0, Vec::len);
+                            prop_assert!(locals as u64 <= MAX_LOCALS, "{version:?}: {locals} locals");
+                        }
+                    }
+                }
+                if let Ok(threads) = r.python_threads(&mem) {
+                    prop_assert!(threads.len() <= MAX_THREADS, "{version:?}: {} threads", threads.len());
+                }
+                // Never a hang: a few milliseconds each in a release build,
+                // bounded generously for a debug build on a busy machine.
+                let took = started.elapsed();
+                prop_assert!(took < Duration::from_secs(2), "{version:?}: took {took:?}");
             }
         }
     }

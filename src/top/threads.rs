@@ -27,18 +27,12 @@ pub struct ThreadRates {
     pub involuntary_per_s: Option<f64>,
 }
 
-/// utime and stime (fields 14 and 15) and the state (field 3) of a stat
-/// line. The command name (field 2) may hold spaces and parentheses, so
-/// fields are counted from the last ')'.
+/// The state (field 3) and utime + stime (fields 14 and 15) of a stat line,
+/// through the one stat parser (`procfs`).
 pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // After the state: ppid pgrp session tty_nr tpgid flags minflt cminflt
-    // majflt cmajflt, then utime and stime.
-    let mut fields = fields.skip(10);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
+    let state = crate::procfs::parse_stat_state(stat)?;
+    let utime = crate::procfs::stat_field(stat, 14)?;
+    let stime = crate::procfs::stat_field(stat, 15)?;
     Some((state, utime.saturating_add(stime)))
 }
 

@@ -524,22 +524,23 @@ impl Drop for Fixture {
     }
 }
 
-/// The scheduler state letter of /proc/PID[/task/TID]/stat, or None when gone.
-fn stat_state(path: &Path) -> Option<char> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    // The command name may hold spaces and parentheses: the state follows the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.trim_start().chars().next()
+/// The scheduler state letter of thread `tid` of `pid` (R, S, D, T, t, Z…),
+/// or None when it is gone: pyinspect's own stat parser.
+pub fn stat_state(pid: i32, tid: i32) -> Option<char> {
+    pyinspect::procfs::thread_state(pid, tid)
 }
 
 /// Fails when any thread of `pid` is stopped (by a signal or by ptrace).
 pub fn assert_not_stopped(pid: i32) {
-    let state = stat_state(Path::new(&format!("/proc/{pid}/stat")));
+    let state = stat_state(pid, pid);
     assert!(state.is_some(), "process {pid} is gone");
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap_or_else(|e| panic!("cannot list threads of {pid}: {e}"));
     for task in tasks.flatten() {
-        let state = stat_state(&task.path().join("stat"));
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let state = stat_state(pid, tid);
         assert!(
             !matches!(state, Some('t') | Some('T')),
             "thread {} of {pid} left stopped (state {state:?})",
