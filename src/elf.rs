@@ -38,8 +38,8 @@ impl BinaryInfo {
 /// Parse `file` (opened as the target sees it) that is mapped by `maps`
 /// (all entries of that file), keeping only the symbols named in `wanted`.
 pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryInfo> {
-    let bytes =
-        read_file(file).map_err(|e| Error::Io(format!("reading {}: {e}", file.display())))?;
+    let bytes = read_symbols_only(file)
+        .map_err(|e| Error::Io(format!("reading {}: {e}", file.display())))?;
     let obj = object::File::parse(&*bytes)
         .map_err(|e| Error::Io(format!("parsing {}: {e}", file.display())))?;
 
@@ -85,6 +85,110 @@ pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryIn
         }
     }
     Ok(info)
+}
+
+/// `file`'s headers and symbol tables; its code and data (most of a big
+/// libpython) are not read, and their pages of the zeroed buffer are never
+/// touched. Small files, and files whose section headers cannot tell, are
+/// read whole.
+fn read_symbols_only(path: &Path) -> std::io::Result<Vec<u8>> {
+    let f = std::fs::File::open(path)?;
+    let wanted = |name: &[u8], kind: u32, flags: u64| {
+        !name.starts_with(b".debug_")
+            && (flags & u64::from(object::elf::SHF_ALLOC) == 0
+                || matches!(
+                    kind,
+                    object::elf::SHT_DYNSYM | object::elf::SHT_STRTAB | object::elf::SHT_NOTE
+                ))
+    };
+    match read_sections(&f, 1 << 20, wanted)? {
+        Some((data, _)) => Ok(data),
+        None => read_file(path),
+    }
+}
+
+/// An ELF64 little-endian file's ELF header, program and section headers,
+/// section names and the sections `wanted(name, sh_type, sh_flags)` picks,
+/// in a zeroed buffer as long as the file (unread pages are never touched,
+/// so cost no memory), with the file ranges read, sorted. None when the file
+/// is shorter than `min_len` (reading it whole is cheaper), larger than
+/// [`MAX_FILE`], not ELF64 LE, or its headers do not fit in it.
+pub(crate) fn read_sections(
+    file: &std::fs::File,
+    min_len: u64,
+    wanted: impl Fn(&[u8], u32, u64) -> bool,
+) -> std::io::Result<Option<(Vec<u8>, Vec<std::ops::Range<u64>>)>> {
+    use std::ops::Range;
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if !(min_len..=MAX_FILE).contains(&len) {
+        return Ok(None);
+    }
+    let mut hdr = [0u8; 64];
+    file.read_exact_at(&mut hdr, 0)?;
+    if hdr[..4] != *b"\x7fELF" || hdr[4] != 2 || hdr[5] != 1 {
+        return Ok(None);
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let u64_at = |b: &[u8], o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let (phoff, shoff) = (u64_at(&hdr, 0x20), u64_at(&hdr, 0x28));
+    let (phentsize, phnum) = (u16_at(&hdr, 0x36), u16_at(&hdr, 0x38));
+    let (shentsize, shnum, shstrndx) = (u16_at(&hdr, 0x3a), u16_at(&hdr, 0x3c), u16_at(&hdr, 0x3e));
+    // Extended numbering (shnum 0, or an escaped shstrndx) is for files with
+    // 65,280+ sections: those are read whole.
+    if shentsize != 64 || shnum == 0 || shstrndx >= shnum {
+        return Ok(None);
+    }
+    let within = |off: u64, n: u64| off.checked_add(n).filter(|&e| e <= len).map(|e| off..e);
+    let (Some(ph), Some(sh)) = (within(phoff, phentsize * phnum), within(shoff, 64 * shnum)) else {
+        return Ok(None);
+    };
+    let mut data = vec![0u8; len as usize];
+    let mut filled: Vec<Range<u64>> = Vec::new();
+    let mut fill = |data: &mut Vec<u8>, r: Range<u64>| -> std::io::Result<()> {
+        if !r.is_empty() {
+            file.read_exact_at(&mut data[r.start as usize..r.end as usize], r.start)?;
+            filled.push(r);
+        }
+        Ok(())
+    };
+    fill(&mut data, 0..64)?;
+    fill(&mut data, ph)?;
+    fill(&mut data, sh.clone())?;
+    // (name offset, type, flags, file range) of each section.
+    let sections: Vec<(u32, u32, u64, Option<Range<u64>>)> = (0..shnum)
+        .map(|i| {
+            let h = &data[(sh.start + 64 * i) as usize..(sh.start + 64 * (i + 1)) as usize];
+            let r = (u32_at(h, 4) != object::elf::SHT_NOBITS)
+                .then(|| within(u64_at(h, 24), u64_at(h, 32)))
+                .flatten();
+            (u32_at(h, 0), u32_at(h, 4), u64_at(h, 8), r)
+        })
+        .collect();
+    let Some(names) = sections[shstrndx as usize].3.clone() else {
+        return Ok(None);
+    };
+    fill(&mut data, names.clone())?;
+    let mut picked = Vec::new();
+    for (name, kind, flags, range) in &sections {
+        let Some(range) = range.clone() else { continue };
+        let b = &data[names.start as usize..names.end as usize];
+        let b = b.get(*name as usize..).unwrap_or(&[]);
+        let name = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
+        if wanted(name, *kind, *flags) {
+            picked.push(range);
+        }
+    }
+    for r in picked {
+        fill(&mut data, r)?;
+    }
+    filled.sort_by_key(|r| r.start);
+    Ok(Some((data, filled)))
 }
 
 /// Largest file read whole (ELF files and their debug files).

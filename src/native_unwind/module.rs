@@ -15,6 +15,18 @@ use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind}
 /// target's memory (the vdso).
 pub(crate) enum Backing {
     Owned(Vec<u8>),
+    /// A file of which only what unwinding and naming use was read: headers,
+    /// CFI, symbol and string tables, PLT, relocations, notes. Code and data
+    /// (most of a big library) are never read; the buffer is allocated zeroed,
+    /// so its unread pages are never touched and cost no memory. DWARF
+    /// (`.debug_*` but `.debug_frame`) is read from `file` when first asked
+    /// for (see [`Backing::range`]).
+    Sparse {
+        data: Vec<u8>,
+        file: std::fs::File,
+        /// File ranges present in `data`, sorted.
+        filled: Vec<Range<u64>>,
+    },
 }
 
 impl Deref for Backing {
@@ -22,14 +34,83 @@ impl Deref for Backing {
     fn deref(&self) -> &[u8] {
         match self {
             Backing::Owned(v) => v,
+            Backing::Sparse { data, .. } => data,
         }
     }
 }
 
+/// Files smaller than this are read whole: one read costs less than the
+/// header reads that would pick their parts.
+const SPARSE_MIN: u64 = 1 << 20;
+/// Bound on one section read from a file (real DWARF sections are well under).
+const MAX_SECTION: u64 = 1 << 30;
+
 impl Backing {
     pub(crate) fn open(path: &std::path::Path) -> std::io::Result<Backing> {
-        Ok(Backing::Owned(crate::elf::read_file(path)?))
+        let file = std::fs::File::open(path)?;
+        match Backing::sparse(file)? {
+            Some(b) => Ok(b),
+            None => Ok(Backing::Owned(crate::elf::read_file(path)?)),
+        }
     }
+
+    /// The parts of an ELF64 file we use (see [`Backing::Sparse`]); None
+    /// when the file is small or does not say what is where.
+    fn sparse(file: std::fs::File) -> std::io::Result<Option<Backing>> {
+        Ok(
+            crate::elf::read_sections(&file, SPARSE_MIN, wanted_eagerly)?
+                .map(|(data, filled)| Backing::Sparse { data, file, filled }),
+        )
+    }
+
+    /// The file bytes at `off..off + len`: borrowed when present, else read
+    /// from the file (a lazily read section); None when out of bounds.
+    fn range(&self, off: u64, len: u64) -> Option<Cow<'_, [u8]>> {
+        let end = off.checked_add(len)?;
+        let present = |r: &Range<u64>| r.start <= off && end <= r.end;
+        match self {
+            Backing::Sparse { filled, file, data } if !filled.iter().any(present) => {
+                use std::os::unix::fs::FileExt;
+                if end > data.len() as u64 || len > MAX_SECTION {
+                    return None;
+                }
+                let mut v = vec![0u8; len as usize];
+                file.read_exact_at(&mut v, off).ok()?;
+                Some(Cow::Owned(v))
+            }
+            _ => self.get(off as usize..end as usize).map(Cow::Borrowed),
+        }
+    }
+}
+
+/// Whether a section is read when its file is opened: all but code, data
+/// and DWARF (read on first use; `.debug_frame` is CFI and needed at once).
+fn wanted_eagerly(name: &[u8], kind: u32, flags: u64) -> bool {
+    use object::elf::*;
+    // (GNU-style `.zdebug_*`, from old toolchains, are read at once:
+    // only their in-file form tells how to inflate them.)
+    if name.starts_with(b".debug_") {
+        return name == b".debug_frame";
+    }
+    if flags & u64::from(SHF_ALLOC) == 0 {
+        return true;
+    }
+    matches!(
+        kind,
+        SHT_NOTE
+            | SHT_DYNSYM
+            | SHT_DYNAMIC
+            | SHT_RELA
+            | SHT_REL
+            | SHT_HASH
+            | SHT_GNU_HASH
+            | SHT_GNU_VERSYM
+            | SHT_GNU_VERDEF
+            | SHT_GNU_VERNEED
+    ) || (kind == SHT_STRTAB && flags & u64::from(SHF_EXECINSTR) == 0)
+        || name == b".eh_frame"
+        || name == b".eh_frame_hdr"
+        || name.starts_with(b".plt")
 }
 
 /// A section inside a [`Backing`], handed to framehop without copying.
@@ -299,9 +380,22 @@ impl DwarfCtx {
         obj.section_by_name(".debug_info")?;
         let mut owned: Vec<Box<[u8]>> = Vec::new();
         let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
+            // Location lists and macros name no function or line: not read
+            // (in pyenv's libpython, .debug_loclists is a fifth of its DWARF).
+            if matches!(
+                id,
+                gimli::SectionId::DebugLoc
+                    | gimli::SectionId::DebugLocLists
+                    | gimli::SectionId::DebugMacinfo
+                    | gimli::SectionId::DebugMacro
+                    | gimli::SectionId::DebugPubNames
+                    | gimli::SectionId::DebugPubTypes
+            ) {
+                return Ok(EndianSlice::new(&[], LittleEndian));
+            }
             let s: &[u8] = match obj
                 .section_by_name(id.name())
-                .and_then(|s| section_bytes(&s))
+                .and_then(|s| dwarf_section(&file, &s))
             {
                 Some(Cow::Borrowed(b)) => b,
                 Some(Cow::Owned(v)) => {
@@ -353,25 +447,48 @@ fn unxz(data: &[u8]) -> Option<Vec<u8>> {
 /// Bound on a decompressed `.gnu_debugdata` (real ones are a few MB).
 const MINIDEBUGINFO_MAX: usize = 256 << 20;
 
+/// A DWARF section's bytes: as [`section_bytes`] when they were read with
+/// the file, else read now from the file (and inflated when SHF_COMPRESSED).
+fn dwarf_section<'d>(file: &'d Backing, sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
+    let (off, len) = sec.file_range()?;
+    let raw = file.range(off, len)?;
+    let Cow::Owned(raw) = raw else {
+        return section_bytes(sec);
+    };
+    let object::SectionFlags::Elf { sh_flags } = sec.flags() else {
+        return None;
+    };
+    if sh_flags & u64::from(object::elf::SHF_COMPRESSED) == 0 {
+        return Some(Cow::Owned(raw));
+    }
+    // Elf64_Chdr: ch_type, ch_reserved, ch_size, ch_addralign; then the stream.
+    let ch_type = u32::from_le_bytes(raw.get(..4)?.try_into().ok()?);
+    let size = u64::from_le_bytes(raw.get(8..16)?.try_into().ok()?);
+    if ch_type != object::elf::ELFCOMPRESS_ZLIB {
+        return None;
+    }
+    inflate(raw.get(24..)?, size).map(Cow::Owned)
+}
+
+/// A zlib stream of the declared size, bounded (the size comes from the file).
+fn inflate(data: &[u8], size: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let cap = usize::try_from(size).ok().filter(|&n| n <= 1 << 30)?;
+    let mut out = Vec::with_capacity(cap);
+    flate2::read::ZlibDecoder::new(data)
+        .take(cap as u64)
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
 /// A section's bytes, decompressed when the section is SHF_COMPRESSED (zlib),
 /// as Debian's debug files are.
 fn section_bytes<'d>(sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
     let c = sec.compressed_data().ok()?;
     match c.format {
         object::CompressionFormat::None => Some(Cow::Borrowed(c.data)),
-        object::CompressionFormat::Zlib => {
-            use std::io::Read;
-            // The declared size comes from the file: bound it.
-            let cap = usize::try_from(c.uncompressed_size)
-                .ok()
-                .filter(|&n| n <= 1 << 30)?;
-            let mut out = Vec::with_capacity(cap);
-            flate2::read::ZlibDecoder::new(c.data)
-                .take(cap as u64)
-                .read_to_end(&mut out)
-                .ok()?;
-            Some(Cow::Owned(out))
-        }
+        object::CompressionFormat::Zlib => inflate(c.data, c.uncompressed_size).map(Cow::Owned),
         _ => None,
     }
 }
@@ -980,6 +1097,83 @@ mod tests {
         assert_eq!(display_name("plain"), "plain");
         assert_eq!(display_name(".cold"), ".cold");
         assert_eq!(display_name("v1.2"), "v1.2");
+    }
+
+    /// What a sparse read gives equals what a whole read gives: every
+    /// function symbol, the CFI, and DWARF names and lines (read lazily, and
+    /// inflated where the debug file's sections are compressed).
+    #[test]
+    fn sparse_reads_name_and_line_like_whole_reads() {
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let bytes = std::fs::read(libc).expect("libc");
+        let id = object::File::parse(&bytes[..])
+            .unwrap()
+            .build_id()
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>();
+        let libc_dbg = format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+        let libpython = std::fs::read_dir(format!(
+            "{}/.pyenv/versions",
+            std::env::var("HOME").unwrap()
+        ))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("lib/libpython3.11.so.1.0"))
+        .find(|p| p.exists())
+        .expect("pyenv's 3.11 (libpython with its own symbols and DWARF)");
+        for path in [libpython.to_str().unwrap(), libc, &libc_dbg] {
+            let sparse = Arc::new(Backing::open(std::path::Path::new(path)).unwrap());
+            assert!(matches!(*sparse, Backing::Sparse { .. }), "{path}");
+            let whole = Arc::new(Backing::Owned(std::fs::read(path).unwrap()));
+            let syms = |b: &Backing| {
+                let mut s = Symbols::default();
+                let obj = object::File::parse(&b[..]).unwrap();
+                s.add_from(&obj, true);
+                s.add_plt(&obj);
+                s.finish();
+                s
+            };
+            let (a, b) = (syms(&sparse), syms(&whole));
+            assert!(a.syms.len() > 1000, "{path}: {} symbols", a.syms.len());
+            assert_eq!(a.syms.len(), b.syms.len(), "{path}");
+            for (x, y) in a.syms.iter().zip(&b.syms) {
+                assert_eq!((x.start, x.size, a.name(x)), (y.start, y.size, b.name(y)));
+            }
+            let eh = |bk: &Backing| {
+                let obj = object::File::parse(&bk[..]).unwrap();
+                obj.section_by_name(".eh_frame")
+                    .and_then(|s| s.data().ok().map(<[u8]>::to_vec))
+            };
+            assert_eq!(eh(&sparse), eh(&whole), "{path}: .eh_frame");
+            let (Some(da), Some(db)) = (DwarfCtx::load(sparse.clone()), DwarfCtx::load(whole))
+            else {
+                assert_eq!(path, libc, "only libc itself has no DWARF");
+                continue;
+            };
+            let mut lines = 0;
+            for s in a.syms.iter().step_by(97) {
+                let frames = |d: &DwarfCtx| {
+                    let mut v = Vec::new();
+                    if let Ok(mut it) = d.ctx.find_frames(s.start + 1).skip_all_loads() {
+                        while let Ok(Some(f)) = it.next() {
+                            let loc = f.location.map(|l| (l.file.map(str::to_string), l.line));
+                            v.push((f.function.map(|n| n.raw_name().unwrap().into_owned()), loc));
+                        }
+                    }
+                    v
+                };
+                let fa = frames(&da);
+                lines += fa
+                    .iter()
+                    .filter(|f| f.1.as_ref().is_some_and(|l| l.1.is_some()))
+                    .count();
+                assert_eq!(fa, frames(&db), "{path} at {:#x}", s.start);
+            }
+            assert!(lines > 20, "{path}: {lines} lines");
+        }
     }
 
     #[test]
