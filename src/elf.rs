@@ -39,7 +39,7 @@ impl BinaryInfo {
 /// (all entries of that file), keeping only the symbols named in `wanted`.
 pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryInfo> {
     let bytes =
-        read_file(file).map_err(|e| Error::Io(format!("reading {}: {e}", file.display())))?;
+        read_tables(file).map_err(|e| Error::Io(format!("reading {}: {e}", file.display())))?;
     let obj = object::File::parse(&*bytes)
         .map_err(|e| Error::Io(format!("parsing {}: {e}", file.display())))?;
 
@@ -105,6 +105,73 @@ pub(crate) fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut v = Vec::with_capacity(len as usize);
     f.take(MAX_FILE).read_to_end(&mut v)?;
     Ok(v)
+}
+
+/// What [`load`] reads of a 64-bit little-endian ELF file: its headers,
+/// section headers, symbol and string tables, each at its offset in a
+/// zeroed buffer as long as the file, the rest left unread (a libpython
+/// with debug info is some 30 MB, its tables 1 MB: the whole file's read
+/// was most of the start-up cost). Untouched pages of the buffer are never
+/// faulted in. Any other file is read whole.
+fn read_tables(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    const SHT_SYMTAB: u32 = 2;
+    const SHT_STRTAB: u32 = 3;
+    const SHT_DYNSYM: u32 = 11;
+    const SHT_SYMTAB_SHNDX: u32 = 18;
+    let f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let mut head = [0u8; 64];
+    let elf64_le = len >= 64
+        && f.read_exact_at(&mut head, 0).is_ok()
+        && head[..4] == *b"\x7fELF"
+        && head[4] == 2
+        && head[5] == 1;
+    if !elf64_le || len > MAX_FILE {
+        drop(f);
+        return read_file(path);
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    let (phoff, shoff) = (u64_at(&head, 32), u64_at(&head, 40));
+    let (phentsize, phnum) = (u16_at(&head, 54), u16_at(&head, 56));
+    let (shentsize, shnum) = (u16_at(&head, 58), u16_at(&head, 60));
+    if shnum == 0 && shoff != 0 {
+        // Extended section numbering (the count is in section 0).
+        drop(f);
+        return read_file(path);
+    }
+    let mut bytes = vec![0u8; len as usize];
+    // Within the file, or not read (the parser then finds what is wrong).
+    let fill = |bytes: &mut [u8], off: u64, size: u64| -> std::io::Result<()> {
+        match off.checked_add(size) {
+            Some(end) if end <= len && size > 0 => {
+                f.read_exact_at(&mut bytes[off as usize..end as usize], off)
+            }
+            _ => Ok(()),
+        }
+    };
+    fill(&mut bytes, 0, 64)?;
+    fill(&mut bytes, phoff, phentsize * phnum)?;
+    fill(&mut bytes, shoff, shentsize * shnum)?;
+    if shentsize >= 64 {
+        let end = shoff.saturating_add(shentsize * shnum);
+        if end <= len {
+            for i in 0..shnum {
+                let h = (shoff + i * shentsize) as usize;
+                let kind = u32_at(&bytes, h + 4);
+                if matches!(
+                    kind,
+                    SHT_SYMTAB | SHT_STRTAB | SHT_DYNSYM | SHT_SYMTAB_SHNDX
+                ) {
+                    let (off, size) = (u64_at(&bytes, h + 24), u64_at(&bytes, h + 32));
+                    fill(&mut bytes, off, size)?;
+                }
+            }
+        }
+    }
+    Ok(bytes)
 }
 
 /// avma − svma (runtime address = link-time address + bias) of the file

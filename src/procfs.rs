@@ -82,10 +82,17 @@ pub struct Identity {
 
 impl Identity {
     pub fn parse(stat: &str) -> Option<Identity> {
+        // One pass over the fields after the command name (checked every
+        // sampling pass): field 3, the state, is the first of them.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut it = rest.split_ascii_whitespace();
+        let start_time = it.nth(22 - 3)?.parse().ok()?;
+        let start_code = it.nth(26 - 22 - 1)?.parse().ok()?;
+        let start_stack = it.nth(28 - 26 - 1)?.parse().ok()?;
         Some(Identity {
-            start_time: stat_field(stat, 22)?,
-            start_code: stat_field(stat, 26)?,
-            start_stack: stat_field(stat, 28)?,
+            start_time,
+            start_code,
+            start_stack,
         })
     }
 }

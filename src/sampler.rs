@@ -513,9 +513,25 @@ impl Target {
         let threads = &self.threads;
         self.stat_files
             .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
+        self.waits.keep_threads(threads);
         self.states.clear();
         let mut buf = [0u8; 512];
+        let now = Instant::now();
         for &(tid, _) in &self.threads {
+            // The syscall file first (cheaper for the kernel to write, and
+            // the waits read it anyway): a thread on a CPU says so there,
+            // and one still in the call its state was read in keeps it.
+            match self.waits.probe(tid, now) {
+                wait::CallProbe::Running => {
+                    self.states.insert(tid, 'R');
+                    continue;
+                }
+                wait::CallProbe::Same(s) => {
+                    self.states.insert(tid, s);
+                    continue;
+                }
+                wait::CallProbe::Read => {}
+            }
             let f = match self.stat_files.entry(tid) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -533,6 +549,7 @@ impl Target {
                 .and_then(procfs::parse_stat_state)
             {
                 self.states.insert(tid, s);
+                self.waits.set_state(tid, s, now);
             }
         }
     }
