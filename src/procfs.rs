@@ -124,8 +124,17 @@ pub fn identity(pid: i32) -> Option<Identity> {
 }
 
 /// Whether `tid` is a thread of process `pid` (and not of some other process).
+/// Asked of the kernel with `tgkill(pid, tid, 0)`, which sends nothing and
+/// fails with ESRCH unless `tid` is in thread group `pid` (EPERM: it is, but
+/// ours to signal it is not): what `/proc/PID/task/TID` existing says, without
+/// a path walk (it is asked twice per paused thread per sample).
 pub fn is_task(pid: i32, tid: i32) -> bool {
-    tid > 0 && proc_path(pid, &format!("task/{tid}")).exists()
+    if tid <= 0 || pid <= 0 {
+        return false;
+    }
+    // SAFETY: tgkill with signal 0 only checks; it takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// The `TracerPid` of thread `tid` of `pid` (0: not traced); None when gone.
@@ -619,5 +628,23 @@ garbage line
     fn stat_state_after_odd_comm() {
         assert_eq!(parse_stat_state("12 (a) b)) S 1 2"), Some('S'));
         assert_eq!(parse_stat_state("garbage"), None);
+    }
+
+    #[test]
+    fn tasks_are_told_from_other_processes_threads() {
+        let me = std::process::id() as i32;
+        // SAFETY: gettid takes nothing.
+        let tid = unsafe { libc::gettid() };
+        assert!(is_task(me, me));
+        assert!(is_task(me, tid));
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let other = child.id() as i32;
+        assert!(!is_task(me, other));
+        assert!(!is_task(other, me));
+        assert!(is_task(other, other));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!is_task(other, other), "a reaped process has no tasks");
+        assert!(!is_task(me, 0) && !is_task(me, -1) && !is_task(0, me));
     }
 }
