@@ -637,7 +637,10 @@ garbage line
         let tid = unsafe { libc::gettid() };
         assert!(is_task(me, me));
         assert!(is_task(me, tid));
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let other = child.id() as i32;
         assert!(!is_task(me, other));
         assert!(!is_task(other, me));

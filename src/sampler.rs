@@ -3,7 +3,8 @@
 //! `subprocesses`, its descendants), and one read of each per tick.
 //!
 //! Per tick and process the cost is: one `pread` of each Python thread's
-//! kernel stat file (kept open), the ptrace pause of the Python threads only
+//! syscall file (kept open; its stat file too when it is in a new call),
+//! the ptrace pause of the Python threads only
 //! (unless `nonblocking`), and the reader's snapshot, whose code-object and
 //! name caches live as long as the process is followed.
 
@@ -1007,7 +1008,15 @@ fn is_transient(e: &Error) -> bool {
 }
 
 fn is_zombie(pid: i32) -> bool {
-    matches!(procfs::thread_state(pid, pid), Some('Z' | 'X') | None)
+    match procfs::thread_state(pid, pid) {
+        None => true,
+        // A zombie leader with other threads alive has not ended: it called
+        // pthread_exit, or a worker thread is exec'ing and is about to take
+        // its place (meanwhile it cannot be seized, and a sample fails):
+        // the next identity check tells an exec from an exit.
+        Some('Z' | 'X') => procfs::tasks(pid).map_or(true, |t| t.iter().all(|&tid| tid == pid)),
+        Some(_) => false,
+    }
 }
 
 impl Sampler {
