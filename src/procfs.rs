@@ -94,10 +94,17 @@ pub struct Identity {
 
 impl Identity {
     pub fn parse(stat: &str) -> Option<Identity> {
+        // One pass over the fields after the command name (checked every
+        // sampling pass): field 3, the state, is the first of them.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut it = rest.split_ascii_whitespace();
+        let start_time = it.nth(22 - 3)?.parse().ok()?;
+        let start_code = it.nth(26 - 22 - 1)?.parse().ok()?;
+        let start_stack = it.nth(28 - 26 - 1)?.parse().ok()?;
         Some(Identity {
-            start_time: stat_field(stat, 22)?,
-            start_code: stat_field(stat, 26)?,
-            start_stack: stat_field(stat, 28)?,
+            start_time,
+            start_code,
+            start_stack,
         })
     }
 }
@@ -129,8 +136,17 @@ pub fn identity(pid: i32) -> Option<Identity> {
 }
 
 /// Whether `tid` is a thread of process `pid` (and not of some other process).
+/// Asked of the kernel with `tgkill(pid, tid, 0)`, which sends nothing and
+/// fails with ESRCH unless `tid` is in thread group `pid` (EPERM: it is, but
+/// ours to signal it is not): what `/proc/PID/task/TID` existing says, without
+/// a path walk (it is asked twice per paused thread per sample).
 pub fn is_task(pid: i32, tid: i32) -> bool {
-    tid > 0 && proc_path(pid, &format!("task/{tid}")).exists()
+    if tid <= 0 || pid <= 0 {
+        return false;
+    }
+    // SAFETY: tgkill with signal 0 only checks; it takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// The `TracerPid` of thread `tid` of `pid` (0: not traced); None when gone.
@@ -621,5 +637,26 @@ garbage line
         assert_eq!(stat_field("1 (x) S 9", 4), Some(9));
         assert_eq!(stat_field("1 (x) S", 4), None);
         assert_eq!(stat_field("1 (x) S 9", 2), None);
+    }
+
+    #[test]
+    fn tasks_are_told_from_other_processes_threads() {
+        let me = std::process::id() as i32;
+        // SAFETY: gettid takes nothing.
+        let tid = unsafe { libc::gettid() };
+        assert!(is_task(me, me));
+        assert!(is_task(me, tid));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let other = child.id() as i32;
+        assert!(!is_task(me, other));
+        assert!(!is_task(other, me));
+        assert!(is_task(other, other));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!is_task(other, other), "a reaped process has no tasks");
+        assert!(!is_task(me, 0) && !is_task(me, -1) && !is_task(0, me));
     }
 }

@@ -3,7 +3,8 @@
 //! `subprocesses`, its descendants), and one read of each per tick.
 //!
 //! Per tick and process the cost is: one `pread` of each Python thread's
-//! kernel stat file (kept open), the ptrace pause of the Python threads only
+//! syscall file (kept open; its stat file too when it is in a new call),
+//! the ptrace pause of the Python threads only
 //! (unless `nonblocking`), and the reader's snapshot, whose code-object and
 //! name caches live as long as the process is followed.
 
@@ -552,9 +553,25 @@ impl Target {
         let threads = &self.threads;
         self.stat_files
             .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
+        self.waits.keep_threads(threads);
         self.states.clear();
         let mut buf = [0u8; 512];
+        let now = Instant::now();
         for &(tid, _) in &self.threads {
+            // The syscall file first (cheaper for the kernel to write, and
+            // the waits read it anyway): a thread on a CPU says so there,
+            // and one still in the call its state was read in keeps it.
+            match self.waits.probe(tid, now) {
+                wait::CallProbe::Running => {
+                    self.states.insert(tid, 'R');
+                    continue;
+                }
+                wait::CallProbe::Same(s) => {
+                    self.states.insert(tid, s);
+                    continue;
+                }
+                wait::CallProbe::Read => {}
+            }
             let f = match self.stat_files.entry(tid) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -572,6 +589,7 @@ impl Target {
                 .and_then(procfs::parse_stat_state)
             {
                 self.states.insert(tid, s);
+                self.waits.set_state(tid, s, now);
             }
         }
     }
@@ -1057,7 +1075,15 @@ fn is_transient(e: &Error) -> bool {
 }
 
 fn is_zombie(pid: i32) -> bool {
-    matches!(procfs::thread_state(pid, pid), Some('Z' | 'X') | None)
+    match procfs::thread_state(pid, pid) {
+        None => true,
+        // A zombie leader with other threads alive has not ended: it called
+        // pthread_exit, or a worker thread is exec'ing and is about to take
+        // its place (meanwhile it cannot be seized, and a sample fails):
+        // the next identity check tells an exec from an exit.
+        Some('Z' | 'X') => procfs::tasks(pid).map_or(true, |t| t.iter().all(|&tid| tid == pid)),
+        Some(_) => false,
+    }
 }
 
 impl Sampler {

@@ -261,10 +261,34 @@ fn needs_escape(c: char) -> bool {
     c.is_control() || c == '\u{fffe}' || c == '\u{ffff}'
 }
 
+/// Whether every byte is printable ASCII (0x20..=0x7e), eight at a time.
+fn plain_ascii(b: &[u8]) -> bool {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES * 0x80;
+    // A byte below 0x20, or one that is 0x7f, or one with its top bit set.
+    let bad = |x: u64| {
+        let below = x.wrapping_sub(ONES * 0x20) & !x;
+        let del = x ^ (ONES * 0x7f);
+        let del = del.wrapping_sub(ONES) & !del;
+        (below | del | x) & HIGH != 0
+    };
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        if bad(u64::from_le_bytes(w)) {
+            return false;
+        }
+    }
+    chunks.remainder().iter().all(|c| (0x20..0x7f).contains(c))
+}
+
 /// `s` with control characters written as `\xNN` (or `\u{NNNN}`), so that no
 /// name from the target can drive the user's terminal or break a format.
 pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(needs_escape) {
+    // Printable ASCII (nearly every name) needs no decoding to be passed:
+    // this runs on every string of every sample.
+    if plain_ascii(s.as_bytes()) || !s.chars().any(needs_escape) {
         return std::borrow::Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
@@ -349,5 +373,19 @@ mod tests {
             "a\\x00b\\x07\\x1b[2J\\x9b"
         );
         assert_eq!(escape_controls("\u{fffe}"), "\\u{fffe}");
+    }
+
+    #[test]
+    fn plain_ascii_is_told_eight_bytes_at_a_time() {
+        // Every byte value, at every position of a word and in the tail.
+        for b in 0u8..=255 {
+            for at in 0..20 {
+                let mut v = vec![b'a'; 20];
+                v[at] = b;
+                assert_eq!(plain_ascii(&v), (0x20..0x7f).contains(&b), "{b:#x} at {at}");
+            }
+        }
+        assert!(plain_ascii(b""));
+        assert!(plain_ascii(b" ~ready (threads.py:52)"));
     }
 }

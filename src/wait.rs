@@ -873,8 +873,46 @@ pub struct WaitReader {
     detail: WaitDetail,
     tables: Option<std::rc::Rc<SocketTables>>,
     fd_cache: std::collections::HashMap<String, FdDesc>,
-    /// Open syscall files of the threads seen, read with `pread`.
-    syscall_files: std::collections::HashMap<i32, std::fs::File>,
+    /// Each thread's syscall file, kept open and read with `pread`, with
+    /// what its latest read said.
+    calls: std::collections::HashMap<i32, ThreadCall>,
+}
+
+/// How long a thread's kernel state, and the wait decoded for it, are
+/// trusted while its syscall file reads the same text (the call, its six
+/// arguments, stack and instruction pointers: the same blocked call, or
+/// one exactly like it). A thread that goes from S to D (or is stopped)
+/// inside one call is seen so much later at most.
+pub const SAME_CALL_TTL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Longest syscall line kept (the kernel writes at most ~180 bytes).
+const CALL_TEXT_MAX: usize = 256;
+
+/// What is kept of one thread's `/proc/PID/task/TID/syscall` between passes.
+struct ThreadCall {
+    /// None: it could not be opened (then the caller reads states itself).
+    file: Option<std::fs::File>,
+    /// The latest text read, and the call it says.
+    text: Vec<u8>,
+    line: Option<SyscallLine>,
+    /// Read by this pass's [`WaitReader::probe`] and not yet taken.
+    fresh: bool,
+    /// The kernel state read while the text was `text`, and when.
+    state: Option<(char, std::time::Instant)>,
+    /// The wait decoded from `text` in that state (short detail only).
+    wait: Option<(char, Wait, Option<CallArgs>)>,
+}
+
+/// What a thread's syscall file says at the start of a pass, for its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallProbe {
+    /// On a CPU or runnable: state R, and no call to read.
+    Running,
+    /// The same text as when its state was read, within [`SAME_CALL_TTL`]:
+    /// that state still holds.
+    Same(char),
+    /// A new call, an expired state, or no file: the state must be read.
+    Read,
 }
 
 /// Most cached fd descriptions (a process that churns sockets cannot grow it without bound).
@@ -899,7 +937,7 @@ impl WaitReader {
             detail,
             tables: None,
             fd_cache: Default::default(),
-            syscall_files: Default::default(),
+            calls: Default::default(),
         }
     }
 
@@ -910,26 +948,98 @@ impl WaitReader {
     /// A new pass over `threads`: socket tables are read again when next
     /// needed, and the files of threads that are gone are closed.
     pub fn begin_pass(&mut self, threads: &[(i32, bool)]) {
-        self.syscall_files
-            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
+        self.keep_threads(threads);
         self.tables = None;
         if self.detail == WaitDetail::Full || self.fd_cache.len() > MAX_FD_CACHE {
             self.fd_cache.clear();
         }
     }
 
-    /// The call a thread that is not running is in (read before any pausing).
-    pub fn syscall(&mut self, tid: i32) -> Option<SyscallLine> {
+    /// Close the syscall files of threads not in `threads` (gone).
+    pub fn keep_threads(&mut self, threads: &[(i32, bool)]) {
+        self.calls
+            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
+    }
+
+    /// Read thread `tid`'s syscall file into its entry (opened the first
+    /// time); whether the text is the one read before. A changed text drops
+    /// the state and wait kept for the old one.
+    fn read_call(&mut self, tid: i32) -> Option<(&mut ThreadCall, bool)> {
         use std::os::unix::fs::FileExt;
-        let f = match self.syscall_files.entry(tid) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(crate::procfs::open_thread_syscall(self.pid, tid)?)
+        let pid = self.pid;
+        let c = self.calls.entry(tid).or_insert_with(|| ThreadCall {
+            file: crate::procfs::open_thread_syscall(pid, tid),
+            text: Vec::new(),
+            line: None,
+            fresh: false,
+            state: None,
+            wait: None,
+        });
+        let mut buf = [0u8; CALL_TEXT_MAX];
+        let n = match c.file.as_ref()?.read_at(&mut buf, 0) {
+            Ok(n) => n,
+            Err(_) => {
+                // Gone, or not ours to read: nothing kept is trusted.
+                c.text.clear();
+                c.line = None;
+                c.state = None;
+                c.wait = None;
+                return None;
             }
         };
-        let mut buf = [0u8; 256];
-        let n = f.read_at(&mut buf, 0).ok()?;
-        parse_syscall(std::str::from_utf8(&buf[..n]).ok()?)
+        let same = !c.text.is_empty() && c.text[..] == buf[..n];
+        if !same {
+            c.text.clear();
+            c.text.extend_from_slice(&buf[..n]);
+            c.line = std::str::from_utf8(&buf[..n]).ok().and_then(parse_syscall);
+            c.state = None;
+            c.wait = None;
+        }
+        Some((c, same))
+    }
+
+    /// At the start of a pass (before any pausing): what thread `tid`'s
+    /// syscall file says about its state. A thread on a CPU needs no stat
+    /// read; one still in the call its state was read in keeps that state
+    /// for [`SAME_CALL_TTL`]. The line read is what [`WaitReader::syscall`]
+    /// gives next in this pass.
+    pub fn probe(&mut self, tid: i32, now: std::time::Instant) -> CallProbe {
+        let Some((c, same)) = self.read_call(tid) else {
+            return CallProbe::Read;
+        };
+        c.fresh = true;
+        match (c.line, c.state) {
+            (Some(SyscallLine::Running), _) => CallProbe::Running,
+            (_, Some((s, at))) if same && now.saturating_duration_since(at) < SAME_CALL_TTL => {
+                CallProbe::Same(s)
+            }
+            _ => CallProbe::Read,
+        }
+    }
+
+    /// The kernel state just read for `tid` after a [`CallProbe::Read`],
+    /// kept with the text probed.
+    pub fn set_state(&mut self, tid: i32, state: char, now: std::time::Instant) {
+        if let Some(c) = self.calls.get_mut(&tid) {
+            if c.fresh && !c.text.is_empty() {
+                c.state = Some((state, now));
+                // Decoded again with it: fd descriptions are looked at
+                // again once per time to live.
+                c.wait = None;
+            }
+        }
+    }
+
+    /// The call a thread that is not running is in (read before any
+    /// pausing): the line probed in this pass, or read now.
+    pub fn syscall(&mut self, tid: i32) -> Option<SyscallLine> {
+        if let Some(c) = self.calls.get_mut(&tid) {
+            if c.fresh {
+                c.fresh = false;
+                return c.line;
+            }
+        }
+        self.read_call(tid).and_then(|(c, _)| c.line)
     }
 
     fn describe(&mut self, fd: i32) -> FdDesc {
@@ -1014,13 +1124,45 @@ impl WaitReader {
         line: Option<SyscallLine>,
         mem: &dyn Memory,
     ) -> (Wait, Option<CallArgs>) {
-        let mut w = Wait {
+        let w = Wait {
             state: state.to_string(),
             ..Default::default()
         };
         if state == 'R' || self.detail == WaitDetail::Off {
             return (w, None);
         }
+        // Short detail reads nothing that changes while the call's text
+        // stays the same: decoded once per call (and state, within the
+        // state's time to live), not at every pass.
+        let cacheable = self.detail == WaitDetail::Short && line.is_some();
+        if cacheable {
+            if let Some(c) = self.calls.get(&tid) {
+                if let Some((s, cw, args)) = &c.wait {
+                    if *s == state && c.line == line && c.state.is_some() {
+                        return (cw.clone(), args.clone());
+                    }
+                }
+            }
+        }
+        let (w, call) = self.decode(tid, state, line, mem, w);
+        if cacheable {
+            if let Some(c) = self.calls.get_mut(&tid) {
+                if c.line == line && c.state.is_some_and(|(s, _)| s == state) {
+                    c.wait = Some((state, w.clone(), call.clone()));
+                }
+            }
+        }
+        (w, call)
+    }
+
+    fn decode(
+        &mut self,
+        tid: i32,
+        state: char,
+        line: Option<SyscallLine>,
+        mem: &dyn Memory,
+        mut w: Wait,
+    ) -> (Wait, Option<CallArgs>) {
         let full = self.detail == WaitDetail::Full;
         let mut call = None;
         if let Some(SyscallLine::Blocked { nr, args }) = line {

@@ -39,29 +39,25 @@ impl RecordMode {
         }
     }
 
-    /// The stack a sample adds in this mode: with a leaf naming the wait
-    /// of an off-CPU thread (wall, offcpu); None when the mode leaves the
-    /// sample out (offcpu: a thread on the CPU).
-    fn sample<'a>(
-        self,
-        t: &'a crate::stack::ThreadStack,
-    ) -> Option<std::borrow::Cow<'a, crate::stack::ThreadStack>> {
-        use std::borrow::Cow;
+    /// Whether this mode keeps the sample of `t`, which it turns into the
+    /// stack to add: with a leaf naming the wait of an off-CPU thread
+    /// (wall, offcpu); false when the mode leaves the sample out (offcpu:
+    /// a thread on the CPU). The leaf goes into the tick's own stack, which
+    /// is not used after: no copy per sample.
+    fn sample(self, t: &mut crate::stack::ThreadStack) -> bool {
         if !matches!(self, RecordMode::Wall | RecordMode::Offcpu) {
-            return Some(Cow::Borrowed(t));
+            return true;
         }
-        let off = t.wait.as_ref().filter(|w| w.off_cpu());
-        let Some(w) = off else {
-            return (self == RecordMode::Wall).then_some(Cow::Borrowed(t));
+        let Some(w) = t.wait.as_ref().filter(|w| w.off_cpu()) else {
+            return self == RecordMode::Wall;
         };
         let short = w.short();
         let mut leaf = crate::stack::Frame::python(format!("[{short}]"), String::new(), 0);
         leaf.kind = crate::stack::FrameKind::Native;
         leaf.file = None;
         leaf.line = None;
-        let mut t = t.clone();
         t.frames.insert(0, leaf);
-        Some(Cow::Owned(t))
+        true
     }
 }
 
@@ -260,13 +256,15 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let started = Instant::now();
     let mut last_progress = started;
     let mut saw_python = !sampler.waiting_for_python();
-    while let Some(tick) = sampler.next_tick() {
+    while let Some(mut tick) = sampler.next_tick() {
         saw_python |= !tick.processes.is_empty();
         stats.ticks += 1 + tick.missed;
         stats.late += tick.missed + u64::from(sampler.is_late(tick.late));
-        for p in &tick.processes {
-            for t in p.threads.iter().filter_map(|t| opts.mode.sample(t)) {
-                profile.add(p.pid, &p.cmdline, &t, tick.timestamp, tick.weight);
+        for p in &mut tick.processes {
+            for t in p.threads.iter_mut() {
+                if opts.mode.sample(t) {
+                    profile.add(p.pid, &p.cmdline, t, tick.timestamp, tick.weight);
+                }
             }
         }
         for e in &tick.ended {
