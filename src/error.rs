@@ -16,6 +16,28 @@ pub enum MemError {
     Os { addr: u64, errno: i32 },
 }
 
+/// What is wrong with a file given as a core.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CoreProblem {
+    #[error("not an ELF file, so not a core file")]
+    NotElf,
+    #[error("an ELF file of type {0}, not a core file (ELF type 4, ET_CORE)")]
+    NotCore(String),
+    #[error("a core of another architecture ({0}); pyinspect reads x86-64 cores only")]
+    WrongArchitecture(String),
+    #[error("truncated: {0} (the core was cut short while it was written, or copied in part)")]
+    Truncated(String),
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    #[error(
+        "the program it was taken from, {exe}, was not found{where_}; pass the executable's \
+         path with --executable PATH"
+    )]
+    ExecutableNotFound { exe: String, where_: String },
+    #[error("{0}")]
+    Unreadable(String),
+}
+
 #[derive(Debug, Error)]
 pub enum Error {
     #[error("no process with pid {0}")]
@@ -77,6 +99,9 @@ pub enum Error {
     NotInitialized { pid: i32 },
     #[error("reading the target failed: {0}")]
     Memory(#[from] MemError),
+    /// A core file that cannot be read as one (`dump --core`).
+    #[error("{path}: {problem}")]
+    BadCore { path: String, problem: CoreProblem },
     #[error("{0}")]
     Io(String),
     #[error("{0}")]
