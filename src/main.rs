@@ -61,8 +61,21 @@ struct CompletionsArgs {
 #[derive(Args, Debug)]
 struct DumpArgs {
     /// Process id of the Python process.
-    #[arg(short, long, value_parser = parse_pid)]
-    pid: i32,
+    #[arg(short, long, value_parser = parse_pid, required_unless_present = "core", conflicts_with = "core")]
+    pid: Option<i32>,
+    /// Read a core file (a `gcore` snapshot, or the kernel's core of a
+    /// crash) instead of a running process.
+    #[arg(long, value_name = "CORE", conflicts_with_all = ["subprocesses", "nonblocking"])]
+    core: Option<std::path::PathBuf>,
+    /// With --core: the program the core was taken from, when it is not at
+    /// the path the core recorded.
+    #[arg(long, value_name = "PATH", requires = "core")]
+    executable: Option<std::path::PathBuf>,
+    /// With --core: the target's root directory on this machine (a
+    /// container's or another machine's sysroot); the files the core names
+    /// are looked up under it.
+    #[arg(long, value_name = "DIR", requires = "core")]
+    root: Option<std::path::PathBuf>,
     /// One JSON object per process per line (JSON Lines).
     #[arg(short, long)]
     json: bool,
@@ -380,7 +393,14 @@ fn main() {
     let result = match cli.command {
         Command::Dump(a) => {
             pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
-                pid: a.pid,
+                pid: a.pid.unwrap_or(0),
+                core: a.core.map(|path| pyinspect::commands::dump::CoreArgs {
+                    path,
+                    options: pyinspect::core::CoreOptions {
+                        executable: a.executable,
+                        root: a.root,
+                    },
+                }),
                 json: a.json,
                 locals: a.locals,
                 nonblocking: a.nonblocking,

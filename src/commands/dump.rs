@@ -8,8 +8,16 @@ use crate::stack::{FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
+/// `dump --core`: the core and where to find the files it names.
+pub struct CoreArgs {
+    pub path: std::path::PathBuf,
+    pub options: crate::core::CoreOptions,
+}
+
 pub struct DumpOptions {
     pub pid: i32,
+    /// Read this core file rather than process `pid`.
+    pub core: Option<CoreArgs>,
     pub json: bool,
     /// 0: none; n: arguments and locals, each value up to n × 128 characters.
     pub locals: u8,
