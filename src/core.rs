@@ -136,6 +136,8 @@ struct MappedFile {
     /// Where it was found on this host.
     host: Option<PathBuf>,
     handle: Option<File>,
+    /// Its size, as found.
+    len: u64,
 }
 
 pub struct CoreFile {
@@ -578,7 +580,12 @@ impl CoreFile {
                 },
             };
             let handle = host.as_ref().and_then(|h| File::open(h).ok());
+            let len = handle
+                .as_ref()
+                .and_then(|h| h.metadata().ok())
+                .map_or(0, |m| m.len());
             files.push(MappedFile {
+                len,
                 name: name.clone(),
                 host: host.filter(|_| handle.is_some()),
                 handle,
@@ -941,8 +948,19 @@ impl CoreFile {
         if a + out.len() as u64 > m.end {
             return None;
         }
-        let h = self.files[m.idx].handle.as_ref()?;
-        h.read_exact_at(out, m.foff + (a - m.start)).ok()
+        let f = &self.files[m.idx];
+        let h = f.handle.as_ref()?;
+        let off = m.foff + (a - m.start);
+        let end = off + out.len() as u64;
+        // The last page of a mapping reads as zeros past the file's end;
+        // a page wholly past it would be SIGBUS in the process.
+        if end > f.len.div_ceil(PAGE) * PAGE {
+            return None;
+        }
+        let have = f.len.saturating_sub(off).min(out.len() as u64) as usize;
+        h.read_exact_at(&mut out[..have], off).ok()?;
+        out[have..].fill(0);
+        Some(())
     }
 }
 
@@ -1209,6 +1227,18 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let live = crate::target::LiveProcess::new(pid);
         let live_maps = live.maps().unwrap();
+        // Read live before the core is taken (gdb attaches while it runs).
+        let mut live_pages = Vec::new();
+        for m in live_maps
+            .iter()
+            .filter(|m| m.readable && !m.path.starts_with("[v"))
+        {
+            for at in [m.start, m.end - PAGE] {
+                let mut want = vec![0u8; PAGE as usize];
+                live.read(at, &mut want).unwrap();
+                live_pages.push((m.clone(), at, want));
+            }
+        }
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("core");
         let out = std::process::Command::new("gcore")
@@ -1255,6 +1285,17 @@ mod tests {
                 )
             );
             assert!(cm.is_file());
+        }
+        // Every readable page the live process had reads the same from the
+        // core (first and last of each mapping), in the core or not.
+        for (m, at, want) in &live_pages {
+            if m.path == "[stack]" {
+                continue; // the stack below sp moves with gdb's attach
+            }
+            let got = c
+                .read_vec(*at, PAGE as usize, 1 << 20)
+                .unwrap_or_else(|e| panic!("{m:?} at 0x{at:x}: {e}"));
+            assert!(&got == want, "{m:?} at 0x{at:x}");
         }
         let regs = c.saved_registers(pid).unwrap();
         let code = maps

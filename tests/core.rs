@@ -36,7 +36,11 @@ fn stop(pid: i32) {
     // Stopped once every thread is: /proc/PID/stat says T.
     for _ in 0..200 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('T')) {
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+        {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -98,8 +102,7 @@ fn assert_same(live: &Value, core: &Value, what: &str) {
     );
     for (tid, lt) in &l {
         assert_eq!(
-            lt,
-            &c[tid],
+            lt, &c[tid],
             "{what}: thread {tid} differs\nlive: {lt:#}\ncore: {:#}",
             c[tid]
         );
@@ -137,8 +140,11 @@ fn live_and_core_agree(fx: &Fixture, core_extra: &[&str]) {
     let text = dump_core(&core, core_extra);
     text.assert_success();
     assert!(
-        text.stdout
-            .starts_with(&format!("Process {}: {}", fx.pid, live[0]["command_line"].as_str().unwrap())),
+        text.stdout.starts_with(&format!(
+            "Process {}: {}",
+            fx.pid,
+            live[0]["command_line"].as_str().unwrap()
+        )),
         "{}",
         text.describe()
     );
@@ -147,10 +153,14 @@ fn live_and_core_agree(fx: &Fixture, core_extra: &[&str]) {
 
 #[test]
 fn a_gcore_reads_as_the_live_process() {
-    for_each_interpreter("core: gcore vs live", |_| true, |interp| {
-        let fx = Fixture::spawn(interp, "threads.py", &[]);
-        live_and_core_agree(&fx, &[]);
-    });
+    for_each_interpreter(
+        "core: gcore vs live",
+        |_| true,
+        |interp| {
+            let fx = Fixture::spawn(interp, "threads.py", &[]);
+            live_and_core_agree(&fx, &[]);
+        },
+    );
 }
 
 /// Debian sid's interpreter run under chroot, as a container runs it: its
@@ -210,7 +220,10 @@ fn libcrash(dir: &Path) -> PathBuf {
 fn crash_line(interp: &Interpreter) -> u64 {
     let src = std::fs::read_to_string(fixture_path("core_crash.py")).unwrap();
     let _ = interp;
-    src.lines().position(|l| l.contains("# MARK:crash")).unwrap() as u64 + 1
+    src.lines()
+        .position(|l| l.contains("# MARK:crash"))
+        .unwrap() as u64
+        + 1
 }
 
 fn check_crash(core: &Path, interp: &Interpreter, how: &str) {

@@ -32,9 +32,9 @@ pub struct DumpOptions {
     pub asyncio: crate::sampler::AsyncMode,
 }
 
-/// Read one process once, through the same path as the samplers.
-pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
-    let cfg = SamplerConfig {
+/// What one dump reads.
+fn config(opts: &DumpOptions) -> SamplerConfig {
+    SamplerConfig {
         rate: 1.0,
         duration: None,
         subprocesses: false,
@@ -51,7 +51,12 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         positions: true,
         waits: crate::wait::WaitDetail::Full,
         asyncio: opts.asyncio,
-    };
+    }
+}
+
+/// Read one process once, through the same path as the samplers.
+pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
+    let cfg = config(opts);
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample_whole(&cfg);
     // A thread that stopped after the budget is let go now, not at exit.
@@ -70,6 +75,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
             .map(|w| crate::stack::escape_controls(w).into_owned())
             .collect(),
         parent_pid: None,
+        crash: None,
     })
 }
 
@@ -181,6 +187,13 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
             }
         }
         writeln!(out)?;
+        if let Some(c) = p
+            .crash
+            .as_ref()
+            .filter(|c| Some(c.thread) == t.os_thread_id)
+        {
+            writeln!(out, "    {}", c.line())?;
+        }
         if let Some(w) = &t.wait {
             if !w.kernel_stack.is_empty() {
                 writeln!(out, "    kernel: {}", w.kernel_stack.join(" ← "))?;
