@@ -8,7 +8,7 @@
 //! name caches live as long as the process is followed.
 
 use crate::error::Error;
-use crate::memory::{Memory, ProcessMemory};
+use crate::memory::Memory;
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
 use crate::procfs;
@@ -17,11 +17,13 @@ use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
 use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
+use crate::target::{LiveProcess, SourceKind, TargetSource};
 use crate::wait::{self, GilWait, LockWait, WaitDetail, WaitReader};
 use rand::Rng;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -251,7 +253,8 @@ pub struct Target {
     pub exe: String,
     pub cmdline: Arc<str>,
     pub version: String,
-    mem: ProcessMemory,
+    /// A live process, or a core file (read once, nothing paused).
+    source: Rc<dyn TargetSource>,
     reader: Reader,
     native: Option<NativeStacks>,
     /// Open `/proc/PID/task/TID/stat` of each Python thread, read with
@@ -260,10 +263,8 @@ pub struct Target {
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
-    /// `/proc/PID/stat`, kept open: re-read every pass to notice the process
-    /// ending, its pid being reused, or an exec.
-    stat: procfs::StatFile,
-    identity: procfs::Identity,
+    /// A live process's identity checks; None for a core.
+    live: Option<Liveness>,
     /// Bytes of each thread's stack to copy at the next pause (--native).
     stack_copy: HashMap<i32, usize>,
     pause_notes: Vec<String>,
@@ -279,6 +280,13 @@ pub struct Target {
     late_threads: usize,
 }
 
+/// `/proc/PID/stat`, kept open: re-read every pass to notice the process
+/// ending, its pid being reused, or an exec.
+struct Liveness {
+    stat: procfs::StatFile,
+    identity: procfs::Identity,
+}
+
 /// Stack bytes copied per thread at its first pause, the margin added when
 /// an unwind read beyond the copy, and the most ever copied.
 const STACK_COPY_FIRST: usize = 64 << 10;
@@ -290,7 +298,7 @@ const RED_ZONE: u64 = 128;
 /// Copy up to `want` bytes of stack from `sp` (from the start of its page,
 /// which covers the red zone: the unwinder reads the stack in whole pages),
 /// stopping at the end of the mapping. Returns the copy's start and bytes.
-fn copy_stack(mem: &ProcessMemory, sp: u64, want: usize) -> (u64, Vec<u8>) {
+fn copy_stack(mem: &dyn Memory, sp: u64, want: usize) -> (u64, Vec<u8>) {
     const PAGE: usize = 4096;
     const CHUNK: usize = 16 * PAGE;
     let base = sp.saturating_sub(RED_ZONE) & !(PAGE as u64 - 1);
@@ -326,7 +334,7 @@ fn copy_stack(mem: &ProcessMemory, sp: u64, want: usize) -> (u64, Vec<u8>) {
 struct StackCopy<'a> {
     base: u64,
     bytes: Vec<u8>,
-    live: &'a ProcessMemory,
+    live: &'a dyn Memory,
     beyond: std::cell::Cell<u64>,
 }
 
@@ -353,12 +361,35 @@ impl Target {
         self.reader.gc_collecting
     }
 
+    /// Open a live process.
     pub fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
         let stat = procfs::StatFile::open(pid)?;
         let identity = stat.identity().ok_or_else(|| procfs::absent(pid))?;
         crate::privilege::check_target(pid)?;
-        let mem = ProcessMemory::new(pid);
-        let process = PythonProcess::open(pid, &mem)?;
+        let live = Liveness { stat, identity };
+        Target::open_with(Rc::new(LiveProcess::new(pid)), cfg, Some(live))
+    }
+
+    /// Open a target that is not a live process (a core file): its samples
+    /// pause nothing and take each thread's registers from the source.
+    pub fn open_source(
+        source: Box<dyn TargetSource>,
+        cfg: &SamplerConfig,
+    ) -> Result<Target, Error> {
+        let source: Rc<dyn TargetSource> = Rc::from(source);
+        if source.kind() == SourceKind::Live {
+            return Target::open(source.pid(), cfg);
+        }
+        Target::open_with(source, cfg, None)
+    }
+
+    fn open_with(
+        source: Rc<dyn TargetSource>,
+        cfg: &SamplerConfig,
+        live: Option<Liveness>,
+    ) -> Result<Target, Error> {
+        let pid = source.pid();
+        let process = PythonProcess::open(&*source)?;
         let mut reader = Reader::new(process);
         // Opened very early, interpreter discovery can settle on a wrong
         // candidate; its thread ids then are not threads of the process.
@@ -368,8 +399,8 @@ impl Target {
         let mut attempts = 0;
         let threads = loop {
             // Fails while the interpreter is not up yet (NotInitialized).
-            let threads = reader.python_threads(&mem)?;
-            let tasks = procfs::tasks(pid)?;
+            let threads = reader.python_threads(&*source)?;
+            let tasks = source.threads()?;
             if threads.is_empty() || threads.iter().any(|(t, _)| tasks.contains(t)) {
                 break threads;
             }
@@ -378,7 +409,7 @@ impl Target {
                 return Err(Error::NotInitialized { pid });
             }
         };
-        if !cfg.nonblocking {
+        if !cfg.nonblocking && live.is_some() {
             // Another tracer: say who, before any pause fails on it.
             let me = std::process::id() as i32;
             for &(tid, _) in &threads {
@@ -396,7 +427,7 @@ impl Target {
         }
         let native = if cfg.native {
             Some(NativeStacks::new(
-                pid,
+                source.clone(),
                 cfg.native_all,
                 cfg.native_debug_info,
             )?)
@@ -405,8 +436,10 @@ impl Target {
         };
         // An exec while we opened it (a program just launched): its
         // identity is that of the old image; open it again.
-        if stat.identity() != Some(identity) {
-            return Err(Error::NotInitialized { pid });
+        if let Some(l) = &live {
+            if l.stat.identity() != Some(l.identity) {
+                return Err(Error::NotInitialized { pid });
+            }
         }
         let p = &reader.process;
         let mut t = Target {
@@ -414,18 +447,25 @@ impl Target {
             exe: p.exe.clone(),
             cmdline: Arc::from(escape_controls(&p.cmdline).as_ref()),
             version: p.version.to_string(),
-            mem,
+            source,
             reader,
             native,
             stat_files: HashMap::new(),
             threads,
             states: HashMap::new(),
             tasks: None,
-            waits: WaitReader::new(pid, cfg.waits),
+            // A core has no kernel calls to read.
+            waits: WaitReader::new(
+                pid,
+                if live.is_some() {
+                    cfg.waits
+                } else {
+                    WaitDetail::Off
+                },
+            ),
             pending: HashMap::new(),
             os_names: HashMap::new(),
-            stat,
-            identity,
+            live,
             stack_copy: HashMap::new(),
             pause_notes: Vec::new(),
             late_threads: 0,
@@ -441,37 +481,40 @@ impl Target {
             gil_sync: false,
             lock_locals: false,
         };
-        let _ = t.reader.snapshot(&t.mem, opts, &t.states);
+        let _ = t.reader.snapshot(&*t.source, opts, &t.states);
         Ok(t)
     }
 
     /// Still the process we opened: not exited, not another process under a
     /// reused pid, not another program after an exec.
     fn check_identity(&mut self) -> Result<(), Error> {
-        let now = self.stat.identity();
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
+        let now = live.stat.identity();
         match now {
             None => {
                 // The open file fails once its task is gone: the process
                 // exited (whatever now holds the pid), or a thread other than
                 // the leader exec'd and took the leader's place.
                 match procfs::identity(self.pid) {
-                    Some(id) if id.start_time != self.identity.start_time => {
+                    Some(id) if id.start_time != live.identity.start_time => {
                         Err(Error::PidReused { pid: self.pid })
                     }
-                    Some(id) if id != self.identity => Err(Error::Execed { pid: self.pid }),
+                    Some(id) if id != live.identity => Err(Error::Execed { pid: self.pid }),
                     Some(_) => {
                         // The same process and program: follow it through
                         // a new file.
-                        self.stat = procfs::StatFile::open(self.pid)?;
+                        live.stat = procfs::StatFile::open(self.pid)?;
                         Ok(())
                     }
                     None => Err(Error::ProcessExited { pid: self.pid }),
                 }
             }
-            Some(id) if id.start_time != self.identity.start_time => {
+            Some(id) if id.start_time != live.identity.start_time => {
                 Err(Error::PidReused { pid: self.pid })
             }
-            Some(id) if id != self.identity => Err(Error::Execed { pid: self.pid }),
+            Some(id) if id != live.identity => Err(Error::Execed { pid: self.pid }),
             Some(_) => Ok(()),
         }
     }
@@ -547,9 +590,11 @@ impl Target {
     /// cgroup) cannot stop until it wakes; it is read without pausing.
     fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
         if cfg.native_all {
-            return Ok(procfs::tasks(self.pid)?
+            return Ok(self
+                .source
+                .threads()?
                 .into_iter()
-                .filter(|&t| procfs::thread_state(self.pid, t) != Some('D'))
+                .filter(|&t| self.source.thread_state(t) != Some('D'))
                 .collect());
         }
         Ok(self
@@ -581,16 +626,16 @@ impl Target {
             let Some(tid) = t.os_thread_id.map(|v| v as i32) else {
                 continue;
             };
-            let pid = self.pid;
+            let source = &self.source;
             let entry = self
                 .os_names
                 .entry(tid)
                 .and_modify(|e| {
                     if now.duration_since(e.1) > OS_NAME_TTL {
-                        *e = (procfs::comm(pid, tid), now);
+                        *e = (source.thread_name(tid), now);
                     }
                 })
-                .or_insert_with(|| (procfs::comm(pid, tid), now));
+                .or_insert_with(|| (source.thread_name(tid), now));
             if let Some(n) = &entry.0 {
                 t.name = Some(n.clone());
                 t.name_source = Some(crate::stack::NameSource::Os);
@@ -641,7 +686,7 @@ impl Target {
     /// The lock (named by the local that refers to it) a futex wait is on.
     fn lock_of(&self, futex: u64, t: &crate::python::reader::ThreadSnapshot) -> Option<LockWait> {
         let mut before = [0u8; 32];
-        let words: Vec<u64> = match self.mem.read(futex.wrapping_sub(32), &mut before) {
+        let words: Vec<u64> = match self.source.read(futex.wrapping_sub(32), &mut before) {
             Ok(()) => (0..4)
                 .map(|i| crate::memory::le_u64(&before, i * 8))
                 .collect(),
@@ -708,14 +753,22 @@ impl Target {
         self.check_identity()?;
         if !cfg.nonblocking {
             // The set to pause must be current: a thread missed here would be read running.
-            self.threads = self.reader.python_threads(&self.mem)?;
+            self.threads = self.reader.python_threads(&*self.source)?;
         }
         // Kernel states decide what to pause and which threads are idle:
         // reading them (the kernel formats a whole stat line per thread) is
         // skipped when neither is needed.
         let filter_idle = !cfg.include_idle && !cfg.gil_only;
-        let want_waits = cfg.waits != WaitDetail::Off;
-        if filter_idle || cfg.statuses || want_waits || !cfg.nonblocking {
+        let live = self.live.is_some();
+        let want_waits = cfg.waits != WaitDetail::Off && live;
+        if !live {
+            // A core's states, as far as it recorded them.
+            self.states = self
+                .threads
+                .iter()
+                .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
+                .collect();
+        } else if filter_idle || cfg.statuses || want_waits || !cfg.nonblocking {
             self.read_states();
         } else {
             self.states.clear();
@@ -734,11 +787,11 @@ impl Target {
                 } else {
                     self.waits.syscall(*tid)
                 };
-                let read = self.waits.read(*tid, state, line, &self.mem);
+                let read = self.waits.read(*tid, state, line, &*self.source);
                 self.pending.insert(*tid, read);
             }
         }
-        let pause = if cfg.nonblocking {
+        let pause = if cfg.nonblocking || !live {
             Vec::new()
         } else {
             self.to_pause(cfg)?
@@ -748,9 +801,9 @@ impl Target {
         let foreign_states: HashMap<i32, char> = pause
             .iter()
             .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
-            .filter_map(|&tid| Some((tid, procfs::thread_state(self.pid, tid)?)))
+            .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
             .collect();
-        let guard = if cfg.nonblocking {
+        let guard = if cfg.nonblocking || !live {
             None
         } else {
             Some(PauseGuard::new(self.pid, &pause)?)
@@ -763,7 +816,7 @@ impl Target {
             gil_sync: want_waits,
             lock_locals: cfg.waits == WaitDetail::Full,
         };
-        let snap = self.reader.snapshot(&self.mem, opts, &self.states);
+        let snap = self.reader.snapshot(&*self.source, opts, &self.states);
         // Native stacks: only the registers and a copy of the stack are
         // taken while the threads are stopped; the unwind runs from the
         // copy after they are let go (a cold unwind takes far longer than
@@ -778,10 +831,28 @@ impl Target {
                             .get(&tid)
                             .copied()
                             .unwrap_or(STACK_COPY_FIRST);
-                        let (base, bytes) = copy_stack(&self.mem, sp, want);
+                        let (base, bytes) = copy_stack(&*self.source, sp, want);
                         copies.push((tid, ip, sp, bp, base, bytes, want));
                     }
                     Err(e) => self.pause_notes.push(format!("native unwind failed: {e}")),
+                }
+            }
+        }
+        if self.native.is_some() && !live {
+            // A core: its threads stand still, with their registers saved;
+            // the unwind reads the stack from the source itself (an empty
+            // copy), and never asks for a deeper one.
+            let tids: Vec<i32> = if cfg.native_all {
+                self.source.threads().unwrap_or_default()
+            } else {
+                self.threads.iter().map(|(t, _)| *t).collect()
+            };
+            for tid in tids {
+                match self.source.saved_registers(tid) {
+                    Some(r) => copies.push((tid, r.ip, r.sp, r.bp, 0, Vec::new(), usize::MAX)),
+                    None => self.pause_notes.push(format!(
+                        "native unwind failed: no registers of thread {tid}"
+                    )),
                 }
             }
         }
@@ -816,10 +887,10 @@ impl Target {
                 let r = self
                     .tasks
                     .get_or_insert_with(|| AsyncioReader::new(major, minor));
-                let cache = crate::python::pagecache::PageCache::new(&self.mem);
-                let pid = self.pid;
+                let cache = crate::python::pagecache::PageCache::new(&*self.source);
+                let source = &*self.source;
                 r.read(&mut self.reader, &cache, s, want, &|| {
-                    asyncio_debug_sections(pid)
+                    asyncio_debug_sections(source)
                 })
             }
             _ => HashMap::new(),
@@ -832,7 +903,7 @@ impl Target {
                 let copy = StackCopy {
                     base,
                     bytes,
-                    live: &self.mem,
+                    live: &*self.source,
                     beyond: std::cell::Cell::new(0),
                 };
                 unwound.insert(tid, n.unwind_regs(tid, (ip, sp, bp), &copy));
@@ -879,7 +950,7 @@ impl Target {
             for (tid, frames) in &unwound {
                 if !self.threads.iter().any(|(t, _)| t == tid) {
                     let state = foreign_states.get(tid).copied();
-                    foreign.push(n.foreign_thread(self.pid, *tid, state, frames));
+                    foreign.push(n.foreign_thread(&*self.source, *tid, state, frames));
                 }
             }
             foreign.sort_by_key(|t| t.os_thread_id);
@@ -925,8 +996,8 @@ impl Target {
 /// Where the target may carry `_asyncio`'s `AsyncioDebug` section: the
 /// `_asyncio` extension module, or the interpreter's binary when the module
 /// is built in; each as (file, section's address in the target).
-fn asyncio_debug_sections(pid: i32) -> Vec<(String, crate::elf::Range)> {
-    let Ok(maps) = procfs::maps(pid) else {
+fn asyncio_debug_sections(source: &dyn TargetSource) -> Vec<(String, crate::elf::Range)> {
+    let Ok(maps) = source.maps() else {
         return Vec::new();
     };
     let mut paths: Vec<&str> = Vec::new();
@@ -945,7 +1016,7 @@ fn asyncio_debug_sections(pid: i32) -> Vec<(String, crate::elf::Range)> {
         let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
             continue;
         };
-        let Some(file) = procfs::target_file(pid, first) else {
+        let Some(file) = source.mapped_file(first) else {
             continue;
         };
         if let Some(sec) = crate::elf::load(&file, &file_maps, &[])

@@ -124,3 +124,70 @@ impl TargetSource for LiveProcess {
         None
     }
 }
+
+/// Recorded bytes as a target, for unit tests of everything above the
+/// source: memory, and a module map and threads when a test gives them.
+#[cfg(test)]
+pub(crate) struct Recorded {
+    pub(crate) mem: crate::memory::SliceMemory,
+    pub(crate) maps: Vec<MapEntry>,
+    pub(crate) threads: Vec<(i32, Option<Registers>)>,
+}
+
+#[cfg(test)]
+impl Recorded {
+    pub(crate) fn new(mem: crate::memory::SliceMemory) -> Recorded {
+        Recorded {
+            mem,
+            maps: Vec::new(),
+            threads: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Memory for Recorded {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.mem.read(addr, buf)
+    }
+}
+
+#[cfg(test)]
+impl TargetSource for Recorded {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Core
+    }
+    fn pid(&self) -> i32 {
+        1
+    }
+    fn executable(&self) -> Result<String> {
+        Ok("/usr/bin/python3".into())
+    }
+    fn command_line(&self) -> Result<String> {
+        Ok("python3".into())
+    }
+    fn maps(&self) -> Result<Vec<MapEntry>> {
+        Ok(self.maps.clone())
+    }
+    fn mapped_file(&self, _map: &MapEntry) -> Option<PathBuf> {
+        None
+    }
+    fn root(&self) -> PathBuf {
+        PathBuf::from("/nonexistent")
+    }
+    fn threads(&self) -> Result<Vec<i32>> {
+        Ok(self.threads.iter().map(|t| t.0).collect())
+    }
+    fn namespaced_tids(&self) -> Option<HashMap<u32, u32>> {
+        None
+    }
+    fn thread_name(&self, _tid: i32) -> Option<String> {
+        None
+    }
+    fn thread_state(&self, _tid: i32) -> Option<char> {
+        None
+    }
+    fn saved_registers(&self, tid: i32) -> Option<Registers> {
+        self.threads.iter().find(|t| t.0 == tid)?.1
+    }
+}

@@ -197,7 +197,10 @@ fn blocked_thread_unwinds_through_stripped_static_helpers() {
         .skip(1)
         .map(|x| x.parse().unwrap())
         .collect();
-    let mut u = NativeUnwinder::new(t.pid()).unwrap();
+    let mut u = NativeUnwinder::new(std::rc::Rc::new(pyinspect::target::LiveProcess::new(
+        t.pid(),
+    )))
+    .unwrap();
     let f = unwind_until(&mut u, t.pid(), tids[0], |f| is_blocked_in(f, "read"));
     let n = names(&f);
     assert_eq!(n[0], "read", "{}", show(&f));
@@ -278,7 +281,10 @@ fn scan_continues_past_assembly_without_cfi() {
         .skip(1)
         .map(|x| x.parse().unwrap())
         .collect();
-    let mut u = NativeUnwinder::new(t.pid()).unwrap();
+    let mut u = NativeUnwinder::new(std::rc::Rc::new(pyinspect::target::LiveProcess::new(
+        t.pid(),
+    )))
+    .unwrap();
     let f = unwind_until(&mut u, t.pid(), tids[2], |f| is_blocked_in(f, "read"));
     let n = names(&f);
     let asm = n
@@ -299,7 +305,10 @@ fn binary_without_any_symbols() {
     let dir = built();
     let mut t = Target::spawn(&mut Command::new(dir.join("nosym")));
     assert_eq!(t.line(), "ready");
-    let mut u = NativeUnwinder::new(t.pid()).unwrap();
+    let mut u = NativeUnwinder::new(std::rc::Rc::new(pyinspect::target::LiveProcess::new(
+        t.pid(),
+    )))
+    .unwrap();
     let pid = t.pid();
     let full = dir.join("nosym_full");
     let f = unwind_until(&mut u, pid, pid, |f| {
@@ -336,7 +345,10 @@ fn library_loaded_after_the_unwinder_started() {
             .arg(&late),
     );
     assert_eq!(t.line(), "ready");
-    let mut u = NativeUnwinder::new(t.pid()).unwrap();
+    let mut u = NativeUnwinder::new(std::rc::Rc::new(pyinspect::target::LiveProcess::new(
+        t.pid(),
+    )))
+    .unwrap();
     // Warm the unwinder's caches on the main thread before the dlopen.
     let pid = t.pid();
     let before = unwind_once(&mut u, pid, pid);
@@ -370,7 +382,10 @@ fn python_thread_calling_the_library_through_ctypes() {
     );
     let ready = t.line();
     let tids: serde_json::Value = serde_json::from_str(&ready).unwrap();
-    let mut u = NativeUnwinder::new(t.pid()).unwrap();
+    let mut u = NativeUnwinder::new(std::rc::Rc::new(pyinspect::target::LiveProcess::new(
+        t.pid(),
+    )))
+    .unwrap();
     let tid = tids["blocker"].as_i64().unwrap() as i32;
     let f = unwind_until(&mut u, t.pid(), tid, |f| is_blocked_in(f, "read"));
     let n = names(&f);
@@ -438,7 +453,10 @@ fn warm_unwind_is_fast() {
         .map(|x| x.parse().unwrap())
         .collect();
     let t0 = Instant::now();
-    let mut u = NativeUnwinder::new(t.pid()).unwrap();
+    let mut u = NativeUnwinder::new(std::rc::Rc::new(pyinspect::target::LiveProcess::new(
+        t.pid(),
+    )))
+    .unwrap();
     let first = unwind_until(&mut u, t.pid(), tids[0], |f| is_blocked_in(f, "read"));
     let cold = t0.elapsed();
     let paused = PausedThread::pause(tids[0]).unwrap();

@@ -21,9 +21,11 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::error::Error;
-use crate::memory::{Memory, MemoryExt, ProcessMemory};
-use crate::procfs::{self, MapEntry as Mapping};
+use crate::memory::{Memory, MemoryExt};
+use crate::procfs::MapEntry as Mapping;
+use crate::target::TargetSource;
 use module::{Backing, LoadedModule, SectionData};
+use std::rc::Rc;
 
 pub use merge::{
     display_name, is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry,
@@ -167,7 +169,8 @@ struct ModEntry {
 
 /// Unwinds threads of one target process; keeps per-module caches.
 pub struct NativeUnwinder {
-    pid: i32,
+    /// Where the maps, the mapped files and the vdso's bytes come from.
+    source: Rc<dyn TargetSource>,
     maps: Vec<Mapping>,
     modules: Vec<ModEntry>,
     fh: UnwinderX86_64<SectionData>,
@@ -189,9 +192,9 @@ pub struct NativeUnwinder {
 }
 
 impl NativeUnwinder {
-    pub fn new(pid: i32) -> Result<Self, Error> {
+    pub fn new(source: Rc<dyn TargetSource>) -> Result<Self, Error> {
         let mut u = NativeUnwinder {
-            pid,
+            source,
             maps: Vec::new(),
             modules: Vec::new(),
             fh: UnwinderX86_64::new(),
@@ -211,7 +214,7 @@ impl NativeUnwinder {
     /// Re-read /proc/PID/maps; modules still mapped at the same place keep
     /// their caches, vanished ones are dropped.
     fn refresh(&mut self) -> Result<(), Error> {
-        let maps = procfs::maps(self.pid)?;
+        let maps = self.source.maps()?;
         let mut old: HashMap<(u64, String, u64), ModEntry> = self
             .modules
             .drain(..)
@@ -337,37 +340,31 @@ impl NativeUnwinder {
         let bytes = if m.path == "[vdso]" {
             // The vdso exists only in memory; it is one or two pages.
             let len = (m.end - m.start) as usize;
-            let v = ProcessMemory::new(self.pid)
+            let v = self
+                .source
                 .read_vec(m.start, len, 1 << 20)
                 .map_err(|e| e.to_string())?;
             Backing::Owned(v)
         } else {
-            // map_files reaches deleted files and files inside containers;
-            // /proc/PID/root resolves the path in the target's mount namespace.
-            let candidates = [
-                format!("/proc/{}/map_files/{:x}-{:x}", self.pid, xs, xe),
-                format!("/proc/{}/root{}", self.pid, m.path),
-                m.path.clone(),
-            ];
-            let mut last = None;
-            let mut found = None;
-            for c in &candidates {
-                match Backing::open(c) {
-                    Ok(b) => {
-                        found = Some(b);
-                        break;
-                    }
-                    Err(e) => last = Some(e),
-                }
-            }
-            found.ok_or_else(|| {
-                format!(
-                    "cannot open it: {}",
-                    last.map(|e| e.to_string()).unwrap_or_default()
-                )
-            })?
+            // As the target sees it: a deleted file, a file inside a
+            // container, or one under a core's --root.
+            let exec_map = Mapping {
+                start: xs,
+                end: xe,
+                readable: true,
+                writable: false,
+                executable: true,
+                offset: xoff,
+                inode: m.inode,
+                path: m.path.clone(),
+            };
+            let file = self
+                .source
+                .mapped_file(&exec_map)
+                .ok_or_else(|| "cannot open it: the file is not found".to_string())?;
+            Backing::open(&file).map_err(|e| format!("cannot open it: {e}"))?
         };
-        let root = format!("/proc/{}/root", self.pid);
+        let root = self.source.root().to_string_lossy().into_owned();
         let dir = m.path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         let (xs_map, off) = if m.path == "[vdso]" {
             (m.start, 0)

@@ -27,10 +27,8 @@ impl Deref for Backing {
 }
 
 impl Backing {
-    pub(crate) fn open(path: &str) -> std::io::Result<Backing> {
-        Ok(Backing::Owned(crate::elf::read_file(
-            std::path::Path::new(path),
-        )?))
+    pub(crate) fn open(path: &std::path::Path) -> std::io::Result<Backing> {
+        Ok(Backing::Owned(crate::elf::read_file(path)?))
     }
 }
 
@@ -678,7 +676,7 @@ impl LoadedModule {
             return d.clone();
         }
         let found = self.debug_candidates.iter().find_map(|(path, want_id)| {
-            let b = Backing::open(path).ok()?;
+            let b = Backing::open(std::path::Path::new(path)).ok()?;
             let obj = object::File::parse(&*b).ok()?;
             if let Some(want) = want_id {
                 if obj.build_id().ok().flatten() != Some(want.as_slice()) {

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use crate::native_unwind::{
     self, MergeMethod, Merged, NativeFrame, NativeUnwinder, PyFrameForMerge,
 };
-use crate::procfs;
 use crate::stack::{Frame, FrameKind, NameSource, ThreadStack, ThreadStatus};
+use crate::target::TargetSource;
+use std::rc::Rc;
 
 pub struct NativeStacks {
     unwinder: NativeUnwinder,
@@ -32,8 +33,12 @@ pub struct MergeCounts {
 }
 
 impl NativeStacks {
-    pub fn new(pid: i32, keep_all: bool, debug_info: bool) -> Result<NativeStacks> {
-        let mut unwinder = NativeUnwinder::new(pid)?;
+    pub fn new(
+        source: Rc<dyn TargetSource>,
+        keep_all: bool,
+        debug_info: bool,
+    ) -> Result<NativeStacks> {
+        let mut unwinder = NativeUnwinder::new(source)?;
         // DWARF from separate debug files (libc6-dbg, python3.X-dbg): the
         // file:line and inlined frames gdb shows. Read after the threads
         // are resumed, once per module, and cached; off by default for its
@@ -148,7 +153,7 @@ impl NativeStacks {
     /// A thread Python does not know (--native-all), named from the kernel.
     pub fn foreign_thread(
         &mut self,
-        pid: i32,
+        source: &dyn TargetSource,
         tid: i32,
         state: Option<char>,
         native: &[NativeFrame],
@@ -157,7 +162,7 @@ impl NativeStacks {
         ThreadStack {
             thread_id: 0,
             os_thread_id: Some(tid as u32),
-            name: procfs::comm(pid, tid),
+            name: source.thread_name(tid),
             interpreter: -1,
             status: if matches!(state, Some('R' | 'D')) {
                 ThreadStatus::Active

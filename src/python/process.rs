@@ -5,7 +5,8 @@ use crate::cpython_layouts::{self, debug_offsets, GilLocation, GilSync, Layout};
 use crate::elf::{self, BinaryInfo};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, MemoryExt};
-use crate::procfs::{self, MapEntry};
+use crate::procfs::MapEntry;
+use crate::target::TargetSource;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,13 +172,13 @@ fn version_from_name(path: &str) -> Option<(u8, u8)> {
 }
 
 impl PythonProcess {
-    pub fn open(pid: i32, mem: &dyn Memory) -> Result<PythonProcess> {
-        if !procfs::exists(pid) {
-            return Err(Error::NoSuchProcess(pid));
-        }
-        let exe = procfs::exe(pid)?;
-        let cmdline = procfs::cmdline(pid).unwrap_or_default();
-        let maps = procfs::maps(pid)?;
+    /// Find the interpreter in `source`: a live process or a core file.
+    pub fn open(source: &dyn TargetSource) -> Result<PythonProcess> {
+        let pid = source.pid();
+        let mem: &dyn Memory = source;
+        let exe = source.executable()?;
+        let cmdline = source.command_line().unwrap_or_default();
+        let maps = source.maps()?;
         let exe_path = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_string();
 
         // Candidate binaries: libpython first (shared builds), then the executable.
@@ -197,7 +198,7 @@ impl PythonProcess {
             let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
                 continue;
             };
-            let Some(file) = procfs::target_file(pid, first) else {
+            let Some(file) = source.mapped_file(first) else {
                 warnings.push(format!("cannot open {p}"));
                 continue;
             };

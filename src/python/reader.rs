@@ -9,6 +9,7 @@ use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition, LineTable
 use crate::error::{Error, MemError, Result};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::stack::{Frame, Local, NameSource, ThreadStack, ThreadStatus};
+use crate::target::TargetSource;
 use foldhash::HashMap as FastMap;
 use foldhash::HashMapExt;
 use std::collections::{HashMap, HashSet};
@@ -209,10 +210,10 @@ impl Reader {
 
     /// Each Python thread's kernel tid, and whether it holds the GIL: what
     /// deciding which threads to pause needs, without walking any frame.
-    pub fn python_threads(&mut self, mem: &dyn Memory) -> Result<Vec<(i32, bool)>> {
-        let cache = PageCache::with_buffers(mem, std::mem::take(&mut self.page_buffers));
+    pub fn python_threads(&mut self, src: &dyn TargetSource) -> Result<Vec<(i32, bool)>> {
+        let cache = PageCache::with_buffers(src, std::mem::take(&mut self.page_buffers));
         cache.prefetch_pages(&self.warm_threads);
-        let threads = self.threads(&cache, false)?;
+        let threads = self.threads(src, &cache, false)?;
         let mut holders: HashMap<u64, Option<u64>> = HashMap::new();
         let out = threads
             .iter()
@@ -229,7 +230,12 @@ impl Reader {
     }
 
     /// Walk interpreters and thread states (and frames when `frames`).
-    fn threads(&mut self, mem: &dyn Memory, frames: bool) -> Result<Vec<RawThread>> {
+    fn threads(
+        &mut self,
+        src: &dyn TargetSource,
+        mem: &dyn Memory,
+        frames: bool,
+    ) -> Result<Vec<RawThread>> {
         let l = self.process.layout.clone();
         let mut out = Vec::new();
         let mut buf = vec![0u8; l.thread.size as usize];
@@ -293,9 +299,9 @@ impl Reader {
             }
         }
         if l.thread.native_thread_id.is_none() {
-            self.map_pthreads(mem, &mut out);
+            self.map_pthreads(src, mem, &mut out);
         }
-        self.translate_namespaced(&mut out);
+        self.translate_namespaced(src, &mut out);
         Ok(out)
     }
 
@@ -397,17 +403,14 @@ impl Reader {
     /// learnt once per process from the tids the kernel lists.
     /// A containerised target records tids of its own pid namespace: turn
     /// them into ours (the map is rebuilt when a thread is not in it).
-    fn translate_namespaced(&mut self, threads: &mut [RawThread]) {
-        let pid = self.process.pid;
-        let ns = self
-            .ns_tids
-            .get_or_insert_with(|| crate::procfs::namespaced_tids(pid));
+    fn translate_namespaced(&mut self, src: &dyn TargetSource, threads: &mut [RawThread]) {
+        let ns = self.ns_tids.get_or_insert_with(|| src.namespaced_tids());
         let Some(map) = ns else { return };
         if threads
             .iter()
             .any(|t| t.native_tid.is_some_and(|v| !map.contains_key(&v)))
         {
-            *ns = crate::procfs::namespaced_tids(pid);
+            *ns = src.namespaced_tids();
         }
         let Some(map) = ns else { return };
         for t in threads.iter_mut() {
@@ -415,15 +418,19 @@ impl Reader {
         }
     }
 
-    fn map_pthreads(&mut self, mem: &dyn Memory, threads: &mut [RawThread]) {
+    fn map_pthreads(
+        &mut self,
+        src: &dyn TargetSource,
+        mem: &dyn Memory,
+        threads: &mut [RawThread],
+    ) {
         if self.tid_offset.is_none() && !threads.is_empty() {
             // Learnt once; afterwards the field is read directly, so sampling
             // does not list /proc/PID/task every time. In another pid
             // namespace glibc holds the target's own view of the tids.
-            let pid = self.process.pid;
-            let tidset: HashSet<u32> = match crate::procfs::namespaced_tids(pid) {
+            let tidset: HashSet<u32> = match src.namespaced_tids() {
                 Some(map) => map.keys().copied().collect(),
-                None => match crate::procfs::tasks(pid) {
+                None => match src.threads() {
                     Ok(tids) => tids.iter().map(|t| *t as u32).collect(),
                     Err(_) => return,
                 },
@@ -554,13 +561,13 @@ impl Reader {
     /// scheduler state letter, read before any pausing.
     pub fn snapshot(
         &mut self,
-        mem: &dyn Memory,
+        src: &dyn TargetSource,
         opts: ReadOptions,
         states: &HashMap<i32, char>,
     ) -> Result<Vec<ThreadSnapshot>> {
-        let cache = PageCache::with_buffers(mem, std::mem::take(&mut self.page_buffers));
+        let cache = PageCache::with_buffers(src, std::mem::take(&mut self.page_buffers));
         cache.prefetch_pages(&self.warm_snapshot);
-        let raw = self.threads(&cache, true)?;
+        let raw = self.threads(src, &cache, true)?;
         let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
         for t in &raw {
             gil_by_interp
@@ -1014,6 +1021,7 @@ mod tests {
         put(frame + 0x800 + layout.frame.code, 0xdead_0000);
         let mut mem = SliceMemory::new();
         mem.add(0x1000, region);
+        let mem = crate::target::Recorded::new(mem);
         let mut r = Reader::new(process(layout, head));
         let snap = r
             .snapshot(&mem, ReadOptions::default(), &HashMap::new())
@@ -1053,6 +1061,7 @@ mod tests {
                 .collect();
             let mut mem = SliceMemory::new();
             mem.add(BASE, bytes);
+            let mem = crate::target::Recorded::new(mem);
             for layout in ALL {
                 let mut r = Reader::new(process(layout, BASE));
                 let opts = ReadOptions {
