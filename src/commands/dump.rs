@@ -1,10 +1,12 @@
 //! `pyinspect dump`: every thread's stack, once.
 
+use crate::core::CoreFile;
+use crate::target::TargetSource;
 use crate::error::Error;
 use crate::pause;
 use crate::procfs;
 use crate::sampler::{SamplerConfig, Target};
-use crate::stack::{FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
+use crate::stack::{CrashReport, FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
@@ -79,7 +81,71 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
     })
 }
 
+/// Read a core file once, through the samplers' path on a core source:
+/// nothing is paused, registers are the core's, and the thread that
+/// crashed comes first.
+pub fn read_core(core: &CoreArgs, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
+    let source = CoreFile::open(&core.path, &core.options)?;
+    let crash = source.crash();
+    let location = crash.as_ref().and_then(|c| source.place(c.ip));
+    let mut warnings: Vec<String> = source.warnings().to_vec();
+    let pid = source.pid();
+    let cfg = config(opts);
+    let mut target = Target::open_source(Box::new(source), &cfg)?;
+    let mut threads = target.sample(&cfg)?;
+    let crash = crash.map(|c| {
+        let tid = c.tid as u32;
+        let python = threads
+            .iter()
+            .find(|t| t.os_thread_id == Some(tid))
+            .and_then(|t| t.frames.iter().find(|f| f.kind == FrameKind::Python))
+            .map(|f| {
+                format!(
+                    "{} ({}:{})",
+                    f.function,
+                    f.file.as_deref().unwrap_or("?"),
+                    f.line.unwrap_or(0)
+                )
+            });
+        CrashReport {
+            thread: tid,
+            signal: c.signal_name(),
+            address: c.addr.map(|a| format!("0x{a:x}")),
+            location,
+            python,
+        }
+    });
+    if let Some(c) = &crash {
+        if let Some(i) = threads.iter().position(|t| t.os_thread_id == Some(c.thread)) {
+            let t = threads.remove(i);
+            threads.insert(0, t);
+        }
+    }
+    warnings.extend(target.warnings());
+    Ok(ProcessStacks {
+        pid,
+        command_line: target.cmdline.to_string(),
+        python_version: target.version.clone(),
+        executable: crate::stack::escape_controls(&target.exe).into_owned(),
+        gc_collecting: target.gc_collecting(),
+        threads,
+        warnings: warnings
+            .iter()
+            .map(|w| crate::stack::escape_controls(w).into_owned())
+            .collect(),
+        parent_pid: None,
+        crash,
+    })
+}
+
 pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
+    if let Some(core) = &opts.core {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let p = read_core(core, opts)?;
+        emit(&mut out, &p, opts)?;
+        out.flush()?;
+        return Ok(());
+    }
     if opts.native && opts.nonblocking {
         anyhow::bail!(
             "--native needs the threads paused to read their registers; it cannot be used with --nonblocking"
