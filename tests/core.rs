@@ -90,7 +90,18 @@ fn threads(dump: &Value) -> BTreeMap<u64, Value> {
         .collect()
 }
 
-fn assert_same(live: &Value, core: &Value, what: &str) {
+/// gdb 13's gcore loses the top pages of each thread stack of sid's glibc
+/// (2.41+), which guards thread stacks with guard regions inside one
+/// mapping (MADV_GUARD_INSTALL): reading across a guard page fails, and
+/// gcore writes zeros for the pages it could not read. The outermost
+/// frames of a thread whose chain runs through those pages are then not in
+/// the core: what the core shows must still be the live stack, cut there.
+/// (The kernel's own cores have no such holes: the crash test reads sid's.)
+fn gcore_holes(interp: &Interpreter) -> bool {
+    interp.label.starts_with("sid ")
+}
+
+fn assert_same(live: &Value, core: &Value, what: &str, holes: bool) {
     for key in ["pid", "command_line", "python_version", "executable"] {
         assert_eq!(live[key], core[key], "{what}: {key} differs");
     }
@@ -101,6 +112,36 @@ fn assert_same(live: &Value, core: &Value, what: &str) {
         "{what}: other threads"
     );
     for (tid, lt) in &l {
+        if holes {
+            // The Python frames, cut short; the innermost native frame
+            // (from the core's registers) the same.
+            let python = |t: &Value| -> Vec<Value> {
+                t["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|f| f["kind"] == "python")
+                    .cloned()
+                    .collect()
+            };
+            let (lf, cf) = (python(lt), python(&c[tid]));
+            assert_eq!(
+                lt["frames"][0], c[tid]["frames"][0],
+                "{what}: thread {tid}'s innermost frame"
+            );
+            assert!(
+                !cf.is_empty() && cf.len() <= lf.len() && lf[..cf.len()] == cf[..],
+                "{what}: thread {tid}'s core frames are not the live ones cut short\nlive: {lf:#?}\ncore: {cf:#?}"
+            );
+            let mut lt = lt.clone();
+            lt["frames"] = Value::Null;
+            let mut ct = c[tid].clone();
+            ct["frames"] = Value::Null;
+            // Where the core's stack ends early, it says so.
+            ct["truncated"] = lt["truncated"].clone();
+            assert_eq!(lt, ct, "{what}: thread {tid} differs");
+            continue;
+        }
         assert_eq!(
             lt, &c[tid],
             "{what}: thread {tid} differs\nlive: {lt:#}\ncore: {:#}",
@@ -124,7 +165,7 @@ fn assert_same(live: &Value, core: &Value, what: &str) {
 
 /// Stop the fixture, dump it live, take a core, dump the core: the same
 /// Python stacks, names, locals, and (with --native) native frames.
-fn live_and_core_agree(fx: &Fixture, core_extra: &[&str]) {
+fn live_and_core_agree(fx: &Fixture, core_extra: &[&str], holes: bool) {
     stop(fx.pid);
     let dir = tempfile::tempdir().unwrap();
     let live = dump_json(fx.pid, &["--locals"]);
@@ -132,10 +173,15 @@ fn live_and_core_agree(fx: &Fixture, core_extra: &[&str]) {
     let core = gcore(fx.pid, dir.path());
     let mut extra = vec!["--locals"];
     extra.extend_from_slice(core_extra);
-    assert_same(&live[0], &core_json(&core, &extra), "--locals");
+    assert_same(&live[0], &core_json(&core, &extra), "--locals", holes);
     let mut extra = vec!["--native"];
     extra.extend_from_slice(core_extra);
-    assert_same(&live_native[0], &core_json(&core, &extra), "--native");
+    assert_same(
+        &live_native[0],
+        &core_json(&core, &extra),
+        "--native",
+        holes,
+    );
     // The text rendering of the same stacks.
     let text = dump_core(&core, core_extra);
     text.assert_success();
@@ -158,7 +204,7 @@ fn a_gcore_reads_as_the_live_process() {
         |_| true,
         |interp| {
             let fx = Fixture::spawn(interp, "threads.py", &[]);
-            live_and_core_agree(&fx, &[]);
+            live_and_core_agree(&fx, &[], gcore_holes(interp));
         },
     );
 }
@@ -192,7 +238,7 @@ fn a_chroot_target_reads_with_root() {
     chrooted.label = "sid 3.14 under chroot".into();
     let fx = Fixture::spawn(&chrooted, "threads.py", &[]);
     let root_arg = root.to_str().unwrap().to_string();
-    live_and_core_agree(&fx, &["--root", &root_arg]);
+    live_and_core_agree(&fx, &["--root", &root_arg], gcore_holes(sid));
 
     // Without --root, /usr/bin/python3.14 is not on this host.
     let dir = tempfile::tempdir().unwrap();
@@ -276,8 +322,7 @@ fn a_crash_in_a_c_library_comes_first_with_its_signal() {
         .is_ok_and(|p| !p.starts_with('|') && !p.contains('/'));
     for_each_interpreter(
         "core: crash in C",
-        // Host interpreters: gdb runs them directly.
-        |i| !i.label.starts_with("sid "),
+        |_| true,
         |interp| {
             let dir = tempfile::tempdir().unwrap();
             let so = libcrash(dir.path());

@@ -1,12 +1,12 @@
 //! `pyinspect dump`: every thread's stack, once.
 
 use crate::core::CoreFile;
-use crate::target::TargetSource;
 use crate::error::Error;
 use crate::pause;
 use crate::procfs;
 use crate::sampler::{SamplerConfig, Target};
 use crate::stack::{CrashReport, FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
+use crate::target::TargetSource;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
@@ -116,7 +116,10 @@ pub fn read_core(core: &CoreArgs, opts: &DumpOptions) -> Result<ProcessStacks, E
         }
     });
     if let Some(c) = &crash {
-        if let Some(i) = threads.iter().position(|t| t.os_thread_id == Some(c.thread)) {
+        if let Some(i) = threads
+            .iter()
+            .position(|t| t.os_thread_id == Some(c.thread))
+        {
             let t = threads.remove(i);
             threads.insert(0, t);
         }
