@@ -572,14 +572,20 @@ impl CoreFile {
         let mut files: Vec<MappedFile> = Vec::new();
         for (i, name) in names.iter().enumerate() {
             let plain = name.strip_suffix(" (deleted)").unwrap_or(name);
-            let host = match (&opts.executable, Some(i) == exe_idx) {
-                (Some(exe), true) => Some(exe.clone()),
+            // Under the root first; then, with --root, the path as it is
+            // (a gcore taken from outside a container records host paths).
+            let candidates: Vec<PathBuf> = match (&opts.executable, Some(i) == exe_idx) {
+                (Some(exe), true) => vec![exe.clone()],
                 _ => match Path::new(plain).strip_prefix("/") {
-                    Ok(rel) => Some(root.join(rel)),
-                    Err(_) => None,
+                    Ok(rel) if opts.root.is_some() => vec![root.join(rel), PathBuf::from(plain)],
+                    Ok(_) => vec![PathBuf::from(plain)],
+                    Err(_) => Vec::new(),
                 },
             };
-            let handle = host.as_ref().and_then(|h| File::open(h).ok());
+            let (host, handle) = candidates
+                .into_iter()
+                .find_map(|c| File::open(&c).ok().map(|f| (Some(c), Some(f))))
+                .unwrap_or((None, None));
             let len = handle
                 .as_ref()
                 .and_then(|h| h.metadata().ok())
@@ -587,7 +593,7 @@ impl CoreFile {
             files.push(MappedFile {
                 len,
                 name: name.clone(),
-                host: host.filter(|_| handle.is_some()),
+                host,
                 handle,
             });
         }

@@ -210,8 +210,10 @@ fn a_gcore_reads_as_the_live_process() {
 }
 
 /// Debian sid's interpreter run under chroot, as a container runs it: its
-/// files exist on this host only under the root. Read with --root; without
-/// it, the error says to pass the executable.
+/// files exist on this host only under the root. A gcore taken from the
+/// host records host paths; the kernel's core, written by the process
+/// itself, records the paths it saw (/usr/bin/python3.14): read with
+/// --root, and without it one line that says to pass the executable.
 #[test]
 fn a_chroot_target_reads_with_root() {
     let root = sid_root();
@@ -222,11 +224,16 @@ fn a_chroot_target_reads_with_root() {
     let wrapper = work.path().join("chroot-python3.14");
     let inside = "/tmp/pyinspect-core-test";
     let r = root.display();
+    // The kernel writes "core" into the working directory (core_pattern
+    // "core"), which chroot(1) makes the root's /.
+    let kernel_core = root.join("core");
+    let _ = std::fs::remove_file(&kernel_core);
     std::fs::write(
         &wrapper,
         format!(
             "#!/bin/sh\nset -e\nmkdir -p {r}{inside}\n\
-             cp \"$(dirname \"$1\")/fixture_util.py\" \"$1\" {r}{inside}/\n\
+             cp \"$(dirname \"$1\")\"/*.py {r}{inside}/\n\
+             ulimit -c unlimited\n\
              exec chroot {r} /usr/bin/python3.14 {inside}/$(basename \"$1\")\n"
         ),
     )
@@ -236,19 +243,54 @@ fn a_chroot_target_reads_with_root() {
     let mut chrooted = sid.clone();
     chrooted.python = wrapper;
     chrooted.label = "sid 3.14 under chroot".into();
-    let fx = Fixture::spawn(&chrooted, "threads.py", &[]);
+    let mut fx = Fixture::spawn(&chrooted, "threads.py", &[]);
     let root_arg = root.to_str().unwrap().to_string();
     live_and_core_agree(&fx, &["--root", &root_arg], gcore_holes(sid));
 
-    // Without --root, /usr/bin/python3.14 is not on this host.
-    let dir = tempfile::tempdir().unwrap();
-    let core = gcore(fx.pid, dir.path());
-    let line = assert_one_clean_error_line(&dump_core(&core, &[]));
+    // The kernel's core: abort the stopped process.
+    let live = dump_json(fx.pid, &[]);
+    // SAFETY: kill(2) on the test's own fixture.
+    unsafe {
+        libc::kill(fx.pid, libc::SIGABRT);
+        libc::kill(fx.pid, libc::SIGCONT);
+    }
+    let _ = fx.child.wait();
+    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    assert!(
+        kernel_core.exists(),
+        "the kernel wrote no core into the working directory (core_pattern {:?}): \
+         this test needs core_pattern \"core\"",
+        pattern.trim()
+    );
+    let line = assert_one_clean_error_line(&dump_core(&kernel_core, &[]));
     assert!(
         line.contains("/usr/bin/python3.14") && line.contains("--executable"),
         "{line}"
     );
-    eprintln!("chroot target: {}", chrooted.label);
+    let core = core_json(&kernel_core, &["--root", &root_arg]);
+    assert_eq!(core["warnings"], Value::Null, "{core:#}");
+    assert_eq!(core["python_version"], live[0]["python_version"]);
+    // The threads that sleep did not move between the dump and the abort.
+    let (l, c) = (threads(&live[0]), threads(&core));
+    assert_eq!(l.keys().collect::<Vec<_>>(), c.keys().collect::<Vec<_>>());
+    for (tid, lt) in &l {
+        if ["sleeper", "worker", "recurser", "locals"].contains(&lt["name"].as_str().unwrap_or(""))
+        {
+            assert_eq!(lt, &c[tid], "the kernel's core: thread {tid}");
+        }
+    }
+    // --executable stands in for the executable the root does not hold.
+    let exe = root.join("usr/bin/python3.14");
+    let core2 = core_json(
+        &kernel_core,
+        &["--root", &root_arg, "--executable", exe.to_str().unwrap()],
+    );
+    assert_eq!(threads(&core2), c);
+    let _ = std::fs::remove_file(&kernel_core);
+    eprintln!(
+        "chroot target: {}; kernel core read with --root",
+        chrooted.label
+    );
 }
 
 /// libcrash.so, built from python_fixtures/native/crash.c.
