@@ -392,6 +392,14 @@ fn main() {
     pyinspect::privilege::set_allow_any_user(cli.allow_any_user);
     let result = match cli.command {
         Command::Dump(a) => {
+            // clap's `requires` is not enforced beside `required_unless_present`.
+            if a.core.is_none() && (a.executable.is_some() || a.root.is_some()) {
+                eprintln!(
+                    "pyinspect: --executable and --root say where a core's files are: \
+                     give the core with --core CORE (see pyinspect --help)"
+                );
+                std::process::exit(2);
+            }
             pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
                 pid: a.pid.unwrap_or(0),
                 core: a.core.map(|path| pyinspect::commands::dump::CoreArgs {

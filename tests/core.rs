@@ -428,6 +428,14 @@ fn bad_cores_are_one_clean_line_each() {
         eprintln!("{line}");
     };
 
+    // The core's flags without a core.
+    for extra in [["--executable", "/bin/sleep"], ["--root", "/"]] {
+        let mut args = vec!["dump", "--pid", "1"];
+        args.extend_from_slice(&extra);
+        let line = assert_one_clean_error_line(&pyinspect(&args));
+        assert!(line.contains("--core CORE"), "{line}");
+    }
+
     // Not a core file: text, and an ELF executable.
     let text = d.join("notes.txt");
     std::fs::write(&text, "not a core\n").unwrap();
