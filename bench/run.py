@@ -388,6 +388,53 @@ class Bench:
                          verdict(wall["ours"] <= 0.5 * wall["theirs"]), "ms", f"median of {runs}",
                          self.last_detail["wall_ms"])
 
+    def dump_core(self):
+        """`dump --core` against `pystack core` on one gcore of the 4-thread
+        fixture, plain and with native frames, interleaved; medians of wall
+        time and peak RSS. pystack comes from PyPI in pyenv's 3.11
+        (.ci/core-deps)."""
+        pystack = find_pystack()
+        if not shutil.which("gcore"):
+            raise Skip("gcore (gdb) is not installed: run .ci/core-deps")
+        runs = 5 if self.quick else 15
+        with Target(self.python, "threads.py", 4, 1) as t:
+            os.kill(t.pid, signal.SIGSTOP)
+            base = self.tmp / "core"
+            done = subprocess.run(["gcore", "-o", base, str(t.pid)], capture_output=True, text=True,
+                                  timeout=300)
+            core = Path(f"{base}.{t.pid}")
+            if done.returncode != 0 or not core.exists():
+                raise Skip(f"gcore failed: {first_line(done.stderr)}")
+        size_mib = core.stat().st_size / (1 << 20)
+        try:
+            for label, ours_extra, theirs_extra in (("", [], []), (" --native", ["--native"], ["--native"])):
+                cmds = {
+                    "ours": self.ours("dump", "--core", core, *ours_extra),
+                    "theirs": [pystack, "core", core, *theirs_extra],
+                }
+                walls = {"ours": [], "theirs": []}
+                rss = {"ours": [], "theirs": []}
+                for _ in range(runs):
+                    for who, cmd in cmds.items():
+                        m = run_measured(cmd, timeout=300)
+                        if m.rc != 0:
+                            tool = "pyinspect dump --core" if who == "ours" else "pystack core"
+                            raise Skip(f"{tool} failed: {first_line(m.err)}")
+                        walls[who].append(m.wall * 1000)
+                        rss[who].append(m.rss_mib)
+                wall = {k: statistics.median(v) for k, v in walls.items()}
+                mem = {k: statistics.median(v) for k, v in rss.items()}
+                names = {"ours": "pyinspect", "theirs": "pystack"}
+                note = f"vs pystack core, median of {runs}, {size_mib:.0f} MiB core"
+                self.results.add(f"dump-core{label} wall", wall["ours"], wall["theirs"], "<= 1x pystack",
+                                 verdict(wall["ours"] <= wall["theirs"]), "ms", note,
+                                 {names[k]: v for k, v in walls.items()})
+                self.results.add(f"dump-core{label} peak RSS", mem["ours"], mem["theirs"], "<= 1x pystack",
+                                 verdict(mem["ours"] <= mem["theirs"]), "MiB", note,
+                                 {names[k]: v for k, v in rss.items()})
+        finally:
+            core.unlink(missing_ok=True)
+
     def dump_native_pause(self):
         """How long dump --native stops the target, from the target's view:
         the largest gap a ticking thread sees around one dump, minus the
@@ -934,6 +981,7 @@ SCENARIOS = [
     ("dump-10k-tasks", Bench.dump_10k_tasks),
     ("dump-native-3threads", Bench.dump_native_3threads),
     ("dump-native-pause", Bench.dump_native_pause),
+    ("dump-core", Bench.dump_core),
     ("native-gdb-agreement", Bench.native_gdb_agreement),
     ("record-cpu-per-sample", Bench.record_cpu_per_sample),
     ("record-wall-100Hz", Bench.record_wall_100hz),
@@ -971,6 +1019,15 @@ def pyspy_version(path):
     except OSError:
         return None
     return out.split()[-1] if out.split() else None
+
+
+def find_pystack():
+    """pystack from pyenv's 3.11 (.ci/core-deps installs it from PyPI)."""
+    found = sorted(Path("/root/.pyenv/versions").glob("3.11.*/bin/pystack")) + \
+        [Path(p) for p in [shutil.which("pystack")] if p]
+    if not found:
+        raise Skip("pystack is not installed: run .ci/core-deps")
+    return str(found[0])
 
 
 def find_pyspy(python):

@@ -16,6 +16,28 @@ pub enum MemError {
     Os { addr: u64, errno: i32 },
 }
 
+/// What is wrong with a file given as a core.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CoreProblem {
+    #[error("not an ELF file, so not a core file")]
+    NotElf,
+    #[error("an ELF file of type {0}, not a core file (ELF type 4, ET_CORE)")]
+    NotCore(String),
+    #[error("a core of another architecture ({0}); pyinspect reads x86-64 cores only")]
+    WrongArchitecture(String),
+    #[error("truncated: {0} (the core was cut short while it was written, or copied in part)")]
+    Truncated(String),
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    #[error(
+        "the program it was taken from, {exe}, was not found{where_}; pass the executable's \
+         path with --executable PATH"
+    )]
+    ExecutableNotFound { exe: String, where_: String },
+    #[error("{0}")]
+    Unreadable(String),
+}
+
 #[derive(Debug, Error)]
 pub enum Error {
     #[error("no process with pid {0}")]
@@ -88,8 +110,17 @@ pub enum Error {
     NativeNeedsPause,
     #[error("give either --pid or a command after --, not both")]
     PidAndCommand,
-    #[error("give a process: --pid PID, or for record and top a command to launch after --")]
+    #[error(
+        "give a process: --pid PID, or for record and top a command to launch after --, or \
+         for dump a core file with --core CORE"
+    )]
     NoTarget,
+    #[error("give either --pid or --core, not both")]
+    PidAndCore,
+    #[error(
+        "--executable and --root say where a core's files are: give the core with --core CORE"
+    )]
+    CoreFilesWithoutCore,
     #[error(
         "'{given}' is not a sampling rate (samples per second above 0, like 100, 2.5k or \
          10khz; at most {}k)", crate::sampler::MAX_RATE / 1000.0
@@ -129,6 +160,9 @@ pub enum Error {
     MergeMismatch,
     #[error("cannot launch '{prog}': {why}")]
     Launch { prog: String, why: String },
+    /// A core file that cannot be read as one (`dump --core`).
+    #[error("{path}: {problem}")]
+    BadCore { path: String, problem: CoreProblem },
     #[error("{0}")]
     Io(String),
     /// A cause with no variant of its own yet: prefer adding one, so that
@@ -168,6 +202,9 @@ impl Error {
             Error::NativeNeedsPause => "--native with --nonblocking",
             Error::PidAndCommand => "both --pid and a command",
             Error::NoTarget => "no process given",
+            Error::PidAndCore => "both --pid and --core",
+            Error::BadCore { .. } => "a file that cannot be read as a core",
+            Error::CoreFilesWithoutCore => "--executable or --root without --core",
             Error::NotARate { .. } => "not a sampling rate",
             Error::RateTooHigh { .. } => "a sampling rate too high",
             Error::BadDebugOffsets { .. } => "unusable _Py_DebugOffsets",

@@ -2,6 +2,7 @@
 //! process from the outside.
 
 pub mod commands;
+pub mod core;
 pub mod cpython_layouts;
 pub mod elf;
 pub mod error;

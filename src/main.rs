@@ -129,6 +129,19 @@ struct DumpArgs {
     pid: PidArg,
     #[command(flatten)]
     read: ReadArgs,
+    /// Read a core file (a `gcore` snapshot, or the kernel's core of a
+    /// crash) instead of a running process.
+    #[arg(long, value_name = "CORE", conflicts_with_all = ["subprocesses", "nonblocking"])]
+    core: Option<std::path::PathBuf>,
+    /// With --core: the program the core was taken from, when it is not at
+    /// the path the core recorded.
+    #[arg(long, value_name = "PATH")]
+    executable: Option<std::path::PathBuf>,
+    /// With --core: the target's root directory on this machine (a
+    /// container's or another machine's sysroot); the files the core names
+    /// are looked up under it.
+    #[arg(long, value_name = "DIR")]
+    root: Option<std::path::PathBuf>,
     /// One JSON object per process per line (JSON Lines).
     #[arg(short, long)]
     json: bool,
@@ -267,10 +280,14 @@ struct TopArgs {
 /// The rules between options, one check each (src/options.rs), before
 /// anything is opened, launched or drawn.
 fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
-    use pyinspect::options::{check_read, check_target, require_pid};
+    use pyinspect::options::{check_dump_target, check_read, check_target};
     match command {
         Command::Dump(a) => {
-            require_pid(a.pid.pid)?;
+            check_dump_target(
+                a.pid.pid,
+                a.core.is_some(),
+                a.executable.is_some() || a.root.is_some(),
+            )?;
             check_read(a.native(), a.read.nonblocking)
         }
         Command::Record(RecordArgs { target, read, .. })
@@ -412,23 +429,29 @@ fn main() {
     }
     pyinspect::privilege::set_allow_any_user(cli.allow_any_user);
     let result = match cli.command {
-        Command::Dump(a) => pyinspect::options::require_pid(a.pid.pid)
-            .map_err(anyhow::Error::from)
-            .and_then(|pid| {
-                pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
-                    pid,
-                    json: a.json,
-                    locals: a.locals,
-                    nonblocking: a.read.nonblocking,
-                    subprocesses: a.read.subprocesses,
-                    native: a.native(),
-                    native_all: a.native_all,
-                    native_debug_info: a.native_debug_info,
-                    positions: a.positions,
-                    asyncio: a.asyncio.mode(),
-                })
+        Command::Dump(a) => {
+            let native = a.native();
+            pyinspect::commands::dump::run(&pyinspect::commands::dump::DumpOptions {
+                pid: a.pid.pid.unwrap_or(0),
+                core: a.core.map(|path| pyinspect::commands::dump::CoreArgs {
+                    path,
+                    options: pyinspect::core::CoreOptions {
+                        executable: a.executable,
+                        root: a.root,
+                    },
+                }),
+                json: a.json,
+                locals: a.locals,
+                nonblocking: a.read.nonblocking,
+                subprocesses: a.read.subprocesses,
+                native,
+                native_all: a.native_all,
+                native_debug_info: a.native_debug_info,
+                positions: a.positions,
+                asyncio: a.asyncio.mode(),
             })
-            .map(|()| 0),
+            .map(|()| 0)
+        }
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
         Command::Completions(a) => completions(a.shell),

@@ -28,6 +28,18 @@ pub fn require_pid(pid: Option<i32>) -> Result<i32, Error> {
     pid.ok_or(Error::NoTarget)
 }
 
+/// What `dump` reads: `--pid`, or a core with `--core`, exactly one; the
+/// core's `--executable` and `--root` only with a core.
+pub fn check_dump_target(pid: Option<i32>, core: bool, core_files: bool) -> Result<(), Error> {
+    match (pid, core) {
+        (Some(_), true) => Err(Error::PidAndCore),
+        (None, false) => Err(Error::NoTarget),
+        (None, true) => Ok(()),
+        (Some(_), false) if core_files => Err(Error::CoreFilesWithoutCore),
+        (Some(_), false) => Ok(()),
+    }
+}
+
 /// Samples per second: finite, above 0, at most [`MAX_RATE`]. `given` is
 /// how the user wrote it, for the message.
 pub fn check_rate(rate: f64, given: &str) -> Result<f64, Error> {
@@ -63,6 +75,19 @@ mod tests {
         assert!(matches!(check_target(None, &[]), Err(Error::NoTarget)));
         assert!(check_target(Some(1), &[]).is_ok() && check_target(None, &cmd).is_ok());
         assert!(matches!(require_pid(None), Err(Error::NoTarget)));
+        assert!(matches!(
+            check_dump_target(Some(1), true, false),
+            Err(Error::PidAndCore)
+        ));
+        assert!(matches!(
+            check_dump_target(Some(1), false, true),
+            Err(Error::CoreFilesWithoutCore)
+        ));
+        assert!(check_dump_target(None, true, true).is_ok());
+        assert!(matches!(
+            check_dump_target(None, false, false),
+            Err(Error::NoTarget)
+        ));
         for bad in [0.0, -5.0, f64::NAN, f64::INFINITY] {
             assert!(
                 matches!(check_rate(bad, "x"), Err(Error::NotARate { .. })),

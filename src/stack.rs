@@ -20,6 +20,45 @@ pub struct ProcessStacks {
     /// The parent's pid when this process was found through --subprocesses.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_pid: Option<i32>,
+    /// A core's crash: the thread a fatal signal stopped (listed first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash: Option<CrashReport>,
+}
+
+/// How a core's process crashed, as `dump --core` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CrashReport {
+    /// The crashed thread's OS id.
+    pub thread: u32,
+    /// SIGSEGV, SIGABRT…
+    pub signal: String,
+    /// The faulting address (hex), for the signals of a fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Where the thread was: `module+0xOFFSET` of its instruction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Its innermost Python frame: `function (file:line)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+}
+
+impl CrashReport {
+    /// "crashed with SIGSEGV at 0x10 in libfoo.so+0x1234, called from
+    /// model.forward (model.py:42)".
+    pub fn line(&self) -> String {
+        let mut s = format!("crashed with {}", self.signal);
+        if let Some(a) = &self.address {
+            s.push_str(&format!(" at {a}"));
+        }
+        if let Some(l) = &self.location {
+            s.push_str(&format!(" in {l}"));
+        }
+        if let Some(p) = &self.python {
+            s.push_str(&format!(", called from {p}"));
+        }
+        s
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

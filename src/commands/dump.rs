@@ -1,15 +1,25 @@
 //! `pyinspect dump`: every thread's stack, once.
 
+use crate::core::CoreFile;
 use crate::error::Error;
 use crate::pause;
 use crate::procfs;
 use crate::sampler::{SamplerConfig, Target};
-use crate::stack::{FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
+use crate::stack::{CrashReport, FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
+use crate::target::TargetSource;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
+/// `dump --core`: the core and where to find the files it names.
+pub struct CoreArgs {
+    pub path: std::path::PathBuf,
+    pub options: crate::core::CoreOptions,
+}
+
 pub struct DumpOptions {
     pub pid: i32,
+    /// Read this core file rather than process `pid`.
+    pub core: Option<CoreArgs>,
     pub json: bool,
     /// 0: none; n: arguments and locals, each value up to n × 128 characters.
     pub locals: u8,
@@ -24,9 +34,9 @@ pub struct DumpOptions {
     pub asyncio: crate::sampler::AsyncMode,
 }
 
-/// Read one process once, through the same path as the samplers.
-pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
-    let cfg = SamplerConfig {
+/// What one dump reads.
+fn config(opts: &DumpOptions) -> SamplerConfig {
+    SamplerConfig {
         rate: 1.0,
         duration: None,
         subprocesses: false,
@@ -43,7 +53,12 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
         positions: true,
         waits: crate::wait::WaitDetail::Full,
         asyncio: opts.asyncio,
-    };
+    }
+}
+
+/// Read one process once, through the same path as the samplers.
+pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
+    let cfg = config(opts);
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample_whole(&cfg);
     // A thread that stopped after the budget is let go now, not at exit.
@@ -62,10 +77,78 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
             .map(|w| crate::stack::escape_controls(w).into_owned())
             .collect(),
         parent_pid: None,
+        crash: None,
+    })
+}
+
+/// Read a core file once, through the samplers' path on a core source:
+/// nothing is paused, registers are the core's, and the thread that
+/// crashed comes first.
+pub fn read_core(core: &CoreArgs, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
+    let source = CoreFile::open(&core.path, &core.options)?;
+    let crash = source.crash();
+    let location = crash.as_ref().and_then(|c| source.place(c.ip));
+    let mut warnings: Vec<String> = source.warnings().to_vec();
+    let pid = source.pid();
+    let cfg = config(opts);
+    let mut target = Target::open_source(Box::new(source), &cfg)?;
+    let mut threads = target.sample(&cfg)?;
+    let crash = crash.map(|c| {
+        let tid = c.tid as u32;
+        let python = threads
+            .iter()
+            .find(|t| t.os_thread_id == Some(tid))
+            .and_then(|t| t.frames.iter().find(|f| f.kind == FrameKind::Python))
+            .map(|f| {
+                format!(
+                    "{} ({}:{})",
+                    f.function,
+                    f.file.as_deref().unwrap_or("?"),
+                    f.line.unwrap_or(0)
+                )
+            });
+        CrashReport {
+            thread: tid,
+            signal: c.signal_name(),
+            address: c.addr.map(|a| format!("0x{a:x}")),
+            location,
+            python,
+        }
+    });
+    if let Some(c) = &crash {
+        if let Some(i) = threads
+            .iter()
+            .position(|t| t.os_thread_id == Some(c.thread))
+        {
+            let t = threads.remove(i);
+            threads.insert(0, t);
+        }
+    }
+    warnings.extend(target.warnings());
+    Ok(ProcessStacks {
+        pid,
+        command_line: target.cmdline.to_string(),
+        python_version: target.version.clone(),
+        executable: crate::stack::escape_controls(&target.exe).into_owned(),
+        gc_collecting: target.gc_collecting(),
+        threads,
+        warnings: warnings
+            .iter()
+            .map(|w| crate::stack::escape_controls(w).into_owned())
+            .collect(),
+        parent_pid: None,
+        crash,
     })
 }
 
 pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
+    if let Some(core) = &opts.core {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let p = read_core(core, opts)?;
+        emit(&mut out, &p, opts)?;
+        out.flush()?;
+        return Ok(());
+    }
     crate::options::check_read(opts.native, opts.nonblocking)?;
     pause::install_signal_flag();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -169,6 +252,13 @@ pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> st
             }
         }
         writeln!(out)?;
+        if let Some(c) = p
+            .crash
+            .as_ref()
+            .filter(|c| Some(c.thread) == t.os_thread_id)
+        {
+            writeln!(out, "    {}", c.line())?;
+        }
         if let Some(w) = &t.wait {
             if !w.kernel_stack.is_empty() {
                 writeln!(out, "    kernel: {}", w.kernel_stack.join(" ← "))?;
