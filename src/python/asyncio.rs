@@ -238,9 +238,9 @@ impl AsyncioReader {
             let Some(md) = modules.get(&interp).copied().flatten() else {
                 continue;
             };
-            // The C accelerator, unless blocked (`sys.modules["_asyncio"] = None`).
-            let c_module = sys_module(interp, "_asyncio")
-                .filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"));
+            // The C accelerator, unless blocked (`sys.modules["_asyncio"] = None`):
+            // looked up once the loop is known not to be idle.
+            let c_module;
             {
                 let items = objr.dict_items(md, 1 << 16).unwrap_or_default();
                 let named = |want_name: &str| -> Option<u64> {
@@ -267,6 +267,8 @@ impl AsyncioReader {
                         continue;
                     }
                 }
+                c_module = sys_module(interp, "_asyncio")
+                    .filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"));
                 let limit = want.max_tasks.min(MAX_TASKS) as u64 + 1;
                 for ws in ["_all_tasks", "_scheduled_tasks"] {
                     let Some(w) = named(ws) else { continue };
