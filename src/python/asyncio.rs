@@ -49,6 +49,12 @@ const MAX_CALLBACKS: u64 = 64;
 /// How often a missing `AsyncioDebug` section is looked for again.
 const DEBUG_RESCAN: Duration = Duration::from_secs(1);
 
+/// `record`/`top --async`: how long the tasks read by one sample, and who
+/// awaits whom, serve the next ones, which then read only the running
+/// tasks, the tasks awaiting them and those whose frames are on a thread's
+/// stack. A sample whose running task is not among them reads all again.
+const SAMPLE_CACHE_TTL: Duration = Duration::from_millis(250);
+
 /// `AsyncioDebug`: 13 `uint64_t` (3.14).
 const DEBUG_WORDS: usize = 13;
 
@@ -82,6 +88,7 @@ pub struct AsyncRead {
     pub running_only: bool,
 }
 
+#[derive(Clone)]
 struct RawTask {
     addr: u64,
     loop_: u64,
@@ -96,8 +103,20 @@ struct RawTask {
     awaited_by: Option<Vec<u64>>,
 }
 
+/// The tasks of one interpreter as a sample read them (see `SAMPLE_CACHE_TTL`).
+struct SampleCache {
+    at: Instant,
+    interp: u64,
+    tasks: Vec<RawTask>,
+    parents: Vec<Vec<usize>>,
+    index: HashMap<u64, usize>,
+    /// Coroutine frame (3.11+, inside the coroutine) → task.
+    frames: HashMap<u64, usize>,
+}
+
 pub struct AsyncioReader {
     layout: Option<&'static AsyncioLayout>,
+    sample_cache: Option<SampleCache>,
     lists: Option<Lists>,
     last_debug_scan: Option<Instant>,
     /// Said once: why some tasks cannot be read.
@@ -126,6 +145,7 @@ impl AsyncioReader {
     pub fn new(major: u8, minor: u8) -> AsyncioReader {
         AsyncioReader {
             layout: for_version(major, minor),
+            sample_cache: None,
             lists: None,
             last_debug_scan: None,
             notes: Vec::new(),
@@ -238,9 +258,10 @@ impl AsyncioReader {
             let Some(md) = modules.get(&interp).copied().flatten() else {
                 continue;
             };
-            // The C accelerator, unless blocked (`sys.modules["_asyncio"] = None`).
-            let c_module = sys_module(interp, "_asyncio")
-                .filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"));
+            // The C accelerator, unless blocked (`sys.modules["_asyncio"] = None`):
+            // looked up once the loop is known not to be idle.
+            let c_module;
+            let cached;
             {
                 let items = objr.dict_items(md, 1 << 16).unwrap_or_default();
                 let named = |want_name: &str| -> Option<u64> {
@@ -267,8 +288,40 @@ impl AsyncioReader {
                         continue;
                     }
                 }
+                c_module = sys_module(interp, "_asyncio")
+                    .filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"));
+                // The running tasks first: are they among an earlier
+                // sample's tasks (`SAMPLE_CACHE_TTL`)?
+                if let Some(cur) = named("_current_tasks") {
+                    for (lp, t) in objr.dict_items(cur, 4096).unwrap_or_default() {
+                        running.insert(lp, t);
+                    }
+                }
+                if let (Some(lists), true) = (self.lists, layout.awaited_by.is_some()) {
+                    for &i in &threads {
+                        let ts = snaps[i].tstate;
+                        let lp = mem
+                            .read_u64(ts.wrapping_add(lists.ts_running_loop))
+                            .unwrap_or(0);
+                        let rt = mem
+                            .read_u64(ts.wrapping_add(lists.ts_running_task))
+                            .unwrap_or(0);
+                        if lp != 0 && rt != 0 {
+                            running.insert(lp, rt);
+                        }
+                    }
+                }
+                cached = want.running_only
+                    && self.sample_cache.as_ref().is_some_and(|c| {
+                        c.interp == interp
+                            && c.at.elapsed() < SAMPLE_CACHE_TTL
+                            && running.values().all(|t| c.index.contains_key(t))
+                    });
                 let limit = want.max_tasks.min(MAX_TASKS) as u64 + 1;
                 for ws in ["_all_tasks", "_scheduled_tasks"] {
+                    if cached {
+                        break;
+                    }
                     let Some(w) = named(ws) else { continue };
                     match weakset_members(mem, &objr, layout, w, limit) {
                         Ok(objs) => {
@@ -282,13 +335,13 @@ impl AsyncioReader {
                         Err(e) => self.note(format!("asyncio.tasks.{ws} unreadable: {e}")),
                     }
                 }
-                if let Some(eager) = named("_eager_tasks") {
+                if let Some(eager) = named("_eager_tasks").filter(|_| !cached) {
                     for t in objr.set_items(eager, 1 << 16).unwrap_or_default() {
                         add(t, &mut addrs);
                     }
                 }
                 // 3.14+: the tasks that are no C tasks, in `_asyncio`'s state.
-                if let (Some(ms), Some(module)) = (layout.module_state, c_module) {
+                if let (Some(ms), Some(module), false) = (layout.module_state, c_module, cached) {
                     let (objs, full) =
                         self.module_state_tasks(mem, &objr, layout, &ms, module, limit);
                     if full {
@@ -313,7 +366,11 @@ impl AsyncioReader {
                     .collect();
                 heads.push((interp.wrapping_add(lists.interp_tasks_head), None));
                 for (head, thread) in heads {
-                    let mut node = mem.read_u64(head).unwrap_or(0);
+                    let mut node = if cached {
+                        0
+                    } else {
+                        mem.read_u64(head).unwrap_or(0)
+                    };
                     let mut steps = 0;
                     while node != 0 && node != head && steps < want.max_tasks.min(MAX_TASKS) {
                         steps += 1;
@@ -358,9 +415,36 @@ impl AsyncioReader {
             if addrs.is_empty() {
                 continue;
             }
-            // One batched read for every task's struct.
-            mem.prefetch(addrs.iter().map(|a| (*a, layout.task_size as usize)));
-            let tasks = self.read_tasks(&objr, layout, &addrs);
+            let (tasks, parents) = if cached {
+                self.tasks_from_sample_cache(&objr, layout, &running, snaps, &threads)
+            } else {
+                // One batched read for every task's struct.
+                mem.prefetch(addrs.iter().map(|a| (*a, layout.task_size as usize)));
+                let tasks = self.read_tasks(&objr, layout, &addrs);
+                let index: HashMap<u64, usize> =
+                    tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
+                let parents = self.parents(&objr, layout, &tasks, &index);
+                if want.running_only {
+                    let frames = match layout.gen_frame {
+                        GenFrame::Embedded(o) => tasks
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, t)| t.coro != 0)
+                            .map(|(k, t)| (t.coro.wrapping_add(o), k))
+                            .collect(),
+                        GenFrame::Pointer(_) => HashMap::new(),
+                    };
+                    self.sample_cache = Some(SampleCache {
+                        at: Instant::now(),
+                        interp,
+                        tasks: tasks.clone(),
+                        parents: parents.clone(),
+                        index,
+                        frames,
+                    });
+                }
+                (tasks, parents)
+            };
             if tasks.is_empty() {
                 continue;
             }
@@ -396,9 +480,6 @@ impl AsyncioReader {
                 };
                 by_thread.entry(th).or_default().push(k);
             }
-            let index: HashMap<u64, usize> =
-                tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
-            let parents = self.parents(&objr, layout, &tasks, &index);
             let mut sleeps: HashMap<u64, Option<Timers>> = HashMap::new();
             for (th, ks) in by_thread {
                 let tt = self.thread_tasks(
@@ -498,6 +579,64 @@ impl AsyncioReader {
             self.note("_asyncio's registry of eager Python-level tasks is no set: not read".into());
         }
         (out, full)
+    }
+
+    /// From an earlier sample's tasks: the running ones, those whose
+    /// coroutine frames are on a thread's stack (eager tasks in their first
+    /// step) and their awaiters, each read again; who awaits whom as that
+    /// sample found it.
+    fn tasks_from_sample_cache(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        running: &HashMap<u64, u64>,
+        snaps: &[ThreadSnapshot],
+        threads: &[usize],
+    ) -> (Vec<RawTask>, Vec<Vec<usize>>) {
+        let Some(c) = self.sample_cache.as_ref() else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut queue: Vec<usize> = running
+            .values()
+            .filter_map(|a| c.index.get(a).copied())
+            .collect();
+        for &i in threads {
+            queue.extend(snaps[i].frame_addrs.iter().filter_map(|f| c.frames.get(f)));
+        }
+        let mut picked: Vec<usize> = Vec::new();
+        let mut inset: HashSet<usize> = HashSet::new();
+        while let Some(k) = queue.pop() {
+            if picked.len() >= MAX_CHAIN * 4 {
+                break;
+            }
+            if k < c.tasks.len() && inset.insert(k) {
+                picked.push(k);
+                queue.extend(c.parents.get(k).into_iter().flatten().copied());
+            }
+        }
+        let addrs: Vec<u64> = picked.iter().map(|k| c.tasks[*k].addr).collect();
+        let awaiters: HashMap<u64, Vec<u64>> = picked
+            .iter()
+            .map(|&k| {
+                let ps = c.parents[k].iter().map(|p| c.tasks[*p].addr).collect();
+                (c.tasks[k].addr, ps)
+            })
+            .collect();
+        let tasks = self.read_tasks(objr, l, &addrs);
+        let index: HashMap<u64, usize> =
+            tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
+        let parents = tasks
+            .iter()
+            .map(|t| {
+                awaiters
+                    .get(&t.addr)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| index.get(a).copied())
+                    .collect()
+            })
+            .collect();
+        (tasks, parents)
     }
 
     /// The type's MRO as type names, cached per type.
@@ -1614,6 +1753,17 @@ mod tests {
                 let parents = vec![Vec::new(); tasks.len()];
                 let mut sleeps = HashMap::new();
                 let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64, false);
+                // An earlier sample's tasks over corrupt memory: read again, bounded.
+                r.sample_cache = Some(SampleCache {
+                    at: Instant::now(),
+                    interp: BASE + 128,
+                    tasks: tasks.clone(),
+                    parents: (0..tasks.len()).map(|k| vec![(k + 1) % tasks.len()]).collect(),
+                    index: tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect(),
+                    frames: tasks.iter().enumerate().map(|(k, t)| (t.coro, k)).collect(),
+                });
+                let running: HashMap<u64, u64> = tasks.first().map(|t| (t.loop_, t.addr)).into_iter().collect();
+                let _ = r.tasks_from_sample_cache(&objr, l, &running, &snaps, &[0]);
                 let cache = PageCache::new(&mem);
                 for a in addrs {
                     if let Some(ms) = l.module_state {
