@@ -107,6 +107,9 @@ fn read_symbols_only(path: &Path) -> std::io::Result<Vec<u8>> {
     }
 }
 
+/// A file's bytes with only some ranges read, and those ranges (sorted).
+pub(crate) type SparseFile = (Vec<u8>, Vec<std::ops::Range<u64>>);
+
 /// An ELF64 little-endian file's ELF header, program and section headers,
 /// section names and the sections `wanted(name, sh_type, sh_flags)` picks,
 /// in a zeroed buffer as long as the file (unread pages are never touched,
@@ -117,7 +120,7 @@ pub(crate) fn read_sections(
     file: &std::fs::File,
     min_len: u64,
     wanted: impl Fn(&[u8], u32, u64) -> bool,
-) -> std::io::Result<Option<(Vec<u8>, Vec<std::ops::Range<u64>>)>> {
+) -> std::io::Result<Option<SparseFile>> {
     use std::ops::Range;
     use std::os::unix::fs::FileExt;
     let len = file.metadata()?.len();

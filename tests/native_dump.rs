@@ -988,3 +988,109 @@ fn numpy_matmul_through_openblas() {
         },
     );
 }
+
+/// The functions of the blocker thread's native stack, as `dump --native`
+/// names them with `env` set (HOME and DEBUGINFOD_CACHE_PATH only).
+fn blocker_names(pid: i32, env: &[(&str, &Path)]) -> Vec<String> {
+    let mut c = Command::new(common::pyinspect_bin());
+    c.args(["dump", "--pid", &pid.to_string(), "--json", "--native"])
+        .env_remove("DEBUGINFOD_CACHE_PATH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = common::run_command(c, Duration::from_secs(60));
+    out.assert_success();
+    let d = out.json_lines().remove(0);
+    let t = thread_named(&d, "blocker").expect("blocker thread");
+    frames_of(t)
+        .iter()
+        .filter(|f| is_native(f) && module(f) == "libfixture.so")
+        .map(|f| name(f).to_string())
+        .collect()
+}
+
+/// Names from a debuginfod client's cache: the stripped library's static
+/// helpers are named once the cache holds its debug file under its real
+/// build-id, as `$DEBUGINFOD_CACHE_PATH/BUILDID/debuginfo` or
+/// `~/.cache/debuginfod_client/BUILDID/debuginfo` (where `debuginfod-find`
+/// and gdb put what they fetch); a file there whose build-id differs is not
+/// used. One interpreter: the lookup is the library's, not Python's.
+#[test]
+fn debuginfod_cache_names_stripped_functions() {
+    use object::Object;
+    let dir = built();
+    let interp = common::find_interpreter("pyenv's 3.12", |i| {
+        i.version == (3, 12) && i.label.starts_with("pyenv") && !i.debug
+    });
+    let fx = Fixture::spawn(interp, "native/native_dump.py", &[dir.to_str().unwrap()]);
+    let lib = std::fs::read(dir.join("libfixture.so")).unwrap();
+    let id: String = object::File::parse(&lib[..])
+        .unwrap()
+        .build_id()
+        .unwrap()
+        .expect("gcc gives the library a build-id")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let empty_home = tmp.path().join("empty-home");
+    std::fs::create_dir_all(&empty_home).unwrap();
+    let put = |cache: &Path, from: &Path| {
+        std::fs::create_dir_all(cache.join(&id)).unwrap();
+        run(Command::new("objcopy").args([
+            "--only-keep-debug",
+            from.to_str().unwrap(),
+            cache.join(&id).join("debuginfo").to_str().unwrap(),
+        ]));
+    };
+    let cache = tmp.path().join("cache");
+    put(&cache, &dir.join("libfixture_full.so"));
+    let home = tmp.path().join("home");
+    put(
+        &home.join(".cache/debuginfod_client"),
+        &dir.join("libfixture_full.so"),
+    );
+    // The same library linked with another build-id (so the same names at
+    // the same addresses), filed under this build's id: not to be used.
+    let other = tmp.path().join("libfixture_other.so");
+    let mut c = Command::new("gcc");
+    c.args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
+        .arg(format!("-Wl,--build-id=0x{}", "ab".repeat(20)))
+        .arg("-o")
+        .arg(&other);
+    for src in ["fixture.c", "fixture_asm.s", "fixture_threads.c"] {
+        c.arg(format!("{SRC}/{src}"));
+    }
+    run(&mut c);
+    let wrong = tmp.path().join("wrong");
+    put(&wrong, &other);
+
+    let named = |n: &[String]| {
+        ["helper_read", "helper_mid"]
+            .iter()
+            .all(|h| n.iter().any(|x| x == h))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let bare = loop {
+        let n = blocker_names(fx.pid, &[("HOME", &empty_home)]);
+        if n.iter().any(|x| x == "fixture_block") || Instant::now() > deadline {
+            break n;
+        }
+        sleep(Duration::from_millis(100));
+    };
+    assert!(bare.iter().any(|x| x == "fixture_block"), "{bare:?}");
+    assert!(!named(&bare), "named without a debug file: {bare:?}");
+    let n = blocker_names(
+        fx.pid,
+        &[("HOME", &empty_home), ("DEBUGINFOD_CACHE_PATH", &cache)],
+    );
+    assert!(named(&n), "$DEBUGINFOD_CACHE_PATH: {n:?}");
+    let n = blocker_names(fx.pid, &[("HOME", &home)]);
+    assert!(named(&n), "~/.cache/debuginfod_client: {n:?}");
+    let n = blocker_names(
+        fx.pid,
+        &[("HOME", &empty_home), ("DEBUGINFOD_CACHE_PATH", &wrong)],
+    );
+    assert!(!named(&n), "another build's debug file was used: {n:?}");
+    eprintln!("debuginfod cache: covered {} (build-id {id})", interp.label);
+}

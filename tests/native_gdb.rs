@@ -145,6 +145,13 @@ struct Frame {
     /// two aliases of one function (`pthread_cond_timedwait` and glibc's
     /// DWARF name `___pthread_cond_timedwait64`) are the same frame.
     at: Option<u64>,
+    /// gdb's TAILCALL_FRAME: a caller that jumped to its callee (a tail
+    /// call) has no frame on the stack any more; gdb rebuilds it from the
+    /// DWARF call-site records (DW_TAG_call_site, DW_AT_call_tail_call) of
+    /// the debug file. pyinspect shows the stack's frames only, so it lacks
+    /// these; they are counted as gdb's frames all the same, and the table
+    /// says how many of the missing ones they are.
+    tail_call: bool,
 }
 
 /// Names as both tools print them, made comparable: no argument list, no
@@ -260,6 +267,31 @@ fn code_ranges(pid: i32) -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
+/// A gdb Python script printing `TAILCALL tid level` for each frame of
+/// each thread that gdb synthesised for a tail call (its TAILCALL_FRAME):
+/// levels are `bt`'s frame numbers.
+fn tail_call_script() -> PathBuf {
+    let path = built().join("tail_calls.py");
+    std::fs::write(
+        &path,
+        "import gdb\n\
+         for inf in gdb.inferiors():\n\
+         \x20   for th in inf.threads():\n\
+         \x20       th.switch()\n\
+         \x20       f, level = gdb.newest_frame(), 0\n\
+         \x20       while f is not None and level < 10000:\n\
+         \x20           if f.type() == gdb.TAILCALL_FRAME:\n\
+         \x20               print('TAILCALL %d %d' % (th.ptid[1], level))\n\
+         \x20           try:\n\
+         \x20               f = f.older()\n\
+         \x20           except gdb.error:\n\
+         \x20               break\n\
+         \x20           level += 1\n",
+    )
+    .unwrap();
+    path
+}
+
 /// `thread apply all bt` of a stopped process: frames per kernel tid, and
 /// how many frames were junk: a pc outside all code (gdb's heuristic
 /// unwinders produce those after a frame without CFI, then resynchronise),
@@ -285,9 +317,18 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
         .args(["-p", &pid.to_string(), "-batch", "-nx"])
         .args(["-ex", "set print frame-arguments none"])
         .args(["-ex", "thread apply all bt"])
+        .args(["-x", tail_call_script().to_str().unwrap()])
         .output()
         .expect("run gdb");
     let text = String::from_utf8_lossy(&out.stdout);
+    // "TAILCALL tid level" from the script: which of bt's frames gdb made up.
+    let tail_calls: std::collections::HashSet<(i32, usize)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.strip_prefix("TAILCALL ")?.split_whitespace();
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect();
     let mut stacks: HashMap<i32, Vec<Vec<(Frame, bool)>>> = HashMap::new();
     let mut tid = None;
     for line in text.lines() {
@@ -310,6 +351,13 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
         let Some(rest) = line.strip_prefix('#') else {
             continue;
         };
+        let level: usize = rest
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or(usize::MAX);
+        let tail_call = tail_calls.contains(&(t, level));
         let rest = rest.trim_start_matches(|c: char| c.is_ascii_digit()).trim();
         let (physical, body) = match rest.split_once(" in ") {
             Some((a, b)) if a.starts_with("0x") => (true, b),
@@ -345,6 +393,7 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
             module,
             python,
             at,
+            tail_call,
         };
         let groups = stacks.get_mut(&t).unwrap();
         // A frame with an address starts a physical frame; those without
@@ -407,6 +456,7 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
                     module: Some(module_name(raw)),
                     python: false,
                     at,
+                    tail_call: false,
                 });
                 // As for gdb: nothing past the thread's start.
                 if start {
@@ -418,6 +468,7 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
                     module: None,
                     python: true,
                     at: None,
+                    tail_call: false,
                 });
             }
         }
@@ -452,8 +503,8 @@ fn same(g: &Frame, p: &Frame) -> bool {
         }
 }
 
-/// Longest common subsequence under [`same`]: (gdb frames matched).
-fn aligned(g: &[Frame], p: &[Frame]) -> usize {
+/// Longest common subsequence under [`same`]: which of gdb's frames matched.
+fn aligned(g: &[Frame], p: &[Frame]) -> Vec<bool> {
     let mut t = vec![vec![0usize; p.len() + 1]; g.len() + 1];
     for i in (0..g.len()).rev() {
         for j in (0..p.len()).rev() {
@@ -464,7 +515,20 @@ fn aligned(g: &[Frame], p: &[Frame]) -> usize {
             };
         }
     }
-    t[0][0]
+    let mut matched = vec![false; g.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < g.len() && j < p.len() {
+        if same(&g[i], &p[j]) && t[i][j] == t[i + 1][j + 1] + 1 {
+            matched[i] = true;
+            i += 1;
+            j += 1;
+        } else if t[i + 1][j] >= t[i][j + 1] {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    matched
 }
 
 fn show(f: &[Frame]) -> String {
@@ -474,9 +538,10 @@ fn show(f: &[Frame]) -> String {
                 "<python>".to_string()
             } else {
                 format!(
-                    "{}({})",
+                    "{}({}){}",
                     f.name.as_deref().unwrap_or("??"),
-                    f.module.as_deref().unwrap_or("")
+                    f.module.as_deref().unwrap_or(""),
+                    if f.tail_call { "[tail call]" } else { "" }
                 )
             }
         })
@@ -518,6 +583,9 @@ struct Row {
     merges: usize,
     /// gdb frames left out: pc outside all code.
     gdb_junk: usize,
+    /// gdb's synthesised tail-call frames, and how many pyinspect missed.
+    tail_calls: usize,
+    tail_calls_missed: usize,
     detail: String,
 }
 
@@ -574,7 +642,14 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
             continue;
         };
         row.threads += 1;
-        let m = aligned(g, p);
+        let matched = aligned(g, p);
+        let m = matched.iter().filter(|&&x| x).count();
+        for (f, &ok) in g.iter().zip(&matched) {
+            if f.tail_call {
+                row.tail_calls += 1;
+                row.tail_calls_missed += usize::from(!ok);
+            }
+        }
         row.gdb_frames += g.len();
         row.matched += m;
         row.extra += p.len() - m;
@@ -610,13 +685,13 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
 
 fn print_table(rows: &[Row]) -> (f64, usize, f64) {
     let mut s = String::from(
-        "\ngdb oracle: workload/interpreter          threads  gdb frames  agree  extra  merged right  gdb junk\n",
+        "\ngdb oracle: workload/interpreter          threads  gdb frames  agree  extra  merged right  gdb junk  tail calls missed/gdb's\n",
     );
-    let (mut g, mut m, mut x, mut mo, mut ma) = (0, 0, 0, 0, 0);
+    let (mut g, mut m, mut x, mut mo, mut ma, mut tc, mut tm) = (0, 0, 0, 0, 0, 0, 0);
     for r in rows {
         let _ = writeln!(
             s,
-            "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>6}/{:<6} {:>4}",
+            "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>6}/{:<6} {:>4} {:>9}/{}",
             r.label,
             r.threads,
             r.gdb_frames,
@@ -624,13 +699,17 @@ fn print_table(rows: &[Row]) -> (f64, usize, f64) {
             r.extra,
             r.merges_ok,
             r.merges,
-            r.gdb_junk
+            r.gdb_junk,
+            r.tail_calls_missed,
+            r.tail_calls
         );
         g += r.gdb_frames;
         m += r.matched;
         x += r.extra;
         mo += r.merges_ok;
         ma += r.merges;
+        tc += r.tail_calls;
+        tm += r.tail_calls_missed;
     }
     let agree = 100.0 * m as f64 / g.max(1) as f64;
     let merged = 100.0 * mo as f64 / ma.max(1) as f64;
@@ -638,6 +717,18 @@ fn print_table(rows: &[Row]) -> (f64, usize, f64) {
         s,
         "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>5.1}%",
         "all", "", g, agree, x, merged
+    );
+    // The same figure without the frames gdb rebuilt for tail calls (no
+    // stack frame exists for them; see Frame::tail_call).
+    let _ = writeln!(
+        s,
+        "  {} of {} gdb frames missed are its synthesised tail-call frames ({} of {} tail-call frames shown); \
+         without them {:.1}% agree",
+        tm,
+        g - m,
+        tc - tm,
+        tc,
+        100.0 * (m - (tc - tm)) as f64 / (g - tc).max(1) as f64
     );
     for r in rows.iter().filter(|r| !r.detail.is_empty()) {
         let _ = write!(s, "{}:\n{}", r.label, r.detail);
@@ -684,6 +775,45 @@ fn sid_chroot(version: &str) -> Interpreter {
     i
 }
 
+/// Debian's static 3.11 as a host without python3.11-dbg sees it: a copy of
+/// the matrix's binary whose build-id (flipped) names no installed debug
+/// file and whose `.gnu_debuglink` names no file next to the copy, so
+/// neither gdb nor pyinspect finds `python3.11-dbg`'s file; only `.dynsym`
+/// names its functions. (CI installs python3.11-dbg, so without the copy
+/// the oracle would never see this build bare.)
+fn debian_without_dbg() -> Interpreter {
+    use object::Object;
+    let mut i = matrix("Debian's static 3.11", (3, 11), "debian");
+    let mut bytes = std::fs::read(&i.python).unwrap();
+    let id = object::File::parse(&bytes[..])
+        .ok()
+        .and_then(|o| o.build_id().ok().flatten().map(<[u8]>::to_vec))
+        .expect("Debian's python3.11 has a build-id");
+    let at = bytes
+        .windows(id.len())
+        .position(|w| w == id)
+        .expect("build-id bytes in the file");
+    for b in &mut bytes[at..at + id.len()] {
+        *b ^= 0xff;
+    }
+    let hex: String = bytes[at..at + id.len()]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+    assert!(!Path::new(&debug).exists(), "{debug} exists");
+    let copy = built().join("python3.11-without-dbg");
+    std::fs::write(&copy, &bytes).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    i.label = "debian 3.11 without its -dbg file".to_string();
+    i.python = copy.clone();
+    i.interpreter_file = copy;
+    i.symbols = false;
+    i.own_dwarf = false;
+    i
+}
+
 fn spawn(interp: &Interpreter, mode: &str) -> Fixture {
     let dir = built().to_str().unwrap().to_string();
     Fixture::spawn_with_timeout(
@@ -695,14 +825,16 @@ fn spawn(interp: &Interpreter, mode: &str) -> Fixture {
 }
 
 /// The C workloads (segment-gap library, deadlock, C++ with inlining and
-/// exceptions) under pyenv's, Debian's static and Debian sid's stripped
-/// interpreters.
+/// exceptions) under pyenv's, Debian's static (with and without its -dbg
+/// file) and Debian sid's stripped interpreters (on the host, without their
+/// -dbg files; in a chroot, with them).
 #[test]
 fn ctypes_workloads_agree_with_gdb() {
     let interps = [
         matrix("pyenv's 3.11", (3, 11), "pyenv"),
         matrix("pyenv's 3.12", (3, 12), "pyenv"),
         matrix("Debian's static 3.11", (3, 11), "debian"),
+        debian_without_dbg(),
         matrix("sid's stripped LTO 3.13", (3, 13), "sid"),
         matrix("sid's stripped tail-calling 3.14", (3, 14), "sid"),
         sid_chroot("3.13"),
