@@ -40,6 +40,17 @@ fn py312() -> &'static Interpreter {
         .expect("pyenv 3.12")
 }
 
+/// Debian's static 3.11 release build, from the harness.
+fn debian_python() -> String {
+    find_interpreter("Debian's static 3.11 release build", |i| {
+        i.label.starts_with("debian ") && i.static_build && !i.debug
+    })
+    .python
+    .to_str()
+    .expect("a UTF-8 path")
+    .to_string()
+}
+
 fn is_root() -> bool {
     // SAFETY: plain id getter.
     unsafe { libc::geteuid() == 0 }
@@ -439,10 +450,11 @@ fn signal_storm_loses_none_doubles_none_holds_none() {
             let mut c = Command::new(pyinspect_bin());
             c.args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
             let rec = c.spawn().unwrap();
-            // Bursts of queued SIGRTMIN while the recording runs.
+            // Bursts of queued SIGRTMIN while the recording runs (from its
+            // first sample on).
             let mut sent = 0u64;
             let t0 = Instant::now();
-            std::thread::sleep(Duration::from_millis(300));
+            wait_following(rec.id(), fx_pid);
             while t0.elapsed() < Duration::from_millis(2500) {
                 for _ in 0..50 {
                     // SAFETY: kill(2) on our child with a valid signal.
@@ -1061,7 +1073,8 @@ fn spawn_at_pid(want: i32, argv: &[&str]) -> Option<std::process::Child> {
 fn pid_reuse_ends_the_record() {
     let _serial = serial();
     assert!(is_root());
-    let impostor = "/usr/bin/python3.11";
+    let impostor = debian_python();
+    let impostor = impostor.as_str();
     let code = "import sys\ndef impostor_function():\n    while True: pass\nprint('READY', flush=True)\nimpostor_function()\n";
     let mut reused = 0;
     for trial in 0..8 {
@@ -1298,7 +1311,7 @@ fn capability_scope_is_the_invoking_user() {
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
-            "/usr/bin/python3.11",
+            &debian_python(),
             "-c",
         ])
         .arg("def own_loop():\n    while True: pass\nprint('READY', flush=True)\nown_loop()\n")
@@ -1323,7 +1336,7 @@ fn capability_scope_is_the_invoking_user() {
         &bin,
         &[
             "record", "-d", "2", "-f", "raw", "-o", prof.to_str().unwrap(), "--",
-            "/usr/bin/python3.11", "-c",
+            &debian_python(), "-c",
             "import time\nprint(open('/proc/self/status').read(), flush=True)\nt=time.time()\nwhile time.time()-t < 0.5: pass\n",
         ],
     );

@@ -25,19 +25,6 @@ fn pyenv(version: (u32, u32)) -> PathBuf {
     })
 }
 
-/// The interpreters the format test must cover: the whole matrix (a
-/// missing one fails in the harness).
-fn required_pythons() -> Vec<PathBuf> {
-    common::interpreters()
-        .iter()
-        .map(|i| i.python.clone())
-        .collect()
-}
-
-fn all_pythons() -> Vec<PathBuf> {
-    required_pythons()
-}
-
 /// The newest release builds of the matrix (sid's 3.14 and 3.15), for the
 /// launch-mode and subprocess tests that otherwise run on 3.12.
 fn newest_pythons() -> Vec<PathBuf> {
@@ -188,45 +175,60 @@ fn every_format_reads_back_on_every_required_version() {
     // Each version gets two formats (rotating), so every format meets
     // several versions and the suite stays short.
     let threads = fixture("record_threads.py");
-    for (i, python) in required_pythons().iter().enumerate() {
-        for k in 0..2 {
-            let format = FORMATS[(2 * i + k) % FORMATS.len()];
-            let mut args = vec!["-f", format, "-r", "200"];
-            args.extend(launch_args(python, &threads, &["0.7"]));
-            let r = record(&args);
-            assert_eq!(
-                r.code(),
-                Some(0),
-                "{} {format}: {}",
-                python.display(),
-                r.stderr()
-            );
-            let ctx = format!("{} {format}: {}", python.display(), r.stderr());
-            let text = read_back(format, &r.file, &ctx);
-            for name in ["busy_main", "busy_worker"] {
-                assert!(
-                    text.contains(name),
-                    "{} {format}: {name} missing\n{}",
+    // The whole matrix (a missing interpreter fails in the harness).
+    common::for_each_interpreter(
+        "every_format_reads_back",
+        |_| true,
+        |interp| {
+            let i = common::interpreters()
+                .iter()
+                .position(|x| x.label == interp.label)
+                .unwrap();
+            let python = &interp.python;
+            for k in 0..2 {
+                let format = FORMATS[(2 * i + k) % FORMATS.len()];
+                let mut args = vec!["-f", format, "-r", "200"];
+                args.extend(launch_args(python, &threads, &["0.7"]));
+                let r = record(&args);
+                assert_eq!(
+                    r.code(),
+                    Some(0),
+                    "{} {format}: {}",
                     python.display(),
                     r.stderr()
                 );
+                let ctx = format!("{} {format}: {}", python.display(), r.stderr());
+                let text = read_back(format, &r.file, &ctx);
+                for name in ["busy_main", "busy_worker"] {
+                    assert!(
+                        text.contains(name),
+                        "{} {format}: {name} missing\n{}",
+                        python.display(),
+                        r.stderr()
+                    );
+                }
+                assert!(r.stderr().contains("wrote"), "{}", r.stderr());
             }
-            assert!(r.stderr().contains("wrote"), "{}", r.stderr());
-        }
-    }
+        },
+    );
 }
 
 #[test]
 fn smoke_every_installed_version() {
     let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let threads = fixture("record_threads.py");
-    for python in all_pythons() {
-        let mut args = vec!["-f", "raw", "-r", "100"];
-        args.extend(launch_args(&python, &threads, &["0.4"]));
-        let r = record(&args);
-        assert_eq!(r.code(), Some(0), "{}: {}", python.display(), r.stderr());
-        assert!(r.count_with("busy_main") > 0, "{}", python.display());
-    }
+    common::for_each_interpreter(
+        "record_smoke",
+        |_| true,
+        |interp| {
+            let python = &interp.python;
+            let mut args = vec!["-f", "raw", "-r", "100"];
+            args.extend(launch_args(python, &threads, &["0.4"]));
+            let r = record(&args);
+            assert_eq!(r.code(), Some(0), "{}: {}", python.display(), r.stderr());
+            assert!(r.count_with("busy_main") > 0, "{}", python.display());
+        },
+    );
 }
 
 #[test]
