@@ -601,7 +601,13 @@ impl AsyncioReader {
             .filter_map(|a| c.index.get(a).copied())
             .collect();
         for &i in threads {
-            queue.extend(snaps[i].frame_addrs.iter().filter_map(|f| c.frames.get(f)));
+            queue.extend(
+                snaps[i]
+                    .stack
+                    .frames
+                    .iter()
+                    .filter_map(|f| c.frames.get(&f.mark?.addr)),
+            );
         }
         let mut picked: Vec<usize> = Vec::new();
         let mut inset: HashSet<usize> = HashSet::new();
