@@ -67,17 +67,17 @@ pub(crate) struct SigInfo {
 
 /// The thread that crashed, and how.
 #[derive(Debug, Clone)]
-pub struct Crash {
-    pub tid: i32,
-    pub signal: i32,
+pub(crate) struct Crash {
+    pub(crate) tid: i32,
+    pub(crate) signal: i32,
     /// The faulting address, for the signals that have one.
-    pub addr: Option<u64>,
-    pub ip: u64,
+    pub(crate) addr: Option<u64>,
+    pub(crate) ip: u64,
 }
 
 impl Crash {
     /// SIGSEGV, SIGABRT…
-    pub fn signal_name(&self) -> String {
+    pub(crate) fn signal_name(&self) -> String {
         signal_name(self.signal)
     }
 }
@@ -140,8 +140,7 @@ struct MappedFile {
     len: u64,
 }
 
-pub struct CoreFile {
-    path: PathBuf,
+pub(crate) struct CoreFile {
     file: File,
     /// Sorted by address, not overlapping.
     segments: Vec<Segment>,
@@ -291,7 +290,7 @@ fn read_upto(f: &File, off: u64, len: usize) -> Vec<u8> {
 }
 
 impl CoreFile {
-    pub fn open(path: &Path, opts: &CoreOptions) -> Result<CoreFile> {
+    pub(crate) fn open(path: &Path, opts: &CoreOptions) -> Result<CoreFile> {
         let file = File::open(path).map_err(|e| {
             bad(
                 path,
@@ -745,7 +744,6 @@ impl CoreFile {
             .unwrap_or_default();
 
         let mut core = CoreFile {
-            path: path.to_path_buf(),
             file,
             segments,
             file_maps,
@@ -890,17 +888,13 @@ impl CoreFile {
 
     /// What the core says that the user should hear (files not found,
     /// build-ids that differ, notes cut short).
-    pub fn warnings(&self) -> &[String] {
+    pub(crate) fn warnings(&self) -> &[String] {
         &self.warnings
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The thread a fatal signal stopped, when one did (a kernel core of a
     /// crash; a `gcore` taken at the fault under gdb).
-    pub fn crash(&self) -> Option<Crash> {
+    pub(crate) fn crash(&self) -> Option<Crash> {
         use nix::sys::signal::Signal::*;
         let fatal = |s: i32| {
             [
@@ -932,7 +926,7 @@ impl CoreFile {
 
     /// `module+0xOFFSET` for an address: the file's name and the offset in
     /// it, as native frames without a symbol are named.
-    pub fn place(&self, addr: u64) -> Option<String> {
+    pub(crate) fn place(&self, addr: u64) -> Option<String> {
         let m = self.maps.iter().find(|m| m.contains(addr))?;
         let name = m.path.rsplit('/').next().unwrap_or(&m.path);
         if name.is_empty() {

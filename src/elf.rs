@@ -8,26 +8,24 @@ use std::collections::HashMap;
 use std::path::Path;
 
 #[derive(Debug, Clone, Copy)]
-pub struct Range {
-    pub addr: u64,
-    pub size: u64,
+pub(crate) struct Range {
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
 }
 
 #[derive(Debug, Default)]
-pub struct BinaryInfo {
-    /// Runtime address = link-time address + load_bias.
-    pub load_bias: u64,
+pub(crate) struct BinaryInfo {
     /// Runtime addresses of the wanted symbols (a local static can occur more than once).
-    pub symbols: HashMap<String, Vec<Range>>,
-    pub pyruntime: Option<Range>,
-    pub bss: Option<Range>,
-    pub data: Option<Range>,
+    pub(crate) symbols: HashMap<String, Vec<Range>>,
+    pub(crate) pyruntime: Option<Range>,
+    pub(crate) bss: Option<Range>,
+    pub(crate) data: Option<Range>,
     /// `_asyncio`'s `AsyncioDebug` section (3.14+): its offsets for the remote reader.
-    pub asyncio_debug: Option<Range>,
+    pub(crate) asyncio_debug: Option<Range>,
 }
 
 impl BinaryInfo {
-    pub fn symbol(&self, name: &str) -> Option<u64> {
+    pub(crate) fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols
             .get(name)
             .and_then(|v| v.first())
@@ -37,7 +35,7 @@ impl BinaryInfo {
 
 /// Parse `file` (opened as the target sees it) that is mapped by `maps`
 /// (all entries of that file), keeping only the symbols named in `wanted`.
-pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryInfo> {
+pub(crate) fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryInfo> {
     let bytes = read_symbols_only(file)
         .map_err(|e| Error::Io(format!("reading {}: {e}", file.display())))?;
     let obj = object::File::parse(&*bytes)
@@ -51,10 +49,7 @@ pub fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<BinaryIn
         .or_else(|| maps.iter().min_by_key(|m| m.offset))
         .and_then(|m| load_bias(&obj, m.start, m.offset, m.executable))
         .unwrap_or(0);
-    let mut info = BinaryInfo {
-        load_bias,
-        ..Default::default()
-    };
+    let mut info = BinaryInfo::default();
     for sym in obj.symbols().chain(obj.dynamic_symbols()) {
         if sym.is_undefined() || sym.address() == 0 {
             continue;

@@ -175,7 +175,7 @@ impl Error {
     /// What went wrong, without the numbers (addresses, pids, thread ids,
     /// counts) that differ between occurrences: summaries count errors by
     /// it. One description per variant (and per memory error).
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Error::NoSuchProcess(_) => "no such process",
             Error::ProcessExited { .. } => "the process exited while it was being read",
@@ -231,7 +231,7 @@ impl Error {
     }
 
     /// Map a memory error seen while reading `pid` to what the user should hear.
-    pub fn from_mem(pid: i32, e: MemError) -> Error {
+    pub(crate) fn from_mem(pid: i32, e: MemError) -> Error {
         match e {
             MemError::Gone => Error::ProcessExited { pid },
             MemError::Permission => Error::Permission { pid },
@@ -246,7 +246,7 @@ impl From<MemError> for Error {
     }
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {

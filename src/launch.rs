@@ -22,7 +22,7 @@ static PREVIOUS: [AtomicUsize; 3] = [
 ];
 const FORWARDED: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
-pub struct Launched {
+pub(crate) struct Launched {
     /// Our direct child, which runs the program and passes on its exit status.
     keeper: Pid,
     /// The program itself.
@@ -60,7 +60,7 @@ impl Launched {
     /// our own child: pausing a thread waits on it with `waitpid`, which
     /// would reap our own child's exit status should it exit meanwhile. The
     /// keeper reaps the program and exits with its status.
-    pub fn spawn(argv: &[String]) -> Result<Launched, Error> {
+    pub(crate) fn spawn(argv: &[String]) -> Result<Launched, Error> {
         let (prog, args) = argv.split_first().ok_or(Error::NoTarget)?;
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| Error::Io(format!("pipe: {e}")))?;
@@ -92,14 +92,14 @@ impl Launched {
         }
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.pid
     }
 
     /// Wait for the program to exit, or end it, as `how` says; a program
     /// that does not exit when asked gets SIGTERM, then SIGKILL, so that no
     /// launched program outlives the recording unseen.
-    pub fn finish(self, how: Stop) -> Result<Finished, Error> {
+    pub(crate) fn finish(self, how: Stop) -> Result<Finished, Error> {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
         let pid = Pid::from_raw(self.pid);
         let mut sent = Vec::new();
@@ -162,7 +162,7 @@ fn signal_tree(pid: Pid, sig: Signal) {
 
 /// How [`Launched::finish`] ends the program.
 #[derive(Debug, Clone, Copy)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// Let it run to its end (until a stop signal reaches pyinspect, which
     /// the program gets too: then as [`Stop::Signalled`]).
     Wait,
@@ -180,17 +180,17 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// How a launched program ended.
 #[derive(Debug, Clone)]
-pub struct Finished {
-    pub pid: i32,
+pub(crate) struct Finished {
+    pub(crate) pid: i32,
     /// The exit code a shell would report (128 + signal when killed).
-    pub code: i32,
+    pub(crate) code: i32,
     /// The signals pyinspect sent it to end it, in order.
-    pub sent: Vec<Signal>,
+    pub(crate) sent: Vec<Signal>,
 }
 
 impl Finished {
     /// One line for the summary: what was sent and how it ended.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let how = if self.code > 128 && self.code < 128 + 65 {
             let name = Signal::try_from(self.code - 128)
                 .map(|s| s.as_str().to_string())

@@ -7,7 +7,7 @@ use crate::error::MemError;
 /// Hard cap on a single remote read. Every length that comes from the target
 /// is bounded by the caller, and this is the last line of defence against a
 /// corrupt length asking us to allocate gigabytes.
-pub const MAX_READ: usize = 16 << 20;
+pub(crate) const MAX_READ: usize = 16 << 20;
 
 pub trait Memory {
     /// Fill `buf` from `addr` in the target, or fail without partial data.
@@ -22,7 +22,7 @@ pub trait Memory {
 }
 
 /// Typed helpers on top of [`Memory`]; x86-64 little-endian throughout.
-pub trait MemoryExt: Memory {
+pub(crate) trait MemoryExt: Memory {
     fn read_u64(&self, addr: u64) -> Result<u64, MemError> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
@@ -63,28 +63,22 @@ impl<M: Memory + ?Sized> Memory for &M {
 /// Little-endian field access on a local copy of a remote struct. Out-of-range
 /// offsets read as zero (a NULL pointer), which callers already treat as "absent":
 /// a layout mistake must not become a panic.
-pub fn le_u64(buf: &[u8], off: u64) -> u64 {
+pub(crate) fn le_u64(buf: &[u8], off: u64) -> u64 {
     let o = off as usize;
     buf.get(o..o.saturating_add(8))
         .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
         .unwrap_or(0)
 }
-pub fn le_u32(buf: &[u8], off: u64) -> u32 {
+pub(crate) fn le_u32(buf: &[u8], off: u64) -> u32 {
     let o = off as usize;
     buf.get(o..o.saturating_add(4))
         .map(|s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
         .unwrap_or(0)
 }
-pub fn le_i32(buf: &[u8], off: u64) -> i32 {
+pub(crate) fn le_i32(buf: &[u8], off: u64) -> i32 {
     le_u32(buf, off) as i32
 }
-pub fn le_u16(buf: &[u8], off: u64) -> u16 {
-    let o = off as usize;
-    buf.get(o..o.saturating_add(2))
-        .map(|s| u16::from_le_bytes([s[0], s[1]]))
-        .unwrap_or(0)
-}
-pub fn le_u8(buf: &[u8], off: u64) -> u8 {
+pub(crate) fn le_u8(buf: &[u8], off: u64) -> u8 {
     buf.get(off as usize).copied().unwrap_or(0)
 }
 
@@ -181,21 +175,24 @@ impl Memory for ProcessMemory {
     }
 }
 
-/// Bytes at known addresses; used by unit tests and, later, core files.
+/// Bytes at known addresses, for unit tests (a core file is its own source).
+#[cfg(test)]
 #[derive(Default, Clone)]
-pub struct SliceMemory {
+pub(crate) struct SliceMemory {
     regions: Vec<(u64, Vec<u8>)>,
 }
 
+#[cfg(test)]
 impl SliceMemory {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
-    pub fn add(&mut self, addr: u64, bytes: Vec<u8>) {
+    pub(crate) fn add(&mut self, addr: u64, bytes: Vec<u8>) {
         self.regions.push((addr, bytes));
     }
 }
 
+#[cfg(test)]
 impl Memory for SliceMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let len = buf.len();
@@ -232,7 +229,6 @@ mod tests {
         let b = [1u8, 2, 3];
         assert_eq!(le_u64(&b, 0), 0);
         assert_eq!(le_u64(&b, u64::MAX), 0);
-        assert_eq!(le_u16(&b, 1), u16::from_le_bytes([2, 3]));
     }
 
     #[test]

@@ -23,11 +23,6 @@ pub fn check_target(pid: Option<i32>, command: &[String]) -> Result<(), Error> {
     }
 }
 
-/// `--pid` for a command that only reads a running process (`dump`).
-pub fn require_pid(pid: Option<i32>) -> Result<i32, Error> {
-    pid.ok_or(Error::NoTarget)
-}
-
 /// What `dump` reads: `--pid`, or a core with `--core`, exactly one; the
 /// core's `--executable` and `--root` only with a core.
 pub fn check_dump_target(pid: Option<i32>, core: bool, core_files: bool) -> Result<(), Error> {
@@ -42,7 +37,7 @@ pub fn check_dump_target(pid: Option<i32>, core: bool, core_files: bool) -> Resu
 
 /// Samples per second: finite, above 0, at most [`MAX_RATE`]. `given` is
 /// how the user wrote it, for the message.
-pub fn check_rate(rate: f64, given: &str) -> Result<f64, Error> {
+pub(crate) fn check_rate(rate: f64, given: &str) -> Result<f64, Error> {
     if rate.is_finite() && rate > MAX_RATE {
         Err(Error::RateTooHigh {
             given: given.to_string(),
@@ -74,7 +69,6 @@ mod tests {
         ));
         assert!(matches!(check_target(None, &[]), Err(Error::NoTarget)));
         assert!(check_target(Some(1), &[]).is_ok() && check_target(None, &cmd).is_ok());
-        assert!(matches!(require_pid(None), Err(Error::NoTarget)));
         assert!(matches!(
             check_dump_target(Some(1), true, false),
             Err(Error::PidAndCore)

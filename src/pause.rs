@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// Longest wait for the threads of one pause to stop. Together with the read
 /// that follows it this keeps every pause well under 20 ms.
-pub const STOP_BUDGET: Duration = Duration::from_millis(10);
+pub(crate) const STOP_BUDGET: Duration = Duration::from_millis(10);
 /// Signal-delivery stops answered per thread and pause before giving up on
 /// it (under a signal storm the interrupt stop comes first after one).
 const MAX_SIGNAL_STOPS: u32 = 32;
@@ -298,7 +298,7 @@ fn release(pid: i32, tid: i32) {
 /// Let go of the threads that did not stop in time and have stopped (or
 /// exited) since. Cheap when there are none; the samplers call it while they
 /// sleep, so a late stop is released within a millisecond or so.
-pub fn reap_lingering() {
+pub(crate) fn reap_lingering() {
     reap();
     update_linger_boost();
 }
@@ -338,7 +338,7 @@ fn reap() {
 }
 
 /// Whether threads that did not stop in time are still watched.
-pub fn has_lingering() -> bool {
+pub(crate) fn has_lingering() -> bool {
     LINGERING.with(|l| !l.borrow().is_empty())
 }
 
@@ -481,7 +481,7 @@ impl PauseGuard {
     }
 
     /// Instruction, stack and frame pointer of a thread stopped by this guard.
-    pub fn registers(&self, tid: i32) -> Result<(u64, u64, u64)> {
+    pub(crate) fn registers(&self, tid: i32) -> Result<(u64, u64, u64)> {
         if !self.stopped.contains(&tid) {
             return Err(Error::NotStoppedByUs { tid });
         }
@@ -491,7 +491,7 @@ impl PauseGuard {
     }
 
     /// Threads asked to stop that did not within the budget: read running.
-    pub fn not_stopped(&self) -> &[i32] {
+    pub(crate) fn not_stopped(&self) -> &[i32] {
         &self.not_stopped
     }
 }
@@ -515,7 +515,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Route SIGINT, SIGTERM and SIGHUP to a flag, so that Ctrl-C never lands
 /// while threads are stopped: the command finishes its read, lets the
 /// threads go, and then looks at [`interrupted`].
-pub fn install_signal_flag() {
+pub(crate) fn install_signal_flag() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let act = SigAction::new(
         SigHandler::Handler(on_signal),
@@ -530,6 +530,6 @@ pub fn install_signal_flag() {
     }
 }
 
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }

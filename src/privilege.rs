@@ -23,7 +23,7 @@ pub fn set_allow_any_user(allow: bool) {
 
 /// Whether this process has rights its real user has not: a non-root real
 /// uid with effective capabilities, or a set-uid/set-gid.
-pub fn elevated() -> bool {
+pub(crate) fn elevated() -> bool {
     // SAFETY: plain id getters.
     let (ruid, euid, rgid, egid) = unsafe {
         (
@@ -41,7 +41,7 @@ pub fn elevated() -> bool {
 
 /// Refuse a target that is not wholly the invoking user's, when
 /// [`elevated`] and not `--allow-any-user`.
-pub fn check_target(pid: i32) -> Result<()> {
+pub(crate) fn check_target(pid: i32) -> Result<()> {
     if ALLOW_ANY_USER.load(Ordering::SeqCst) || !elevated() {
         return Ok(());
     }
@@ -76,7 +76,7 @@ struct CapData {
 /// good: called in the launcher's own process before it starts the program.
 /// Only raw system calls (safe between fork and exec). A root invoking user
 /// keeps root (the program would get it back at exec anyway).
-pub fn drop_all() {
+pub(crate) fn drop_all() {
     // SAFETY: plain system calls with valid, owned arguments.
     unsafe {
         libc::prctl(

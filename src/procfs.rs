@@ -6,30 +6,30 @@ use std::path::{Path, PathBuf};
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapEntry {
-    pub start: u64,
-    pub end: u64,
-    pub readable: bool,
-    pub writable: bool,
-    pub executable: bool,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) executable: bool,
     /// File offset of `start`.
-    pub offset: u64,
-    pub inode: u64,
+    pub(crate) offset: u64,
+    pub(crate) inode: u64,
     /// The path, or a pseudo name such as `[stack]`, `[vdso]`; empty for
     /// anonymous memory.
-    pub path: String,
+    pub(crate) path: String,
 }
 
 impl MapEntry {
-    pub fn contains(&self, addr: u64) -> bool {
+    pub(crate) fn contains(&self, addr: u64) -> bool {
         addr >= self.start && addr < self.end
     }
     /// Backed by a file (as opposed to `[heap]`, `[vdso]`, anonymous memory).
-    pub fn is_file(&self) -> bool {
+    pub(crate) fn is_file(&self) -> bool {
         self.inode != 0 && self.path.starts_with('/')
     }
     /// The path as it names a file; a mapping whose file was deleted keeps
     /// its old path with a " (deleted)" suffix.
-    pub fn file_path(&self) -> &str {
+    pub(crate) fn file_path(&self) -> &str {
         self.path.strip_suffix(" (deleted)").unwrap_or(&self.path)
     }
 }
@@ -48,7 +48,7 @@ fn io_err(pid: i32, e: std::io::Error) -> Error {
 
 /// What to say when a file of /proc/PID is missing: the process may still
 /// be there as a kernel thread (no executable, no maps) or a zombie.
-pub fn absent(pid: i32) -> Error {
+pub(crate) fn absent(pid: i32) -> Error {
     let Ok(stat) = std::fs::read_to_string(proc_path(pid, "stat")) else {
         return Error::NoSuchProcess(pid);
     };
@@ -86,14 +86,14 @@ pub fn parse_stat_state(stat: &str) -> Option<char> {
 /// start time (a reused pid), and where the code and stack of its memory
 /// are (a new program after exec, ASLR placing them anew).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Identity {
-    pub start_time: u64,
-    pub start_code: u64,
-    pub start_stack: u64,
+pub(crate) struct Identity {
+    pub(crate) start_time: u64,
+    pub(crate) start_code: u64,
+    pub(crate) start_stack: u64,
 }
 
 impl Identity {
-    pub fn parse(stat: &str) -> Option<Identity> {
+    pub(crate) fn parse(stat: &str) -> Option<Identity> {
         // One pass over the fields after the command name (checked every
         // sampling pass): field 3, the state, is the first of them.
         let rest = &stat[stat.rfind(')')? + 1..];
@@ -111,18 +111,18 @@ impl Identity {
 
 /// `/proc/PID/stat`, kept open and re-read each pass: once the process is
 /// gone the open file fails rather than showing a later owner of the pid.
-pub struct StatFile {
+pub(crate) struct StatFile {
     file: std::fs::File,
 }
 
 impl StatFile {
-    pub fn open(pid: i32) -> Result<StatFile> {
+    pub(crate) fn open(pid: i32) -> Result<StatFile> {
         let file = std::fs::File::open(proc_path(pid, "stat")).map_err(|e| io_err(pid, e))?;
         Ok(StatFile { file })
     }
 
     /// None when the process is gone.
-    pub fn identity(&self) -> Option<Identity> {
+    pub(crate) fn identity(&self) -> Option<Identity> {
         use std::os::unix::fs::FileExt;
         let mut buf = [0u8; 1024];
         let n = self.file.read_at(&mut buf, 0).ok()?;
@@ -131,7 +131,7 @@ impl StatFile {
 }
 
 /// The identity of `pid` now, read afresh.
-pub fn identity(pid: i32) -> Option<Identity> {
+pub(crate) fn identity(pid: i32) -> Option<Identity> {
     Identity::parse(&std::fs::read_to_string(proc_path(pid, "stat")).ok()?)
 }
 
@@ -140,7 +140,7 @@ pub fn identity(pid: i32) -> Option<Identity> {
 /// fails with ESRCH unless `tid` is in thread group `pid` (EPERM: it is, but
 /// ours to signal it is not): what `/proc/PID/task/TID` existing says, without
 /// a path walk (it is asked twice per paused thread per sample).
-pub fn is_task(pid: i32, tid: i32) -> bool {
+pub(crate) fn is_task(pid: i32, tid: i32) -> bool {
     if tid <= 0 || pid <= 0 {
         return false;
     }
@@ -150,13 +150,13 @@ pub fn is_task(pid: i32, tid: i32) -> bool {
 }
 
 /// The `TracerPid` of thread `tid` of `pid` (0: not traced); None when gone.
-pub fn tracer_pid(pid: i32, tid: i32) -> Option<i32> {
+pub(crate) fn tracer_pid(pid: i32, tid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/status"))).ok()?;
     status_field(&s, "TracerPid:")?.parse().ok()
 }
 
 /// Real, effective, saved and filesystem uids of `pid`.
-pub fn uids(pid: i32) -> Option<[u32; 4]> {
+pub(crate) fn uids(pid: i32) -> Option<[u32; 4]> {
     let s = std::fs::read_to_string(proc_path(pid, "status")).ok()?;
     let line = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
     let v: Vec<u32> = line
@@ -167,7 +167,7 @@ pub fn uids(pid: i32) -> Option<[u32; 4]> {
 }
 
 /// The effective capability set of `pid` (`CapEff`).
-pub fn effective_caps(pid: i32) -> Option<u64> {
+pub(crate) fn effective_caps(pid: i32) -> Option<u64> {
     let s = std::fs::read_to_string(proc_path(pid, "status")).ok()?;
     u64::from_str_radix(status_field(&s, "CapEff:")?, 16).ok()
 }
@@ -180,18 +180,14 @@ fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
         .next()
 }
 
-pub fn exists(pid: i32) -> bool {
-    proc_path(pid, "stat").exists()
-}
-
-pub fn maps(pid: i32) -> Result<Vec<MapEntry>> {
+pub(crate) fn maps(pid: i32) -> Result<Vec<MapEntry>> {
     let text = std::fs::read_to_string(proc_path(pid, "maps")).map_err(|e| io_err(pid, e))?;
     Ok(parse_maps(&text))
 }
 
 /// Parse the text of /proc/PID/maps. Malformed lines are skipped: a parse
 /// problem in one line must not cost the whole map.
-pub fn parse_maps(text: &str) -> Vec<MapEntry> {
+pub(crate) fn parse_maps(text: &str) -> Vec<MapEntry> {
     text.lines().filter_map(parse_map_line).collect()
 }
 
@@ -224,7 +220,7 @@ fn parse_map_line(line: &str) -> Option<MapEntry> {
 }
 
 /// The command line, arguments joined by spaces.
-pub fn cmdline(pid: i32) -> Result<String> {
+pub(crate) fn cmdline(pid: i32) -> Result<String> {
     let raw = std::fs::read(proc_path(pid, "cmdline")).map_err(|e| io_err(pid, e))?;
     let parts: Vec<String> = raw
         .split(|b| *b == 0)
@@ -235,19 +231,19 @@ pub fn cmdline(pid: i32) -> Result<String> {
 }
 
 /// The executable as the target sees it (may end in " (deleted)").
-pub fn exe(pid: i32) -> Result<String> {
+pub(crate) fn exe(pid: i32) -> Result<String> {
     let p = std::fs::read_link(proc_path(pid, "exe")).map_err(|e| io_err(pid, e))?;
     Ok(p.to_string_lossy().into_owned())
 }
 
 /// The short name of the process (from /proc/PID/comm).
-pub fn comm(pid: i32, tid: i32) -> Option<String> {
+pub(crate) fn comm(pid: i32, tid: i32) -> Option<String> {
     std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/comm")))
         .ok()
         .map(|s| s.trim_end().to_string())
 }
 
-pub fn tasks(pid: i32) -> Result<Vec<i32>> {
+pub(crate) fn tasks(pid: i32) -> Result<Vec<i32>> {
     let rd = std::fs::read_dir(proc_path(pid, "task")).map_err(|e| io_err(pid, e))?;
     let mut v: Vec<i32> = rd
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -270,14 +266,14 @@ pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
 /// How long the calling thread has waited on a run queue for a CPU since it
 /// started (the second field of /proc/thread-self/schedstat): time a busy
 /// machine kept it from running.
-pub fn own_run_delay() -> Option<std::time::Duration> {
+pub(crate) fn own_run_delay() -> Option<std::time::Duration> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     let ns: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
     Some(std::time::Duration::from_nanos(ns))
 }
 
 /// The one-minute load average (/proc/loadavg).
-pub fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()
@@ -289,7 +285,7 @@ pub fn load_average() -> Option<f64> {
 /// When the target lives in another pid namespace (a container), the tids
 /// it records for itself differ from ours: map its view to ours, from the
 /// `NSpid` line of each thread's status. None when the namespace is ours.
-pub fn namespaced_tids(pid: i32) -> Option<std::collections::HashMap<u32, u32>> {
+pub(crate) fn namespaced_tids(pid: i32) -> Option<std::collections::HashMap<u32, u32>> {
     let ours = std::fs::read_link("/proc/self/ns/pid").ok()?;
     let theirs = std::fs::read_link(proc_path(pid, "ns/pid")).ok()?;
     if ours == theirs {
@@ -325,47 +321,47 @@ fn read_small(path: PathBuf, cap: u64) -> Option<String> {
 
 /// `/proc/PID/task/TID/syscall` opened, to be read again with `pread` at
 /// each sample (samplers keep it open rather than reopen it).
-pub fn open_thread_syscall(pid: i32, tid: i32) -> Option<std::fs::File> {
+pub(crate) fn open_thread_syscall(pid: i32, tid: i32) -> Option<std::fs::File> {
     std::fs::File::open(proc_path(pid, &format!("task/{tid}/syscall"))).ok()
 }
 
 /// `/proc/PID/task/TID/wchan`: the kernel function a thread sleeps in.
-pub fn thread_wchan(pid: i32, tid: i32) -> Option<String> {
+pub(crate) fn thread_wchan(pid: i32, tid: i32) -> Option<String> {
     read_small(proc_path(pid, &format!("task/{tid}/wchan")), 256)
 }
 
 /// `/proc/PID/task/TID/stack`: the kernel stack (root only).
-pub fn thread_kernel_stack(pid: i32, tid: i32) -> Option<String> {
+pub(crate) fn thread_kernel_stack(pid: i32, tid: i32) -> Option<String> {
     read_small(proc_path(pid, &format!("task/{tid}/stack")), 16 << 10)
 }
 
 /// What the target's fd links to (`socket:[123]`, `pipe:[4]`, a path).
-pub fn fd_target(pid: i32, fd: i32) -> Option<String> {
+pub(crate) fn fd_target(pid: i32, fd: i32) -> Option<String> {
     std::fs::read_link(proc_path(pid, &format!("fd/{fd}")))
         .ok()
         .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// Whether the target's fd is a FIFO (a named pipe: its link is a path).
-pub fn fd_is_fifo(pid: i32, fd: i32) -> bool {
+pub(crate) fn fd_is_fifo(pid: i32, fd: i32) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::metadata(proc_path(pid, &format!("fd/{fd}"))).is_ok_and(|m| m.file_type().is_fifo())
 }
 
 /// `/proc/PID/fdinfo/FD` (an epoll set lists the fds it watches).
-pub fn fdinfo(pid: i32, fd: i32) -> Option<String> {
+pub(crate) fn fdinfo(pid: i32, fd: i32) -> Option<String> {
     read_small(proc_path(pid, &format!("fdinfo/{fd}")), 64 << 10)
 }
 
 /// `/proc/PID/net/NAME` (tcp, tcp6, udp, udp6, unix): the target's own
 /// network namespace's table.
-pub fn net_table(pid: i32, name: &str) -> Option<String> {
+pub(crate) fn net_table(pid: i32, name: &str) -> Option<String> {
     read_small(proc_path(pid, &format!("net/{name}")), 16 << 20)
 }
 
 /// Every fd of every process that links to `target` (e.g. `pipe:[123]`),
 /// as (pid, fd), bounded: what holds the other end of a pipe or FIFO.
-pub fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, String)> {
+pub(crate) fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, String)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return out;
@@ -395,7 +391,7 @@ pub fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, String)> {
 }
 
 /// Whether `pid` lives in our network namespace (sock_diag answers for ours only).
-pub fn same_net_namespace(pid: i32) -> bool {
+pub(crate) fn same_net_namespace(pid: i32) -> bool {
     let ours = std::fs::read_link("/proc/self/ns/net").ok();
     ours.is_some() && ours == std::fs::read_link(proc_path(pid, "ns/net")).ok()
 }
@@ -403,7 +399,7 @@ pub fn same_net_namespace(pid: i32) -> bool {
 /// The inode of the peer of unix socket `inode`, asked of the kernel's
 /// sock_diag netlink interface (what `ss -x` uses; /proc/net/unix does not
 /// say). None when the kernel has no unix_diag, or the socket is gone.
-pub fn unix_socket_peer(inode: u64) -> Option<u64> {
+pub(crate) fn unix_socket_peer(inode: u64) -> Option<u64> {
     const NETLINK_SOCK_DIAG: libc::c_int = 4;
     const SOCK_DIAG_BY_FAMILY: u16 = 20;
     const UDIAG_SHOW_PEER: u32 = 4;
@@ -507,13 +503,13 @@ fn parse_unix_diag_peer(msg: &[u8], attr_type: u16) -> Option<u64> {
 }
 
 /// Parent pid from /proc/PID/stat.
-pub fn ppid(pid: i32) -> Option<i32> {
+pub(crate) fn ppid(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(proc_path(pid, "stat")).ok()?;
     stat_field(&s, 4)?.try_into().ok()
 }
 
 /// Every descendant of `pid` (children, grandchildren…), parents before children.
-pub fn descendants(pid: i32) -> Vec<i32> {
+pub(crate) fn descendants(pid: i32) -> Vec<i32> {
     let mut parent_of = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
@@ -540,7 +536,7 @@ pub fn descendants(pid: i32) -> Vec<i32> {
 
 /// Open a file the target has mapped, as the target sees it: through
 /// /proc/PID/map_files (works for deleted files) or /proc/PID/root (containers).
-pub fn target_file(pid: i32, map: &MapEntry) -> Option<PathBuf> {
+pub(crate) fn target_file(pid: i32, map: &MapEntry) -> Option<PathBuf> {
     let by_range = proc_path(pid, &format!("map_files/{:x}-{:x}", map.start, map.end));
     if std::fs::metadata(&by_range).is_ok() {
         return Some(by_range);

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 /// Highest rate accepted. A read of a small process takes some 10 µs, so
 /// far beyond 10 kHz the schedule is finer than a read: the summary then says
 /// what share of the asked rate was delivered and why.
-pub const MAX_RATE: f64 = 100_000.0;
+pub(crate) const MAX_RATE: f64 = 100_000.0;
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 const STARTUP_RETRY: Duration = Duration::from_millis(10);
@@ -121,30 +121,30 @@ pub enum AsyncMode {
 }
 
 /// One process's threads at one tick (after filtering).
-pub struct ProcessSample {
-    pub pid: i32,
-    pub cmdline: Arc<str>,
-    pub python_version: String,
-    pub threads: Vec<ThreadStack>,
+pub(crate) struct ProcessSample {
+    pub(crate) pid: i32,
+    pub(crate) cmdline: Arc<str>,
+    pub(crate) python_version: String,
+    pub(crate) threads: Vec<ThreadStack>,
 }
 
-pub struct Tick {
+pub(crate) struct Tick {
     /// Since the sampler started, when the sample was taken.
-    pub timestamp: Duration,
+    pub(crate) timestamp: Duration,
     /// Real time this sample stands for: until the next sample is due.
-    pub weight: Duration,
+    pub(crate) weight: Duration,
     /// How far behind schedule this sample was taken.
-    pub late: Duration,
+    pub(crate) late: Duration,
     /// Ticks skipped since the previous one because sampling fell far
     /// behind (each is a late sample that was never taken).
-    pub missed: u64,
-    pub processes: Vec<ProcessSample>,
+    pub(crate) missed: u64,
+    pub(crate) processes: Vec<ProcessSample>,
     /// Per-sample read errors (counted; summaries show the most common
     /// [`Error::kind`]).
-    pub errors: Vec<Error>,
+    pub(crate) errors: Vec<Error>,
     /// Processes no longer followed for a reason worth telling (pid reused,
     /// exec'd another program), once each.
-    pub ended: Vec<Error>,
+    pub(crate) ended: Vec<Error>,
 }
 
 /// Parse a sampling rate in samples per second: a number with an optional
@@ -173,16 +173,16 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
 
 /// Whether the asked rate was held, and if not, why.
 #[derive(Debug, Clone)]
-pub struct RateHealth {
-    pub asked: f64,
+pub(crate) struct RateHealth {
+    pub(crate) asked: f64,
     /// Ticks taken per second of recording.
-    pub delivered: f64,
+    pub(crate) delivered: f64,
     /// `None` while the rate is held (at least 95% of it delivered).
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 impl RateHealth {
-    pub fn share(&self) -> f64 {
+    pub(crate) fn share(&self) -> f64 {
         self.delivered / self.asked
     }
 }
@@ -235,7 +235,7 @@ fn micros(d: Duration) -> String {
 }
 
 /// A rate for people: `850 Hz`, `9.6 kHz`.
-pub fn format_rate(hz: f64) -> String {
+pub(crate) fn format_rate(hz: f64) -> String {
     if hz >= 1000.0 {
         format!("{:.1} kHz", hz / 1000.0)
     } else {
@@ -245,11 +245,11 @@ pub fn format_rate(hz: f64) -> String {
 
 /// One followed Python process and what is kept between its samples. `dump`
 /// reads through this too, once: one read path for every command.
-pub struct Target {
-    pub pid: i32,
-    pub exe: String,
-    pub cmdline: Arc<str>,
-    pub version: String,
+pub(crate) struct Target {
+    pub(crate) pid: i32,
+    pub(crate) exe: String,
+    pub(crate) cmdline: Arc<str>,
+    pub(crate) version: String,
     /// A live process, or a core file (read once, nothing paused).
     source: Rc<dyn TargetSource>,
     reader: Reader,
@@ -354,12 +354,12 @@ impl Memory for StackCopy<'_> {
 
 impl Target {
     /// Whether a garbage collection was running at the latest sample.
-    pub fn gc_collecting(&self) -> Option<bool> {
+    pub(crate) fn gc_collecting(&self) -> Option<bool> {
         self.reader.gc_collecting
     }
 
     /// Open a live process.
-    pub fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
+    pub(crate) fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
         let stat = procfs::StatFile::open(pid)?;
         let identity = stat.identity().ok_or_else(|| procfs::absent(pid))?;
         crate::privilege::check_target(pid)?;
@@ -369,7 +369,7 @@ impl Target {
 
     /// Open a target that is not a live process (a core file): its samples
     /// pause nothing and take each thread's registers from the source.
-    pub fn open_source(
+    pub(crate) fn open_source(
         source: Box<dyn TargetSource>,
         cfg: &SamplerConfig,
     ) -> Result<Target, Error> {
@@ -518,14 +518,14 @@ impl Target {
 
     /// Native unwinds that failed and merges that fell back since the last
     /// call: the samples were kept, but the summary counts them.
-    pub fn take_merge_counts(&mut self) -> MergeCounts {
+    pub(crate) fn take_merge_counts(&mut self) -> MergeCounts {
         self.native
             .as_mut()
             .map(|n| n.take_merge_counts())
             .unwrap_or_default()
     }
 
-    pub fn take_notes(&mut self) -> Vec<Error> {
+    pub(crate) fn take_notes(&mut self) -> Vec<Error> {
         let mut notes = std::mem::take(&mut self.pause_notes);
         if let Some(n) = self.native.as_mut() {
             notes.extend(n.take_notes());
@@ -534,7 +534,7 @@ impl Target {
     }
 
     /// What went wrong without stopping the read (shown once by dump).
-    pub fn warnings(&mut self) -> Vec<String> {
+    pub(crate) fn warnings(&mut self) -> Vec<String> {
         let mut w = self.reader.process.warnings.clone();
         if let Some(t) = &self.tasks {
             w.extend(t.notes.iter().cloned());
@@ -751,7 +751,7 @@ impl Target {
     /// stop budget now and then, and a first copy may be too shallow (the
     /// next try copies as deep as the unwind went). Each try holds no thread
     /// longer than the budget; the last try's sample is taken as it is.
-    pub fn sample_whole(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+    pub(crate) fn sample_whole(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         let mut tries = 0;
         loop {
             let r = self.sample(cfg);
@@ -763,7 +763,7 @@ impl Target {
         }
     }
 
-    pub fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+    pub(crate) fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
         if !cfg.nonblocking {
             // The set to pause must be current: a thread missed here would be read running.
@@ -1043,7 +1043,7 @@ fn asyncio_debug_sections(source: &dyn TargetSource) -> Vec<(String, crate::elf:
     out
 }
 
-pub struct Sampler {
+pub(crate) struct Sampler {
     cfg: SamplerConfig,
     root: i32,
     targets: Vec<Target>,
@@ -1090,7 +1090,7 @@ impl Sampler {
     /// Start following `root_pid`. When we launched it (see [`crate::launch`]),
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
-    pub fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
+    pub(crate) fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
         crate::options::check_read(cfg.native, cfg.nonblocking)?;
         let rate = crate::options::check_rate(cfg.rate, &cfg.rate.to_string())?;
         // Launched by us: our child, or the child of our launch keeper.
@@ -1235,12 +1235,12 @@ impl Sampler {
 
     /// Whether no Python process is followed yet (a root that is not Python,
     /// with `subprocesses`, waiting for its Python descendants).
-    pub fn waiting_for_python(&self) -> bool {
+    pub(crate) fn waiting_for_python(&self) -> bool {
         self.targets.is_empty()
     }
 
     /// Whether sampling ended because the duration was over.
-    pub fn duration_over(&self) -> bool {
+    pub(crate) fn duration_over(&self) -> bool {
         self.cfg.duration.is_some_and(|d| self.due >= d)
     }
 
@@ -1254,7 +1254,7 @@ impl Sampler {
     /// Sleep until the next sample is due and take it. None when every
     /// followed process has exited, the duration is over, or a signal
     /// asked to stop.
-    pub fn next_tick(&mut self) -> Option<Tick> {
+    pub(crate) fn next_tick(&mut self) -> Option<Tick> {
         let mut missed = 0u64;
         loop {
             if pause::interrupted() || self.all_gone() {
@@ -1356,7 +1356,7 @@ impl Sampler {
     /// Whether the asked rate has been held so far and, if not, the likely
     /// cause: the machine (time spent waiting for a CPU), the target (reads
     /// as long as the interval), or our own CPU.
-    pub fn rate_health(&self) -> RateHealth {
+    pub(crate) fn rate_health(&self) -> RateHealth {
         let asked = self.cfg.rate;
         let elapsed = self.start.elapsed();
         let secs = elapsed.as_secs_f64();
@@ -1419,11 +1419,11 @@ impl Sampler {
     /// mean interval behind.
     /// Samples whose native and Python frames were merged by stack address,
     /// by eval-loop names, or fell back (see `--native`).
-    pub fn merge_counts(&self) -> MergeCounts {
+    pub(crate) fn merge_counts(&self) -> MergeCounts {
         self.merges
     }
 
-    pub fn is_late(&self, late: Duration) -> bool {
+    pub(crate) fn is_late(&self, late: Duration) -> bool {
         late > self.mean
     }
 }

@@ -4,49 +4,49 @@
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ProcessStacks {
-    pub pid: i32,
-    pub command_line: String,
-    pub python_version: String,
-    pub executable: String,
+pub(crate) struct ProcessStacks {
+    pub(crate) pid: i32,
+    pub(crate) command_line: String,
+    pub(crate) python_version: String,
+    pub(crate) executable: String,
     /// Whether the garbage collector was running when the stacks were read
     /// (3.7+; null where the version does not say).
-    pub gc_collecting: Option<bool>,
-    pub threads: Vec<ThreadStack>,
+    pub(crate) gc_collecting: Option<bool>,
+    pub(crate) threads: Vec<ThreadStack>,
     /// Errors met while reading that did not stop the dump (torn reads in
     /// --nonblocking mode, an unreadable thread): shown, never hidden.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// The parent's pid when this process was found through --subprocesses.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub parent_pid: Option<i32>,
+    pub(crate) parent_pid: Option<i32>,
     /// A core's crash: the thread a fatal signal stopped (listed first).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub crash: Option<CrashReport>,
+    pub(crate) crash: Option<CrashReport>,
 }
 
 /// How a core's process crashed, as `dump --core` reports it.
 #[derive(Debug, Clone, Serialize)]
-pub struct CrashReport {
+pub(crate) struct CrashReport {
     /// The crashed thread's OS id.
-    pub thread: u32,
+    pub(crate) thread: u32,
     /// SIGSEGV, SIGABRT…
-    pub signal: String,
+    pub(crate) signal: String,
     /// The faulting address (hex), for the signals of a fault.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
+    pub(crate) address: Option<String>,
     /// Where the thread was: `module+0xOFFSET` of its instruction.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub location: Option<String>,
+    pub(crate) location: Option<String>,
     /// Its innermost Python frame: `function (file:line)`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub python: Option<String>,
+    pub(crate) python: Option<String>,
 }
 
 impl CrashReport {
     /// "crashed with SIGSEGV at 0x10 in libfoo.so+0x1234, called from
     /// model.forward (model.py:42)".
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mut s = format!("crashed with {}", self.signal);
         if let Some(a) = &self.address {
             s.push_str(&format!(" at {a}"));
@@ -102,10 +102,10 @@ pub struct ThreadStack {
 /// The tasks of one event loop, as a forest by awaiter.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ThreadTasks {
-    pub tasks: Vec<Task>,
+    pub(crate) tasks: Vec<Task>,
     /// Tasks read but not shown (beyond the limit).
     #[serde(skip_serializing_if = "is_zero")]
-    pub tasks_left_out: u64,
+    pub(crate) tasks_left_out: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -114,7 +114,7 @@ fn is_zero(n: &u64) -> bool {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum TaskState {
+pub(crate) enum TaskState {
     Pending,
     Running,
     Cancelling,
@@ -125,7 +125,7 @@ pub enum TaskState {
 }
 
 impl TaskState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TaskState::Pending => "pending",
             TaskState::Running => "running",
@@ -138,37 +138,37 @@ impl TaskState {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Task {
+pub(crate) struct Task {
     /// The task object's address (Python's `id(task)`).
-    pub id: u64,
-    pub name: String,
-    pub state: TaskState,
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) state: TaskState,
     /// Ids of the tasks that await this one.
-    pub awaited_by: Vec<u64>,
+    pub(crate) awaited_by: Vec<u64>,
     /// What this task is suspended on.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub awaiting: Option<Awaiting>,
+    pub(crate) awaiting: Option<Awaiting>,
     /// Its coroutine stack, innermost first.
-    pub frames: Vec<Frame>,
+    pub(crate) frames: Vec<Frame>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Awaiting {
+pub(crate) struct Awaiting {
     /// "task", "gather", "sleep", "queue", "lock", "event", "semaphore",
     /// "condition", "barrier" or "future".
-    pub kind: String,
+    pub(crate) kind: String,
     /// The awaited task's id (kind "task").
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub task: Option<u64>,
+    pub(crate) task: Option<u64>,
     /// The awaited object's (or the future's) type name.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub type_name: Option<String>,
+    pub(crate) type_name: Option<String>,
     /// The awaited object's address.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub object: Option<u64>,
+    pub(crate) object: Option<u64>,
     /// Seconds until a sleep ends (negative: overdue).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub seconds: Option<f64>,
+    pub(crate) seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -235,9 +235,9 @@ pub(crate) struct FrameMark {
 /// into the line, as CPython counts them; None where there are none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Position {
-    pub end_line: Option<u32>,
-    pub column: Option<u32>,
-    pub end_column: Option<u32>,
+    pub(crate) end_line: Option<u32>,
+    pub(crate) column: Option<u32>,
+    pub(crate) end_column: Option<u32>,
 }
 
 fn skip_tag(t: &Option<Option<String>>) -> bool {
@@ -246,19 +246,19 @@ fn skip_tag(t: &Option<Option<String>>) -> bool {
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Local {
-    pub name: String,
-    pub repr: String,
-    pub is_arg: bool,
+    pub(crate) name: String,
+    pub(crate) repr: String,
+    pub(crate) is_arg: bool,
     /// When the value was cut to the length limit: how many of its items
     /// (or characters, for a string) were left out.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub left_out: Option<u64>,
+    pub(crate) left_out: Option<u64>,
 }
 
 impl Frame {
     /// The frame a sample taken during a garbage collection gets on top of
     /// the thread running it (record, top).
-    pub fn gc_marker() -> Frame {
+    pub(crate) fn gc_marker() -> Frame {
         Frame {
             kind: FrameKind::Native,
             function: "[GC]".to_string(),
@@ -324,7 +324,7 @@ fn plain_ascii(b: &[u8]) -> bool {
 
 /// `s` with control characters written as `\xNN` (or `\u{NNNN}`), so that no
 /// name from the target can drive the user's terminal or break a format.
-pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
     // Printable ASCII (nearly every name) needs no decoding to be passed:
     // this runs on every string of every sample.
     if plain_ascii(s.as_bytes()) || !s.chars().any(needs_escape) {
@@ -351,7 +351,7 @@ fn escape_in_place(s: &mut String) {
 
 impl ThreadStack {
     /// Escape every target-controlled string (see [`escape_controls`]).
-    pub fn escape_names(&mut self) {
+    pub(crate) fn escape_names(&mut self) {
         let opt = |o: &mut Option<String>| {
             if let Some(s) = o.as_mut() {
                 escape_in_place(s);

@@ -18,9 +18,9 @@ use std::path::PathBuf;
 /// A thread's registers, as far as the unwinder needs them (x86-64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Registers {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
+    pub(crate) ip: u64,
+    pub(crate) sp: u64,
+    pub(crate) bp: u64,
 }
 
 /// Why a source is what it is: a live process can be paused and its kernel

@@ -11,7 +11,7 @@ use crate::memory::{le_u64, Memory, MemoryExt};
 use serde::Serialize;
 
 /// Most fds listed from a select/poll set or an epoll set.
-pub const MAX_SET_FDS: usize = 64;
+pub(crate) const MAX_SET_FDS: usize = 64;
 /// Longest path read from a syscall's string argument.
 const MAX_PATH_ARG: usize = 4096;
 /// Most kernel stack lines kept.
@@ -21,47 +21,47 @@ const MAX_KSTACK: usize = 32;
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Wait {
     /// Scheduler state letter (R, S, D, T, t, Z, I).
-    pub state: String,
+    pub(crate) state: String,
     /// The system call it is blocked in, by name ("syscall_N" when the
     /// number is not one pyinspect names); absent while running.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub syscall: Option<String>,
+    pub(crate) syscall: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub syscall_nr: Option<i64>,
+    pub(crate) syscall_nr: Option<i64>,
     /// The fd the call is on (read, recv, accept, epoll_wait's epoll fd…).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fd: Option<FdDesc>,
+    pub(crate) fd: Option<FdDesc>,
     /// The fds of a select/poll set, or those an epoll set watches.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub fds: Vec<FdDesc>,
+    pub(crate) fds: Vec<FdDesc>,
     /// A path argument (openat, stat, execve…).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<Timeout>,
+    pub(crate) timeout: Option<Timeout>,
     /// The futex word's address.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub futex: Option<String>,
+    pub(crate) futex: Option<String>,
     /// Waiting for the GIL (a futex inside the GIL's mutex or condition variable).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub gil: Option<GilWait>,
+    pub(crate) gil: Option<GilWait>,
     /// Waiting for a lock that a Python frame's local refers to.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub lock: Option<LockWait>,
+    pub(crate) lock: Option<LockWait>,
     /// wait4/waitid: the child waited for (-1: any child).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub child: Option<i64>,
+    pub(crate) child: Option<i64>,
     /// Kernel function the thread sleeps in (shown for D state).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub wchan: Option<String>,
+    pub(crate) wchan: Option<String>,
     /// Kernel stack, innermost first (D state, when readable: root only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub kernel_stack: Vec<String>,
+    pub(crate) kernel_stack: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Timeout {
+pub(crate) enum Timeout {
     /// No timeout: waits until woken.
     None,
     /// A relative timeout as asked, in seconds.
@@ -71,55 +71,55 @@ pub enum Timeout {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GilWait {
+pub(crate) struct GilWait {
     /// Kernel tid of the thread holding the GIL, when one does.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub holder: Option<u32>,
+    pub(crate) holder: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub holder_name: Option<String>,
+    pub(crate) holder_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LockWait {
+pub(crate) struct LockWait {
     /// The local's name, and the frame it is a local of.
-    pub name: String,
+    pub(crate) name: String,
     /// Python type of the object (`_thread.lock`, `_thread.RLock`), or
     /// `threading.Condition` for the waiter lock of `Condition.wait`.
-    pub kind: String,
-    pub address: String,
-    pub function: String,
-    pub file: String,
-    pub line: u32,
+    pub(crate) kind: String,
+    pub(crate) address: String,
+    pub(crate) function: String,
+    pub(crate) file: String,
+    pub(crate) line: u32,
 }
 
 /// One file descriptor, described.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct FdDesc {
-    pub fd: i32,
+pub(crate) struct FdDesc {
+    pub(crate) fd: i32,
     /// file, fifo, pipe, tcp, tcp6, udp, udp6, unix, socket, eventfd, epoll,
     /// timerfd, signalfd, anon, other, or closed.
-    pub kind: String,
+    pub(crate) kind: String,
     /// The link target (`socket:[123]`, `pipe:[45]`, a path).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub local: Option<String>,
+    pub(crate) local: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub remote: Option<String>,
+    pub(crate) remote: Option<String>,
     /// TCP state (ESTABLISHED, LISTEN…); for unix sockets, the socket type.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub(crate) state: Option<String>,
     /// Who holds the other end of a pipe or FIFO (`pid 12 "name" fd 4`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub peers: Vec<String>,
+    pub(crate) peers: Vec<String>,
     /// An epoll set: the fds it watches.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub watches: Vec<i32>,
+    pub(crate) watches: Vec<i32>,
 }
 
 /// `/proc/PID/task/TID/syscall`, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyscallLine {
+pub(crate) enum SyscallLine {
     Running,
     /// Blocked, but not in a system call (e.g. a page fault).
     NotInSyscall,
@@ -129,7 +129,7 @@ pub enum SyscallLine {
     },
 }
 
-pub fn parse_syscall(text: &str) -> Option<SyscallLine> {
+pub(crate) fn parse_syscall(text: &str) -> Option<SyscallLine> {
     let text = text.trim();
     if text == "running" {
         return Some(SyscallLine::Running);
@@ -148,7 +148,7 @@ pub fn parse_syscall(text: &str) -> Option<SyscallLine> {
 }
 
 /// x86-64 system call names, for the calls a thread is seen blocked in.
-pub fn syscall_name(nr: i64) -> Option<&'static str> {
+pub(crate) fn syscall_name(nr: i64) -> Option<&'static str> {
     Some(match nr {
         0 => "read",
         1 => "write",
@@ -264,19 +264,19 @@ fn short_name(name: &str) -> &str {
 
 /// One socket from `/proc/PID/net/{tcp,tcp6,udp,udp6}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InetSocket {
-    pub inode: u64,
-    pub local: String,
-    pub remote: String,
-    pub state: String,
+pub(crate) struct InetSocket {
+    pub(crate) inode: u64,
+    pub(crate) local: String,
+    pub(crate) remote: String,
+    pub(crate) state: String,
 }
 
 /// One socket from `/proc/PID/net/unix`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnixSocket {
-    pub inode: u64,
-    pub kind: &'static str,
-    pub path: Option<String>,
+pub(crate) struct UnixSocket {
+    pub(crate) inode: u64,
+    pub(crate) kind: &'static str,
+    pub(crate) path: Option<String>,
 }
 
 fn tcp_state(code: u8) -> &'static str {
@@ -326,7 +326,7 @@ fn parse_inet_addr(s: &str) -> Option<String> {
 }
 
 /// The sockets of one `/proc/PID/net/{tcp,tcp6,udp,udp6}` table.
-pub fn parse_inet_table(text: &str, tcp: bool) -> Vec<InetSocket> {
+pub(crate) fn parse_inet_table(text: &str, tcp: bool) -> Vec<InetSocket> {
     text.lines()
         .skip(1)
         .filter_map(|line| {
@@ -353,7 +353,7 @@ pub fn parse_inet_table(text: &str, tcp: bool) -> Vec<InetSocket> {
 }
 
 /// The sockets of `/proc/PID/net/unix`.
-pub fn parse_unix_table(text: &str) -> Vec<UnixSocket> {
+pub(crate) fn parse_unix_table(text: &str) -> Vec<UnixSocket> {
     text.lines()
         .skip(1)
         .filter_map(|line| {
@@ -378,7 +378,7 @@ pub fn parse_unix_table(text: &str) -> Vec<UnixSocket> {
 }
 
 /// The fds an epoll set watches, from its `/proc/PID/fdinfo/FD`.
-pub fn parse_epoll_fdinfo(text: &str) -> Vec<i32> {
+pub(crate) fn parse_epoll_fdinfo(text: &str) -> Vec<i32> {
     text.lines()
         .filter_map(|l| l.strip_prefix("tfd:"))
         .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
@@ -387,7 +387,7 @@ pub fn parse_epoll_fdinfo(text: &str) -> Vec<i32> {
 }
 
 /// `socket:[123]` → ("socket", 123); also `pipe:[…]`.
-pub fn link_inode(target: &str, prefix: &str) -> Option<u64> {
+pub(crate) fn link_inode(target: &str, prefix: &str) -> Option<u64> {
     target
         .strip_prefix(prefix)?
         .strip_prefix(":[")?
@@ -398,13 +398,13 @@ pub fn link_inode(target: &str, prefix: &str) -> Option<u64> {
 
 /// The sockets of the target's network namespace, by inode (what fds link to).
 #[derive(Debug, Default, Clone)]
-pub struct SocketTables {
-    pub inet: Vec<(&'static str, InetSocket)>,
-    pub unix: Vec<UnixSocket>,
+pub(crate) struct SocketTables {
+    pub(crate) inet: Vec<(&'static str, InetSocket)>,
+    pub(crate) unix: Vec<UnixSocket>,
 }
 
 impl SocketTables {
-    pub fn from_texts(tables: &[(&'static str, Option<String>)]) -> SocketTables {
+    pub(crate) fn from_texts(tables: &[(&'static str, Option<String>)]) -> SocketTables {
         let mut t = SocketTables::default();
         for (name, text) in tables {
             let Some(text) = text else { continue };
@@ -423,7 +423,7 @@ impl SocketTables {
 
 /// Describe an fd from its link target; sockets need the tables (read
 /// lazily: `tables` is called at most once per socket met).
-pub fn describe_fd(
+pub(crate) fn describe_fd(
     fd: i32,
     target: Option<&str>,
     tables: &mut dyn FnMut() -> Option<std::rc::Rc<SocketTables>>,
@@ -473,7 +473,7 @@ pub fn describe_fd(
 
 impl FdDesc {
     /// The part of an fd a short form names: the peer of a socket, the path of a file.
-    pub fn short(&self) -> String {
+    pub(crate) fn short(&self) -> String {
         match self.kind.as_str() {
             "tcp" | "tcp6" | "udp" | "udp6" => match (&self.remote, &self.local) {
                 (Some(r), Some(l)) if self.state.as_deref() == Some("LISTEN") || is_any(r) => {
@@ -489,7 +489,7 @@ impl FdDesc {
     }
 
     /// The long form: `fd 3: TCP 127.0.0.1:40412 → 127.0.0.1:8080 (ESTABLISHED)`.
-    pub fn long(&self) -> String {
+    pub(crate) fn long(&self) -> String {
         let mut s = format!("fd {}: ", self.fd);
         match self.kind.as_str() {
             "tcp" | "tcp6" | "udp" | "udp6" => {
@@ -587,7 +587,7 @@ fn deadline(mem: &dyn Memory, addr: u64, clockid: i32) -> Option<Timeout> {
 }
 
 /// The timeout a call asked for, reading pointer arguments from the target.
-pub fn timeout_of(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Option<Timeout> {
+pub(crate) fn timeout_of(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Option<Timeout> {
     const TIMER_ABSTIME: u64 = 1;
     match name {
         "nanosleep" => relative(mem, a[0], true),
@@ -623,7 +623,7 @@ pub fn timeout_of(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Option<Timeout>
 
 /// The fds a select (three bitmaps of `nfds` bits) or poll (an array of
 /// `struct pollfd`) waits on; bounded.
-pub fn set_fds(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Vec<i32> {
+pub(crate) fn set_fds(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Vec<i32> {
     let mut fds = Vec::new();
     match name {
         "select" | "pselect6" => {
@@ -693,19 +693,19 @@ fn read_c_string(mem: &dyn Memory, addr: u64) -> Option<String> {
 /// What a blocked call's arguments say, before fds are described: which fd
 /// (and set of fds), which path, which child, which futex, which timeout.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CallArgs {
-    pub name: String,
-    pub fd: Option<i32>,
-    pub set: Vec<i32>,
-    pub path: Option<String>,
-    pub child: Option<i64>,
-    pub futex: Option<u64>,
-    pub timeout: Option<Timeout>,
+pub(crate) struct CallArgs {
+    pub(crate) name: String,
+    pub(crate) fd: Option<i32>,
+    pub(crate) set: Vec<i32>,
+    pub(crate) path: Option<String>,
+    pub(crate) child: Option<i64>,
+    pub(crate) futex: Option<u64>,
+    pub(crate) timeout: Option<Timeout>,
 }
 
 /// Decode a blocked call. `full` also reads pointer arguments (timeouts,
 /// fd sets, paths); without it only register arguments are used.
-pub fn decode_call(nr: i64, a: &[u64; 6], mem: &dyn Memory, full: bool) -> CallArgs {
+pub(crate) fn decode_call(nr: i64, a: &[u64; 6], mem: &dyn Memory, full: bool) -> CallArgs {
     let name = syscall_name(nr)
         .map(str::to_string)
         .unwrap_or_else(|| format!("syscall_{nr}"));
@@ -733,14 +733,14 @@ impl Wait {
     /// Whether the thread is off the CPU (sleeping, in D state, stopped).
     /// A tracing stop ('t') is not: while sampling it is our own pause (or
     /// one that outlived its budget) of a thread that was running.
-    pub fn off_cpu(&self) -> bool {
+    pub(crate) fn off_cpu(&self) -> bool {
         !matches!(self.state.as_str(), "R" | "t" | "")
     }
 
     /// The short form used by top's wait column and record's leaf frames:
     /// `recv 127.0.0.1:443`, `GIL wait`, `futex`, `read /data/x.bin`,
     /// `D: wchan`. Empty for a running thread.
-    pub fn short(&self) -> String {
+    pub(crate) fn short(&self) -> String {
         if self.state == "D" {
             if let Some(w) = &self.wchan {
                 return format!("D: {w}");
@@ -787,7 +787,7 @@ impl Wait {
     }
 
     /// The long form of dump's header: everything known, decoded.
-    pub fn long(&self) -> String {
+    pub(crate) fn long(&self) -> String {
         let mut s = String::new();
         if let Some(name) = &self.syscall {
             s += name;
@@ -868,7 +868,7 @@ pub enum WaitDetail {
 /// Reads the kernel's view of a process's blocked threads, through
 /// [`crate::procfs`]. Fd descriptions are cached: per pass when `Full`,
 /// across passes (by link target, which names the inode) when `Short`.
-pub struct WaitReader {
+pub(crate) struct WaitReader {
     pid: i32,
     detail: WaitDetail,
     tables: Option<std::rc::Rc<SocketTables>>,
@@ -883,7 +883,7 @@ pub struct WaitReader {
 /// arguments, stack and instruction pointers: the same blocked call, or
 /// one exactly like it). A thread that goes from S to D (or is stopped)
 /// inside one call is seen so much later at most.
-pub const SAME_CALL_TTL: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const SAME_CALL_TTL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Longest syscall line kept (the kernel writes at most ~180 bytes).
 const CALL_TEXT_MAX: usize = 256;
@@ -905,7 +905,7 @@ struct ThreadCall {
 
 /// What a thread's syscall file says at the start of a pass, for its state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallProbe {
+pub(crate) enum CallProbe {
     /// On a CPU or runnable: state R, and no call to read.
     Running,
     /// The same text as when its state was read, within [`SAME_CALL_TTL`]:
@@ -931,7 +931,7 @@ fn fdinfo_access(text: &str) -> Option<&'static str> {
 }
 
 impl WaitReader {
-    pub fn new(pid: i32, detail: WaitDetail) -> WaitReader {
+    pub(crate) fn new(pid: i32, detail: WaitDetail) -> WaitReader {
         WaitReader {
             pid,
             detail,
@@ -941,13 +941,13 @@ impl WaitReader {
         }
     }
 
-    pub fn detail(&self) -> WaitDetail {
+    pub(crate) fn detail(&self) -> WaitDetail {
         self.detail
     }
 
     /// A new pass over `threads`: socket tables are read again when next
     /// needed, and the files of threads that are gone are closed.
-    pub fn begin_pass(&mut self, threads: &[(i32, bool)]) {
+    pub(crate) fn begin_pass(&mut self, threads: &[(i32, bool)]) {
         self.keep_threads(threads);
         self.tables = None;
         if self.detail == WaitDetail::Full || self.fd_cache.len() > MAX_FD_CACHE {
@@ -956,7 +956,7 @@ impl WaitReader {
     }
 
     /// Close the syscall files of threads not in `threads` (gone).
-    pub fn keep_threads(&mut self, threads: &[(i32, bool)]) {
+    pub(crate) fn keep_threads(&mut self, threads: &[(i32, bool)]) {
         self.calls
             .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
     }
@@ -1003,7 +1003,7 @@ impl WaitReader {
     /// read; one still in the call its state was read in keeps that state
     /// for [`SAME_CALL_TTL`]. The line read is what [`WaitReader::syscall`]
     /// gives next in this pass.
-    pub fn probe(&mut self, tid: i32, now: std::time::Instant) -> CallProbe {
+    pub(crate) fn probe(&mut self, tid: i32, now: std::time::Instant) -> CallProbe {
         let Some((c, same)) = self.read_call(tid) else {
             return CallProbe::Read;
         };
@@ -1019,7 +1019,7 @@ impl WaitReader {
 
     /// The kernel state just read for `tid` after a [`CallProbe::Read`],
     /// kept with the text probed.
-    pub fn set_state(&mut self, tid: i32, state: char, now: std::time::Instant) {
+    pub(crate) fn set_state(&mut self, tid: i32, state: char, now: std::time::Instant) {
         if let Some(c) = self.calls.get_mut(&tid) {
             if c.fresh && !c.text.is_empty() {
                 c.state = Some((state, now));
@@ -1032,7 +1032,7 @@ impl WaitReader {
 
     /// The call a thread that is not running is in (read before any
     /// pausing): the line probed in this pass, or read now.
-    pub fn syscall(&mut self, tid: i32) -> Option<SyscallLine> {
+    pub(crate) fn syscall(&mut self, tid: i32) -> Option<SyscallLine> {
         if let Some(c) = self.calls.get_mut(&tid) {
             if c.fresh {
                 c.fresh = false;
@@ -1117,7 +1117,7 @@ impl WaitReader {
     /// What thread `tid` (in scheduler state `state`, blocked in `line`)
     /// waits for. GIL and lock attribution are added by the caller, who
     /// knows the interpreter.
-    pub fn read(
+    pub(crate) fn read(
         &mut self,
         tid: i32,
         state: char,
@@ -1203,7 +1203,7 @@ impl WaitReader {
 /// at) a `PyMutex`, and a waiter sleeps on a semaphore in its parking-lot
 /// wait entry, which records that address in a word just before it
 /// (`before` holds the words preceding the futex).
-pub fn futex_is_lock(futex: u64, inner: u64, inner_addr: u64, before: &[u64]) -> bool {
+pub(crate) fn futex_is_lock(futex: u64, inner: u64, inner_addr: u64, before: &[u64]) -> bool {
     const SEM_SIZE: u64 = 32;
     (inner > 0x1000 && futex >= inner && futex < inner.saturating_add(SEM_SIZE))
         || futex == inner_addr
@@ -1212,7 +1212,7 @@ pub fn futex_is_lock(futex: u64, inner: u64, inner_addr: u64, before: &[u64]) ->
 }
 
 /// A lock type's name as users know it.
-pub fn lock_kind(type_name: &str) -> &str {
+pub(crate) fn lock_kind(type_name: &str) -> &str {
     match type_name {
         "thread.lock" | "_thread.lock" | "lock" => "threading.Lock",
         "_thread.RLock" | "RLock" => "threading.RLock",
@@ -1233,13 +1233,13 @@ fn secs(v: f64) -> String {
 }
 
 /// `/proc/PID/task/TID/wchan`: "0" (or empty) means none.
-pub fn parse_wchan(text: &str) -> Option<String> {
+pub(crate) fn parse_wchan(text: &str) -> Option<String> {
     let t = text.trim();
     (!t.is_empty() && t != "0").then(|| t.to_string())
 }
 
 /// `/proc/PID/task/TID/stack`: `[<0>] func+0x1c/0x50` lines → `func`.
-pub fn parse_kernel_stack(text: &str) -> Vec<String> {
+pub(crate) fn parse_kernel_stack(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|l| {
             let f = l.split_once("] ").map(|(_, r)| r).unwrap_or(l).trim();
@@ -1251,7 +1251,7 @@ pub fn parse_kernel_stack(text: &str) -> Vec<String> {
 }
 
 /// One line that says what several threads have in common, for the end of a dump.
-pub fn summary(waits: &[(u32, Option<&str>, &Wait)]) -> Vec<String> {
+pub(crate) fn summary(waits: &[(u32, Option<&str>, &Wait)]) -> Vec<String> {
     use std::collections::BTreeMap;
     let mut out = Vec::new();
     // GIL waiters, by holder.

@@ -57,7 +57,7 @@ fn config(opts: &DumpOptions) -> SamplerConfig {
 }
 
 /// Read one process once, through the same path as the samplers.
-pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
+pub(crate) fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
     let cfg = config(opts);
     let mut target = Target::open(pid, &cfg)?;
     let threads = target.sample_whole(&cfg);
@@ -84,7 +84,7 @@ pub fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks, Error
 /// Read a core file once, through the samplers' path on a core source:
 /// nothing is paused, registers are the core's, and the thread that
 /// crashed comes first.
-pub fn read_core(core: &CoreArgs, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
+pub(crate) fn read_core(core: &CoreArgs, opts: &DumpOptions) -> Result<ProcessStacks, Error> {
     let source = CoreFile::open(&core.path, &core.options)?;
     let crash = source.crash();
     let location = crash.as_ref().and_then(|c| source.place(c.ip));
@@ -188,7 +188,11 @@ fn emit(out: &mut dyn Write, p: &ProcessStacks, opts: &DumpOptions) -> std::io::
 
 /// The text rendering of one process; `positions` adds the column to each
 /// Python frame's line where the version records it (1-based, as editors count).
-pub fn write_text(out: &mut dyn Write, p: &ProcessStacks, positions: bool) -> std::io::Result<()> {
+pub(crate) fn write_text(
+    out: &mut dyn Write,
+    p: &ProcessStacks,
+    positions: bool,
+) -> std::io::Result<()> {
     match p.parent_pid {
         Some(pp) => writeln!(
             out,

@@ -141,9 +141,9 @@ pub struct AsyncioLayout {
 }
 
 /// Items per deque block (`BLOCKLEN`).
-pub const DEQUE_BLOCK_LEN: u64 = 64;
+pub(crate) const DEQUE_BLOCK_LEN: u64 = 64;
 /// `PyMemberDef.offset`.
-pub const MEMBER_DEF_OFFSET: u64 = 16;
+pub(crate) const MEMBER_DEF_OFFSET: u64 = 16;
 
 const COMMON: AsyncioLayout = AsyncioLayout {
     major: 3,
@@ -180,7 +180,7 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     member_descr_def: 40,
 };
 
-pub static V3_7: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_7: AsyncioLayout = AsyncioLayout {
     minor: 7,
     task_size: 136,
     fut_state: 72,
@@ -200,7 +200,7 @@ pub static V3_7: AsyncioLayout = AsyncioLayout {
     ..COMMON
 };
 
-pub static V3_8: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_8: AsyncioLayout = AsyncioLayout {
     minor: 8,
     task_size: 144,
     fut_state: 72,
@@ -221,7 +221,7 @@ pub static V3_8: AsyncioLayout = AsyncioLayout {
     ..COMMON
 };
 
-pub static V3_9: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_9: AsyncioLayout = AsyncioLayout {
     minor: 9,
     task_size: 184,
     fut_state: 80,
@@ -242,7 +242,7 @@ pub static V3_9: AsyncioLayout = AsyncioLayout {
     ..COMMON
 };
 
-pub static V3_10: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_10: AsyncioLayout = AsyncioLayout {
     minor: 10,
     task_size: 192,
     fut_state: 88,
@@ -264,7 +264,7 @@ pub static V3_10: AsyncioLayout = AsyncioLayout {
     ..COMMON
 };
 
-pub static V3_11: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_11: AsyncioLayout = AsyncioLayout {
     minor: 11,
     task_size: 176,
     fut_state: 88,
@@ -289,7 +289,7 @@ pub static V3_11: AsyncioLayout = AsyncioLayout {
     ..COMMON
 };
 
-pub static V3_12: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_12: AsyncioLayout = AsyncioLayout {
     minor: 12,
     gen_frame: GenFrame::Embedded(72),
     gen_frame_state: Some(FrameState {
@@ -299,7 +299,7 @@ pub static V3_12: AsyncioLayout = AsyncioLayout {
     ..V3_11
 };
 
-pub static V3_13: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_13: AsyncioLayout = AsyncioLayout {
     minor: 13,
     task_size: 144,
     fut_state: 96,
@@ -324,7 +324,7 @@ pub static V3_13: AsyncioLayout = AsyncioLayout {
     ..COMMON
 };
 
-pub static V3_14: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_14: AsyncioLayout = AsyncioLayout {
     minor: 14,
     task_size: 168,
     fut_state: 104,
@@ -362,7 +362,7 @@ pub static V3_14: AsyncioLayout = AsyncioLayout {
     ..COMMON
 };
 
-pub static V3_15: AsyncioLayout = AsyncioLayout {
+pub(crate) static V3_15: AsyncioLayout = AsyncioLayout {
     minor: 15,
     gen_frame_state: Some(FrameState {
         offset: 67,
@@ -381,7 +381,7 @@ pub static V3_15: AsyncioLayout = AsyncioLayout {
 };
 
 /// Every table, oldest first.
-pub static ALL: &[&AsyncioLayout] = &[
+pub(crate) static ALL: &[&AsyncioLayout] = &[
     &V3_7, &V3_8, &V3_9, &V3_10, &V3_11, &V3_12, &V3_13, &V3_14, &V3_15,
 ];
 

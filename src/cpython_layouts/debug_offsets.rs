@@ -36,11 +36,11 @@ use super::{
 use crate::error::Error;
 use crate::memory::Memory;
 
-pub const COOKIE: &[u8; 8] = b"xdebugpy";
+pub(crate) const COOKIE: &[u8; 8] = b"xdebugpy";
 
 /// No CPython struct described here comes near this; a larger value means
 /// we are not looking at `_Py_DebugOffsets`.
-pub const MAX_STRUCT_SIZE: u64 = 1 << 20;
+pub(crate) const MAX_STRUCT_SIZE: u64 = 1 << 20;
 
 /// cookie, version, free_threaded.
 const HEADER_LEN: u64 = 24;
@@ -52,7 +52,7 @@ type Section = (&'static str, &'static [&'static str]);
 
 /// `Include/internal/pycore_runtime.h` of 3.13.0: `tests/layouts.rs` proves
 /// each member's offset against that header and reads a live 3.13.0.
-pub const V3_13: &[Section] = &[
+pub(crate) const V3_13: &[Section] = &[
     (
         "runtime_state",
         &["size", "finalizing", "interpreters_head"],
@@ -135,7 +135,7 @@ pub const V3_13: &[Section] = &[
 /// `stackpointer`, `tlbc_index`, `co_tlbc`, and the `set_object`,
 /// `gen_object`, `llist_node`, `debugger_support` sections (the last two
 /// without a `size`).
-pub const V3_14: &[Section] = &[
+pub(crate) const V3_14: &[Section] = &[
     (
         "runtime_state",
         &["size", "finalizing", "interpreters_head"],
@@ -242,7 +242,7 @@ pub const V3_14: &[Section] = &[
 /// `err_stackitem` section (no `size`), `tp_basicsize`/`tp_dictoffset`, a
 /// `heap_type_object` section, `compactunicodeobject_size`, and three `gc`
 /// members.
-pub const V3_15: &[Section] = &[
+pub(crate) const V3_15: &[Section] = &[
     (
         "runtime_state",
         &["size", "finalizing", "interpreters_head"],
@@ -414,7 +414,7 @@ impl DebugOffsets {
     }
     /// A member by its C names, e.g. `get("interpreter_frame", "stackpointer")`;
     /// `None` if this version's `_Py_DebugOffsets` has no such member.
-    pub fn get(&self, section: &str, member: &str) -> Option<u64> {
+    pub(crate) fn get(&self, section: &str, member: &str) -> Option<u64> {
         self.fields
             .iter()
             .find(|(s, m, _)| *s == section && *m == member)
@@ -445,7 +445,7 @@ fn sections_for(major: u8, minor: u8) -> Option<(u8, u8, &'static [Section])> {
         .rfind(|&(a, b, _)| (a, b) <= (major, minor))
 }
 
-pub fn version_string(v: u64) -> String {
+pub(crate) fn version_string(v: u64) -> String {
     format!(
         "{}.{}.{}",
         (v >> 24) & 0xff,
@@ -613,7 +613,7 @@ pub struct Overlaid {
 
 impl Overlaid {
     /// The table is the target's own version.
-    pub fn own_table(&self) -> bool {
+    pub(crate) fn own_table(&self) -> bool {
         self.table == (self.layout.major, self.layout.minor)
     }
 }

@@ -334,7 +334,7 @@ pub fn for_version(major: u8, minor: u8) -> Option<&'static Layout> {
 
 /// The newest built-in table: what a version newer than every table starts
 /// from, under what its `_Py_DebugOffsets` provides.
-pub fn newest() -> Option<&'static Layout> {
+pub(crate) fn newest() -> Option<&'static Layout> {
     tables().last()
 }
 
@@ -357,7 +357,7 @@ pub(crate) fn test_override(var: &str) -> Option<(u8, u8)> {
 }
 
 /// Every built-in table, oldest first.
-pub static ALL: &[&Layout] = &[
+pub(crate) static ALL: &[&Layout] = &[
     &v2_7::LAYOUT,
     &v3_6::LAYOUT,
     &v3_7::LAYOUT,

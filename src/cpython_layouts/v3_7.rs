@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub static LAYOUT: Layout = Layout {
+pub(crate) static LAYOUT: Layout = Layout {
     major: 3,
     minor: 7,
     runtime: RuntimeLayout {

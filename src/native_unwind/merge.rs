@@ -6,14 +6,14 @@ use super::NativeFrame;
 /// A Python frame with what merging needs to know about it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PyFrameForMerge<F> {
-    pub frame: F,
+    pub(crate) frame: F,
     /// The first (outermost) Python frame run by one eval-loop C call: every
     /// frame up to 3.10, `is_entry` on 3.11, the frame after a shim on 3.12+.
     /// The outermost frame is treated as one whatever this says.
-    pub is_entry: bool,
+    pub(crate) is_entry: bool,
     /// The frame's address in the target (`_PyInterpreterFrame`), matched
     /// against the anchors' frames.
-    pub addr: u64,
+    pub(crate) addr: u64,
 }
 
 /// How one sample's native and Python frames were put together.

@@ -11,7 +11,7 @@
 
 mod merge;
 mod module;
-pub mod scan;
+pub(crate) mod scan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub use merge::{
 
 /// Deepest stack we walk; deeper ones are cut (and the cut is visible as a
 /// stack that does not end in a thread entry point).
-pub const MAX_FRAMES: usize = 2048;
+pub(crate) const MAX_FRAMES: usize = 2048;
 /// Stack bytes fetched per read: most stacks need a handful.
 const CHUNK: u64 = 4096;
 /// Bound on stack bytes read for one unwind (chunks).
@@ -73,7 +73,7 @@ pub struct NativeFrame {
     /// Library file name, e.g. "libc.so.6"; a pseudo name ("[vdso]",
     /// "[anon]") for code outside any file.
     pub module: String,
-    pub module_path: String,
+    pub(crate) module_path: String,
     /// `ip` as an address in the module's own ELF address space (what
     /// `addr2line -e module` takes); for code outside any file, the offset
     /// in its mapping. Stable across runs.
@@ -123,7 +123,7 @@ impl NativeFrame {
 }
 
 /// Libraries whose frames are tagged "cuda".
-pub fn cuda_tag(module: &str) -> Option<&'static str> {
+pub(crate) fn cuda_tag(module: &str) -> Option<&'static str> {
     const PREFIXES: &[&str] = &[
         "libcuda.",
         "libcudart",
@@ -301,7 +301,7 @@ impl NativeUnwinder {
 
     /// Load every module now, while no thread is stopped: a first unwind
     /// would otherwise read and parse them with the threads held.
-    pub fn preload(&mut self) {
+    pub(crate) fn preload(&mut self) {
         for i in 0..self.modules.len() {
             let _ = self.loaded(i);
         }
@@ -461,13 +461,6 @@ impl NativeUnwinder {
         }
     }
 
-    /// Symbolize one address as an exact program counter: DWARF frames,
-    /// innermost (most inlined) first, or one frame from the symbol table.
-    pub fn symbolize(&mut self, ip: u64) -> Vec<NativeFrame> {
-        let f = self.frame(ip, false, UnwindMethod::Cfi);
-        self.add_lines(&f)
-    }
-
     /// Expand a frame from [`unwind`](Self::unwind) with DWARF file:line and
     /// the functions inlined at that point (innermost first). Cached per
     /// address; DWARF is parsed on first use per module. A frame without
@@ -523,7 +516,7 @@ impl NativeUnwinder {
 
     /// Unwind from explicit registers over `mem`: the samplers pass a copy
     /// of the stack taken while the thread was stopped (a core file later).
-    pub fn unwind_from_regs(
+    pub(crate) fn unwind_from_regs(
         &mut self,
         ip: u64,
         sp: u64,
@@ -579,7 +572,7 @@ impl NativeUnwinder {
 
     /// Why the last [`unwind`](Self::unwind) stopped short of the thread's
     /// entry point, when it did.
-    pub fn ended_early(&self) -> Option<&str> {
+    pub(crate) fn ended_early(&self) -> Option<&str> {
         self.ended.as_deref()
     }
 

@@ -496,16 +496,16 @@ fn section_bytes<'d>(sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
 /// One line of DWARF symbolization: a function (innermost first when inlined).
 #[derive(Clone)]
 pub(crate) struct LineFrame {
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub inlined: bool,
+    pub(crate) function: Option<String>,
+    pub(crate) file: Option<String>,
+    pub(crate) line: Option<u32>,
+    pub(crate) inlined: bool,
 }
 
 pub(crate) struct LoadedModule {
     bytes: Arc<Backing>,
     /// avma = svma + bias.
-    pub bias: u64,
+    pub(crate) bias: u64,
     cfi: CfiCoverage,
     cfi_cache: HashMap<u64, bool>,
     /// Addresses whose CFA rule is known not to be an expression.

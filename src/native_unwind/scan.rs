@@ -5,11 +5,11 @@
 //! follows a call instruction.
 
 /// How many bytes before a candidate return address [`follows_call`] needs.
-pub const CALL_WINDOW: usize = 7;
+pub(crate) const CALL_WINDOW: usize = 7;
 
 /// `before` holds the bytes that end right at the candidate return address
 /// (its last byte is the one at `ret - 1`); up to [`CALL_WINDOW`] are looked at.
-pub fn follows_call(before: &[u8]) -> bool {
+pub(crate) fn follows_call(before: &[u8]) -> bool {
     let n = before.len();
     let at = |len: usize| -> Option<&[u8]> { n.checked_sub(len).map(|s| &before[s..]) };
     // call rel32: E8 xx xx xx xx

@@ -17,18 +17,18 @@ const MAX_PPROF_BYTES: u64 = 1 << 30;
 
 /// One recording: `root;…;leaf` stacks with their sample counts.
 #[derive(Debug, Clone, Default)]
-pub struct Recording {
-    pub stacks: Vec<(String, u64)>,
+pub(crate) struct Recording {
+    pub(crate) stacks: Vec<(String, u64)>,
 }
 
 impl Recording {
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.stacks.iter().map(|(_, c)| *c).sum()
     }
 }
 
 #[derive(Debug, Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error("it is empty")]
     Empty,
     #[error("line {line} is not `frame;frame;… count` (collapsed stacks): {text:?}")]
@@ -42,7 +42,7 @@ pub enum ReadError {
 }
 
 /// Read a recording, telling the format by its content.
-pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
+pub(crate) fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
     if bytes.is_empty() {
         return Err(ReadError::Empty);
     }
@@ -105,12 +105,12 @@ fn collapsed(text: &str) -> Result<Recording, ReadError> {
 
 /// protobuf's wire format, read defensively: every length is checked.
 mod wire {
-    pub enum Value<'a> {
+    pub(crate) enum Value<'a> {
         Varint(u64),
         Bytes(&'a [u8]),
     }
 
-    pub fn varint(b: &[u8], i: &mut usize) -> Result<u64, String> {
+    pub(crate) fn varint(b: &[u8], i: &mut usize) -> Result<u64, String> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = *b.get(*i).ok_or("a varint runs past the end")?;
@@ -123,7 +123,7 @@ mod wire {
         Err("a varint is too long".into())
     }
 
-    pub fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
+    pub(crate) fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < b.len() {
@@ -163,7 +163,7 @@ mod wire {
     }
 
     /// A repeated integer field, packed or not.
-    pub fn ints(b: &[u8], number: u64) -> Result<Vec<u64>, String> {
+    pub(crate) fn ints(b: &[u8], number: u64) -> Result<Vec<u64>, String> {
         let mut out = Vec::new();
         for (n, v) in fields(b)? {
             if n != number {
@@ -182,7 +182,7 @@ mod wire {
         Ok(out)
     }
 
-    pub fn int(b: &[u8], number: u64) -> Result<u64, String> {
+    pub(crate) fn int(b: &[u8], number: u64) -> Result<u64, String> {
         Ok(ints(b, number)?.last().copied().unwrap_or(0))
     }
 }
@@ -274,7 +274,7 @@ fn folded(r: &Recording) -> Vec<u8> {
 /// The differential flame graph: the after profile's shape (with `negate`,
 /// the before profile's), frames red where their share grew and blue where
 /// it shrank, the before counts scaled to the after total.
-pub fn write_differential(
+pub(crate) fn write_differential(
     before: &Recording,
     after: &Recording,
     negate: bool,
@@ -316,19 +316,19 @@ pub fn write_differential(
 /// One function's share of the samples before and after, own (as the leaf)
 /// and total (anywhere on the stack).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ShareChange {
-    pub function: String,
-    pub own_before: f64,
-    pub own_after: f64,
-    pub total_before: f64,
-    pub total_after: f64,
+pub(crate) struct ShareChange {
+    pub(crate) function: String,
+    pub(crate) own_before: f64,
+    pub(crate) own_after: f64,
+    pub(crate) total_before: f64,
+    pub(crate) total_after: f64,
 }
 
 impl ShareChange {
-    pub fn own_delta(&self) -> f64 {
+    pub(crate) fn own_delta(&self) -> f64 {
         self.own_after - self.own_before
     }
-    pub fn total_delta(&self) -> f64 {
+    pub(crate) fn total_delta(&self) -> f64 {
         self.total_after - self.total_before
     }
 }
@@ -354,7 +354,11 @@ fn shares(r: &Recording) -> HashMap<&str, (f64, f64)> {
 }
 
 /// The `limit` functions whose share changed most (by own share, then total).
-pub fn share_changes(before: &Recording, after: &Recording, limit: usize) -> Vec<ShareChange> {
+pub(crate) fn share_changes(
+    before: &Recording,
+    after: &Recording,
+    limit: usize,
+) -> Vec<ShareChange> {
     let b = shares(before);
     let a = shares(after);
     let mut names: Vec<&str> = b.keys().chain(a.keys()).copied().collect();

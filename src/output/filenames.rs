@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-pub fn shorten(file: &str, pid: i32) -> String {
+pub(crate) fn shorten(file: &str, pid: i32) -> String {
     // `<frozen importlib._bootstrap>`, `<string>`, relative names: nothing
     // to strip.
     if !file.starts_with('/') {

@@ -20,13 +20,13 @@ mod heatmap;
 mod html;
 mod pprof;
 mod profile;
-pub mod sink;
+pub(crate) mod sink;
 mod speedscope;
 
 use thiserror::Error;
 
-pub use diff::{read_recording, share_changes, write_differential, ReadError, Recording};
-pub use filenames::shorten as short_filename;
+pub(crate) use diff::{read_recording, share_changes, write_differential, Recording};
+pub(crate) use filenames::shorten as short_filename;
 pub use profile::Profile;
 
 /// How samples are turned into frames, and what the profile keeps.
@@ -84,7 +84,7 @@ impl OutputFormat {
     }
 
     /// Whether writing this format needs [`ProfileOptions::timeline`].
-    pub fn needs_timeline(&self) -> bool {
+    pub(crate) fn needs_timeline(&self) -> bool {
         matches!(
             self,
             OutputFormat::Speedscope | OutputFormat::Chrometrace | OutputFormat::Gecko

@@ -90,39 +90,39 @@ impl Strings {
 
 // Field numbers from profile.proto.
 mod field {
-    pub const SAMPLE_TYPE: u64 = 1;
-    pub const SAMPLE: u64 = 2;
-    pub const LOCATION: u64 = 4;
-    pub const FUNCTION: u64 = 5;
-    pub const STRING_TABLE: u64 = 6;
-    pub const TIME_NANOS: u64 = 9;
-    pub const DURATION_NANOS: u64 = 10;
-    pub const PERIOD_TYPE: u64 = 11;
-    pub const PERIOD: u64 = 12;
-    pub const COMMENT: u64 = 13;
-    pub const DEFAULT_SAMPLE_TYPE: u64 = 14;
+    pub(crate) const SAMPLE_TYPE: u64 = 1;
+    pub(crate) const SAMPLE: u64 = 2;
+    pub(crate) const LOCATION: u64 = 4;
+    pub(crate) const FUNCTION: u64 = 5;
+    pub(crate) const STRING_TABLE: u64 = 6;
+    pub(crate) const TIME_NANOS: u64 = 9;
+    pub(crate) const DURATION_NANOS: u64 = 10;
+    pub(crate) const PERIOD_TYPE: u64 = 11;
+    pub(crate) const PERIOD: u64 = 12;
+    pub(crate) const COMMENT: u64 = 13;
+    pub(crate) const DEFAULT_SAMPLE_TYPE: u64 = 14;
     // ValueType
-    pub const VT_TYPE: u64 = 1;
-    pub const VT_UNIT: u64 = 2;
+    pub(crate) const VT_TYPE: u64 = 1;
+    pub(crate) const VT_UNIT: u64 = 2;
     // Sample
-    pub const S_LOCATION_ID: u64 = 1;
-    pub const S_VALUE: u64 = 2;
-    pub const S_LABEL: u64 = 3;
+    pub(crate) const S_LOCATION_ID: u64 = 1;
+    pub(crate) const S_VALUE: u64 = 2;
+    pub(crate) const S_LABEL: u64 = 3;
     // Label
-    pub const L_KEY: u64 = 1;
-    pub const L_STR: u64 = 2;
-    pub const L_NUM: u64 = 3;
+    pub(crate) const L_KEY: u64 = 1;
+    pub(crate) const L_STR: u64 = 2;
+    pub(crate) const L_NUM: u64 = 3;
     // Location
-    pub const LOC_ID: u64 = 1;
-    pub const LOC_LINE: u64 = 4;
+    pub(crate) const LOC_ID: u64 = 1;
+    pub(crate) const LOC_LINE: u64 = 4;
     // Line
-    pub const LINE_FUNCTION_ID: u64 = 1;
-    pub const LINE_LINE: u64 = 2;
+    pub(crate) const LINE_FUNCTION_ID: u64 = 1;
+    pub(crate) const LINE_LINE: u64 = 2;
     // Function
-    pub const F_ID: u64 = 1;
-    pub const F_NAME: u64 = 2;
-    pub const F_SYSTEM_NAME: u64 = 3;
-    pub const F_FILENAME: u64 = 4;
+    pub(crate) const F_ID: u64 = 1;
+    pub(crate) const F_NAME: u64 = 2;
+    pub(crate) const F_SYSTEM_NAME: u64 = 3;
+    pub(crate) const F_FILENAME: u64 = 4;
 }
 
 pub(super) fn write(p: &Profile, out: &mut dyn Write, title: &str) -> io::Result<()> {

@@ -71,16 +71,16 @@ enum FrameKey {
 /// One distinct frame, as the writers need it. All fields are string ids.
 pub(super) struct FrameInfo {
     /// `function (short_file:line)`: what flame graphs and traces show.
-    pub label: u32,
+    pub(crate) label: u32,
     /// The bare function name (pprof keeps name and line apart).
-    pub function: u32,
+    pub(crate) function: u32,
     /// The file name as the target reported it.
-    pub file: Option<u32>,
+    pub(crate) file: Option<u32>,
     /// 0 when unknown or left out.
-    pub line: u32,
+    pub(crate) line: u32,
     /// A native frame's library (full path as mapped), when known.
-    pub module: Option<u32>,
-    pub kind: FrameClass,
+    pub(crate) module: Option<u32>,
+    pub(crate) kind: FrameClass,
 }
 
 /// What a frame stands for, as the writers that colour by it need.
@@ -93,19 +93,19 @@ pub(super) enum FrameClass {
 }
 
 pub(super) struct ProcessInfo {
-    pub pid: i32,
-    pub cmdline: u32,
+    pub(crate) pid: i32,
+    pub(crate) cmdline: u32,
     /// (command line it was made for, frame id) of the `process` root.
     root: Option<(u32, u32)>,
 }
 
 pub(super) struct ThreadInfo {
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// Python's thread ident (pthread_t).
-    pub ident: u64,
-    pub os_tid: Option<u32>,
+    pub(crate) ident: u64,
+    pub(crate) os_tid: Option<u32>,
     /// The latest name seen: threads are often named after they start.
-    pub name: Option<u32>,
+    pub(crate) name: Option<u32>,
     /// (name it was made for, frame id) of the `thread` root.
     root: Option<(Option<u32>, u32)>,
     /// Index in `runs` of this thread's latest run.
@@ -126,22 +126,22 @@ impl ThreadInfo {
 
 /// Consecutive samples of one thread with the same stack.
 pub(super) struct Run {
-    pub start_ns: u64,
-    pub dur_ns: u64,
-    pub thread: u32,
-    pub stack: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) dur_ns: u64,
+    pub(crate) thread: u32,
+    pub(crate) stack: u32,
     /// The thread went unsampled (idle, filtered out) right before this run.
-    pub after_gap: bool,
+    pub(crate) after_gap: bool,
     /// Samples merged into this run.
-    pub count: u32,
+    pub(crate) count: u32,
     /// The thread was idle (waiting, not holding the GIL) in these samples.
-    pub idle: bool,
+    pub(crate) idle: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Totals {
-    pub count: u64,
-    pub ns: u64,
+    pub(crate) count: u64,
+    pub(crate) ns: u64,
 }
 
 /// Stacks aggregated as they are sampled; see the module docs of `output`.

@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 const MAX_HOPS: usize = 40;
 
 #[derive(Debug)]
-pub struct SinkError {
-    pub path: String,
-    pub cause: io::Error,
+pub(crate) struct SinkError {
+    pub(crate) path: String,
+    pub(crate) cause: io::Error,
 }
 
 impl std::fmt::Display for SinkError {
@@ -45,7 +45,7 @@ enum Dest {
     },
 }
 
-pub struct OutputFile {
+pub(crate) struct OutputFile {
     /// As the user gave it (for messages).
     shown: String,
     /// Where the data ends up.
@@ -87,7 +87,7 @@ fn resolve(path: &Path) -> io::Result<PathBuf> {
 
 impl OutputFile {
     /// Open `path` for writing (before the work, so a bad path fails at once).
-    pub fn create(path: &Path) -> Result<OutputFile, SinkError> {
+    pub(crate) fn create(path: &Path) -> Result<OutputFile, SinkError> {
         let shown = path.display().to_string();
         if path.as_os_str() == "-" {
             return Ok(OutputFile {
@@ -157,11 +157,11 @@ impl OutputFile {
     }
 
     /// The path as given, or "standard output".
-    pub fn shown(&self) -> &str {
+    pub(crate) fn shown(&self) -> &str {
         &self.shown
     }
 
-    pub fn writer(&mut self) -> &mut dyn Write {
+    pub(crate) fn writer(&mut self) -> &mut dyn Write {
         match &mut self.dest {
             Dest::Stdout(s) => s,
             Dest::Direct(f) => f,
@@ -170,7 +170,7 @@ impl OutputFile {
     }
 
     /// Write `f`'s output and put it in place.
-    pub fn write_with<E: std::fmt::Display>(
+    pub(crate) fn write_with<E: std::fmt::Display>(
         mut self,
         f: impl FnOnce(&mut dyn Write) -> Result<(), E>,
     ) -> Result<(), String> {
@@ -183,7 +183,7 @@ impl OutputFile {
     }
 
     /// Flush and, for a regular file, rename it into place.
-    pub fn commit(mut self) -> Result<(), SinkError> {
+    pub(crate) fn commit(mut self) -> Result<(), SinkError> {
         let path = self.path.clone();
         let shown = PathBuf::from(&self.shown);
         if let Err(e) = self.writer().flush() {
@@ -204,7 +204,7 @@ impl OutputFile {
     }
 
     /// Nothing to write after all: remove the temporary file.
-    pub fn abandon(self) {
+    pub(crate) fn abandon(self) {
         if let Dest::Atomic { tmp, .. } = &self.dest {
             let _ = std::fs::remove_file(tmp);
         }
@@ -241,7 +241,7 @@ fn create_temp(path: &Path) -> io::Result<(File, PathBuf)> {
 
 /// A new private file at `path` for a log we write to as we go (no rename):
 /// created exclusively, so a file or link already there is never used.
-pub fn create_new_private(path: &Path) -> Result<File, SinkError> {
+pub(crate) fn create_new_private(path: &Path) -> Result<File, SinkError> {
     OpenOptions::new()
         .write(true)
         .create_new(true)

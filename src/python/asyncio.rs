@@ -33,10 +33,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// Most tasks read from one process per snapshot.
-pub const MAX_TASKS: usize = 1_000_000;
+pub(crate) const MAX_TASKS: usize = 1_000_000;
 /// Default on (`dump` without `--async`): a registry larger than this is
 /// not read, and the dump says so.
-pub const AUTO_MAX_TASKS: usize = 100_000;
+pub(crate) const AUTO_MAX_TASKS: usize = 100_000;
 /// Longest coroutine chain followed (`await` nesting).
 const MAX_CHAIN: usize = 256;
 /// The reference search from a task's callbacks to its awaiter.
@@ -78,14 +78,14 @@ enum Kind {
 
 /// What one read of the tasks wants.
 #[derive(Debug, Clone, Copy)]
-pub struct AsyncRead {
+pub(crate) struct AsyncRead {
     /// Most tasks shown per thread (the rest are counted).
-    pub limit: usize,
+    pub(crate) limit: usize,
     /// Registries holding more tasks than this are not read.
-    pub max_tasks: usize,
+    pub(crate) max_tasks: usize,
     /// Only the running tasks and their awaiters are wanted (`record`/`top
     /// --async`): the others' stacks are not read.
-    pub running_only: bool,
+    pub(crate) running_only: bool,
 }
 
 #[derive(Clone)]
@@ -114,13 +114,13 @@ struct SampleCache {
     frames: HashMap<u64, usize>,
 }
 
-pub struct AsyncioReader {
+pub(crate) struct AsyncioReader {
     layout: Option<&'static AsyncioLayout>,
     sample_cache: Option<SampleCache>,
     lists: Option<Lists>,
     last_debug_scan: Option<Instant>,
     /// Said once: why some tasks cannot be read.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     kinds: HashMap<u64, Kind>,
     mro_names: HashMap<u64, Vec<String>>,
     slots: HashMap<(u64, &'static str), Option<u64>>,
@@ -139,10 +139,10 @@ struct Memo {
 type Timers = HashMap<u64, (f64, bool)>;
 
 /// Result for one process: per thread index of the snapshot, its tasks.
-pub type TasksByThread = HashMap<usize, ThreadTasks>;
+pub(crate) type TasksByThread = HashMap<usize, ThreadTasks>;
 
 impl AsyncioReader {
-    pub fn new(major: u8, minor: u8) -> AsyncioReader {
+    pub(crate) fn new(major: u8, minor: u8) -> AsyncioReader {
         AsyncioReader {
             layout: for_version(major, minor),
             sample_cache: None,
@@ -192,7 +192,7 @@ impl AsyncioReader {
     }
 
     /// Read the tasks of every event loop of the snapshot's threads.
-    pub fn read(
+    pub(crate) fn read(
         &mut self,
         reader: &mut Reader,
         mem: &PageCache,
@@ -1583,7 +1583,10 @@ fn monotonic() -> f64 {
 /// running task. With `all`, each waiting task that awaits no other task
 /// adds a stack of its own (named after the task), the same way. Returns
 /// those added stacks; the thread's tasks are dropped from the sample.
-pub fn stitch(t: &mut crate::stack::ThreadStack, all: bool) -> Vec<crate::stack::ThreadStack> {
+pub(crate) fn stitch(
+    t: &mut crate::stack::ThreadStack,
+    all: bool,
+) -> Vec<crate::stack::ThreadStack> {
     use crate::stack::FrameKind;
     let Some(tt) = t.asyncio.take() else {
         return Vec::new();
@@ -1675,7 +1678,6 @@ mod tests {
             interp_head_ptr: BASE,
             gil: GilSource::Unknown,
             gil_sync: crate::python::process::GilSyncSource::Unknown,
-            python_module: "libpython".into(),
             warnings: Vec::new(),
         }))
     }

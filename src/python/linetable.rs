@@ -11,10 +11,11 @@
 
 use crate::cpython_layouts::LineTableFormat;
 
+#[cfg(test)]
 /// Line executing at `byte_offset` (offset of the instruction in the bytecode, in bytes) of a code
 /// object whose first line is `firstlineno` and whose line table bytes are `table`. `None` when the
 /// table says "no line" at that point. Never panics, never loops unboundedly, on any input bytes.
-pub fn line_for(
+pub(crate) fn line_for(
     format: LineTableFormat,
     table: &[u8],
     firstlineno: i32,
@@ -25,7 +26,7 @@ pub fn line_for(
 
 /// A decoded line table, cheap to keep per code object and to query.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineTable {
+pub(crate) struct LineTable {
     /// Range starts, strictly increasing, the first at 0. A range ends where
     /// the next begins; adjacent ranges never share a line (they are merged).
     entries: Vec<Entry>,
@@ -42,7 +43,7 @@ struct Entry {
 
 impl LineTable {
     /// Decode `table`. Work and memory are linear in `table.len()`.
-    pub fn parse(format: LineTableFormat, table: &[u8], firstlineno: i32) -> LineTable {
+    pub(crate) fn parse(format: LineTableFormat, table: &[u8], firstlineno: i32) -> LineTable {
         let mut builder = Builder::default();
         let end = match format {
             LineTableFormat::Lnotab { signed_lines } => {
@@ -59,7 +60,7 @@ impl LineTable {
     }
 
     /// The line at `byte_offset`, as `PyCode_Addr2Line` would answer.
-    pub fn line_at(&self, byte_offset: u64) -> Option<u32> {
+    pub(crate) fn line_at(&self, byte_offset: u64) -> Option<u32> {
         if self.end.is_some_and(|end| byte_offset >= end) {
             return None;
         }
@@ -177,12 +178,12 @@ fn parse_311(b: &mut Builder, table: &[u8], firstlineno: i32) -> u64 {
     end
 }
 
-pub use crate::stack::Position;
+pub(crate) use crate::stack::Position;
 
 /// The decoded positions of a 3.11+ location table: sorted, contiguous
 /// ranges of bytecode, each with its position.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Positions {
+pub(crate) struct Positions {
     /// (start offset in bytes, position); a range ends where the next begins.
     entries: Vec<(u64, Position)>,
     end: u64,
@@ -191,7 +192,7 @@ pub struct Positions {
 impl Positions {
     /// Decode a 3.11+ location table (Objects/locations.md), as CPython's
     /// `advance_with_locations` does. Total on any bytes, linear in length.
-    pub fn parse(table: &[u8], firstlineno: i32) -> Positions {
+    pub(crate) fn parse(table: &[u8], firstlineno: i32) -> Positions {
         let mut entries: Vec<(u64, Position)> = Vec::new();
         let mut end: u64 = 0;
         let mut line = i64::from(firstlineno);
@@ -270,7 +271,7 @@ impl Positions {
     }
 
     /// The position of the instruction at `byte_offset`.
-    pub fn at(&self, byte_offset: u64) -> Position {
+    pub(crate) fn at(&self, byte_offset: u64) -> Position {
         if byte_offset >= self.end {
             return Position::default();
         }

@@ -1,10 +1,10 @@
 //! The CPython reader: finds the interpreter, walks threads and frames.
 
-pub mod asyncio;
-pub mod linetable;
-pub mod native;
-pub mod objects;
-pub mod pagecache;
-pub mod process;
-pub mod reader;
-pub mod strings;
+pub(crate) mod asyncio;
+pub(crate) mod linetable;
+pub(crate) mod native;
+pub(crate) mod objects;
+pub(crate) mod pagecache;
+pub(crate) mod process;
+pub(crate) mod reader;
+pub(crate) mod strings;

@@ -13,7 +13,7 @@ use crate::stack::{Frame, FrameKind, FrameMark, NameSource, ThreadStack, ThreadS
 use crate::target::TargetSource;
 use std::rc::Rc;
 
-pub struct NativeStacks {
+pub(crate) struct NativeStacks {
     unwinder: NativeUnwinder,
     keep_all: bool,
     /// Why unwinds failed or merges fell back since the last
@@ -26,14 +26,14 @@ pub struct NativeStacks {
 
 /// How many samples each merge method put together (see [`MergeMethod`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct MergeCounts {
-    pub address: u64,
-    pub name: u64,
-    pub fallback: u64,
+pub(crate) struct MergeCounts {
+    pub(crate) address: u64,
+    pub(crate) name: u64,
+    pub(crate) fallback: u64,
 }
 
 impl NativeStacks {
-    pub fn new(
+    pub(crate) fn new(
         source: Rc<dyn TargetSource>,
         keep_all: bool,
         debug_info: bool,
@@ -57,7 +57,7 @@ impl NativeStacks {
 
     /// Unwind thread `tid` from registers taken while it was stopped, over
     /// `mem` (a copy of its stack: the thread may run again meanwhile).
-    pub fn unwind_regs(
+    pub(crate) fn unwind_regs(
         &mut self,
         tid: i32,
         (ip, sp, bp): (u64, u64, u64),
@@ -152,7 +152,7 @@ impl NativeStacks {
     }
 
     /// A thread Python does not know (--native-all), named from the kernel.
-    pub fn foreign_thread(
+    pub(crate) fn foreign_thread(
         &mut self,
         source: &dyn TargetSource,
         tid: i32,
@@ -181,15 +181,15 @@ impl NativeStacks {
     }
 
     /// Samples merged by each method since the last call.
-    pub fn take_merge_counts(&mut self) -> MergeCounts {
+    pub(crate) fn take_merge_counts(&mut self) -> MergeCounts {
         std::mem::take(&mut self.counts)
     }
 
-    pub fn take_notes(&mut self) -> Vec<crate::error::Error> {
+    pub(crate) fn take_notes(&mut self) -> Vec<crate::error::Error> {
         std::mem::take(&mut self.notes)
     }
 
-    pub fn warnings(&mut self) -> Vec<String> {
+    pub(crate) fn warnings(&mut self) -> Vec<String> {
         self.unwinder.take_warnings()
     }
 }

@@ -11,15 +11,15 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Longest string we copy (names, file names, values); longer is an error or truncated.
-pub const MAX_STR_CHARS: u64 = 1 << 16;
+pub(crate) const MAX_STR_CHARS: u64 = 1 << 16;
 /// Largest dict we walk.
 const MAX_DICT_ENTRIES: u64 = 1 << 17;
 /// Most digits of an int we render exactly (about 90,000 decimal digits).
 const MAX_INT_DIGITS: u64 = 10_000;
 
-pub struct ObjReader<'a> {
-    pub mem: &'a dyn Memory,
-    pub layout: &'a Layout,
+pub(crate) struct ObjReader<'a> {
+    pub(crate) mem: &'a dyn Memory,
+    pub(crate) layout: &'a Layout,
     type_names: RefCell<HashMap<u64, String>>,
 }
 
@@ -30,7 +30,7 @@ fn bad(addr: u64) -> MemError {
 }
 
 impl<'a> ObjReader<'a> {
-    pub fn new(mem: &'a dyn Memory, layout: &'a Layout) -> Self {
+    pub(crate) fn new(mem: &'a dyn Memory, layout: &'a Layout) -> Self {
         ObjReader {
             mem,
             layout,
@@ -42,7 +42,7 @@ impl<'a> ObjReader<'a> {
         self.mem.read_u64(addr)
     }
 
-    pub fn type_of(&self, obj: u64) -> R<u64> {
+    pub(crate) fn type_of(&self, obj: u64) -> R<u64> {
         if obj == 0 {
             return Err(bad(obj));
         }
@@ -50,7 +50,7 @@ impl<'a> ObjReader<'a> {
     }
 
     /// `tp_name` of the object's type, cached per type.
-    pub fn type_name(&self, obj: u64) -> R<String> {
+    pub(crate) fn type_name(&self, obj: u64) -> R<String> {
         let t = self.type_of(obj)?;
         if let Some(n) = self.type_names.borrow().get(&t) {
             return Ok(n.clone());
@@ -61,7 +61,7 @@ impl<'a> ObjReader<'a> {
         Ok(name)
     }
 
-    pub fn c_string(&self, addr: u64, max: usize) -> R<String> {
+    pub(crate) fn c_string(&self, addr: u64, max: usize) -> R<String> {
         let mut buf = vec![0u8; max];
         // The string may end near a page end: read less when the full read fails.
         let mut n = max;
@@ -83,7 +83,7 @@ impl<'a> ObjReader<'a> {
 
     /// A `str` (or 2.7 `str`/`unicode`) object's text, up to `max_chars`
     /// characters; the flag says whether it was cut.
-    pub fn string(&self, obj: u64, max_chars: u64) -> R<(String, bool)> {
+    pub(crate) fn string(&self, obj: u64, max_chars: u64) -> R<(String, bool)> {
         match &self.layout.string {
             StringLayout::Pep393 {
                 length,
@@ -139,7 +139,7 @@ impl<'a> ObjReader<'a> {
     }
 
     /// A string that must be complete (names, file names).
-    pub fn full_string(&self, obj: u64) -> R<String> {
+    pub(crate) fn full_string(&self, obj: u64) -> R<String> {
         match self.string(obj, MAX_STR_CHARS)? {
             (s, false) => Ok(s),
             (_, true) => Err(MemError::TooLarge {
@@ -149,7 +149,7 @@ impl<'a> ObjReader<'a> {
         }
     }
 
-    pub fn bytes(&self, obj: u64, max: u64) -> R<(Vec<u8>, bool)> {
+    pub(crate) fn bytes(&self, obj: u64, max: u64) -> R<(Vec<u8>, bool)> {
         let len = self.ob_size(obj)?;
         if len < 0 {
             return Err(bad(obj));
@@ -164,7 +164,7 @@ impl<'a> ObjReader<'a> {
     }
 
     /// Items of a tuple (or the first `max` of them) and the total count.
-    pub fn tuple_items(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
+    pub(crate) fn tuple_items(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
         let len = self.ob_size(obj)?;
         if len < 0 {
             return Err(bad(obj));
@@ -181,7 +181,7 @@ impl<'a> ObjReader<'a> {
         ))
     }
 
-    pub fn list_items(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
+    pub(crate) fn list_items(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
         let len = self.ob_size(obj)?;
         if len < 0 {
             return Err(bad(obj));
@@ -196,12 +196,12 @@ impl<'a> ObjReader<'a> {
     }
 
     /// Members of a set or frozenset, at most `max`.
-    pub fn set_items(&self, obj: u64, max: u64) -> R<Vec<u64>> {
+    pub(crate) fn set_items(&self, obj: u64, max: u64) -> R<Vec<u64>> {
         Ok(self.set_items_counted(obj, max)?.0)
     }
 
     /// Members of a set, at most `max`, and how many it has.
-    pub fn set_items_counted(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
+    pub(crate) fn set_items_counted(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
         let o = &self.layout.object;
         let mask = self.mem.read_u64(obj.wrapping_add(o.set_mask))?;
         if mask >= MAX_DICT_ENTRIES {
@@ -264,7 +264,7 @@ impl<'a> ObjReader<'a> {
     }
 
     /// An int that fits in 64 bits (e.g. a thread ident).
-    pub fn int_u64(&self, obj: u64) -> R<u64> {
+    pub(crate) fn int_u64(&self, obj: u64) -> R<u64> {
         if let Some(ival) = self.layout.object.int_value {
             // 2.7's bool is an int subtype with the same layout.
             if matches!(self.type_name(obj)?.as_str(), "int" | "bool") {
@@ -279,7 +279,7 @@ impl<'a> ObjReader<'a> {
     }
 
     /// Decimal text of an int, exact.
-    pub fn int_repr(&self, obj: u64) -> R<String> {
+    pub(crate) fn int_repr(&self, obj: u64) -> R<String> {
         if let Some(ival) = self.layout.object.int_value {
             if self.type_name(obj)? == "int" {
                 return Ok((self.mem.read_u64(obj.wrapping_add(ival))? as i64).to_string());
@@ -290,12 +290,12 @@ impl<'a> ObjReader<'a> {
     }
 
     /// (key, value) pointers of a dict, at most `max`.
-    pub fn dict_items(&self, dict: u64, max: u64) -> R<Vec<(u64, u64)>> {
+    pub(crate) fn dict_items(&self, dict: u64, max: u64) -> R<Vec<(u64, u64)>> {
         Ok(self.dict_items_counted(dict, max)?.0)
     }
 
     /// (key, value) pointers of a dict, at most `max`, and how many it has.
-    pub fn dict_items_counted(&self, dict: u64, max: u64) -> R<(Vec<(u64, u64)>, u64)> {
+    pub(crate) fn dict_items_counted(&self, dict: u64, max: u64) -> R<(Vec<(u64, u64)>, u64)> {
         match &self.layout.dict {
             DictLayout::Py2 { mask, table } => {
                 let m = self.mem.read_u64(dict.wrapping_add(*mask))?;
@@ -408,7 +408,7 @@ impl<'a> ObjReader<'a> {
     }
 
     /// Value of the str key `name` in a dict.
-    pub fn dict_get(&self, dict: u64, name: &str) -> R<Option<u64>> {
+    pub(crate) fn dict_get(&self, dict: u64, name: &str) -> R<Option<u64>> {
         self.find_str_key(self.dict_items(dict, MAX_DICT_ENTRIES)?, name)
     }
 
@@ -424,13 +424,13 @@ impl<'a> ObjReader<'a> {
     }
 
     /// Attribute `name` from an instance's `__dict__` (plain, managed or inline).
-    pub fn instance_attr(&self, obj: u64, name: &str) -> R<Option<u64>> {
+    pub(crate) fn instance_attr(&self, obj: u64, name: &str) -> R<Option<u64>> {
         self.find_str_key(self.instance_items(obj)?, name)
     }
 
     /// (name, value) pointers of an instance's attributes, wherever its
     /// `__dict__` keeps them (plain, managed or inline); empty without one.
-    pub fn instance_items(&self, obj: u64) -> R<Vec<(u64, u64)>> {
+    pub(crate) fn instance_items(&self, obj: u64) -> R<Vec<(u64, u64)>> {
         let o = &self.layout.object;
         let t = self.type_of(obj)?;
         let flags = self.mem.read_u64(t.wrapping_add(o.tp_flags))?;
@@ -501,7 +501,7 @@ impl<'a> ObjReader<'a> {
     /// A bounded, repr()-like rendering of any object: nested containers in
     /// full while they fit `max_chars`, then `...`; recursive containers as
     /// `[...]`/`{...}`, like `repr`; numpy scalars by value.
-    pub fn repr(&self, obj: u64, max_chars: usize) -> Repr {
+    pub(crate) fn repr(&self, obj: u64, max_chars: usize) -> Repr {
         let mut st = ReprState {
             out: String::new(),
             budget: max_chars,
@@ -762,9 +762,9 @@ fn items_wanted(room: usize) -> u64 {
 /// A rendered value and, when the outermost value was cut, how many of
 /// its items (or characters, for strings) were left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Repr {
-    pub text: String,
-    pub left_out: Option<u64>,
+pub(crate) struct Repr {
+    pub(crate) text: String,
+    pub(crate) left_out: Option<u64>,
 }
 
 struct ReprState {
@@ -781,7 +781,7 @@ impl ReprState {
 }
 
 /// Base-2^30 digits (least significant first) to decimal.
-pub fn digits_to_decimal(neg: bool, digits: &[u32]) -> String {
+pub(crate) fn digits_to_decimal(neg: bool, digits: &[u32]) -> String {
     let mut d: Vec<u32> = digits.to_vec();
     while d.last() == Some(&0) {
         d.pop();
@@ -815,7 +815,7 @@ pub fn digits_to_decimal(neg: bool, digits: &[u32]) -> String {
 }
 
 /// Python's repr() of a float: shortest round-trip digits, exponent outside [1e-4, 1e16).
-pub fn float_repr(v: f64) -> String {
+pub(crate) fn float_repr(v: f64) -> String {
     if v.is_nan() {
         return "nan".into();
     }
@@ -827,7 +827,7 @@ pub fn float_repr(v: f64) -> String {
 
 /// numpy's str() of a float32: the shortest digits that round-trip as a
 /// float32, laid out like Python's float repr.
-pub fn float32_repr(v: f32) -> String {
+pub(crate) fn float32_repr(v: f32) -> String {
     if v.is_nan() {
         return "nan".into();
     }

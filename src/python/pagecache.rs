@@ -25,7 +25,7 @@ const MAX_CACHED_READ: usize = 8192;
 /// Bound on cached pages per snapshot, so a corrupt target cannot make us hoard memory.
 const MAX_PAGES: usize = 16384;
 /// Bound on the pages carried over to the next snapshot's first batch.
-pub const MAX_WARM_PAGES: usize = 1024;
+pub(crate) const MAX_WARM_PAGES: usize = 1024;
 
 struct Page {
     /// None: the page could not be read.
@@ -33,7 +33,7 @@ struct Page {
     used: bool,
 }
 
-pub struct PageCache<'m> {
+pub(crate) struct PageCache<'m> {
     inner: &'m dyn Memory,
     pages: RefCell<HashMap<u64, Page>>,
     /// Page buffers to reuse (handed over by the previous snapshot), so a
@@ -42,13 +42,13 @@ pub struct PageCache<'m> {
 }
 
 impl<'m> PageCache<'m> {
-    pub fn new(inner: &'m dyn Memory) -> Self {
+    pub(crate) fn new(inner: &'m dyn Memory) -> Self {
         Self::with_buffers(inner, Vec::new())
     }
 
     /// A cache that fills `buffers` (page-sized; others are dropped) before
     /// allocating; [`PageCache::into_buffers`] gives them back.
-    pub fn with_buffers(inner: &'m dyn Memory, mut buffers: Vec<Box<[u8]>>) -> Self {
+    pub(crate) fn with_buffers(inner: &'m dyn Memory, mut buffers: Vec<Box<[u8]>>) -> Self {
         buffers.retain(|b| b.len() == PAGE as usize);
         buffers.truncate(MAX_WARM_PAGES);
         PageCache {
@@ -61,7 +61,7 @@ impl<'m> PageCache<'m> {
 
     /// Every page buffer, for the next snapshot's cache (at most
     /// [`MAX_WARM_PAGES`] are kept).
-    pub fn into_buffers(self) -> Vec<Box<[u8]>> {
+    pub(crate) fn into_buffers(self) -> Vec<Box<[u8]>> {
         let mut v = self.spare.into_inner();
         v.extend(
             self.pages
@@ -73,14 +73,9 @@ impl<'m> PageCache<'m> {
         v
     }
 
-    /// Forget everything (the next snapshot must see fresh bytes).
-    pub fn clear(&self) {
-        self.pages.borrow_mut().clear();
-    }
-
     /// Load whole pages (addresses page-aligned; others are ignored) in one
     /// batched read: the pages an earlier snapshot used.
-    pub fn prefetch_pages(&self, pages: &[u64]) {
+    pub(crate) fn prefetch_pages(&self, pages: &[u64]) {
         self.prefetch(
             pages
                 .iter()
@@ -92,7 +87,7 @@ impl<'m> PageCache<'m> {
 
     /// The pages reads were served from (readable ones only), at most
     /// [`MAX_WARM_PAGES`], lowest address first.
-    pub fn used_pages(&self) -> Vec<u64> {
+    pub(crate) fn used_pages(&self) -> Vec<u64> {
         let pages = self.pages.borrow();
         let mut v: Vec<u64> = pages
             .iter()
@@ -105,7 +100,7 @@ impl<'m> PageCache<'m> {
     }
 
     /// Load the pages holding `addrs[i]..addrs[i]+len` in one batched read.
-    pub fn prefetch(&self, addrs: impl IntoIterator<Item = (u64, usize)>) {
+    pub(crate) fn prefetch(&self, addrs: impl IntoIterator<Item = (u64, usize)>) {
         let mut want: Vec<u64> = Vec::new();
         {
             let pages = self.pages.borrow();

@@ -10,13 +10,13 @@ use crate::target::TargetSource;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version {
-    pub major: u8,
-    pub minor: u8,
+pub(crate) struct Version {
+    pub(crate) major: u8,
+    pub(crate) minor: u8,
     /// None when only the file name told us the version.
-    pub patch: Option<u8>,
+    pub(crate) patch: Option<u8>,
     /// Release level and serial, e.g. "rc1"; empty for a final release.
-    pub suffix: String,
+    pub(crate) suffix: String,
 }
 
 impl fmt::Display for Version {
@@ -30,7 +30,7 @@ impl fmt::Display for Version {
 
 impl Version {
     /// From a `PY_VERSION_HEX` value such as 0x030c01f0.
-    pub fn from_hex(v: u64) -> Option<Version> {
+    pub(crate) fn from_hex(v: u64) -> Option<Version> {
         let major = ((v >> 24) & 0xff) as u8;
         let minor = ((v >> 16) & 0xff) as u8;
         let patch = ((v >> 8) & 0xff) as u8;
@@ -55,7 +55,7 @@ impl Version {
     }
 
     /// From the start of a version string such as "3.9.18 (main, …)".
-    pub fn parse_prefix(s: &[u8]) -> Option<Version> {
+    pub(crate) fn parse_prefix(s: &[u8]) -> Option<Version> {
         let text = std::str::from_utf8(s.split(|b| *b == 0).next()?).ok()?;
         let word = text.split([' ', '+']).next()?;
         let mut parts = word.splitn(3, '.');
@@ -83,7 +83,7 @@ impl Version {
 
 /// Where the GIL holder can be read.
 #[derive(Debug, Clone, Copy)]
-pub enum GilSource {
+pub(crate) enum GilSource {
     /// A global or runtime field holding the running tstate pointer.
     TstatePtr(u64),
     /// Per interpreter, through `interp->ceval.gil`.
@@ -97,7 +97,7 @@ pub enum GilSource {
 
 /// Where the GIL's mutex and condition variables are in this process.
 #[derive(Debug, Clone)]
-pub enum GilSyncSource {
+pub(crate) enum GilSyncSource {
     /// Fixed address ranges (statics, `_PyRuntime` fields).
     Ranges(Vec<(u64, u64)>),
     /// A pointer at `ptr` to a lock of `size` bytes (2.7).
@@ -114,19 +114,17 @@ pub enum GilSyncSource {
     Unknown,
 }
 
-pub struct PythonProcess {
-    pub pid: i32,
-    pub exe: String,
-    pub cmdline: String,
-    pub version: Version,
-    pub layout: Layout,
+pub(crate) struct PythonProcess {
+    pub(crate) pid: i32,
+    pub(crate) exe: String,
+    pub(crate) cmdline: String,
+    pub(crate) version: Version,
+    pub(crate) layout: Layout,
     /// Address of the word pointing at the newest interpreter.
-    pub interp_head_ptr: u64,
-    pub gil: GilSource,
-    pub gil_sync: GilSyncSource,
-    /// File name of the library holding the interpreter (libpython or the executable).
-    pub python_module: String,
-    pub warnings: Vec<String>,
+    pub(crate) interp_head_ptr: u64,
+    pub(crate) gil: GilSource,
+    pub(crate) gil_sync: GilSyncSource,
+    pub(crate) warnings: Vec<String>,
 }
 
 const WANTED: &[&str] = &[
@@ -173,7 +171,7 @@ fn version_from_name(path: &str) -> Option<(u8, u8)> {
 
 impl PythonProcess {
     /// Find the interpreter in `source`: a live process or a core file.
-    pub fn open(source: &dyn TargetSource) -> Result<PythonProcess> {
+    pub(crate) fn open(source: &dyn TargetSource) -> Result<PythonProcess> {
         let pid = source.pid();
         let mem: &dyn Memory = source;
         let exe = source.executable()?;
@@ -356,13 +354,6 @@ impl PythonProcess {
             _ => GilSyncSource::Unknown,
         };
 
-        let python_module = bins
-            .iter()
-            .find(|b| is_libpython(&b.name))
-            .or(bins.first())
-            .map(|b| b.name.clone())
-            .unwrap_or_default();
-
         Ok(PythonProcess {
             pid,
             exe: exe_path,
@@ -372,7 +363,6 @@ impl PythonProcess {
             interp_head_ptr,
             gil,
             gil_sync,
-            python_module,
             warnings,
         })
     }
@@ -701,7 +691,7 @@ fn validate_once(
 
 /// True when `interp` looks like a live `PyInterpreterState`: its first
 /// thread state points back at it.
-pub fn valid_interp(mem: &dyn Memory, layout: &Layout, interp: u64) -> bool {
+pub(crate) fn valid_interp(mem: &dyn Memory, layout: &Layout, interp: u64) -> bool {
     if interp == 0 || !interp.is_multiple_of(8) {
         return false;
     }

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bounds on what a corrupt or racing target can make us walk.
-pub const MAX_INTERPRETERS: usize = 256;
-pub const MAX_THREADS: usize = 8192;
-pub const MAX_FRAMES: usize = 16384;
+pub(crate) const MAX_INTERPRETERS: usize = 256;
+pub(crate) const MAX_THREADS: usize = 8192;
+pub(crate) const MAX_FRAMES: usize = 16384;
 const MAX_CODE_CACHE: usize = 100_000;
 const MAX_CODE_TYPES: usize = 1024;
 /// Longest line table we decode; CPython's own are far smaller.
@@ -48,38 +48,38 @@ struct CodeInfo {
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ReadOptions {
+pub(crate) struct ReadOptions {
     /// 0: no locals; n: locals rendered up to n × 128 characters each.
-    pub locals: u8,
-    pub names: bool,
+    pub(crate) locals: u8,
+    pub(crate) names: bool,
     /// Report each frame's first line (`co_firstlineno`) instead of the
     /// current one, so that samples aggregate by function (`record -F`).
-    pub function_lines: bool,
+    pub(crate) function_lines: bool,
     /// Decode each code object's columns and end lines (3.11+) and give
     /// frames their position. Kept off when sampling: the decoded positions
     /// are several times the size of the table, for every code object seen.
-    pub positions: bool,
+    pub(crate) positions: bool,
     /// Where each interpreter's GIL lock objects are (wait attribution).
-    pub gil_sync: bool,
+    pub(crate) gil_sync: bool,
     /// The lock objects (and Conditions) that each frame's locals refer to.
-    pub lock_locals: bool,
+    pub(crate) lock_locals: bool,
 }
 
 /// A local that refers to a lock (or a `threading.Condition`), for naming
 /// what a thread blocked in a futex waits for.
 #[derive(Debug, Clone)]
-pub struct LockRef {
+pub(crate) struct LockRef {
     /// Index into the thread's frames (innermost first).
-    pub frame: usize,
-    pub name: String,
-    pub obj: u64,
+    pub(crate) frame: usize,
+    pub(crate) name: String,
+    pub(crate) obj: u64,
     /// The object's type name (`_thread.lock`, `_thread.RLock`, `Condition`).
-    pub kind: String,
+    pub(crate) kind: String,
     /// The word after the object header: a lock's `PyMutex` (3.13+) starts
     /// there; before, it holds the pointer to the lock's semaphore.
-    pub inner: u64,
+    pub(crate) inner: u64,
     /// The address of that word.
-    pub inner_addr: u64,
+    pub(crate) inner_addr: u64,
 }
 
 /// Lock types whose waits can be named: `thread.lock` (2.7), `_thread.lock`,
@@ -93,12 +93,12 @@ fn is_lock_type(name: &str) -> bool {
 
 /// A Python frame as walked, before it is turned into the output model.
 #[derive(Debug, Clone)]
-pub struct RawFrame {
-    pub addr: u64,
-    pub code: u64,
-    pub instr: u64,
+pub(crate) struct RawFrame {
+    pub(crate) addr: u64,
+    pub(crate) code: u64,
+    pub(crate) instr: u64,
     /// First Python frame run by its own C eval-loop call (used to merge native stacks).
-    pub is_entry: bool,
+    pub(crate) is_entry: bool,
 }
 
 impl RawFrame {
@@ -111,24 +111,24 @@ impl RawFrame {
 }
 
 /// One thread as read from the interpreter.
-pub struct ThreadSnapshot {
+pub(crate) struct ThreadSnapshot {
     /// Its Python frames, each with its [`FrameMark`] (address, entry).
-    pub stack: ThreadStack,
+    pub(crate) stack: ThreadStack,
     /// Eval-loop state on the C stack (3.11+), innermost first: (address of
     /// a `_PyCFrame` or of an entry shim `_PyInterpreterFrame`, address of a
     /// Python frame run by that eval-loop call). The native merge finds the
     /// C frame whose stack range holds the first address.
-    pub anchors: Vec<(u64, u64)>,
+    pub(crate) anchors: Vec<(u64, u64)>,
     /// It holds the GIL of an interpreter whose garbage collector is running:
     /// the collection is what it does now.
-    pub in_gc: bool,
+    pub(crate) in_gc: bool,
     /// With `gil_sync`: the address ranges of its interpreter's GIL lock objects.
-    pub gil_sync: Vec<(u64, u64)>,
+    pub(crate) gil_sync: Vec<(u64, u64)>,
     /// With `lock_locals`: locals that refer to locks, innermost frame first.
-    pub locks: Vec<LockRef>,
+    pub(crate) locks: Vec<LockRef>,
     /// The thread state and its interpreter.
-    pub tstate: u64,
-    pub interp: u64,
+    pub(crate) tstate: u64,
+    pub(crate) interp: u64,
 }
 
 impl ThreadSnapshot {
@@ -141,8 +141,8 @@ impl ThreadSnapshot {
     }
 }
 
-pub struct Reader {
-    pub process: PythonProcess,
+pub(crate) struct Reader {
+    pub(crate) process: PythonProcess,
     code_cache: FastMap<u64, Arc<CodeInfo>>,
     code_types: FastMap<u64, bool>,
     names: HashMap<(u64, u64), String>,
@@ -153,7 +153,7 @@ pub struct Reader {
     ns_tids: Option<Option<HashMap<u32, u32>>>,
     /// Whether a garbage collection was running at the latest snapshot (in
     /// any interpreter); None where the layout does not say.
-    pub gc_collecting: Option<bool>,
+    pub(crate) gc_collecting: Option<bool>,
     /// Pages the latest snapshot read from, and the latest thread listing:
     /// loaded in one batch at the start of the next (see `pagecache`).
     warm_snapshot: Vec<u64>,
@@ -174,7 +174,7 @@ struct RawThread {
 }
 
 impl Reader {
-    pub fn new(process: PythonProcess) -> Reader {
+    pub(crate) fn new(process: PythonProcess) -> Reader {
         Reader {
             process,
             code_cache: FastMap::new(),
@@ -226,7 +226,7 @@ impl Reader {
 
     /// Each Python thread's kernel tid, and whether it holds the GIL: what
     /// deciding which threads to pause needs, without walking any frame.
-    pub fn python_threads(&mut self, src: &dyn TargetSource) -> Result<Vec<(i32, bool)>> {
+    pub(crate) fn python_threads(&mut self, src: &dyn TargetSource) -> Result<Vec<(i32, bool)>> {
         let cache = PageCache::with_buffers(src, std::mem::take(&mut self.page_buffers));
         cache.prefetch_pages(&self.warm_threads);
         let threads = self.threads(src, &cache, false)?;
@@ -575,7 +575,7 @@ impl Reader {
 
     /// Read every thread's stack. `states` maps kernel tids to their
     /// scheduler state letter, read before any pausing.
-    pub fn snapshot(
+    pub(crate) fn snapshot(
         &mut self,
         src: &dyn TargetSource,
         opts: ReadOptions,
@@ -1003,7 +1003,6 @@ mod tests {
             interp_head_ptr: head,
             gil: GilSource::TstatePtr(head + 8),
             gil_sync: GilSyncSource::Unknown,
-            python_module: "libpython".into(),
             warnings: Vec::new(),
         }
     }

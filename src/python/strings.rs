@@ -8,7 +8,7 @@
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     #[error("invalid PEP 393 string kind {0} (expected 1, 2 or 4)")]
     BadKind(u8),
     #[error("string payload of {len} bytes is not a whole number of {kind}-byte characters")]
@@ -25,7 +25,7 @@ pub enum DecodeError {
 /// surrogate code point even when two happen to be adjacent, and a Rust
 /// string cannot hold one, so it becomes U+FFFD, as do values above U+10FFFF
 /// in kind 4.
-pub fn decode_pep393(kind: u8, ascii: bool, data: &[u8]) -> Result<String, DecodeError> {
+pub(crate) fn decode_pep393(kind: u8, ascii: bool, data: &[u8]) -> Result<String, DecodeError> {
     if ascii && kind != 1 {
         return Err(DecodeError::AsciiNotKind1(kind));
     }
@@ -87,7 +87,7 @@ fn decode_ucs4(data: &[u8]) -> String {
 /// The `state` word of PyASCIIObject → (kind, compact, ascii). Bit layout:
 /// interned 2 bits, kind 3 bits, compact 1 bit, ascii 1 bit (same 3.3–3.13;
 /// GCC allocates bit-fields from the least significant bit on x86-64).
-pub fn parse_state(state: u32) -> (u8, bool, bool) {
+pub(crate) fn parse_state(state: u32) -> (u8, bool, bool) {
     let kind = ((state >> 2) & 7) as u8;
     let compact = (state >> 5) & 1 != 0;
     let ascii = (state >> 6) & 1 != 0;
@@ -96,32 +96,33 @@ pub fn parse_state(state: u32) -> (u8, bool, bool) {
 
 /// Python 2 `unicode` payload of a UCS-4 build (`sys.maxunicode == 0x10FFFF`,
 /// as pyenv builds it): 4 bytes per code point, little-endian.
-pub fn decode_py2_unicode_ucs4(data: &[u8]) -> String {
+pub(crate) fn decode_py2_unicode_ucs4(data: &[u8]) -> String {
     decode_ucs4(data)
 }
 
 /// Python 2 `str` is bytes with no declared encoding: shown as UTF-8 when it
 /// is valid UTF-8 (the common case for source text), else as latin-1 so every
 /// byte still shows as one character.
-pub fn decode_py2_str(data: &[u8]) -> String {
+pub(crate) fn decode_py2_str(data: &[u8]) -> String {
     match std::str::from_utf8(data) {
         Ok(s) => s.to_owned(),
         Err(_) => data.iter().map(|&b| char::from(b)).collect(),
     }
 }
 
+#[cfg(test)]
 /// repr-style rendering used by --locals, following CPython 3's `repr(str)`:
 /// single quotes unless the text has a `'` and no `"`; `\\`, the chosen
 /// quote, `\t`, `\n`, `\r` escaped; other ASCII controls and non-printable
 /// characters as `\xNN`, `\uNNNN` or `\UNNNNNNNN`; printable non-ASCII kept.
 /// When the rendering is longer than `max_chars` characters it is cut, at an
 /// escape boundary, to at most `max_chars` and "..." is appended.
-pub fn repr_str(s: &str, max_chars: usize) -> String {
+pub(crate) fn repr_str(s: &str, max_chars: usize) -> String {
     repr_str_counted(s, max_chars).0
 }
 
 /// [`repr_str`], and how many characters of `s` made it in.
-pub fn repr_str_counted(s: &str, max_chars: usize) -> (String, u64) {
+pub(crate) fn repr_str_counted(s: &str, max_chars: usize) -> (String, u64) {
     let mut used = 0;
     let quote = choose_quote(s.contains('\''), s.contains('"'));
     let mut out = Limited::new(max_chars);
@@ -155,16 +156,17 @@ pub fn repr_str_counted(s: &str, max_chars: usize) -> (String, u64) {
     (out.finish(), used)
 }
 
+#[cfg(test)]
 /// repr-style rendering of bytes, following CPython 3's `repr(bytes)`:
 /// `b'...'` (or `b"..."` when there is a `'` and no `"`), printable ASCII
 /// kept, `\t` `\n` `\r` `\\` and the quote escaped, everything else `\xNN`.
 /// Cut like [`repr_str`].
-pub fn repr_bytes(b: &[u8], max_chars: usize) -> String {
+pub(crate) fn repr_bytes(b: &[u8], max_chars: usize) -> String {
     repr_bytes_counted(b, max_chars).0
 }
 
 /// [`repr_bytes`], and how many bytes of `b` made it in.
-pub fn repr_bytes_counted(b: &[u8], max_chars: usize) -> (String, u64) {
+pub(crate) fn repr_bytes_counted(b: &[u8], max_chars: usize) -> (String, u64) {
     let mut used = 0;
     let quote = choose_quote(b.contains(&b'\''), b.contains(&b'"'));
     let mut out = Limited::new(max_chars);

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Grouping {
+pub(crate) enum Grouping {
     Line,
     Function,
 }
@@ -35,20 +35,20 @@ impl Grouping {
 /// Which thread samples count into the function table. Thread statistics
 /// (GIL share, current function) always see every sample.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CountFilter {
+pub(crate) struct CountFilter {
     /// Count idle threads too (`--idle`).
-    pub idle: bool,
+    pub(crate) idle: bool,
     /// Count only the thread holding the GIL (`--gil`).
-    pub gil_only: bool,
+    pub(crate) gil_only: bool,
 }
 
 /// A place in the code: `function (file:line)`, or `function (file)` when
 /// grouped by function.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Location {
-    pub function: String,
-    pub file: String,
-    pub line: Option<u32>,
+pub(crate) struct Location {
+    pub(crate) function: String,
+    pub(crate) file: String,
+    pub(crate) line: Option<u32>,
 }
 
 impl std::fmt::Display for Location {
@@ -122,36 +122,36 @@ impl Table {
 
 /// Counters of one window, for the header.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct WindowStats {
-    pub ticks: u64,
+pub(crate) struct WindowStats {
+    pub(crate) ticks: u64,
     /// Ticks where some thread held the GIL.
-    pub gil_ticks: u64,
+    pub(crate) gil_ticks: u64,
     /// Ticks where some thread was running (not idle).
-    pub active_ticks: u64,
+    pub(crate) active_ticks: u64,
 }
 
 impl WindowStats {
-    pub fn gil_pct(&self) -> f64 {
+    pub(crate) fn gil_pct(&self) -> f64 {
         pct(self.gil_ticks, self.ticks)
     }
-    pub fn active_pct(&self) -> f64 {
+    pub(crate) fn active_pct(&self) -> f64 {
         pct(self.active_ticks, self.ticks)
     }
 }
 
 /// What the aggregator knows of one thread.
 #[derive(Debug, Clone, Default)]
-pub struct ThreadInfo {
-    pub pid: i32,
-    pub thread_id: u64,
-    pub os_tid: Option<u32>,
-    pub name: Option<String>,
+pub(crate) struct ThreadInfo {
+    pub(crate) pid: i32,
+    pub(crate) thread_id: u64,
+    pub(crate) os_tid: Option<u32>,
+    pub(crate) name: Option<String>,
     /// Location (by line) of the innermost frame of its latest sample.
-    pub current: Option<u32>,
+    pub(crate) current: Option<u32>,
     /// What it waited for at its latest sample (the short form; None while running).
-    pub wait: Option<String>,
-    pub samples: u64,
-    pub gil_samples: u64,
+    pub(crate) wait: Option<String>,
+    pub(crate) samples: u64,
+    pub(crate) gil_samples: u64,
     window_samples: u64,
     window_gil: u64,
     last_window_samples: u64,
@@ -163,23 +163,23 @@ pub struct ThreadInfo {
 
 impl ThreadInfo {
     /// Share of this thread's samples (in the last window) that held the GIL.
-    pub fn gil_pct(&self) -> f64 {
+    pub(crate) fn gil_pct(&self) -> f64 {
         pct(self.last_window_gil, self.last_window_samples)
     }
 }
 
 /// A row of the function table.
 #[derive(Debug, Clone)]
-pub struct Row {
-    pub location: u32,
-    pub own_pct: f64,
-    pub total_pct: f64,
-    pub own_time: Duration,
-    pub total_time: Duration,
+pub(crate) struct Row {
+    pub(crate) location: u32,
+    pub(crate) own_pct: f64,
+    pub(crate) total_pct: f64,
+    pub(crate) own_time: Duration,
+    pub(crate) total_time: Duration,
 }
 
 #[derive(Default)]
-pub struct Aggregator {
+pub(crate) struct Aggregator {
     filter: CountFilter,
     files: HashMap<String, HashMap<String, FunctionIds>>,
     locations: Vec<Location>,
@@ -189,12 +189,12 @@ pub struct Aggregator {
     /// Threads in the latest tick that sampled anything, in sampler order.
     latest: Vec<u32>,
     serial: u64,
-    pub ticks: u64,
-    pub thread_samples: u64,
-    pub errors: u64,
-    pub last_error: Option<String>,
-    pub late: u64,
-    pub max_late: Duration,
+    pub(crate) ticks: u64,
+    pub(crate) thread_samples: u64,
+    pub(crate) errors: u64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) late: u64,
+    pub(crate) max_late: Duration,
     window: WindowStats,
     last_window: WindowStats,
 }
@@ -208,7 +208,7 @@ fn pct(n: u64, d: u64) -> f64 {
 }
 
 impl Aggregator {
-    pub fn new(filter: CountFilter) -> Aggregator {
+    pub(crate) fn new(filter: CountFilter) -> Aggregator {
         Aggregator {
             filter,
             ..Default::default()
@@ -263,14 +263,14 @@ impl Aggregator {
         (by_line, by_function)
     }
 
-    pub fn location(&self, id: u32) -> &Location {
+    pub(crate) fn location(&self, id: u32) -> &Location {
         &self.locations[id as usize]
     }
 
     /// Start a tick: call once per sampling interval, before its threads.
     /// `late_samples` counts this sample if it was late, plus the samples
     /// the sampler skipped because it fell behind.
-    pub fn begin_tick(
+    pub(crate) fn begin_tick(
         &mut self,
         late_samples: u64,
         late_by: Duration,
@@ -290,7 +290,7 @@ impl Aggregator {
 
     /// Add the threads of one tick (all processes). `weight` is the time
     /// each thread sample stands for.
-    pub fn add_threads<'a>(
+    pub(crate) fn add_threads<'a>(
         &mut self,
         threads: impl IntoIterator<Item = (i32, &'a ThreadStack)>,
         weight: Duration,
@@ -377,7 +377,7 @@ impl Aggregator {
 
     /// End the window at a refresh. An empty window (nothing sampled since
     /// the last refresh) keeps the previous one on screen.
-    pub fn roll_window(&mut self) {
+    pub(crate) fn roll_window(&mut self) {
         // Ticks with no thread at all (the process is gone) do not replace
         // what the user was looking at.
         if self.threads.iter().all(|t| t.window_samples == 0) {
@@ -396,12 +396,12 @@ impl Aggregator {
         }
     }
 
-    pub fn last_window(&self) -> WindowStats {
+    pub(crate) fn last_window(&self) -> WindowStats {
         self.last_window
     }
 
     /// Forget every count (`r`); threads and interned locations stay.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         for t in &mut self.tables {
             t.cumulative.clear();
             t.window.clear();
@@ -428,23 +428,24 @@ impl Aggregator {
         self.last_window = WindowStats::default();
     }
 
-    pub fn thread_info(&self, idx: u32) -> &ThreadInfo {
+    #[cfg(test)]
+    pub(crate) fn thread_info(&self, idx: u32) -> &ThreadInfo {
         &self.threads[idx as usize]
     }
 
     /// The threads of the latest tick that sampled any, in sampler order.
-    pub fn latest_threads(&self) -> &[u32] {
+    pub(crate) fn latest_threads(&self) -> &[u32] {
         &self.latest
     }
 
     /// Every thread seen since the start, in the order first seen.
-    pub fn threads(&self) -> impl Iterator<Item = (u32, &ThreadInfo)> {
+    pub(crate) fn threads(&self) -> impl Iterator<Item = (u32, &ThreadInfo)> {
         self.threads.iter().enumerate().map(|(i, t)| (i as u32, t))
     }
 
     /// The function table for the last window; only `thread` if given.
     /// Rows are unsorted.
-    pub fn rows(&self, grouping: Grouping, thread: Option<u32>) -> Vec<Row> {
+    pub(crate) fn rows(&self, grouping: Grouping, thread: Option<u32>) -> Vec<Row> {
         let table = &self.tables[grouping.index()];
         let keep = |t: u32| thread.is_none_or(|f| f == t);
         let denominator: u64 = self

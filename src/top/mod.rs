@@ -5,7 +5,7 @@
 //! they arrive and redraws once a second (or on a key), so drawing costs
 //! nothing per sample.
 
-pub mod aggregate;
-pub mod threads;
-pub mod ui;
-pub mod view;
+pub(crate) mod aggregate;
+pub(crate) mod threads;
+pub(crate) mod ui;
+pub(crate) mod view;

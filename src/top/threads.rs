@@ -9,27 +9,27 @@ use std::time::Instant;
 
 /// Cumulative counters of one thread at one moment.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Reading {
-    pub state: char,
+pub(crate) struct Reading {
+    pub(crate) state: char,
     /// utime + stime, in clock ticks.
-    pub cpu_ticks: u64,
-    pub voluntary: u64,
-    pub involuntary: u64,
+    pub(crate) cpu_ticks: u64,
+    pub(crate) voluntary: u64,
+    pub(crate) involuntary: u64,
 }
 
 /// Rates of one thread over the last refresh interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ThreadRates {
-    pub state: char,
+pub(crate) struct ThreadRates {
+    pub(crate) state: char,
     /// Share of one core, in percent; `None` on the first reading.
-    pub cpu_pct: Option<f64>,
-    pub voluntary_per_s: Option<f64>,
-    pub involuntary_per_s: Option<f64>,
+    pub(crate) cpu_pct: Option<f64>,
+    pub(crate) voluntary_per_s: Option<f64>,
+    pub(crate) involuntary_per_s: Option<f64>,
 }
 
 /// The state (field 3) and utime + stime (fields 14 and 15) of a stat line,
 /// through the one stat parser (`procfs`).
-pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
+pub(crate) fn parse_stat(stat: &str) -> Option<(char, u64)> {
     let state = crate::procfs::parse_stat_state(stat)?;
     let utime = crate::procfs::stat_field(stat, 14)?;
     let stime = crate::procfs::stat_field(stat, 15)?;
@@ -37,7 +37,7 @@ pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
 }
 
 /// (voluntary, involuntary) context switches from a status file.
-pub fn parse_ctxt_switches(status: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_ctxt_switches(status: &str) -> Option<(u64, u64)> {
     let mut vol = None;
     let mut invol = None;
     for line in status.lines() {
@@ -64,7 +64,12 @@ fn read(pid: i32, tid: u32) -> Option<Reading> {
 }
 
 /// Rates between two readings `secs` apart.
-pub fn rates(prev: Option<&Reading>, now: &Reading, secs: f64, clock_ticks: f64) -> ThreadRates {
+pub(crate) fn rates(
+    prev: Option<&Reading>,
+    now: &Reading,
+    secs: f64,
+    clock_ticks: f64,
+) -> ThreadRates {
     let per_s = |a: u64, b: u64| (secs > 0.0).then(|| b.saturating_sub(a) as f64 / secs);
     ThreadRates {
         state: now.state,
@@ -76,7 +81,7 @@ pub fn rates(prev: Option<&Reading>, now: &Reading, secs: f64, clock_ticks: f64)
     }
 }
 
-pub struct ThreadMonitor {
+pub(crate) struct ThreadMonitor {
     clock_ticks: f64,
     previous: HashMap<(i32, u32), (Instant, Reading)>,
 }
@@ -88,7 +93,7 @@ impl Default for ThreadMonitor {
 }
 
 impl ThreadMonitor {
-    pub fn new() -> ThreadMonitor {
+    pub(crate) fn new() -> ThreadMonitor {
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         ThreadMonitor {
@@ -101,7 +106,7 @@ impl ThreadMonitor {
 
     /// Read each (pid, tid) and return its rates; threads that are gone are
     /// missing from the answer and forgotten.
-    pub fn refresh(&mut self, threads: &[(i32, u32)]) -> HashMap<(i32, u32), ThreadRates> {
+    pub(crate) fn refresh(&mut self, threads: &[(i32, u32)]) -> HashMap<(i32, u32), ThreadRates> {
         let now = Instant::now();
         let mut out = HashMap::with_capacity(threads.len());
         let mut next = HashMap::with_capacity(threads.len());

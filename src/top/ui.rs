@@ -11,12 +11,12 @@ use ratatui::Frame;
 use std::time::Duration;
 
 /// Below this the tables cannot show a function name usefully.
-pub const MIN_WIDTH: u16 = 50;
-pub const MIN_HEIGHT: u16 = 10;
+pub(crate) const MIN_WIDTH: u16 = 50;
+pub(crate) const MIN_HEIGHT: u16 = 10;
 /// Below this height the threads panel is hidden to leave room for functions.
 const THREADS_MIN_HEIGHT: u16 = 20;
 
-pub fn draw(f: &mut Frame, v: &View, agg: &Aggregator) {
+pub(crate) fn draw(f: &mut Frame, v: &View, agg: &Aggregator) {
     let area = f.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         let msg = format!(
@@ -294,7 +294,7 @@ fn fmt_rate(r: f64) -> String {
 }
 
 /// Seconds with two decimals up to 100 s, then whole seconds, then h:mm:ss.
-pub fn fmt_duration(d: Duration) -> String {
+pub(crate) fn fmt_duration(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s < 100.0 {
         format!("{s:.2}s")

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortBy {
+pub(crate) enum SortBy {
     OwnPct,
     TotalPct,
     OwnTime,
@@ -18,7 +18,7 @@ pub enum SortBy {
 
 /// What a key asks the driver to do beyond redrawing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Nothing,
     Redraw,
     /// The view changed (grouping, filter, unpause): rebuild the snapshot.
@@ -29,7 +29,7 @@ pub enum Action {
 
 /// How the target is doing, for the status line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TargetState {
+pub(crate) enum TargetState {
     Sampling,
     /// Sampling ended: the process exited (or sampling failed); the last
     /// data stays on screen.
@@ -38,63 +38,63 @@ pub enum TargetState {
 
 /// One row of the threads panel.
 #[derive(Debug, Clone)]
-pub struct ThreadRow {
-    pub index: u32,
-    pub pid: i32,
-    pub thread_id: u64,
-    pub os_tid: Option<u32>,
-    pub name: Option<String>,
-    pub rates: Option<ThreadRates>,
-    pub gil_pct: f64,
-    pub current: Option<String>,
+pub(crate) struct ThreadRow {
+    pub(crate) index: u32,
+    pub(crate) pid: i32,
+    pub(crate) thread_id: u64,
+    pub(crate) os_tid: Option<u32>,
+    pub(crate) name: Option<String>,
+    pub(crate) rates: Option<ThreadRates>,
+    pub(crate) gil_pct: f64,
+    pub(crate) current: Option<String>,
     /// What the thread waits for (short form), empty while running.
-    pub wait: Option<String>,
+    pub(crate) wait: Option<String>,
 }
 
 /// Header numbers, frozen with the tables while paused.
 #[derive(Debug, Clone, Default)]
-pub struct Totals {
-    pub ticks: u64,
-    pub thread_samples: u64,
-    pub errors: u64,
-    pub last_error: Option<String>,
-    pub late: u64,
-    pub max_late: Duration,
-    pub window: WindowStats,
+pub(crate) struct Totals {
+    pub(crate) ticks: u64,
+    pub(crate) thread_samples: u64,
+    pub(crate) errors: u64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) late: u64,
+    pub(crate) max_late: Duration,
+    pub(crate) window: WindowStats,
 }
 
 /// What the last refresh computed; what is drawn.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Sorted by the current key.
-    pub rows: Vec<Row>,
-    pub threads: Vec<ThreadRow>,
-    pub totals: Totals,
+    pub(crate) rows: Vec<Row>,
+    pub(crate) threads: Vec<ThreadRow>,
+    pub(crate) totals: Totals,
 }
 
-pub struct View {
-    pub sort: SortBy,
-    pub grouping: Grouping,
-    pub show_threads: bool,
-    pub show_help: bool,
-    pub paused: bool,
+pub(crate) struct View {
+    pub(crate) sort: SortBy,
+    pub(crate) grouping: Grouping,
+    pub(crate) show_threads: bool,
+    pub(crate) show_help: bool,
+    pub(crate) paused: bool,
     /// Selected row of the threads panel.
-    pub selected: usize,
+    pub(crate) selected: usize,
     /// Thread (aggregator index) the function table is limited to.
-    pub filter: Option<u32>,
+    pub(crate) filter: Option<u32>,
     /// First function-table row shown.
-    pub scroll: usize,
-    pub rate: f64,
-    pub root_pid: i32,
-    pub cmdline: String,
-    pub python_version: String,
-    pub processes: usize,
-    pub state: TargetState,
-    pub snapshot: Snapshot,
+    pub(crate) scroll: usize,
+    pub(crate) rate: f64,
+    pub(crate) root_pid: i32,
+    pub(crate) cmdline: String,
+    pub(crate) python_version: String,
+    pub(crate) processes: usize,
+    pub(crate) state: TargetState,
+    pub(crate) snapshot: Snapshot,
 }
 
 impl View {
-    pub fn new(root_pid: i32, cmdline: String, rate: f64) -> View {
+    pub(crate) fn new(root_pid: i32, cmdline: String, rate: f64) -> View {
         View {
             sort: SortBy::OwnPct,
             grouping: Grouping::Line,
@@ -114,7 +114,7 @@ impl View {
         }
     }
 
-    pub fn handle_key(&mut self, key: KeyEvent) -> Action {
+    pub(crate) fn handle_key(&mut self, key: KeyEvent) -> Action {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         match key.code {
             KeyCode::Char('c') if ctrl => Action::Quit,
@@ -207,7 +207,7 @@ impl View {
 
     /// Rebuild what is drawn from the aggregator and the latest kernel
     /// readings (at a refresh, or after the view changed).
-    pub fn rebuild(&mut self, agg: &Aggregator, rates: &HashMap<(i32, u32), ThreadRates>) {
+    pub(crate) fn rebuild(&mut self, agg: &Aggregator, rates: &HashMap<(i32, u32), ThreadRates>) {
         self.snapshot.rows = agg.rows(self.grouping, self.filter);
         self.sort_rows();
         // Idle threads are not in every tick (the sampler drops them unless
