@@ -387,6 +387,14 @@ fn offcpu_record_gives_the_shares_of_each_wait() {
             let server = s(&fx.ready["server"]).to_string();
             let dir = tempfile::tempdir().unwrap();
             let out_path = dir.path().join("offcpu.txt");
+            // The worker's own account of its waits, before and after: the
+            // shares that really happened while it was sampled.
+            let spent = |fx: &Fixture| -> (f64, f64) {
+                let line = fx.ask(libc::SIGUSR2, "SPENT ");
+                let mut it = line.split_whitespace().map(|v| v.parse::<f64>().unwrap());
+                (it.next().unwrap(), it.next().unwrap())
+            };
+            let before = spent(&fx);
             let out = pyinspect(&[
                 "record",
                 "--pid",
@@ -396,13 +404,16 @@ fn offcpu_record_gives_the_shares_of_each_wait() {
                 "--format",
                 "raw",
                 "--rate",
-                "200",
+                "1000",
                 "--duration",
                 "10",
                 "--output",
                 out_path.to_str().unwrap(),
             ]);
             out.assert_success();
+            let after = spent(&fx);
+            let (true_socket, true_lock) = (after.0 - before.0, after.1 - before.1);
+            let true_share = 100.0 * true_socket / (true_socket + true_lock);
             let text = std::fs::read_to_string(&out_path).unwrap();
             let leaves = worker_leaves(&text);
             let socket_leaf = format!("[recv {server}]");
@@ -415,15 +426,23 @@ fn offcpu_record_gives_the_shares_of_each_wait() {
             let total: u64 = leaves.values().sum();
             assert!(total > 500, "{}: too few samples {leaves:?}", fx.label);
             let share = |n: u64| 100.0 * n as f64 / total as f64;
+            // The waits are paced at 70/30; what the worker measured is the truth.
             assert!(
-                (share(socket) - 70.0).abs() <= 3.0 && (share(lock) - 30.0).abs() <= 3.0,
-                "{}: socket {:.1}%, lock {:.1}% of {total}: {leaves:?}",
+                (true_share - 70.0).abs() <= 10.0,
+                "{}: the fixture's own waits were {true_share:.1}% socket, far from its 70% pace",
+                fx.label
+            );
+            assert!(
+                (share(socket) - true_share).abs() <= 3.0
+                    && (share(lock) - (100.0 - true_share)).abs() <= 3.0,
+                "{}: socket {:.1}%, lock {:.1}% of {total} (the worker measured {true_share:.1}% \
+                 socket): {leaves:?}",
                 fx.label,
                 share(socket),
                 share(lock)
             );
             eprintln!(
-                "{}: socket {:.1}%, lock {:.1}% of {total} worker samples",
+                "{}: socket {:.1}%, lock {:.1}% of {total} worker samples (measured {true_share:.1}% socket)",
                 fx.label,
                 share(socket),
                 share(lock)

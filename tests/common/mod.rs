@@ -479,6 +479,31 @@ impl Fixture {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Sends `signal` and returns the first line the fixture then prints
+    /// that starts with `prefix` (the rest of it), bounded in time.
+    #[allow(dead_code)]
+    pub fn ask(&self, signal: i32, prefix: &str) -> String {
+        // SAFETY: kill(2) with a pid we own and a valid signal number.
+        let rc = unsafe { libc::kill(self.pid, signal) };
+        assert_eq!(rc, 0, "{}: kill({signal}) failed", self.label);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        return rest.trim().to_string();
+                    }
+                }
+                Err(_) => panic!(
+                    "{}: no {prefix} line after signal {signal}; stderr:\n{}",
+                    self.label,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
     /// Sends SIGUSR1 and waits for the fixture's PONG: it still runs Python code.
     pub fn ping(&self) {
         // SAFETY: kill(2) with a pid we own and a valid signal number.
