@@ -1313,3 +1313,95 @@ mod tests {
         assert!(c.read_u64(regs.sp).is_ok(), "the stack is in the core");
     }
 }
+
+/// The sampler's whole read (`Target::open_source` and `sample`) on a core
+/// file: discovery, the CPython reader and the native unwinder through the
+/// core source alone.
+#[cfg(test)]
+mod sample_tests {
+    use super::*;
+    use crate::sampler::{
+        AsyncMode, Filters, PausePolicy, ReadConfig, SamplerConfig, Schedule, Target,
+    };
+
+    #[test]
+    fn target_samples_a_gcore_of_a_python_process() {
+        let script = "import time\n\
+                      def innermost_sleeper():\n    time.sleep(60)\n\
+                      def outer_caller():\n    innermost_sleeper()\n\
+                      print('READY', flush=True)\nouter_caller()\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 on PATH");
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "READY");
+        let pid = child.id() as i32;
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("core");
+        let out = std::process::Command::new("gcore")
+            .arg("-o")
+            .arg(&base)
+            .arg(pid.to_string())
+            .output()
+            .expect("gcore (from gdb) must be installed: .ci/core-deps");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(out.status.success(), "gcore failed: {out:?}");
+        let path = PathBuf::from(format!("{}.{pid}", base.display()));
+        let core = CoreFile::open(&path, &CoreOptions::default()).unwrap();
+        let cfg = SamplerConfig {
+            schedule: Schedule {
+                rate: 1.0,
+                duration: None,
+                subprocesses: false,
+            },
+            pause: PausePolicy { nonblocking: false },
+            filter: Filters {
+                gil_only: false,
+                include_idle: true,
+            },
+            read: ReadConfig {
+                native: true,
+                native_all: false,
+                native_debug_info: false,
+                function_lines: false,
+                locals: 0,
+                statuses: true,
+                gc_frames: false,
+                positions: false,
+                waits: crate::wait::WaitDetail::Full,
+                asyncio: AsyncMode::Off,
+            },
+        };
+        let mut target = Target::open_source(Box::new(core), &cfg).unwrap();
+        let threads = target.sample(&cfg).unwrap();
+        assert_eq!(threads.len(), 1, "{threads:?}");
+        let t = &threads[0];
+        assert_eq!(t.os_thread_id, Some(pid as u32));
+        let python: Vec<&str> = t
+            .frames
+            .iter()
+            .filter(|f| f.kind == crate::stack::FrameKind::Python)
+            .map(|f| f.function.as_str())
+            .collect();
+        assert_eq!(
+            python,
+            ["innermost_sleeper", "outer_caller", "<module>"],
+            "{t:?}"
+        );
+        // Native frames, merged: the sleep's C call sits above the Python
+        // frame that made it.
+        assert!(
+            t.frames
+                .iter()
+                .any(|f| f.kind == crate::stack::FrameKind::Native),
+            "{t:?}"
+        );
+    }
+}
