@@ -53,6 +53,8 @@ pub(crate) struct CoreThread {
     pub(crate) regs: Registers,
     /// The signal the thread was stopped or killed by (`pr_cursig`).
     pub(crate) cursig: i32,
+    /// The system call it was in (`orig_rax`), or None when it was in none.
+    pub(crate) syscall: Option<u64>,
     /// From the `NT_SIGINFO` that follows this thread's `NT_PRSTATUS`.
     pub(crate) siginfo: Option<SigInfo>,
 }
@@ -482,6 +484,8 @@ impl CoreFile {
                             bp: reg(4),
                         },
                         cursig: u16_at(d, 12) as i32,
+                        // -1 when the thread was not in a system call.
+                        syscall: Some(reg(15)).filter(|&n| n != u64::MAX),
                         siginfo: None,
                     });
                 }
@@ -1044,8 +1048,12 @@ impl TargetSource for CoreFile {
         // A core records the process's name only (the main thread's).
         (tid == self.pid && !self.fname.is_empty()).then(|| self.fname.clone())
     }
-    fn thread_state(&self, _tid: i32) -> Option<char> {
-        None
+    /// A core keeps no scheduler state, but each thread's registers say
+    /// whether it was in a system call (waiting: 'S') or running code ('R'),
+    /// which is what a thread's status is made of.
+    fn thread_state(&self, tid: i32) -> Option<char> {
+        let t = self.threads.iter().find(|t| t.tid == tid)?;
+        Some(if t.syscall.is_some() { 'S' } else { 'R' })
     }
     fn saved_registers(&self, tid: i32) -> Option<Registers> {
         self.threads.iter().find(|t| t.tid == tid).map(|t| t.regs)
@@ -1311,5 +1319,97 @@ mod tests {
         assert_eq!(c.read_vec(regs.ip, 64, 64).unwrap(), want);
         assert!(c.crash().is_none());
         assert!(c.read_u64(regs.sp).is_ok(), "the stack is in the core");
+    }
+}
+
+/// The sampler's whole read (`Target::open_source` and `sample`) on a core
+/// file: discovery, the CPython reader and the native unwinder through the
+/// core source alone.
+#[cfg(test)]
+mod sample_tests {
+    use super::*;
+    use crate::sampler::{
+        AsyncMode, Filters, PausePolicy, ReadConfig, SamplerConfig, Schedule, Target,
+    };
+
+    #[test]
+    fn target_samples_a_gcore_of_a_python_process() {
+        let script = "import time\n\
+                      def innermost_sleeper():\n    time.sleep(60)\n\
+                      def outer_caller():\n    innermost_sleeper()\n\
+                      print('READY', flush=True)\nouter_caller()\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 on PATH");
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "READY");
+        let pid = child.id() as i32;
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("core");
+        let out = std::process::Command::new("gcore")
+            .arg("-o")
+            .arg(&base)
+            .arg(pid.to_string())
+            .output()
+            .expect("gcore (from gdb) must be installed: .ci/core-deps");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(out.status.success(), "gcore failed: {out:?}");
+        let path = PathBuf::from(format!("{}.{pid}", base.display()));
+        let core = CoreFile::open(&path, &CoreOptions::default()).unwrap();
+        let cfg = SamplerConfig {
+            schedule: Schedule {
+                rate: 1.0,
+                duration: None,
+                subprocesses: false,
+            },
+            pause: PausePolicy { nonblocking: false },
+            filter: Filters {
+                gil_only: false,
+                include_idle: true,
+            },
+            read: ReadConfig {
+                native: true,
+                native_all: false,
+                native_debug_info: false,
+                function_lines: false,
+                locals: 0,
+                statuses: true,
+                gc_frames: false,
+                positions: false,
+                waits: crate::wait::WaitDetail::Full,
+                asyncio: AsyncMode::Off,
+            },
+        };
+        let mut target = Target::open_source(Box::new(core), &cfg).unwrap();
+        let threads = target.sample(&cfg).unwrap();
+        assert_eq!(threads.len(), 1, "{threads:?}");
+        let t = &threads[0];
+        assert_eq!(t.os_thread_id, Some(pid as u32));
+        let python: Vec<&str> = t
+            .frames
+            .iter()
+            .filter(|f| f.kind == crate::stack::FrameKind::Python)
+            .map(|f| f.function.as_str())
+            .collect();
+        assert_eq!(
+            python,
+            ["innermost_sleeper", "outer_caller", "<module>"],
+            "{t:?}"
+        );
+        // Native frames, merged: the sleep's C call sits above the Python
+        // frame that made it.
+        assert!(
+            t.frames
+                .iter()
+                .any(|f| f.kind == crate::stack::FrameKind::Native),
+            "{t:?}"
+        );
     }
 }

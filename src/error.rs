@@ -165,10 +165,6 @@ pub enum Error {
     BadCore { path: String, problem: CoreProblem },
     #[error("{0}")]
     Io(String),
-    /// A cause with no variant of its own yet: prefer adding one, so that
-    /// callers and summaries can tell it from the others.
-    #[error("{0}")]
-    Other(String),
 }
 
 impl Error {
@@ -226,7 +222,6 @@ impl Error {
             }
             Error::Launch { .. } => "a program could not be launched",
             Error::Io(_) => "an I/O error",
-            Error::Other(_) => "other errors",
         }
     }
 

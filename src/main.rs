@@ -333,22 +333,30 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         _ => RecordMode::Cpu,
     };
     let mut sampler = pyinspect::sampler::SamplerConfig {
-        rate: a.sample.rate.rate,
-        duration: a.duration.filter(|d| *d != Duration::MAX),
-        subprocesses: a.read.subprocesses,
-        nonblocking: a.read.nonblocking,
-        native: a.read.native,
-        native_all: false,
-        native_debug_info: false,
-        gil_only: false,
-        include_idle: false,
-        function_lines: a.function,
-        locals: 0,
-        statuses: false,
-        gc_frames: true,
-        positions: false,
-        waits: pyinspect::wait::WaitDetail::Off,
-        asyncio: a.sample.asyncio.mode(),
+        schedule: pyinspect::sampler::Schedule {
+            rate: a.sample.rate.rate,
+            duration: a.duration.filter(|d| *d != Duration::MAX),
+            subprocesses: a.read.subprocesses,
+        },
+        pause: pyinspect::sampler::PausePolicy {
+            nonblocking: a.read.nonblocking,
+        },
+        filter: pyinspect::sampler::Filters {
+            gil_only: false,
+            include_idle: false,
+        },
+        read: pyinspect::sampler::ReadConfig {
+            native: a.read.native,
+            native_all: false,
+            native_debug_info: false,
+            function_lines: a.function,
+            locals: 0,
+            statuses: false,
+            gc_frames: true,
+            positions: false,
+            waits: pyinspect::wait::WaitDetail::Off,
+            asyncio: a.sample.asyncio.mode(),
+        },
     };
     mode.configure(&mut sampler);
     record::run(record::RecordOptions {

@@ -61,28 +61,54 @@ const SLEEP_SLICE: Duration = Duration::from_millis(50);
 /// How long a kernel thread name is trusted before it is read again.
 const OS_NAME_TTL: Duration = Duration::from_secs(1);
 
+/// What a sampler is told: when to sample, whether it may pause, which
+/// threads it keeps, and what it reads of each.
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
+    pub schedule: Schedule,
+    pub pause: PausePolicy,
+    pub filter: Filters,
+    pub read: ReadConfig,
+}
+
+/// When samples are taken, and of which processes.
+#[derive(Debug, Clone)]
+pub struct Schedule {
     /// Samples per second (mean of the randomised schedule).
     pub rate: f64,
     /// Wall-clock limit; None runs until the processes exit or Ctrl-C.
     pub duration: Option<Duration>,
     /// Follow children and grandchildren, picking up new ones.
     pub subprocesses: bool,
+}
+
+/// Whether the threads read are paused.
+#[derive(Debug, Clone)]
+pub struct PausePolicy {
     /// Read without pausing threads (stacks may be torn).
     pub nonblocking: bool,
-    /// Merge native frames (needs pausing).
-    pub native: bool,
-    /// With `native`: interpreter plumbing frames and non-Python threads too.
-    pub native_all: bool,
-    /// With `native`: DWARF from separate debug files too.
-    pub native_debug_info: bool,
+}
+
+/// Which threads a sample keeps.
+#[derive(Debug, Clone)]
+pub struct Filters {
     /// Keep only the thread holding the GIL.
     pub gil_only: bool,
     /// Keep idle threads (waiting in the kernel, not holding the GIL). With
     /// it (or `gil_only`) kernel states are not read, and a thread's status
     /// is Active only while it holds the GIL.
     pub include_idle: bool,
+}
+
+/// What is read of each thread kept.
+#[derive(Debug, Clone)]
+pub struct ReadConfig {
+    /// Merge native frames (needs pausing).
+    pub native: bool,
+    /// With `native`: interpreter plumbing frames and non-Python threads too.
+    pub native_all: bool,
+    /// With `native`: DWARF from separate debug files too.
+    pub native_debug_info: bool,
     /// Report co_firstlineno instead of the current line (record -F).
     pub function_lines: bool,
     /// Arguments and locals of each frame (dump --locals): 0 for none, n
@@ -406,7 +432,7 @@ impl Target {
                 return Err(Error::NotInitialized { pid });
             }
         };
-        if !cfg.nonblocking && live.is_some() {
+        if !cfg.pause.nonblocking && live.is_some() {
             // Another tracer: say who, before any pause fails on it.
             let me = std::process::id() as i32;
             for &(tid, _) in &threads {
@@ -422,11 +448,11 @@ impl Target {
                 }
             }
         }
-        let native = if cfg.native {
+        let native = if cfg.read.native {
             Some(NativeStacks::new(
                 source.clone(),
-                cfg.native_all,
-                cfg.native_debug_info,
+                cfg.read.native_all,
+                cfg.read.native_debug_info,
             )?)
         } else {
             None
@@ -455,7 +481,7 @@ impl Target {
             waits: WaitReader::new(
                 pid,
                 if live.is_some() {
-                    cfg.waits
+                    cfg.read.waits
                 } else {
                     WaitDetail::Off
                 },
@@ -471,10 +497,10 @@ impl Target {
         // so that the first paused read is as short as the later ones
         // (what it finds is thrown away: it may be torn).
         let opts = ReadOptions {
-            locals: cfg.locals,
+            locals: cfg.read.locals,
             names: true,
-            function_lines: cfg.function_lines,
-            positions: cfg.positions,
+            function_lines: cfg.read.function_lines,
+            positions: cfg.read.positions,
             gil_sync: false,
             lock_locals: false,
         };
@@ -603,7 +629,7 @@ impl Target {
     /// A thread in uninterruptible sleep (D: a vfork parent, NFS, a frozen
     /// cgroup) cannot stop until it wakes; it is read without pausing.
     fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
-        if cfg.native_all {
+        if cfg.read.native_all {
             return Ok(self
                 .source
                 .threads()?
@@ -620,7 +646,7 @@ impl Target {
                     return false;
                 }
                 // Idle threads that will be dropped need no registers either.
-                let native_wanted = cfg.native && cfg.include_idle;
+                let native_wanted = cfg.read.native && cfg.filter.include_idle;
                 native_wanted || *gil || !matches!(state, Some('S' | 'I'))
             })
             .map(|(tid, _)| *tid)
@@ -765,16 +791,16 @@ impl Target {
 
     pub(crate) fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
-        if !cfg.nonblocking {
+        if !cfg.pause.nonblocking {
             // The set to pause must be current: a thread missed here would be read running.
             self.threads = self.reader.python_threads(&*self.source)?;
         }
         // Kernel states decide what to pause and which threads are idle:
         // reading them (the kernel formats a whole stat line per thread) is
         // skipped when neither is needed.
-        let filter_idle = !cfg.include_idle && !cfg.gil_only;
+        let filter_idle = !cfg.filter.include_idle && !cfg.filter.gil_only;
         let live = self.live.is_some();
-        let want_waits = cfg.waits != WaitDetail::Off && live;
+        let want_waits = cfg.read.waits != WaitDetail::Off && live;
         if !live {
             // A core's states, as far as it recorded them.
             self.states = self
@@ -782,7 +808,7 @@ impl Target {
                 .iter()
                 .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
                 .collect();
-        } else if filter_idle || cfg.statuses || want_waits || !cfg.nonblocking {
+        } else if filter_idle || cfg.read.statuses || want_waits || !cfg.pause.nonblocking {
             self.read_states();
         } else {
             self.states.clear();
@@ -805,7 +831,7 @@ impl Target {
                 self.pending.insert(*tid, read);
             }
         }
-        let pause = if cfg.nonblocking || !live {
+        let pause = if cfg.pause.nonblocking || !live {
             Vec::new()
         } else {
             self.to_pause(cfg)?
@@ -817,18 +843,18 @@ impl Target {
             .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
             .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
             .collect();
-        let guard = if cfg.nonblocking || !live {
+        let guard = if cfg.pause.nonblocking || !live {
             None
         } else {
             Some(PauseGuard::new(self.pid, &pause)?)
         };
         let opts = ReadOptions {
-            locals: cfg.locals,
+            locals: cfg.read.locals,
             names: true,
-            function_lines: cfg.function_lines,
-            positions: cfg.positions,
+            function_lines: cfg.read.function_lines,
+            positions: cfg.read.positions,
             gil_sync: want_waits,
-            lock_locals: cfg.waits == WaitDetail::Full,
+            lock_locals: cfg.read.waits == WaitDetail::Full,
         };
         let snap = self.reader.snapshot(&*self.source, opts, &self.states);
         // Native stacks: only the registers and a copy of the stack are
@@ -856,7 +882,7 @@ impl Target {
             // A core: its threads stand still, with their registers saved;
             // the unwind reads the stack from the source itself (an empty
             // copy), and never asks for a deeper one.
-            let tids: Vec<i32> = if cfg.native_all {
+            let tids: Vec<i32> = if cfg.read.native_all {
                 self.source.threads().unwrap_or_default()
             } else {
                 self.threads.iter().map(|(t, _)| *t).collect()
@@ -872,7 +898,7 @@ impl Target {
         }
         self.late_threads = guard.as_ref().map_or(0, |g| g.not_stopped().len());
         // Tasks are read while the threads still stand still.
-        let mut tasks = match (&snap, cfg.asyncio) {
+        let mut tasks = match (&snap, cfg.read.asyncio) {
             (Ok(s), mode) if mode != AsyncMode::Off => {
                 let want = match mode {
                     AsyncMode::Tree { forced, limit } => AsyncRead {
@@ -939,7 +965,7 @@ impl Target {
         for (i, t) in snap.iter_mut().enumerate() {
             t.stack.asyncio = tasks.remove(&i);
         }
-        if cfg.nonblocking {
+        if cfg.pause.nonblocking {
             // No pause needs the list up front: the next tick reads the
             // states of the threads this one saw.
             self.threads = snap
@@ -972,21 +998,21 @@ impl Target {
         let mut threads: Vec<ThreadStack> = snap
             .into_iter()
             .map(|mut t| {
-                if t.in_gc && cfg.gc_frames {
+                if t.in_gc && cfg.read.gc_frames {
                     t.stack.frames.insert(0, crate::stack::Frame::gc_marker());
                 }
                 t.stack
             })
             .collect();
         let mut waiting = Vec::new();
-        if let AsyncMode::Stitch { all } = cfg.asyncio {
+        if let AsyncMode::Stitch { all } = cfg.read.asyncio {
             for t in threads.iter_mut() {
                 waiting.extend(asyncio::stitch(t, all));
             }
         }
-        if cfg.gil_only {
+        if cfg.filter.gil_only {
             threads.retain(|t| t.holds_gil);
-        } else if !cfg.include_idle {
+        } else if !cfg.filter.include_idle {
             threads.retain(|t| t.status != ThreadStatus::Idle);
             foreign.retain(|t| t.status != ThreadStatus::Idle);
         }
@@ -1091,8 +1117,8 @@ impl Sampler {
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
     pub(crate) fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
-        crate::options::check_read(cfg.native, cfg.nonblocking)?;
-        let rate = crate::options::check_rate(cfg.rate, &cfg.rate.to_string())?;
+        crate::options::check_read(cfg.read.native, cfg.pause.nonblocking)?;
+        let rate = crate::options::check_rate(cfg.schedule.rate, &cfg.schedule.rate.to_string())?;
         // Launched by us: our child, or the child of our launch keeper.
         let me = Some(std::process::id() as i32);
         let parent = procfs::ppid(root_pid);
@@ -1128,7 +1154,7 @@ impl Sampler {
                 }
                 Err(e) => Some(e),
             };
-            if s.cfg.subprocesses {
+            if s.cfg.schedule.subprocesses {
                 s.scan_descendants(!launched);
             }
             if !s.targets.is_empty() {
@@ -1161,7 +1187,7 @@ impl Sampler {
                 }
                 _ => false,
             };
-            if settled_not_python && s.cfg.subprocesses {
+            if settled_not_python && s.cfg.schedule.subprocesses {
                 // A shell or launcher that starts Python later: follow its
                 // descendants as they appear.
                 if let Error::NotPython { exe, .. } = e {
@@ -1241,14 +1267,14 @@ impl Sampler {
 
     /// Whether sampling ended because the duration was over.
     pub(crate) fn duration_over(&self) -> bool {
-        self.cfg.duration.is_some_and(|d| self.due >= d)
+        self.cfg.schedule.duration.is_some_and(|d| self.due >= d)
     }
 
     /// Whether there is nothing left to follow: every followed process has
     /// exited, and (with `subprocesses`) so has the root, whose future
     /// descendants would be followed.
     fn all_gone(&self) -> bool {
-        self.targets.is_empty() && (!self.cfg.subprocesses || is_zombie(self.root))
+        self.targets.is_empty() && (!self.cfg.schedule.subprocesses || is_zombie(self.root))
     }
 
     /// Sleep until the next sample is due and take it. None when every
@@ -1260,7 +1286,7 @@ impl Sampler {
             if pause::interrupted() || self.all_gone() {
                 return None;
             }
-            if let Some(d) = self.cfg.duration {
+            if let Some(d) = self.cfg.schedule.duration {
                 if self.due >= d {
                     return None;
                 }
@@ -1287,11 +1313,11 @@ impl Sampler {
             self.due = timestamp;
         }
         let late = timestamp.saturating_sub(self.due);
-        if let Some(d) = self.cfg.duration {
+        if let Some(d) = self.cfg.schedule.duration {
             timestamp = timestamp.min(d);
         }
 
-        if self.cfg.subprocesses && self.last_scan.elapsed() >= RESCAN_EVERY {
+        if self.cfg.schedule.subprocesses && self.last_scan.elapsed() >= RESCAN_EVERY {
             self.scan_descendants(true);
         }
         let read_started = Instant::now();
@@ -1338,7 +1364,7 @@ impl Sampler {
         let step = self.draw_interval();
         self.due += step;
         let end = self.start.elapsed().max(self.due);
-        let end = match self.cfg.duration {
+        let end = match self.cfg.schedule.duration {
             Some(d) => end.min(d.max(timestamp)),
             None => end,
         };
@@ -1357,7 +1383,7 @@ impl Sampler {
     /// cause: the machine (time spent waiting for a CPU), the target (reads
     /// as long as the interval), or our own CPU.
     pub(crate) fn rate_health(&self) -> RateHealth {
-        let asked = self.cfg.rate;
+        let asked = self.cfg.schedule.rate;
         let elapsed = self.start.elapsed();
         let secs = elapsed.as_secs_f64();
         let st = &self.stats;

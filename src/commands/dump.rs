@@ -37,22 +37,30 @@ pub struct DumpOptions {
 /// What one dump reads.
 fn config(opts: &DumpOptions) -> SamplerConfig {
     SamplerConfig {
-        rate: 1.0,
-        duration: None,
-        subprocesses: false,
-        nonblocking: opts.nonblocking,
-        native: opts.native,
-        native_all: opts.native_all,
-        native_debug_info: opts.native_debug_info,
-        gil_only: false,
-        include_idle: true,
-        function_lines: false,
-        locals: opts.locals,
-        statuses: true,
-        gc_frames: false,
-        positions: true,
-        waits: crate::wait::WaitDetail::Full,
-        asyncio: opts.asyncio,
+        schedule: crate::sampler::Schedule {
+            rate: 1.0,
+            duration: None,
+            subprocesses: false,
+        },
+        pause: crate::sampler::PausePolicy {
+            nonblocking: opts.nonblocking,
+        },
+        filter: crate::sampler::Filters {
+            gil_only: false,
+            include_idle: true,
+        },
+        read: crate::sampler::ReadConfig {
+            native: opts.native,
+            native_all: opts.native_all,
+            native_debug_info: opts.native_debug_info,
+            function_lines: false,
+            locals: opts.locals,
+            statuses: true,
+            gc_frames: false,
+            positions: true,
+            waits: crate::wait::WaitDetail::Full,
+            asyncio: opts.asyncio,
+        },
     }
 }
 

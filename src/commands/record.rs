@@ -31,10 +31,10 @@ impl RecordMode {
     pub fn configure(self, cfg: &mut SamplerConfig) {
         match self {
             RecordMode::Cpu => {}
-            RecordMode::Gil => cfg.gil_only = true,
+            RecordMode::Gil => cfg.filter.gil_only = true,
             RecordMode::Wall | RecordMode::Offcpu => {
-                cfg.include_idle = true;
-                cfg.waits = crate::wait::WaitDetail::Short;
+                cfg.filter.include_idle = true;
+                cfg.read.waits = crate::wait::WaitDetail::Short;
             }
         }
     }
@@ -189,7 +189,7 @@ fn terminal_columns() -> usize {
 pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     pause::install_signal_flag();
     crate::options::check_target(opts.pid, &opts.command)?;
-    crate::options::check_read(opts.sampler.native, opts.sampler.nonblocking)?;
+    crate::options::check_read(opts.sampler.read.native, opts.sampler.pause.nonblocking)?;
     let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
     // Opened before sampling, so that an unwritable path fails at once.
     let out = OutputFile::create(&path)?;
@@ -236,8 +236,8 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         threads: opts.threads,
         nolineno: opts.nolineno,
         full_filenames: opts.full_filenames,
-        subprocesses: opts.sampler.subprocesses,
-        rate: opts.sampler.rate,
+        subprocesses: opts.sampler.schedule.subprocesses,
+        rate: opts.sampler.schedule.rate,
         timeline: opts.format.needs_timeline(),
     });
     let mut stats = Stats {

@@ -184,30 +184,38 @@ fn start_sampler(pid: i32, cfg: SamplerConfig) -> (Receiver<Msg>, JoinHandle<()>
 
 fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::Result<()> {
     let cfg = SamplerConfig {
-        rate: opts.rate,
-        duration: None,
-        subprocesses: opts.subprocesses,
-        nonblocking: opts.nonblocking,
-        native: opts.native,
-        native_all: false,
-        native_debug_info: false,
-        // The GIL filter applies to the function table only (in the
-        // aggregator), so the threads panel still sees the other threads.
-        // Idle threads are dropped by the sampler, which alone knows the
-        // kernel states at sampling time; the panel lists them from /proc.
-        gil_only: false,
-        // Idle threads reach the aggregator (which leaves them out of the
-        // function table unless --idle) so that the panel shows what they
-        // wait for; with --native that would pause them all, so then only
-        // --idle keeps them.
-        include_idle: opts.idle || !opts.native,
-        function_lines: false,
-        locals: 0,
-        statuses: true,
-        gc_frames: true,
-        positions: false,
-        waits: crate::wait::WaitDetail::Short,
-        asyncio: opts.asyncio,
+        schedule: crate::sampler::Schedule {
+            rate: opts.rate,
+            duration: None,
+            subprocesses: opts.subprocesses,
+        },
+        pause: crate::sampler::PausePolicy {
+            nonblocking: opts.nonblocking,
+        },
+        filter: crate::sampler::Filters {
+            // The GIL filter applies to the function table only (in the
+            // aggregator), so the threads panel still sees the other threads.
+            // Idle threads are dropped by the sampler, which alone knows the
+            // kernel states at sampling time; the panel lists them from /proc.
+            gil_only: false,
+            // Idle threads reach the aggregator (which leaves them out of the
+            // function table unless --idle) so that the panel shows what they
+            // wait for; with --native that would pause them all, so then only
+            // --idle keeps them.
+            include_idle: opts.idle || !opts.native,
+        },
+        read: crate::sampler::ReadConfig {
+            native: opts.native,
+            native_all: false,
+            native_debug_info: false,
+            function_lines: false,
+            locals: 0,
+            statuses: true,
+            gc_frames: true,
+            positions: false,
+            waits: crate::wait::WaitDetail::Short,
+            asyncio: opts.asyncio,
+        },
     };
     let (rx, sampler) = start_sampler(pid, cfg);
     // Attach errors (not Python, permission) are printed plainly, before
