@@ -53,8 +53,6 @@ pub(crate) struct CoreThread {
     pub(crate) regs: Registers,
     /// The signal the thread was stopped or killed by (`pr_cursig`).
     pub(crate) cursig: i32,
-    /// The system call it was in (`orig_rax`), or None when it was in none.
-    pub(crate) syscall: Option<u64>,
     /// From the `NT_SIGINFO` that follows this thread's `NT_PRSTATUS`.
     pub(crate) siginfo: Option<SigInfo>,
 }
@@ -484,8 +482,6 @@ impl CoreFile {
                             bp: reg(4),
                         },
                         cursig: u16_at(d, 12) as i32,
-                        // -1 when the thread was not in a system call.
-                        syscall: Some(reg(15)).filter(|&n| n != u64::MAX),
                         siginfo: None,
                     });
                 }
@@ -1048,12 +1044,8 @@ impl TargetSource for CoreFile {
         // A core records the process's name only (the main thread's).
         (tid == self.pid && !self.fname.is_empty()).then(|| self.fname.clone())
     }
-    /// A core keeps no scheduler state, but each thread's registers say
-    /// whether it was in a system call (waiting: 'S') or running code ('R'),
-    /// which is what a thread's status is made of.
-    fn thread_state(&self, tid: i32) -> Option<char> {
-        let t = self.threads.iter().find(|t| t.tid == tid)?;
-        Some(if t.syscall.is_some() { 'S' } else { 'R' })
+    fn thread_state(&self, _tid: i32) -> Option<char> {
+        None
     }
     fn saved_registers(&self, tid: i32) -> Option<Registers> {
         self.threads.iter().find(|t| t.tid == tid).map(|t| t.regs)
