@@ -497,10 +497,33 @@ fn same(g: &Frame, p: &Frame) -> bool {
     }
     module_ok
         && match (&g.name, &p.name) {
-            (Some(a), Some(b)) => a == b || qualified(a, b) || qualified(b, a),
+            (Some(a), Some(b)) => {
+                a == b
+                    || qualified(a, b)
+                    || qualified(b, a)
+                    || (a.contains("::") && without_generics(a) == without_generics(b))
+            }
             (None, None) => true,
             _ => false,
         }
+}
+
+/// A Rust (or C++) name without its generic arguments: the linker folds
+/// identical instantiations into one function (identical code folding), and
+/// gdb and pyinspect may then name the same code by different instances
+/// (`split<CharDelimiterSplit ...>` and `split<BertPreTokenizer ...>`).
+fn without_generics(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut depth = 0usize;
+    for c in name.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Longest common subsequence under [`same`]: which of gdb's frames matched.
