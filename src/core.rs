@@ -534,7 +534,7 @@ impl CoreFile {
             let count = u64_at(d, 0) as usize;
             let page = u64_at(d, 8);
             let table = 16usize;
-            if count > d.len() / 24 || page == 0 || page > 1 << 30 {
+            if count > d.len().saturating_sub(table) / 24 || page == 0 || page > 1 << 30 {
                 return Err(bad(
                     path,
                     CoreProblem::Corrupt(format!(
@@ -1060,6 +1060,11 @@ mod tests {
     /// A minimal x86-64 core: one thread's NT_PRSTATUS, an NT_SIGINFO, one
     /// memory segment of 4 KiB at 0x10000 filled with its offset's low byte.
     fn mini_core(machine: u16, etype: u16) -> Vec<u8> {
+        mini_core_with(machine, etype, None)
+    }
+
+    /// [`mini_core`] with an `NT_FILE` note of the given bytes, when given.
+    fn mini_core_with(machine: u16, etype: u16, nt_file: Option<&[u8]>) -> Vec<u8> {
         let mut prstatus = vec![0u8; PRSTATUS_SIZE];
         prstatus[12..14].copy_from_slice(&11u16.to_le_bytes());
         prstatus[32..36].copy_from_slice(&4242u32.to_le_bytes());
@@ -1072,7 +1077,12 @@ mod tests {
         siginfo[8..12].copy_from_slice(&1u32.to_le_bytes());
         siginfo[16..24].copy_from_slice(&0x10u64.to_le_bytes());
         let mut notes = Vec::new();
-        for (kind, desc) in [(elf::NT_PRSTATUS, &prstatus), (elf::NT_SIGINFO, &siginfo)] {
+        let mut list: Vec<(u32, &[u8])> =
+            vec![(elf::NT_PRSTATUS, &prstatus), (elf::NT_SIGINFO, &siginfo)];
+        if let Some(d) = nt_file {
+            list.push((elf::NT_FILE, d));
+        }
+        for (kind, desc) in list {
             notes.extend_from_slice(&5u32.to_le_bytes());
             notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
             notes.extend_from_slice(&kind.to_le_bytes());
@@ -1201,6 +1211,30 @@ mod tests {
                 let _ = c.read_u64(0x10000);
                 let _ = c.maps();
                 let _ = c.crash();
+            }
+        }
+    }
+
+    /// NT_FILE's count and table against its length: a count that fits the
+    /// entries but not the 16-byte header before them, or any short note,
+    /// is a corrupt core, never a slice past the note.
+    #[test]
+    fn a_short_nt_file_is_corrupt_not_a_panic() {
+        for count in 0u64..4 {
+            for len in 0..96usize {
+                let mut d = vec![0u8; len];
+                if len >= 16 {
+                    d[..8].copy_from_slice(&count.to_le_bytes());
+                    d[8..16].copy_from_slice(&PAGE.to_le_bytes());
+                }
+                let r = open_bytes(&mini_core_with(elf::EM_X86_64, elf::ET_CORE, Some(&d)));
+                // Any other length opens or is refused; it never panics.
+                if count > 0 && len >= 16 && len < 16 + 24 * count as usize {
+                    assert!(
+                        matches!(problem(r), CoreProblem::Corrupt(_)),
+                        "count {count}, {len} bytes"
+                    );
+                }
             }
         }
     }
