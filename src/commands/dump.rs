@@ -72,21 +72,33 @@ pub(crate) fn read_process(pid: i32, opts: &DumpOptions) -> Result<ProcessStacks
     // A thread that stopped after the budget is let go now, not at exit.
     pause::release_lingering(std::time::Duration::from_millis(200));
     let threads = threads?;
-    Ok(ProcessStacks {
+    let warnings = target.warnings();
+    Ok(stacks(pid, &mut target, threads, warnings, None))
+}
+
+/// What one read of `target` found, as every output takes it (names from
+/// the target escaped).
+fn stacks(
+    pid: i32,
+    target: &mut Target,
+    threads: Vec<crate::stack::ThreadStack>,
+    warnings: Vec<String>,
+    crash: Option<CrashReport>,
+) -> ProcessStacks {
+    ProcessStacks {
         pid,
         command_line: target.cmdline.to_string(),
         python_version: target.version.clone(),
         executable: crate::stack::escape_controls(&target.exe).into_owned(),
         gc_collecting: target.gc_collecting(),
         threads,
-        warnings: target
-            .warnings()
+        warnings: warnings
             .iter()
             .map(|w| crate::stack::escape_controls(w).into_owned())
             .collect(),
         parent_pid: None,
-        crash: None,
-    })
+        crash,
+    }
 }
 
 /// Read a core file once, through the samplers' path on a core source:
@@ -133,20 +145,7 @@ pub(crate) fn read_core(core: &CoreArgs, opts: &DumpOptions) -> Result<ProcessSt
         }
     }
     warnings.extend(target.warnings());
-    Ok(ProcessStacks {
-        pid,
-        command_line: target.cmdline.to_string(),
-        python_version: target.version.clone(),
-        executable: crate::stack::escape_controls(&target.exe).into_owned(),
-        gc_collecting: target.gc_collecting(),
-        threads,
-        warnings: warnings
-            .iter()
-            .map(|w| crate::stack::escape_controls(w).into_owned())
-            .collect(),
-        parent_pid: None,
-        crash,
-    })
+    Ok(stacks(pid, &mut target, threads, warnings, crash))
 }
 
 pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {

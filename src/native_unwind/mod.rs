@@ -785,18 +785,7 @@ impl NativeUnwinder {
             return 0;
         };
         for n in 0..CHAIN_LOOKAHEAD {
-            let lookup = addr.address_for_lookup();
-            let covered = match self.module_for(lookup) {
-                Some(i) => match self.loaded(i) {
-                    Some(lm) => {
-                        let svma = lookup.wrapping_sub(lm.bias);
-                        lm.has_cfi(svma)
-                    }
-                    None => false,
-                },
-                None => false,
-            };
-            if !covered {
+            if !self.has_cfi(addr.address_for_lookup()) {
                 return n;
             }
             let old_sp = regs.sp();
@@ -814,6 +803,15 @@ impl NativeUnwinder {
         CHAIN_LOOKAHEAD
     }
 
+    /// Whether CFI covers the code at `lookup` (in a module that loads).
+    fn has_cfi(&mut self, lookup: u64) -> bool {
+        let Some(i) = self.module_for(lookup) else {
+            return false;
+        };
+        self.loaded(i)
+            .is_some_and(|lm| lm.has_cfi(lookup.wrapping_sub(lm.bias)))
+    }
+
     /// Whether return address `ra` found at `slot` lets CFI unwinding go on:
     /// true when no CFI covers it (nothing to check), or when its frame
     /// unwinds to a caller higher on the stack that is in code, with rbp as
@@ -829,18 +827,7 @@ impl NativeUnwinder {
         let Some(addr) = FrameAddress::from_return_address(ra) else {
             return false;
         };
-        let lookup = addr.address_for_lookup();
-        let covered = match self.module_for(lookup) {
-            Some(i) => match self.loaded(i) {
-                Some(lm) => {
-                    let svma = lookup.wrapping_sub(lm.bias);
-                    lm.has_cfi(svma)
-                }
-                None => false,
-            },
-            None => false,
-        };
-        if !covered {
+        if !self.has_cfi(addr.address_for_lookup()) {
             return true;
         }
         let mut bps = vec![bp];
