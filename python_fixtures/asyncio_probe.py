@@ -224,6 +224,12 @@ async def main():
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     wake = target._callbacks[0][0]
+    # A new task's first step, queued in the loop's ready queue.
+    queued = Task(idle(), loop=loop)
+    step = loop._ready[-1]._callback
+    OUT["step_type"] = type(step).__name__
+    one("step_task", where(raw(step), id(queued)))
+    queued.cancel()
     OUT["wakeup_type"] = type(wake).__name__
     one("wakeup_task", where(raw(wake), id(waiter_task)))
     if hasattr(asyncio.Task, "_awaited_by") or sys.version_info >= (3, 14):

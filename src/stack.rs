@@ -106,6 +106,27 @@ pub struct ThreadTasks {
     /// Tasks read but not shown (beyond the limit).
     #[serde(skip_serializing_if = "is_zero")]
     pub(crate) tasks_left_out: u64,
+    /// The queues of the event loops this thread runs (asyncio's own
+    /// loops; uvloop's are not Python objects).
+    #[serde(rename = "event_loops", skip_serializing_if = "Vec::is_empty")]
+    pub(crate) loops: Vec<LoopQueues>,
+}
+
+/// An event loop's own queues: `loop._ready` (callbacks due now) and
+/// `loop._scheduled` (timers).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct LoopQueues {
+    /// The loop object's address.
+    pub(crate) id: u64,
+    #[serde(rename = "type")]
+    pub(crate) type_name: String,
+    /// `len(loop._ready)`.
+    pub(crate) ready: u64,
+    /// `len(loop._scheduled)` (cancelled timers included, as asyncio keeps them).
+    pub(crate) timers: u64,
+    /// Seconds until the earliest timer not cancelled (negative: overdue).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) next_timer_seconds: Option<f64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -150,6 +171,10 @@ pub(crate) struct Task {
     pub(crate) awaiting: Option<Awaiting>,
     /// Its coroutine stack, innermost first.
     pub(crate) frames: Vec<Frame>,
+    /// Set when no registry lists the task and it was found through a
+    /// handle in its loop's queues: "ready" or "timers".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) found_in: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -395,6 +420,9 @@ impl ThreadStack {
                 if let Some(aw) = &mut t.awaiting {
                     opt(&mut aw.type_name);
                 }
+            }
+            for lp in &mut a.loops {
+                escape_in_place(&mut lp.type_name);
             }
         }
     }

@@ -74,6 +74,7 @@ fn offset_table_matches_the_probe() {
         );
         for (v, k) in [
             (l.wakeup_task, "wakeup_task"),
+            (l.step_task, "step_task"),
             (l.method_self, "method_self"),
             (l.func_closure, "func_closure"),
             (l.func_name, "func_name"),

@@ -350,6 +350,25 @@ fn write_tasks(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
         write!(out, ", {} not shown", tt.tasks_left_out)?;
     }
     writeln!(out, "):")?;
+    for lp in &tt.loops {
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        write!(
+            out,
+            "      event loop 0x{:x} ({}): {} ready callback{}, {} timer{}",
+            lp.id,
+            lp.type_name,
+            lp.ready,
+            plural(lp.ready),
+            lp.timers,
+            plural(lp.timers)
+        )?;
+        match lp.next_timer_seconds {
+            Some(s) if s >= 0.0 => write!(out, ", next in {s:.3} s")?,
+            Some(s) => write!(out, ", next {:.3} s overdue", -s)?,
+            None => {}
+        }
+        writeln!(out)?;
+    }
     let by_id: HashMap<u64, &Task> = tt.tasks.iter().map(|t| (t.id, t)).collect();
     let mut children: HashMap<u64, Vec<&Task>> = HashMap::new();
     for t in &tt.tasks {
@@ -394,6 +413,11 @@ fn write_task(
         t.id,
         t.state.as_str()
     )?;
+    match t.found_in {
+        Some("ready") => write!(out, " [in no registry: found in the loop's ready queue]")?,
+        Some(_) => write!(out, " [in no registry: found through the loop's timers]")?,
+        None => {}
+    }
     if path.contains(&t.id) {
         return writeln!(out, " (awaits a task above: cycle)");
     }

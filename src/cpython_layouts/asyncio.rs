@@ -115,6 +115,9 @@ pub struct AsyncioLayout {
     /// Where the callback that wakes an awaiting task keeps that task
     /// (`TaskWakeupMethWrapper.ww_task` ≤3.9, `PyCFunctionObject.m_self` after).
     pub wakeup_task: u64,
+    /// Where the callback a new or woken C task puts in its loop's ready
+    /// queue keeps that task (`TaskStepMethWrapper.sw_task`, every version).
+    pub step_task: u64,
     /// `PyMethodObject.im_self`.
     pub method_self: u64,
     /// `PyFunctionObject.func_closure` and `.func_name`.
@@ -165,6 +168,7 @@ const COMMON: AsyncioLayout = AsyncioLayout {
     gen_frame_state: None,
     stack_top: StackTop::Pointer { at: 72, below: 1 },
     wakeup_task: 24,
+    step_task: 16,
     method_self: 24,
     func_closure: 72,
     func_name: 32,

@@ -28,7 +28,7 @@ use crate::cpython_layouts::asyncio::{
 };
 use crate::elf;
 use crate::memory::{le_u64, le_u8, Memory, MemoryExt};
-use crate::stack::{Awaiting, Frame, Task, TaskState, ThreadTasks};
+use crate::stack::{Awaiting, Frame, LoopQueues, Task, TaskState, ThreadTasks};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,14 @@ const DEBUG_RESCAN: Duration = Duration::from_secs(1);
 /// tasks, the tasks awaiting them and those whose frames are on a thread's
 /// stack. A sample whose running task is not among them reads all again.
 const SAMPLE_CACHE_TTL: Duration = Duration::from_millis(250);
+
+/// Most event loops whose queues are read per interpreter.
+const MAX_LOOPS: usize = 64;
+/// Most tasks taken from the loops' queues (those no registry lists).
+const MAX_QUEUE_TASKS: usize = 4096;
+/// A queue longer than this is no real one (a corrupt or racing object):
+/// its length is not reported and its items are not read.
+const QUEUE_LEN_SANE: u64 = 1 << 32;
 
 /// `AsyncioDebug`: 13 `uint64_t` (3.14).
 const DEBUG_WORDS: usize = 13;
@@ -101,6 +109,8 @@ struct RawTask {
     callbacks: Vec<u64>,
     /// 3.14+: the awaiters the task recorded.
     awaited_by: Option<Vec<u64>>,
+    /// Found through a handle in its loop's queues, not in a registry.
+    via: Option<&'static str>,
 }
 
 /// The tasks of one interpreter as a sample read them (see `SAMPLE_CACHE_TTL`).
@@ -137,6 +147,14 @@ struct Memo {
 
 /// A loop's timers: future → (deadline on the loop's clock, is a sleep).
 type Timers = HashMap<u64, (f64, bool)>;
+
+/// One event loop's queues as one snapshot read them.
+struct LoopScan {
+    queues: LoopQueues,
+    timers: Timers,
+    /// The tasks a queued handle's callback runs, and in which queue.
+    runs: Vec<(u64, &'static str)>,
+}
 
 /// Result for one process: per thread index of the snapshot, its tasks.
 pub(crate) type TasksByThread = HashMap<usize, ThreadTasks>;
@@ -415,12 +433,19 @@ impl AsyncioReader {
             if addrs.is_empty() {
                 continue;
             }
+            let mut scans: HashMap<u64, LoopScan> = HashMap::new();
             let (tasks, parents) = if cached {
                 self.tasks_from_sample_cache(&objr, layout, &running, snaps, &threads)
             } else {
                 // One batched read for every task's struct.
                 mem.prefetch(addrs.iter().map(|a| (*a, layout.task_size as usize)));
-                let tasks = self.read_tasks(&objr, layout, &addrs);
+                let mut tasks = self.read_tasks(&objr, layout, &addrs);
+                if !want.running_only {
+                    let room = want.max_tasks.min(MAX_TASKS).saturating_sub(tasks.len());
+                    let queued =
+                        self.queued_tasks(&objr, layout, &tasks, &running, &mut scans, room);
+                    tasks.extend(queued);
+                }
                 let index: HashMap<u64, usize> =
                     tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
                 let parents = self.parents(&objr, layout, &tasks, &index);
@@ -480,7 +505,17 @@ impl AsyncioReader {
                 };
                 by_thread.entry(th).or_default().push(k);
             }
+            // Each loop's queues under the thread that runs it.
+            let mut queues: HashMap<usize, Vec<LoopQueues>> = HashMap::new();
             let mut sleeps: HashMap<u64, Option<Timers>> = HashMap::new();
+            let mut scanned: Vec<(u64, LoopScan)> = scans.into_iter().collect();
+            scanned.sort_by_key(|(lp, _)| *lp);
+            for (lp, scan) in scanned {
+                if let Some(&th) = loop_thread.get(&lp) {
+                    queues.entry(th).or_default().push(scan.queues);
+                }
+                sleeps.insert(lp, Some(scan.timers));
+            }
             for (th, ks) in by_thread {
                 let tt = self.thread_tasks(
                     reader,
@@ -494,6 +529,7 @@ impl AsyncioReader {
                     &mut sleeps,
                     want.limit,
                     want.running_only,
+                    queues.remove(&th).unwrap_or_default(),
                 );
                 out.insert(th, tt);
             }
@@ -744,6 +780,7 @@ impl AsyncioReader {
                         waiter: le_u64(&buf, l.task_fut_waiter),
                         callbacks,
                         awaited_by,
+                        via: None,
                     });
                 }
                 Kind::PyTask => {
@@ -773,6 +810,7 @@ impl AsyncioReader {
                             Vec::new()
                         },
                         awaited_by: None,
+                        via: None,
                     });
                 }
                 _ => {}
@@ -1028,6 +1066,7 @@ impl AsyncioReader {
         sleeps: &mut HashMap<u64, Option<Timers>>,
         limit: usize,
         running_only: bool,
+        loops: Vec<LoopQueues>,
     ) -> ThreadTasks {
         // Tasks whose coroutine frame is on this thread's stack (3.11+, where
         // the frame sits inside the coroutine): the current task and, with
@@ -1114,11 +1153,13 @@ impl AsyncioReader {
                 awaited_by: parents[k].iter().map(|p| tasks[*p].addr).collect(),
                 awaiting,
                 frames,
+                found_in: t.via,
             });
         }
         ThreadTasks {
             tasks: out,
             tasks_left_out: left_out,
+            loops,
         }
     }
 
@@ -1287,7 +1328,7 @@ impl AsyncioReader {
         let loop_ = t.loop_;
         let timers = sleeps
             .entry(loop_)
-            .or_insert_with(|| self.timers(objr, l, loop_));
+            .or_insert_with(|| self.scan_loop(objr, l, loop_, false).map(|s| s.timers));
         if let Some((when, sleep)) = timers.as_ref().and_then(|m| m.get(&w)) {
             if *sleep {
                 a.kind = "sleep".into();
@@ -1297,40 +1338,223 @@ impl AsyncioReader {
         a
     }
 
-    /// The loop's scheduled timers: first argument (a future) → `_when`, and
-    /// whether the timer is `asyncio.sleep`'s (it sets the future's result).
-    fn timers(&mut self, objr: &ObjReader, l: &AsyncioLayout, lp: u64) -> Option<Timers> {
-        let sched = objr.instance_attr(lp, "_scheduled").ok().flatten()?;
-        let (handles, _) = objr.list_items(sched, MAX_TASKS as u64).ok()?;
-        let mut out = HashMap::with_capacity(handles.len());
-        for h in handles {
-            let Some(args) = self.slot(objr, l, h, "_args") else {
+    /// The tasks that no registry lists but that a handle in one of their
+    /// loops' queues will run: a handle's callback that is a task's step
+    /// or wake-up, or a timer whose future wakes a task when it resolves
+    /// (a sleep). Each loop of `tasks` (and of the running tasks) is read
+    /// once, its scan kept in `scans`; at most `room` tasks are returned.
+    fn queued_tasks(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        tasks: &[RawTask],
+        running: &HashMap<u64, u64>,
+        scans: &mut HashMap<u64, LoopScan>,
+        room: usize,
+    ) -> Vec<RawTask> {
+        let mut loops: Vec<u64> = tasks
+            .iter()
+            .map(|t| t.loop_)
+            .chain(running.keys().copied())
+            .filter(|lp| *lp != 0)
+            .collect();
+        loops.sort_unstable();
+        loops.dedup();
+        if loops.len() > MAX_LOOPS {
+            self.note(format!(
+                "{} event loops: the queues of only {MAX_LOOPS} are read",
+                loops.len()
+            ));
+            loops.truncate(MAX_LOOPS);
+        }
+        let known: HashSet<u64> = tasks.iter().map(|t| t.addr).collect();
+        let awaited: HashSet<u64> = tasks.iter().map(|t| t.waiter).collect();
+        let room = room.min(MAX_QUEUE_TASKS);
+        let mut found: Vec<(u64, &'static str)> = Vec::new();
+        let mut taken: HashSet<u64> = HashSet::new();
+        let mut take = |t: u64, via: &'static str, found: &mut Vec<(u64, &'static str)>| {
+            if found.len() < room && !known.contains(&t) && taken.insert(t) {
+                found.push((t, via));
+            }
+        };
+        for lp in loops {
+            let Some(scan) = self.scan_loop(objr, l, lp, true) else {
                 continue;
             };
-            let Some(when) = self.slot(objr, l, h, "_when") else {
+            for &(t, via) in &scan.runs {
+                take(t, via, &mut found);
+            }
+            // A timer's future that no task read so far awaits: the tasks
+            // its callbacks wake (a sleep of an unlisted task).
+            let mut futs: Vec<u64> = scan
+                .timers
+                .keys()
+                .copied()
+                .filter(|f| !awaited.contains(f))
+                .collect();
+            futs.sort_unstable();
+            for f in futs {
+                if found.len() >= room {
+                    break;
+                }
+                for cb in self.future_callbacks(objr, l, f).unwrap_or_default() {
+                    if let Some(t) = self.callback_task(objr, l, cb) {
+                        take(t, "timers", &mut found);
+                    }
+                }
+            }
+            scans.insert(lp, scan);
+        }
+        let addrs: Vec<u64> = found.iter().map(|(t, _)| *t).collect();
+        let via: HashMap<u64, &'static str> = found.into_iter().collect();
+        let mut out = self.read_tasks(objr, l, &addrs);
+        for t in &mut out {
+            t.via = via.get(&t.addr).copied();
+        }
+        out
+    }
+
+    /// The task a queued callback runs: a C task's step
+    /// (`TaskStepMethWrapper`, every version) or wake-up (`TaskWakeupMethWrapper` ≤3.9, a
+    /// builtin method bound to the task after), or a bound method of a
+    /// Python-level task (`__step`, `__wakeup`); checked to be a task.
+    fn callback_task(&mut self, objr: &ObjReader, l: &AsyncioLayout, cb: u64) -> Option<u64> {
+        let off = match objr.type_name(cb).ok()?.as_str() {
+            // A static type up to 3.11, `_asyncio.`'s heap type after.
+            "TaskStepMethWrapper" | "_asyncio.TaskStepMethWrapper" => l.step_task,
+            "TaskWakeupMethWrapper" | "builtin_function_or_method" => l.wakeup_task,
+            "method" => l.method_self,
+            _ => return None,
+        };
+        let t = objr.mem.read_u64(cb.wrapping_add(off)).ok()?;
+        (t != 0 && matches!(self.kind(objr, t, l), Kind::CTask | Kind::PyTask)).then_some(t)
+    }
+
+    /// An asyncio loop's queues (`_ready`, a deque of handles, only
+    /// `with_ready`; `_scheduled`, a heap list of timer handles), each
+    /// checked by type, at most `MAX_TASKS` handles each: their lengths,
+    /// the earliest deadline of a timer not cancelled, each timer's first
+    /// argument (a future) → its deadline, and the tasks the handles run.
+    /// `None` for a loop without them (uvloop's, a Cython object).
+    fn scan_loop(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        lp: u64,
+        with_ready: bool,
+    ) -> Option<LoopScan> {
+        let type_name = objr.type_name(lp).ok()?;
+        let attrs = instance_attrs(objr, lp, &["_ready", "_scheduled"]);
+        let attr = |n: &str, ty: &str| {
+            attrs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| *v)
+                .filter(|v| objr.type_name(*v).is_ok_and(|t| t == ty))
+        };
+        let (ready, sched) = (
+            attr("_ready", "collections.deque"),
+            attr("_scheduled", "list"),
+        );
+        if ready.is_none() && sched.is_none() {
+            return None;
+        }
+        let mut scan = LoopScan {
+            queues: LoopQueues {
+                id: lp,
+                type_name,
+                ready: 0,
+                timers: 0,
+                next_timer_seconds: None,
+            },
+            timers: HashMap::new(),
+            runs: Vec::new(),
+        };
+        let length = |q: u64| {
+            objr.mem
+                .read_u64(q.wrapping_add(objr.layout.object.ob_size))
+                .ok()
+                .filter(|n| *n <= QUEUE_LEN_SANE)
+        };
+        if let Some(q) = ready {
+            match length(q) {
+                Some(n) => {
+                    scan.queues.ready = n;
+                    if with_ready {
+                        for h in deque_items(objr, l, q, MAX_TASKS as u64) {
+                            let cb = self.slot(objr, l, h, "_callback");
+                            if let Some(t) = cb.and_then(|cb| self.callback_task(objr, l, cb)) {
+                                scan.runs.push((t, "ready"));
+                            }
+                        }
+                    }
+                }
+                None => self.note(format!(
+                    "event loop 0x{lp:x}: its ready queue's length is implausible: not read"
+                )),
+            }
+        }
+        let Some(q) = sched else {
+            return Some(scan);
+        };
+        let Some(n) = length(q) else {
+            self.note(format!(
+                "event loop 0x{lp:x}: its timer list's length is implausible: not read"
+            ));
+            return Some(scan);
+        };
+        scan.queues.timers = n;
+        let handles = objr
+            .list_items(q, MAX_TASKS as u64)
+            .map(|(h, _)| h)
+            .unwrap_or_default();
+        let mut next: Option<f64> = None;
+        for h in handles {
+            let Some(when) = self
+                .slot(objr, l, h, "_when")
+                .filter(|w| objr.type_name(*w).is_ok_and(|t| t == "float"))
+            else {
+                continue;
+            };
+            let Ok(bits) = objr
+                .mem
+                .read_u64(when.wrapping_add(objr.layout.object.float_value))
+            else {
+                continue;
+            };
+            let when = f64::from_bits(bits);
+            if !when.is_finite() {
+                continue;
+            }
+            let cancelled = self
+                .slot(objr, l, h, "_cancelled")
+                .is_some_and(|c| objr.int_u64(c).is_ok_and(|v| v != 0));
+            if cancelled {
+                continue;
+            }
+            next = Some(next.map_or(when, |n| n.min(when)));
+            let cb = self.slot(objr, l, h, "_callback").unwrap_or(0);
+            if let Some(t) = self.callback_task(objr, l, cb) {
+                scan.runs.push((t, "timers"));
+            }
+            let Some(args) = self.slot(objr, l, h, "_args") else {
                 continue;
             };
             let Ok((first, _)) = objr.tuple_items(args, 1) else {
                 continue;
             };
             let Some(&fut) = first.first() else { continue };
-            let sleep = self.slot(objr, l, h, "_callback").is_some_and(|cb| {
-                objr.mem
-                    .read_u64(cb.wrapping_add(l.func_name))
-                    .ok()
-                    .and_then(|n| objr.string(n, 64).ok())
-                    .is_some_and(|(n, _)| n == "_set_result_unless_cancelled")
-            });
-            if objr.type_name(when).is_ok_and(|t| t == "float") {
-                if let Ok(bits) = objr
-                    .mem
-                    .read_u64(when.wrapping_add(objr.layout.object.float_value))
-                {
-                    out.insert(fut, (f64::from_bits(bits), sleep));
-                }
-            }
+            let sleep = objr
+                .mem
+                .read_u64(cb.wrapping_add(l.func_name))
+                .ok()
+                .and_then(|n| objr.string(n, 64).ok())
+                .is_some_and(|(n, _)| n == "_set_result_unless_cancelled");
+            scan.timers.insert(fut, (when, sleep));
         }
-        Some(out)
+        scan.queues.next_timer_seconds =
+            next.map(|w| ((w - monotonic()) * 1000.0).round() / 1000.0);
+        Some(scan)
     }
 
     /// A `__slots__` attribute, through the type's member descriptor.
@@ -1760,7 +1984,7 @@ mod tests {
                 let ks: Vec<usize> = (0..tasks.len()).collect();
                 let parents = vec![Vec::new(); tasks.len()];
                 let mut sleeps = HashMap::new();
-                let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64, false);
+                let _ = r.thread_tasks(&mut reader, &objr, l, &tasks, &ks, &parents, &running, &snaps[0], &mut sleeps, 64, false, Vec::new());
                 // An earlier sample's tasks over corrupt memory: read again, bounded.
                 r.sample_cache = Some(SampleCache {
                     at: Instant::now(),
@@ -1780,7 +2004,7 @@ mod tests {
                     let _ = weakset_members(&cache, &objr, l, a, 500);
                     let _ = r.chain(&mut reader, &objr, l, a, &snaps[0], &HashSet::from([a]));
                     let _ = deque_items(&objr, l, a, 1 << 16);
-                    let _ = r.timers(&objr, l, a);
+                    let _ = r.scan_loop(&objr, l, a, true);
                     let _ = py_attr(&objr, l, a, "_state");
                 }
             }
