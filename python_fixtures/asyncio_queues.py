@@ -28,6 +28,8 @@ import time
 
 import fixture_util as fu
 
+fu.install_ping()
+
 HERE = os.path.abspath(__file__)
 MARK = fu.markers(HERE)
 # Unregistered tasks are kept alive here (the registries held them weakly).

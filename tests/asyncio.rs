@@ -907,3 +907,134 @@ fn top_async_shows_the_awaiters() {
     let _ = tmux(&["kill-server"]);
     assert!(!screen.contains("run_forever"), "{screen}");
 }
+
+/// Tasks that no registry lists (`asyncio.tasks._unregister_task`, which
+/// on 3.14+ also takes a C task off its thread's list) but that a handle
+/// in their loop's queues will run: a sleeper, reached through its sleep's
+/// timer, and a task whose first step waits in `loop._ready`. Each loop's
+/// counts equal the fixture's own `len(loop._ready)` and
+/// `len(loop._scheduled)`; the next deadline is the fixture's, less the time
+/// since READY. C tasks and pure-Python ones (the C accelerator blocked).
+#[test]
+fn loop_queues_show_unlisted_tasks() {
+    each_asyncio_interpreter("asyncio loop queues", |interp| {
+        for mode in [None, Some("--no-c-asyncio")] {
+            let args: Vec<&str> = mode.into_iter().collect();
+            let fx = Fixture::spawn(interp, "asyncio_queues.py", &args);
+            let since_ready = std::time::Instant::now();
+            let ctx = format!("{} {}", fx.label, mode.unwrap_or("C tasks"));
+            let dump = &dump_json(fx.pid, &[])[0];
+            let elapsed = since_ready.elapsed().as_secs_f64();
+            let r = &fx.ready;
+            let thread = dump["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["thread_id"] == r["thread_id"])
+                .unwrap_or_else(|| panic!("{ctx}: no loop thread in {dump}"));
+            let by_id: BTreeMap<u64, &Value> = thread["tasks"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{ctx}: no tasks: {thread}"))
+                .iter()
+                .map(|t| (t["id"].as_u64().unwrap(), t))
+                .collect();
+            let task = |name: &str| {
+                let id = r["tasks"][name].as_u64().unwrap();
+                *by_id
+                    .get(&id)
+                    .unwrap_or_else(|| panic!("{ctx}: no {name} in {thread}"))
+            };
+            // The registries no longer list the hidden ones.
+            let listed: BTreeSet<u64> = r["listed_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            for (name, via) in [
+                ("hidden-sleeper", Value::from("timers")),
+                ("hidden-ready", Value::from("ready")),
+                ("listed-sleeper", Value::Null),
+                ("main", Value::Null),
+            ] {
+                let t = task(name);
+                let id = r["tasks"][name].as_u64().unwrap();
+                assert_eq!(listed.contains(&id), via.is_null(), "{ctx}: {name} listed?");
+                assert_eq!(
+                    t.get("found_in").cloned().unwrap_or(Value::Null),
+                    via,
+                    "{ctx}: {name}: {t}"
+                );
+                assert_ne!(t["state"], "done", "{ctx}: {name}");
+            }
+            let hs = task("hidden-sleeper");
+            assert_eq!(hs["state"], "pending", "{ctx}: {hs}");
+            assert_eq!(hs["awaiting"]["kind"], "sleep", "{ctx}: {hs}");
+            let left = hs["awaiting"]["seconds"].as_f64().unwrap();
+            assert!(
+                left > 400.0 && left <= 500.0,
+                "{ctx}: sleep ends in {left} s"
+            );
+            assert!(
+                hs["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["function"] == "sleeper" && f["line"] == r["sleep_line"]),
+                "{ctx}: {hs}"
+            );
+            assert!(
+                task("hidden-ready")["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["function"] == "first_step"),
+                "{ctx}"
+            );
+            // The loop's queues as the fixture counted them.
+            let loops = thread["event_loops"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{ctx}: no event_loops: {thread}"));
+            assert_eq!(loops.len(), 1, "{ctx}: {loops:?}");
+            let lp = &loops[0];
+            assert_eq!(lp["id"], r["loop_id"], "{ctx}");
+            assert_eq!(lp["ready"], r["ready_len"], "{ctx}: ready");
+            assert_eq!(lp["timers"], r["timers_len"], "{ctx}: timers");
+            assert!(
+                lp["type"].as_str().unwrap().ends_with("EventLoop"),
+                "{ctx}: {lp}"
+            );
+            let next = lp["next_timer_seconds"].as_f64().unwrap();
+            let theirs = r["next_timer_in"].as_f64().unwrap();
+            assert!(
+                next <= theirs + 0.01 && next >= theirs - elapsed - 5.0,
+                "{ctx}: next timer in {next} s, the fixture said {theirs} s {elapsed:.3} s before"
+            );
+            // The text form.
+            let out = pyinspect(&["dump", "--pid", &fx.pid.to_string()]);
+            out.assert_success();
+            for needle in [
+                "1 ready callback, 2 timers, next in 4",
+                "[in no registry: found in the loop's ready queue]",
+                "[in no registry: found through the loop's timers] awaiting sleep",
+            ] {
+                assert!(
+                    out.stdout.contains(needle),
+                    "{ctx}: no {needle:?}\n{}",
+                    out.stdout
+                );
+            }
+            // --no-async: no queues either.
+            let plain = &dump_json(fx.pid, &["--no-async"])[0];
+            assert!(
+                plain["threads"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|t| t.get("event_loops").is_none()),
+                "{ctx}: queues despite --no-async"
+            );
+            fx.assert_not_stopped_and_alive();
+        }
+    });
+}

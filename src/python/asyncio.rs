@@ -1407,7 +1407,9 @@ impl AsyncioReader {
         }
         let addrs: Vec<u64> = found.iter().map(|(t, _)| *t).collect();
         let via: HashMap<u64, &'static str> = found.into_iter().collect();
+        // Only those still to run: a finished task's stale handle shows nothing new.
         let mut out = self.read_tasks(objr, l, &addrs);
+        out.retain(|t| t.state == 0);
         for t in &mut out {
             t.via = via.get(&t.addr).copied();
         }
