@@ -120,10 +120,11 @@ pub(crate) struct LoopQueues {
     pub(crate) id: u64,
     #[serde(rename = "type")]
     pub(crate) type_name: String,
-    /// `len(loop._ready)`.
-    pub(crate) ready: u64,
-    /// `len(loop._scheduled)` (cancelled timers included, as asyncio keeps them).
-    pub(crate) timers: u64,
+    /// `len(loop._ready)`; `None` (null) when unreadable or implausible.
+    pub(crate) ready: Option<u64>,
+    /// `len(loop._scheduled)` (cancelled timers included, as asyncio keeps
+    /// them); `None` (null) when unreadable or implausible.
+    pub(crate) timers: Option<u64>,
     /// Seconds until the earliest timer not cancelled (negative: overdue).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) next_timer_seconds: Option<f64>,

@@ -1038,3 +1038,47 @@ fn loop_queues_show_unlisted_tasks() {
         }
     });
 }
+
+/// A loop whose queues lie (as a racing or hostile target's may): a ready
+/// deque claiming 2**31 items whose only block links to itself, a timer
+/// list claiming 2**40. The dump stays bounded: the deque's length is
+/// shown and the task its real handle runs still found, the timer list is
+/// named implausible and not read, and the target runs on.
+#[test]
+fn corrupt_loop_queues_stay_bounded() {
+    each_asyncio_interpreter("asyncio corrupt queues", |interp| {
+        let fx = Fixture::spawn(interp, "asyncio_queues.py", &["--corrupt"]);
+        let ctx = &fx.label;
+        let dump = &dump_json(fx.pid, &[])[0];
+        let r = &fx.ready;
+        let thread = dump["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["thread_id"] == r["thread_id"])
+            .unwrap_or_else(|| panic!("{ctx}: no loop thread in {dump}"));
+        let lp = &thread["event_loops"][0];
+        assert_eq!(lp["ready"], r["ready_len"], "{ctx}: {lp}");
+        assert_eq!(lp["ready"], 1u64 << 31, "{ctx}: {lp}");
+        assert!(lp["timers"].is_null(), "{ctx}: {lp}");
+        assert!(lp.get("next_timer_seconds").is_none(), "{ctx}: {lp}");
+        let ready_id = r["tasks"]["hidden-ready"].as_u64().unwrap();
+        assert!(
+            thread["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["id"] == ready_id && t["found_in"] == "ready"),
+            "{ctx}: {thread}"
+        );
+        let warnings = dump["warnings"].as_array().cloned().unwrap_or_default();
+        assert!(
+            warnings.iter().any(|w| w
+                .as_str()
+                .unwrap()
+                .contains("timer list's length is implausible")),
+            "{ctx}: {warnings:?}"
+        );
+        fx.assert_not_stopped_and_alive();
+    });
+}

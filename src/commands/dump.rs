@@ -351,16 +351,18 @@ fn write_tasks(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
     }
     writeln!(out, "):")?;
     for lp in &tt.loops {
-        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        let count = |n: Option<u64>, what: &str| match n {
+            Some(1) => format!("1 {what}"),
+            Some(n) => format!("{n} {what}s"),
+            None => format!("? {what}s (unreadable)"),
+        };
         write!(
             out,
-            "      event loop 0x{:x} ({}): {} ready callback{}, {} timer{}",
+            "      event loop 0x{:x} ({}): {}, {}",
             lp.id,
             lp.type_name,
-            lp.ready,
-            plural(lp.ready),
-            lp.timers,
-            plural(lp.timers)
+            count(lp.ready, "ready callback"),
+            count(lp.timers, "timer")
         )?;
         match lp.next_timer_seconds {
             Some(s) if s >= 0.0 => write!(out, ", next in {s:.3} s")?,

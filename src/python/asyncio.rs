@@ -59,6 +59,8 @@ const SAMPLE_CACHE_TTL: Duration = Duration::from_millis(250);
 const MAX_LOOPS: usize = 64;
 /// Most tasks taken from the loops' queues (those no registry lists).
 const MAX_QUEUE_TASKS: usize = 4096;
+/// Most handles of a loop's ready queue looked at.
+const MAX_READY: u64 = 1 << 16;
 /// A queue longer than this is no real one (a corrupt or racing object):
 /// its length is not reported and its items are not read.
 const QUEUE_LEN_SANE: u64 = 1 << 32;
@@ -1367,12 +1369,14 @@ impl AsyncioReader {
             ));
             loops.truncate(MAX_LOOPS);
         }
-        let known: HashSet<u64> = tasks.iter().map(|t| t.addr).collect();
+        // Built once a queued handle names a task (most dumps: never).
+        let mut known: Option<HashSet<u64>> = None;
         let awaited: HashSet<u64> = tasks.iter().map(|t| t.waiter).collect();
         let room = room.min(MAX_QUEUE_TASKS);
         let mut found: Vec<(u64, &'static str)> = Vec::new();
         let mut taken: HashSet<u64> = HashSet::new();
         let mut take = |t: u64, via: &'static str, found: &mut Vec<(u64, &'static str)>| {
+            let known = known.get_or_insert_with(|| tasks.iter().map(|t| t.addr).collect());
             if found.len() < room && !known.contains(&t) && taken.insert(t) {
                 found.push((t, via));
             }
@@ -1465,8 +1469,8 @@ impl AsyncioReader {
             queues: LoopQueues {
                 id: lp,
                 type_name,
-                ready: 0,
-                timers: 0,
+                ready: None,
+                timers: None,
                 next_timer_seconds: None,
             },
             timers: HashMap::new(),
@@ -1481,9 +1485,9 @@ impl AsyncioReader {
         if let Some(q) = ready {
             match length(q) {
                 Some(n) => {
-                    scan.queues.ready = n;
+                    scan.queues.ready = Some(n);
                     if with_ready {
-                        for h in deque_items(objr, l, q, MAX_TASKS as u64) {
+                        for h in deque_items(objr, l, q, MAX_READY) {
                             let cb = self.slot(objr, l, h, "_callback");
                             if let Some(t) = cb.and_then(|cb| self.callback_task(objr, l, cb)) {
                                 scan.runs.push((t, "ready"));
@@ -1505,7 +1509,7 @@ impl AsyncioReader {
             ));
             return Some(scan);
         };
-        scan.queues.timers = n;
+        scan.queues.timers = Some(n);
         let handles = objr
             .list_items(q, MAX_TASKS as u64)
             .map(|(h, _)| h)
@@ -1528,16 +1532,26 @@ impl AsyncioReader {
             if !when.is_finite() {
                 continue;
             }
-            let cancelled = self
-                .slot(objr, l, h, "_cancelled")
-                .is_some_and(|c| objr.int_u64(c).is_ok_and(|v| v != 0));
-            if cancelled {
-                continue;
+            // The heap's first timer is its earliest: a cancelled one (kept
+            // until it comes due) is looked for only where it could matter.
+            if next.is_none_or(|n| when < n)
+                && !self
+                    .slot(objr, l, h, "_cancelled")
+                    .is_some_and(|c| objr.int_u64(c).is_ok_and(|v| v != 0))
+            {
+                next = Some(when);
             }
-            next = Some(next.map_or(when, |n| n.min(when)));
             let cb = self.slot(objr, l, h, "_callback").unwrap_or(0);
-            if let Some(t) = self.callback_task(objr, l, cb) {
-                scan.runs.push((t, "timers"));
+            let sleep = objr
+                .mem
+                .read_u64(cb.wrapping_add(l.func_name))
+                .ok()
+                .and_then(|n| objr.string(n, 64).ok())
+                .is_some_and(|(n, _)| n == "_set_result_unless_cancelled");
+            if !sleep {
+                if let Some(t) = self.callback_task(objr, l, cb) {
+                    scan.runs.push((t, "timers"));
+                }
             }
             let Some(args) = self.slot(objr, l, h, "_args") else {
                 continue;
@@ -1546,12 +1560,6 @@ impl AsyncioReader {
                 continue;
             };
             let Some(&fut) = first.first() else { continue };
-            let sleep = objr
-                .mem
-                .read_u64(cb.wrapping_add(l.func_name))
-                .ok()
-                .and_then(|n| objr.string(n, 64).ok())
-                .is_some_and(|(n, _)| n == "_set_result_unless_cancelled");
             scan.timers.insert(fut, (when, sleep));
         }
         scan.queues.next_timer_seconds =
@@ -2087,6 +2095,56 @@ mod tests {
             notes.iter().any(|n| n.contains("unlike the table")),
             "{notes:?}"
         );
+    }
+
+    /// A loop's ready deque as a hostile or racing target may hold it: a
+    /// length of 2**62, two blocks that link to each other (a cycle), and
+    /// a left index past the block. Reading it stops at the bound asked
+    /// for, going round the cycle no further; a bad index reads nothing.
+    #[test]
+    fn cyclic_huge_deque_is_bounded() {
+        let pl = crate::cpython_layouts::for_version(3, 12).unwrap().clone();
+        let l = &crate::cpython_layouts::asyncio::V3_12;
+        let block_bytes = ((DEQUE_BLOCK_LEN + 2) * 8) as usize;
+        let (dq, a, b) = (BASE, BASE + 0x1000, BASE + 0x2000);
+        let build = |leftindex: u64| {
+            let mut m = vec![0u8; 0x3000];
+            let mut put =
+                |at: u64, v: u64| m[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+            put(pl.object.ob_size, 1 << 62);
+            put(l.deque_leftblock, a);
+            put(l.deque_leftindex, leftindex);
+            for (blk, other) in [(a, b), (b, a)] {
+                let o = blk - BASE;
+                for i in 0..DEQUE_BLOCK_LEN {
+                    put(o + 8 + i * 8, blk + i);
+                }
+                put(o + block_bytes as u64 - 8, other);
+            }
+            let mut mem = SliceMemory::new();
+            mem.add(BASE, m);
+            mem
+        };
+        let mem = build(3);
+        let cache = PageCache::new(&mem);
+        let objr = ObjReader::new(&cache, &pl);
+        for max in [1, 64, 1000, MAX_READY] {
+            let items = deque_items(&objr, l, dq, max);
+            assert_eq!(items.len() as u64, max);
+            assert_eq!(items[0], a + 3);
+            if max > 64 {
+                // Round the cycle: block b follows a, then a again.
+                assert_eq!(items[DEQUE_BLOCK_LEN as usize - 3], b);
+                assert_eq!(items[2 * DEQUE_BLOCK_LEN as usize - 3], a);
+            }
+        }
+        let mem = build(DEQUE_BLOCK_LEN);
+        let cache = PageCache::new(&mem);
+        let objr = ObjReader::new(&cache, &pl);
+        assert!(deque_items(&objr, l, dq, MAX_READY).is_empty());
+        // Not a loop (no instance dict): no queues, no panic.
+        let mut r = AsyncioReader::new(3, 12);
+        assert!(r.scan_loop(&objr, l, dq, true).is_none());
     }
 
     #[test]
