@@ -548,7 +548,7 @@ mod tests {
     }
 
     fn py(function: &str, line: u32) -> Frame {
-        Frame::python(function.into(), "/nonexistent/pkg/app.py".into(), line)
+        Frame::python(function, "/nonexistent/pkg/app.py", line)
     }
 
     fn labels(p: &Profile, stack: u32) -> Vec<&str> {
@@ -597,7 +597,7 @@ mod tests {
         native.file = None;
         native.module = Some("/lib/x86_64-linux-gnu/libc.so.6".into());
         let mut unknown = native.clone();
-        unknown.function = String::new();
+        unknown.function = "".into();
         unknown.offset = Some("0x1234".into());
         t.frames.insert(0, native);
         t.frames.insert(0, unknown);

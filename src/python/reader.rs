@@ -409,7 +409,7 @@ impl Reader {
             .line_at(self.byte_offset(&f))
             .unwrap_or(ci.firstlineno.max(0) as u32);
         Some((
-            Frame::python(ci.function.to_string(), ci.file.to_string(), line),
+            Frame::python(ci.function.clone(), ci.file.clone(), line),
             ci.nslots,
         ))
     }
@@ -658,8 +658,7 @@ impl Reader {
                                 .line_at(offset)
                                 .unwrap_or(ci.firstlineno.max(0) as u32)
                         };
-                        let mut fr =
-                            Frame::python(ci.function.to_string(), ci.file.to_string(), line);
+                        let mut fr = Frame::python(ci.function.clone(), ci.file.clone(), line);
                         if let (Some(p), false) = (&ci.positions, opts.function_lines) {
                             fr.position = Some(p.at(offset));
                         }
@@ -679,7 +678,7 @@ impl Reader {
                         truncated.get_or_insert_with(|| {
                             format!("code object at 0x{:x} unreadable: {e}", f.code)
                         });
-                        let mut fr = Frame::python("<unknown>".into(), "<unknown>".into(), 0);
+                        let mut fr = Frame::python("<unknown>", "<unknown>", 0);
                         fr.mark = Some(f.mark());
                         frames.push(fr);
                     }
@@ -815,8 +814,10 @@ impl Reader {
         let ci = Arc::new(CodeInfo {
             header,
             firstlineno,
-            function: function.into(),
-            file: file.into(),
+            // Escaped once here, so that every sample's frames share these
+            // (see `ThreadStack::escape_names`, which then finds nothing to do).
+            function: crate::stack::escape_controls(&function).into(),
+            file: crate::stack::escape_controls(&file).into(),
             lines,
             positions,
             nslots,
