@@ -222,7 +222,9 @@ pub struct Frame {
     pub(crate) mark: Option<FrameMark>,
 }
 
-/// What the reader knows of a Python frame beyond what is printed.
+/// What the reader knows of a Python frame beyond what is printed. Only
+/// the reader sets it, on frames whose names it has escaped already (see
+/// `ThreadStack::escape_names`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FrameMark {
     /// Address of its `_PyInterpreterFrame` or `PyFrameObject`.
@@ -371,11 +373,15 @@ impl ThreadStack {
         opt(&mut self.native_entry);
         let frames = |frames: &mut Vec<Frame>| {
             for f in frames {
-                escape_shared(&mut f.function);
-                if let Some(file) = f.file.as_mut() {
-                    escape_shared(file);
+                // Python frames the reader made from a code object carry its
+                // names, escaped when the code object was cached.
+                if f.mark.is_none() {
+                    escape_shared(&mut f.function);
+                    if let Some(file) = f.file.as_mut() {
+                        escape_shared(file);
+                    }
+                    opt(&mut f.module);
                 }
-                opt(&mut f.module);
                 for l in f.locals.iter_mut().flatten() {
                     escape_in_place(&mut l.name);
                     escape_in_place(&mut l.repr);
