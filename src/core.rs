@@ -1422,7 +1422,7 @@ mod sample_tests {
             .frames
             .iter()
             .filter(|f| f.kind == crate::stack::FrameKind::Python)
-            .map(|f| f.function.as_str())
+            .map(|f| &*f.function)
             .collect();
         assert_eq!(
             python,

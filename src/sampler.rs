@@ -765,8 +765,8 @@ impl Target {
             name: named.name.clone(),
             kind,
             address: format!("0x{:x}", named.obj),
-            function: f.function.clone(),
-            file: f.file.clone().unwrap_or_default(),
+            function: f.function.to_string(),
+            file: f.file.as_deref().unwrap_or_default().to_string(),
             line: f.line.unwrap_or(0),
         })
     }

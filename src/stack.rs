@@ -2,6 +2,7 @@
 //! speedscope, Chrome trace, pprof, top) is built from.
 
 use serde::Serialize;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ProcessStacks {
@@ -217,8 +218,9 @@ pub enum FrameKind {
 #[derive(Debug, Clone, Serialize)]
 pub struct Frame {
     pub kind: FrameKind,
-    pub function: String,
-    pub file: Option<String>,
+    /// Shared with the reader's code-object cache: a sample copies no name.
+    pub function: Arc<str>,
+    pub file: Option<Arc<str>>,
     pub line: Option<u32>,
     /// Native frames: the library's file name and the module-relative offset.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -246,7 +248,9 @@ pub struct Frame {
     pub(crate) mark: Option<FrameMark>,
 }
 
-/// What the reader knows of a Python frame beyond what is printed.
+/// What the reader knows of a Python frame beyond what is printed. Only
+/// the reader sets it, on frames whose names it has escaped already (see
+/// `ThreadStack::escape_names`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FrameMark {
     /// Address of its `_PyInterpreterFrame` or `PyFrameObject`.
@@ -287,7 +291,7 @@ impl Frame {
     pub(crate) fn gc_marker() -> Frame {
         Frame {
             kind: FrameKind::Native,
-            function: "[GC]".to_string(),
+            function: Arc::from("[GC]"),
             symbol: None,
             file: None,
             line: None,
@@ -301,11 +305,11 @@ impl Frame {
         }
     }
 
-    pub fn python(function: String, file: String, line: u32) -> Frame {
+    pub fn python(function: impl Into<Arc<str>>, file: impl Into<Arc<str>>, line: u32) -> Frame {
         Frame {
             kind: FrameKind::Python,
-            function,
-            file: Some(file),
+            function: function.into(),
+            file: Some(file.into()),
             line: Some(line),
             module: None,
             offset: None,
@@ -375,6 +379,13 @@ fn escape_in_place(s: &mut String) {
     }
 }
 
+/// [`escape_in_place`] for a shared name: replaced only when it must change.
+fn escape_shared(s: &mut Arc<str>) {
+    if let std::borrow::Cow::Owned(e) = escape_controls(s) {
+        *s = e.into();
+    }
+}
+
 impl ThreadStack {
     /// Escape every target-controlled string (see [`escape_controls`]).
     pub(crate) fn escape_names(&mut self) {
@@ -388,9 +399,15 @@ impl ThreadStack {
         opt(&mut self.native_entry);
         let frames = |frames: &mut Vec<Frame>| {
             for f in frames {
-                escape_in_place(&mut f.function);
-                opt(&mut f.file);
-                opt(&mut f.module);
+                // Python frames the reader made from a code object carry its
+                // names, escaped when the code object was cached.
+                if f.mark.is_none() {
+                    escape_shared(&mut f.function);
+                    if let Some(file) = f.file.as_mut() {
+                        escape_shared(file);
+                    }
+                    opt(&mut f.module);
+                }
                 for l in f.locals.iter_mut().flatten() {
                     escape_in_place(&mut l.name);
                     escape_in_place(&mut l.repr);

@@ -16,7 +16,7 @@ const TICKS: u32 = 100;
 const TITLE: &str = "python app.py --größe <10> & more";
 
 fn py(function: &str, file: &str, line: u32) -> Frame {
-    Frame::python(function.into(), file.into(), line)
+    Frame::python(function, file, line)
 }
 
 fn thread(ident: u64, os_tid: Option<u32>, name: Option<&str>, frames: Vec<Frame>) -> ThreadStack {

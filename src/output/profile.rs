@@ -169,6 +169,30 @@ pub struct Profile {
     pub(super) end_ns: u64,
     /// Reused for each sample so that a known stack allocates nothing.
     scratch: Vec<u32>,
+    /// Frame ids of frames whose names are shared strings (the reader's
+    /// code-object names), by the names' addresses: a known frame costs one
+    /// lookup of a few words instead of hashing its names. The entry holds
+    /// the strings, so that an address cannot be reused while it is a key.
+    shared_frames: HashMap<SharedKey, SharedFrame>,
+}
+
+/// (pid, Python frame, function name's address, file name's address or 0, line).
+type SharedKey = (i32, bool, usize, usize, u32);
+
+struct SharedFrame {
+    id: u32,
+    _function: Arc<str>,
+    _file: Option<Arc<str>>,
+}
+
+/// Entries of `shared_frames` before it is emptied: a reader that keeps
+/// making new strings for the same names (a cache cleared) cannot grow it
+/// without bound.
+const MAX_SHARED_FRAMES: usize = 1 << 16;
+
+/// The address of a shared string's bytes.
+fn addr_of(s: &Arc<str>) -> usize {
+    s.as_ptr() as usize
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -196,6 +220,7 @@ impl Profile {
             samples: 0,
             end_ns: 0,
             scratch: Vec::new(),
+            shared_frames: HashMap::new(),
         }
     }
 
@@ -323,6 +348,13 @@ impl Profile {
     }
 
     fn process(&mut self, pid: i32, cmdline: &str) -> u32 {
+        if let Some(&p) = self.process_ids.get(&pid) {
+            // The same command line as last time (nearly always): compared,
+            // not hashed.
+            if self.strings.get(self.processes[p as usize].cmdline) == cmdline {
+                return p;
+            }
+        }
         let cmdline = self.strings.intern(cmdline);
         if let Some(&p) = self.process_ids.get(&pid) {
             // A process may exec: keep the latest command line.
@@ -340,7 +372,6 @@ impl Profile {
     }
 
     fn thread(&mut self, pid: i32, thread: &ThreadStack) -> u32 {
-        let name = thread.name.as_deref().map(|n| self.strings.intern(n));
         let t = match self.thread_ids.get(&(pid, thread.thread_id)) {
             Some(&t) => t,
             None => {
@@ -362,8 +393,12 @@ impl Profile {
         if thread.os_thread_id.is_some() {
             info.os_tid = thread.os_thread_id;
         }
-        if name.is_some() {
-            info.name = name;
+        if let Some(n) = thread.name.as_deref() {
+            // Interned only when it changed: names are compared, not hashed.
+            if info.name.is_none_or(|id| self.strings.get(id) != n) {
+                let id = self.strings.intern(n);
+                self.threads[t as usize].name = Some(id);
+            }
         }
         t
     }
@@ -406,6 +441,40 @@ impl Profile {
     }
 
     fn frame(&mut self, pid: i32, frame: &Frame) -> u32 {
+        // Frames with nothing but names and a line: by the names' addresses.
+        if frame.module.is_none() && frame.offset.is_none() {
+            let line = match (frame.kind, self.opts.nolineno) {
+                (FrameKind::Python, true) => 0,
+                _ => frame.line.unwrap_or(0),
+            };
+            let key = (
+                pid,
+                frame.kind == FrameKind::Python,
+                addr_of(&frame.function),
+                frame.file.as_ref().map_or(0, addr_of),
+                line,
+            );
+            if let Some(f) = self.shared_frames.get(&key) {
+                return f.id;
+            }
+            let id = self.frame_by_names(pid, frame);
+            if self.shared_frames.len() >= MAX_SHARED_FRAMES {
+                self.shared_frames.clear();
+            }
+            self.shared_frames.insert(
+                key,
+                SharedFrame {
+                    id,
+                    _function: frame.function.clone(),
+                    _file: frame.file.clone(),
+                },
+            );
+            return id;
+        }
+        self.frame_by_names(pid, frame)
+    }
+
+    fn frame_by_names(&mut self, pid: i32, frame: &Frame) -> u32 {
         let function = self.strings.intern(&frame.function);
         let key = match frame.kind {
             FrameKind::Python => FrameKey::Python {
@@ -548,7 +617,7 @@ mod tests {
     }
 
     fn py(function: &str, line: u32) -> Frame {
-        Frame::python(function.into(), "/nonexistent/pkg/app.py".into(), line)
+        Frame::python(function, "/nonexistent/pkg/app.py", line)
     }
 
     fn labels(p: &Profile, stack: u32) -> Vec<&str> {
@@ -597,7 +666,7 @@ mod tests {
         native.file = None;
         native.module = Some("/lib/x86_64-linux-gnu/libc.so.6".into());
         let mut unknown = native.clone();
-        unknown.function = String::new();
+        unknown.function = "".into();
         unknown.offset = Some("0x1234".into());
         t.frames.insert(0, native);
         t.frames.insert(0, unknown);
@@ -682,5 +751,40 @@ mod tests {
             p.add(5, "python app.py", &stacks[0], MS * i, MS);
         }
         assert_eq!(p.runs.len(), 1);
+    }
+
+    #[test]
+    fn frames_by_shared_names_are_frames_by_their_text() {
+        // The same names in strings of their own, and in one shared string:
+        // one frame either way; another line is another frame.
+        let shared = py("work", 7);
+        let same = [shared.clone(), py("work", 7), shared.clone()];
+        let mut p = Profile::new(opts());
+        for f in &same {
+            p.add(5, "python app.py", &thread(3, vec![f.clone()]), MS, MS);
+        }
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.stacks.len(), 1);
+        p.add(5, "python app.py", &thread(3, vec![py("work", 8)]), MS, MS);
+        assert_eq!(p.frames.len(), 2);
+        // Another process's frame with the same names is the same frame.
+        p.add(6, "python app.py", &thread(3, vec![shared.clone()]), MS, MS);
+        assert_eq!(p.frames.len(), 2);
+        // Without line numbers, lines of a function are one frame.
+        let mut p = Profile::new(ProfileOptions {
+            nolineno: true,
+            ..opts()
+        });
+        for line in [1, 2, 3] {
+            p.add(
+                5,
+                "python app.py",
+                &thread(3, vec![py("work", line)]),
+                MS,
+                MS,
+            );
+        }
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.label(0), "work (app.py)");
     }
 }

@@ -1928,7 +1928,7 @@ mod tests {
                 frames: frames
                     .into_iter()
                     .map(|addr| {
-                        let mut f = Frame::python("f".into(), "f.py".into(), 1);
+                        let mut f = Frame::python("f", "f.py", 1);
                         f.mark = Some(crate::stack::FrameMark {
                             addr,
                             is_entry: false,

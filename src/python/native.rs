@@ -12,6 +12,7 @@ use crate::native_unwind::{
 use crate::stack::{Frame, FrameKind, FrameMark, NameSource, ThreadStack, ThreadStatus};
 use crate::target::TargetSource;
 use std::rc::Rc;
+use std::sync::Arc;
 
 pub(crate) struct NativeStacks {
     unwinder: NativeUnwinder,
@@ -197,8 +198,8 @@ impl NativeStacks {
 fn native_frame(f: &NativeFrame) -> Frame {
     Frame {
         kind: FrameKind::Native,
-        function: f.name(),
-        file: f.file.clone(),
+        function: f.name().into(),
+        file: f.file.as_deref().map(Arc::from),
         line: f.line,
         module: Some(f.module.clone()),
         offset: Some(format!("0x{:x}", f.offset)),

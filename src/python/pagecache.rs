@@ -7,14 +7,14 @@
 //!
 //! Between snapshots of one process the same pages are read again (the
 //! thread states, the frame chunks, the code objects of the running
-//! functions): [`PageCache::used_pages`] says which the latest snapshot
-//! touched, and [`PageCache::prefetch_pages`] loads them for the next one in
-//! that same single batch, so a steady target costs one or two reads a tick
-//! instead of one per page. The bytes are always read afresh.
+//! functions): [`PageCache::into_store`] keeps the pages the latest snapshot
+//! touched, with their buffers, and [`PageCache::resume`] reads them again
+//! for the next one in a single batch, so a steady target costs one or two
+//! reads a tick instead of one per page. The bytes are always read afresh.
 
 use crate::error::MemError;
 use crate::memory::Memory;
-use foldhash::{HashMap, HashMapExt};
+use foldhash::HashMap;
 use std::cell::RefCell;
 
 /// The unit cached: smaller than a memory page, so that a 100-byte code
@@ -28,74 +28,104 @@ const MAX_PAGES: usize = 16384;
 pub(crate) const MAX_WARM_PAGES: usize = 1024;
 
 struct Page {
-    /// None: the page could not be read.
-    bytes: Option<Box<[u8]>>,
+    bytes: Box<[u8]>,
+    /// The read of this page failed (its bytes are not the target's).
+    unreadable: bool,
+    /// A read was served from it during the current snapshot.
     used: bool,
+}
+
+/// What one snapshot's cache hands to the next (see [`PageCache::resume`]):
+/// the pages it used, with their buffers, so the next snapshot reads them
+/// again in one batch, into the same buffers, and allocates, hashes and
+/// sorts nothing else for them.
+#[derive(Default)]
+pub(crate) struct PageStore {
+    pages: HashMap<u64, Page>,
+    spare: Vec<Box<[u8]>>,
 }
 
 pub(crate) struct PageCache<'m> {
     inner: &'m dyn Memory,
+    /// Every page here was read during this cache's life.
     pages: RefCell<HashMap<u64, Page>>,
-    /// Page buffers to reuse (handed over by the previous snapshot), so a
-    /// tick allocates and clears nothing.
+    /// Page buffers to reuse, so a tick allocates nothing.
     spare: RefCell<Vec<Box<[u8]>>>,
 }
 
 impl<'m> PageCache<'m> {
     pub(crate) fn new(inner: &'m dyn Memory) -> Self {
-        Self::with_buffers(inner, Vec::new())
+        Self::resume(inner, PageStore::default())
     }
 
-    /// A cache that fills `buffers` (page-sized; others are dropped) before
-    /// allocating; [`PageCache::into_buffers`] gives them back.
-    pub(crate) fn with_buffers(inner: &'m dyn Memory, mut buffers: Vec<Box<[u8]>>) -> Self {
-        buffers.retain(|b| b.len() == PAGE as usize);
-        buffers.truncate(MAX_WARM_PAGES);
+    /// A cache that starts with the pages the previous snapshot used (at
+    /// most [`MAX_WARM_PAGES`]), read afresh in one batch; the buffers of the
+    /// others are reused. [`PageCache::into_store`] gives them all back.
+    pub(crate) fn resume(inner: &'m dyn Memory, store: PageStore) -> Self {
+        let PageStore {
+            mut pages,
+            mut spare,
+        } = store;
+        let mut kept = 0usize;
+        pages.retain(|_, p| {
+            let keep = p.used && !p.unreadable && kept < MAX_WARM_PAGES;
+            if keep {
+                kept += 1;
+                p.used = false;
+            } else {
+                spare.push(std::mem::take(&mut p.bytes));
+            }
+            keep
+        });
+        spare.retain(|b| b.len() == PAGE as usize);
+        spare.truncate(MAX_WARM_PAGES);
+        if !pages.is_empty() {
+            let failed: Vec<u64> = {
+                let mut reqs: Vec<(u64, &mut [u8])> = pages
+                    .iter_mut()
+                    .map(|(a, p)| (*a, &mut p.bytes[..]))
+                    .collect();
+                // In address order, so that neighbouring blocks are read as one range.
+                reqs.sort_unstable_by_key(|r| r.0);
+                let results = inner.read_many(&mut reqs);
+                reqs.iter()
+                    .zip(results)
+                    .filter(|(_, r)| r.is_err())
+                    .map(|((a, _), _)| *a)
+                    .collect()
+            };
+            for a in failed {
+                if let Some(p) = pages.get_mut(&a) {
+                    p.unreadable = true;
+                }
+            }
+        }
         PageCache {
             inner,
-            // Sized for what the previous snapshot held: no rehashing each tick.
-            pages: RefCell::new(HashMap::with_capacity(buffers.len())),
-            spare: RefCell::new(buffers),
+            pages: RefCell::new(pages),
+            spare: RefCell::new(spare),
         }
     }
 
-    /// Every page buffer, for the next snapshot's cache (at most
-    /// [`MAX_WARM_PAGES`] are kept).
-    pub(crate) fn into_buffers(self) -> Vec<Box<[u8]>> {
-        let mut v = self.spare.into_inner();
-        v.extend(
-            self.pages
-                .into_inner()
-                .into_values()
-                .filter_map(|p| p.bytes),
-        );
-        v.truncate(MAX_WARM_PAGES);
-        v
+    /// The pages and buffers, for the next snapshot's cache.
+    pub(crate) fn into_store(self) -> PageStore {
+        PageStore {
+            pages: self.pages.into_inner(),
+            spare: self.spare.into_inner(),
+        }
     }
 
-    /// Load whole pages (addresses page-aligned; others are ignored) in one
-    /// batched read: the pages an earlier snapshot used.
-    pub(crate) fn prefetch_pages(&self, pages: &[u64]) {
-        self.prefetch(
-            pages
-                .iter()
-                .filter(|p| *p & (PAGE - 1) == 0)
-                .take(MAX_WARM_PAGES)
-                .map(|&p| (p, PAGE as usize)),
-        );
-    }
-
-    /// The pages reads were served from (readable ones only), at most
-    /// [`MAX_WARM_PAGES`], lowest address first.
+    /// The pages reads were served from (readable ones only), lowest
+    /// address first.
+    #[cfg(test)]
     pub(crate) fn used_pages(&self) -> Vec<u64> {
         let pages = self.pages.borrow();
         let mut v: Vec<u64> = pages
             .iter()
-            .filter(|(_, p)| p.used && p.bytes.is_some())
+            .filter(|(_, p)| p.used && !p.unreadable)
             .map(|(a, _)| *a)
             .collect();
         v.sort_unstable();
-        v.truncate(MAX_WARM_PAGES);
         v
     }
 
@@ -110,11 +140,11 @@ impl<'m> PageCache<'m> {
                 }
                 let first = a & !(PAGE - 1);
                 let last = a.saturating_add(len as u64 - 1) & !(PAGE - 1);
-                // At most three pages; checked so that the top page of the
+                // At most nine pages; checked so that the top page of the
                 // address space ends the walk instead of wrapping to zero.
                 let mut p = Some(first);
                 while let Some(page) = p.filter(|pg| *pg <= last) {
-                    if !pages.contains_key(&page) && !want.contains(&page) {
+                    if !pages.contains_key(&page) {
                         want.push(page);
                     }
                     p = page.checked_add(PAGE);
@@ -126,6 +156,9 @@ impl<'m> PageCache<'m> {
         }
         // In address order, so that neighbouring blocks are read as one range.
         want.sort_unstable();
+        want.dedup();
+        let room = MAX_PAGES.saturating_sub(self.pages.borrow().len());
+        want.truncate(room);
         let mut bufs: Vec<Box<[u8]>> = {
             let mut spare = self.spare.borrow_mut();
             want.iter()
@@ -145,18 +178,39 @@ impl<'m> PageCache<'m> {
             self.inner.read_many(&mut reqs)
         };
         let mut pages = self.pages.borrow_mut();
-        for ((addr, buf), r) in want.into_iter().zip(bufs).zip(results) {
-            if pages.len() >= MAX_PAGES {
-                break;
-            }
+        for ((addr, bytes), r) in want.into_iter().zip(bufs).zip(results) {
             pages.insert(
                 addr,
                 Page {
-                    bytes: r.ok().map(|_| buf),
+                    bytes,
+                    unreadable: r.is_err(),
                     used: false,
                 },
             );
         }
+    }
+
+    /// Copy from cached pages; false when one of them is not cached.
+    fn copy_cached(&self, addr: u64, buf: &mut [u8]) -> Option<Result<(), MemError>> {
+        let mut pages = self.pages.borrow_mut();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let a = addr.wrapping_add(done as u64);
+            let page = a & !(PAGE - 1);
+            let off = (a - page) as usize;
+            let n = (PAGE as usize - off).min(buf.len() - done);
+            let p = pages.get_mut(&page)?;
+            if p.unreadable {
+                return Some(Err(MemError::Unmapped {
+                    addr,
+                    len: buf.len(),
+                }));
+            }
+            p.used = true;
+            buf[done..done + n].copy_from_slice(&p.bytes[off..off + n]);
+            done += n;
+        }
+        Some(Ok(()))
     }
 }
 
@@ -165,37 +219,23 @@ impl Memory for PageCache<'_> {
         if buf.len() > MAX_CACHED_READ || buf.is_empty() {
             return self.inner.read(addr, buf);
         }
-        self.prefetch([(addr, buf.len())]);
-        let mut pages = self.pages.borrow_mut();
-        let mut done = 0usize;
-        while done < buf.len() {
-            let a = addr.wrapping_add(done as u64);
-            let page = a & !(PAGE - 1);
-            let off = (a - page) as usize;
-            let n = (PAGE as usize - off).min(buf.len() - done);
-            match pages.get_mut(&page) {
-                Some(Page {
-                    bytes: Some(p),
-                    used,
-                }) => {
-                    *used = true;
-                    buf[done..done + n].copy_from_slice(&p[off..off + n]);
-                }
-                Some(Page { bytes: None, .. }) => {
-                    return Err(MemError::Unmapped {
-                        addr,
-                        len: buf.len(),
-                    })
-                }
-                // Over the page bound: fall back to a direct read.
-                None => {
-                    drop(pages);
-                    return self.inner.read(addr, buf);
-                }
-            }
-            done += n;
+        // A read that wraps past the top of the address space is not
+        // served from pages (they would not be contiguous).
+        if addr.checked_add(buf.len() as u64).is_none() {
+            return Err(MemError::Unmapped {
+                addr,
+                len: buf.len(),
+            });
         }
-        Ok(())
+        if let Some(r) = self.copy_cached(addr, buf) {
+            return r;
+        }
+        self.prefetch([(addr, buf.len())]);
+        match self.copy_cached(addr, buf) {
+            Some(r) => r,
+            // Over the page bound: a direct read.
+            None => self.inner.read(addr, buf),
+        }
     }
 }
 
@@ -224,7 +264,9 @@ mod tests {
         assert!(c.read_u64(u64::MAX - 7).is_err());
         assert!(c.read_u64(u64::MAX - 3).is_err());
         c.prefetch([(u64::MAX - 100, 200)]);
-        c.prefetch_pages(&[!(PAGE - 1), 0x1234]);
+        c.prefetch([(!(PAGE - 1), 8), (0x1234, 8)]);
+        let c = PageCache::resume(&m, c.into_store());
+        assert!(c.read_u64(u64::MAX - 7).is_err());
     }
 
     #[test]
@@ -232,9 +274,33 @@ mod tests {
         let mut m = SliceMemory::new();
         m.add(0x10000, vec![7u8; 3 * 4096]);
         let c = PageCache::new(&m);
-        c.prefetch_pages(&[0x10000, 0x11000, 0x12000, 0x40000]);
+        c.prefetch([(0x10000, 8), (0x11000, 8), (0x12000, 8), (0x40000, 8)]);
         c.read_u64(0x11008).unwrap();
         assert!(c.read_u64(0x40000).is_err());
         assert_eq!(c.used_pages(), [0x11000]);
+    }
+
+    #[test]
+    fn a_resumed_cache_reads_its_pages_afresh() {
+        let mut before = SliceMemory::new();
+        before.add(0x10000, vec![1u8; 4096]);
+        let c = PageCache::new(&before);
+        assert_eq!(c.read_u8(0x10010).unwrap(), 1);
+        assert_eq!(c.read_u8(0x10800).unwrap(), 1);
+        c.prefetch([(0x10c00, 8)]);
+        let store = c.into_store();
+        // The target changed, and one page is gone.
+        let mut after = SliceMemory::new();
+        after.add(0x10000, vec![2u8; 1024]);
+        let c = PageCache::resume(&after, store);
+        // Only the pages read from come back, read again.
+        assert!(c.used_pages().is_empty());
+        assert_eq!(c.pages.borrow().len(), 2);
+        assert_eq!(c.read_u8(0x10010).unwrap(), 2);
+        assert!(c.read_u8(0x10800).is_err());
+        assert!(c.read_u8(0x10c00).is_err());
+        // What a snapshot did not use is not carried over.
+        let c = PageCache::resume(&after, c.into_store());
+        assert_eq!(c.pages.borrow().len(), 1);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::linetable::{LineTable, Positions};
 use super::objects::ObjReader;
-use super::pagecache::PageCache;
+use super::pagecache::{PageCache, PageStore};
 use super::process::{GilSource, GilSyncSource, PythonProcess};
 use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition, LineTableFormat};
 use crate::error::{Error, MemError, Result};
@@ -155,11 +155,9 @@ pub(crate) struct Reader {
     /// any interpreter); None where the layout does not say.
     pub(crate) gc_collecting: Option<bool>,
     /// Pages the latest snapshot read from, and the latest thread listing:
-    /// loaded in one batch at the start of the next (see `pagecache`).
-    warm_snapshot: Vec<u64>,
-    warm_threads: Vec<u64>,
-    /// Page buffers the caches reuse from one read to the next.
-    page_buffers: Vec<Box<[u8]>>,
+    /// read again in one batch at the start of the next (see `pagecache`).
+    snapshot_pages: PageStore,
+    thread_pages: PageStore,
 }
 
 struct RawThread {
@@ -184,9 +182,8 @@ impl Reader {
             tid_offset: None,
             ns_tids: None,
             gc_collecting: None,
-            warm_snapshot: Vec::new(),
-            warm_threads: Vec::new(),
-            page_buffers: Vec::new(),
+            snapshot_pages: PageStore::default(),
+            thread_pages: PageStore::default(),
         }
     }
 
@@ -227,8 +224,7 @@ impl Reader {
     /// Each Python thread's kernel tid, and whether it holds the GIL: what
     /// deciding which threads to pause needs, without walking any frame.
     pub(crate) fn python_threads(&mut self, src: &dyn TargetSource) -> Result<Vec<(i32, bool)>> {
-        let cache = PageCache::with_buffers(src, std::mem::take(&mut self.page_buffers));
-        cache.prefetch_pages(&self.warm_threads);
+        let cache = PageCache::resume(src, std::mem::take(&mut self.thread_pages));
         let threads = self.threads(src, &cache, false)?;
         let mut holders: HashMap<u64, Option<u64>> = HashMap::new();
         let out = threads
@@ -240,8 +236,7 @@ impl Reader {
                 Some((t.native_tid? as i32, holder == Some(t.tstate)))
             })
             .collect();
-        self.warm_threads = cache.used_pages();
-        self.page_buffers = cache.into_buffers();
+        self.thread_pages = cache.into_store();
         Ok(out)
     }
 
@@ -409,7 +404,7 @@ impl Reader {
             .line_at(self.byte_offset(&f))
             .unwrap_or(ci.firstlineno.max(0) as u32);
         Some((
-            Frame::python(ci.function.to_string(), ci.file.to_string(), line),
+            Frame::python(ci.function.clone(), ci.file.clone(), line),
             ci.nslots,
         ))
     }
@@ -581,8 +576,7 @@ impl Reader {
         opts: ReadOptions,
         states: &HashMap<i32, char>,
     ) -> Result<Vec<ThreadSnapshot>> {
-        let cache = PageCache::with_buffers(src, std::mem::take(&mut self.page_buffers));
-        cache.prefetch_pages(&self.warm_snapshot);
+        let cache = PageCache::resume(src, std::mem::take(&mut self.snapshot_pages));
         let raw = self.threads(src, &cache, true)?;
         let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
         for t in &raw {
@@ -658,8 +652,7 @@ impl Reader {
                                 .line_at(offset)
                                 .unwrap_or(ci.firstlineno.max(0) as u32)
                         };
-                        let mut fr =
-                            Frame::python(ci.function.to_string(), ci.file.to_string(), line);
+                        let mut fr = Frame::python(ci.function.clone(), ci.file.clone(), line);
                         if let (Some(p), false) = (&ci.positions, opts.function_lines) {
                             fr.position = Some(p.at(offset));
                         }
@@ -679,7 +672,7 @@ impl Reader {
                         truncated.get_or_insert_with(|| {
                             format!("code object at 0x{:x} unreadable: {e}", f.code)
                         });
-                        let mut fr = Frame::python("<unknown>".into(), "<unknown>".into(), 0);
+                        let mut fr = Frame::python("<unknown>", "<unknown>", 0);
                         fr.mark = Some(f.mark());
                         frames.push(fr);
                     }
@@ -716,8 +709,7 @@ impl Reader {
                 interp: t.interp,
             });
         }
-        self.warm_snapshot = cache.used_pages();
-        self.page_buffers = cache.into_buffers();
+        self.snapshot_pages = cache.into_store();
         Ok(out)
     }
 
@@ -815,8 +807,10 @@ impl Reader {
         let ci = Arc::new(CodeInfo {
             header,
             firstlineno,
-            function: function.into(),
-            file: file.into(),
+            // Escaped once here, so that every sample's frames share these
+            // (see `ThreadStack::escape_names`, which then finds nothing to do).
+            function: crate::stack::escape_controls(&function).into(),
+            file: crate::stack::escape_controls(&file).into(),
             lines,
             positions,
             nslots,

@@ -219,7 +219,7 @@ impl Aggregator {
     /// distinct file name.
     fn intern(&mut self, frame: &Frame, shorten: &mut dyn FnMut(&str) -> String) -> (u32, u32) {
         let file = match (&frame.file, &frame.module) {
-            (Some(f), _) => f.as_str(),
+            (Some(f), _) => &**f,
             (None, Some(m)) => m.as_str(),
             (None, None) => "?",
         };
@@ -229,25 +229,23 @@ impl Aggregator {
         }
         let locations = &mut self.locations;
         let functions = self.files.get_mut(file).expect("inserted above");
-        if !functions.contains_key(frame.function.as_str()) {
+        if !functions.contains_key(&*frame.function) {
             let short = shorten(file);
             let id = locations.len() as u32;
             locations.push(Location {
-                function: frame.function.clone(),
+                function: frame.function.to_string(),
                 file: short,
                 line: None,
             });
             functions.insert(
-                frame.function.clone(),
+                frame.function.to_string(),
                 FunctionIds {
                     by_function: id,
                     by_line: HashMap::new(),
                 },
             );
         }
-        let ids = functions
-            .get_mut(frame.function.as_str())
-            .expect("inserted above");
+        let ids = functions.get_mut(&*frame.function).expect("inserted above");
         let by_function = ids.by_function;
         let by_line = *ids.by_line.entry(line).or_insert_with(|| {
             let base = &locations[by_function as usize];

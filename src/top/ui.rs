@@ -339,11 +339,7 @@ mod tests {
             interpreter: 0,
             status: ThreadStatus::Active,
             holds_gil: true,
-            frames: vec![StackFrame::python(
-                "hot_loop".into(),
-                "/x/top_hot.py".into(),
-                12,
-            )],
+            frames: vec![StackFrame::python("hot_loop", "/x/top_hot.py", 12)],
             truncated: None,
             native_entry: None,
             name_source: None,

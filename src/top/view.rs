@@ -296,7 +296,7 @@ mod tests {
             holds_gil: false,
             frames: frames
                 .iter()
-                .map(|f| Frame::python(f.to_string(), "a.py".into(), 1))
+                .map(|f| Frame::python(f.to_string(), "a.py", 1))
                 .collect(),
             truncated: None,
             native_entry: None,
