@@ -94,39 +94,81 @@ pub(crate) struct Identity {
 
 impl Identity {
     pub(crate) fn parse(stat: &str) -> Option<Identity> {
-        // One pass over the fields after the command name (checked every
-        // sampling pass): field 3, the state, is the first of them.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let mut it = rest.split_ascii_whitespace();
-        let start_time = it.nth(22 - 3)?.parse().ok()?;
-        let start_code = it.nth(26 - 22 - 1)?.parse().ok()?;
-        let start_stack = it.nth(28 - 26 - 1)?.parse().ok()?;
-        Some(Identity {
-            start_time,
-            start_code,
-            start_stack,
-        })
+        Some(parse_live_stat(stat)?.0)
     }
 }
 
-/// `/proc/PID/stat`, kept open and re-read each pass: once the process is
-/// gone the open file fails rather than showing a later owner of the pid.
+/// The identity, and field 20 (the process's number of threads), of a stat
+/// line. Read every sampling pass, so one pass over the bytes after the
+/// command name, fields counted by their single-space separators.
+fn parse_live_stat(stat: &str) -> Option<(Identity, u64)> {
+    let rest = stat.as_bytes().get(stat.rfind(')')? + 1..)?;
+    // Fields wanted (1-based, as proc(5) counts); field 3 follows the ')'.
+    const WANT: [usize; 4] = [20, 22, 26, 28];
+    let mut got = [0u64; 4];
+    let mut k = 0;
+    let mut field = 2;
+    let mut value: Option<u64> = None;
+    for &b in rest.iter().chain(std::iter::once(&b' ')) {
+        if b.is_ascii_whitespace() {
+            if let Some(v) = value.take() {
+                if field == WANT[k] {
+                    got[k] = v;
+                    k += 1;
+                    if k == WANT.len() {
+                        let id = Identity {
+                            start_time: got[1],
+                            start_code: got[2],
+                            start_stack: got[3],
+                        };
+                        return Some((id, got[0]));
+                    }
+                }
+            }
+            continue;
+        }
+        if value.is_none() {
+            field += 1;
+            value = Some(0);
+        }
+        // Only the wanted fields must be numbers; others (the state letter,
+        // negative fields) are skipped whatever they hold.
+        if field == WANT[k] {
+            let d = (b as char).to_digit(10)?;
+            value = value?.checked_mul(10)?.checked_add(d as u64);
+            value?;
+        }
+    }
+    None
+}
+
+/// The leader thread's `/proc/PID/task/PID/stat`, kept open and re-read
+/// each pass: once the process is gone the open file fails rather than
+/// showing a later owner of the pid. The thread's file, not the process's:
+/// it has the same identity fields and thread count, and the kernel writes
+/// it without summing the counters of every thread of the process.
 pub(crate) struct StatFile {
     file: std::fs::File,
 }
 
 impl StatFile {
     pub(crate) fn open(pid: i32) -> Result<StatFile> {
-        let file = std::fs::File::open(proc_path(pid, "stat")).map_err(|e| io_err(pid, e))?;
+        let file = std::fs::File::open(proc_path(pid, &format!("task/{pid}/stat")))
+            .map_err(|e| io_err(pid, e))?;
         Ok(StatFile { file })
     }
 
     /// None when the process is gone.
     pub(crate) fn identity(&self) -> Option<Identity> {
+        Some(self.read()?.0)
+    }
+
+    /// The identity and the process's thread count; None when it is gone.
+    pub(crate) fn read(&self) -> Option<(Identity, u64)> {
         use std::os::unix::fs::FileExt;
         let mut buf = [0u8; 1024];
         let n = self.file.read_at(&mut buf, 0).ok()?;
-        Identity::parse(std::str::from_utf8(&buf[..n]).ok()?)
+        parse_live_stat(std::str::from_utf8(&buf[..n]).ok()?)
     }
 }
 
@@ -585,6 +627,20 @@ garbage line
         assert_eq!(id.start_time, 4242);
         assert_eq!(id.start_code, 4194304);
         assert_eq!(id.start_stack, 140730000000000);
+        assert_eq!(parse_live_stat(line).unwrap().1, 1);
+        // Cut short, or a wanted field not a number: no identity.
+        assert_eq!(Identity::parse(&line[..line.len() - 20]), None);
+        assert_eq!(Identity::parse(&line.replace(" 4242 ", " 42x2 ")), None);
+        assert_eq!(Identity::parse(&line.replace(" 4242 ", " -4242 ")), None);
+        // Other fields may hold anything, and a real line of ours parses as
+        // the field-by-field reading does.
+        assert!(Identity::parse(&line.replace(" -1 ", " x ")).is_some());
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let (id, threads) = parse_live_stat(&own).unwrap();
+        assert_eq!(Some(id.start_time), stat_field(&own, 22));
+        assert_eq!(Some(id.start_code), stat_field(&own, 26));
+        assert_eq!(Some(id.start_stack), stat_field(&own, 28));
+        assert_eq!(Some(threads), stat_field(&own, 20));
     }
 
     #[test]

@@ -308,6 +308,11 @@ pub(crate) struct Target {
 struct Liveness {
     stat: procfs::StatFile,
     identity: procfs::Identity,
+    /// The process's thread count at the latest identity check.
+    num_threads: u64,
+    /// When the Python thread list was last walked before a pause, and the
+    /// thread count then (see [`Target::sample`]).
+    listed: Option<(Instant, u64)>,
 }
 
 /// Stack bytes copied per thread at its first pause, the margin added when
@@ -387,9 +392,14 @@ impl Target {
     /// Open a live process.
     pub(crate) fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
         let stat = procfs::StatFile::open(pid)?;
-        let identity = stat.identity().ok_or_else(|| procfs::absent(pid))?;
+        let (identity, num_threads) = stat.read().ok_or_else(|| procfs::absent(pid))?;
         crate::privilege::check_target(pid)?;
-        let live = Liveness { stat, identity };
+        let live = Liveness {
+            stat,
+            identity,
+            num_threads,
+            listed: None,
+        };
         Target::open_with(Rc::new(LiveProcess::new(pid)), cfg, Some(live))
     }
 
@@ -514,7 +524,10 @@ impl Target {
         let Some(live) = self.live.as_mut() else {
             return Ok(());
         };
-        let now = live.stat.identity();
+        let now = live.stat.read().map(|(id, n)| {
+            live.num_threads = n;
+            id
+        });
         match now {
             None => {
                 // The open file fails once its task is gone: the process
@@ -569,6 +582,15 @@ impl Target {
             w.extend(n.warnings());
         }
         w
+    }
+
+    /// Walk the Python thread list (and who holds the GIL) before a pause.
+    fn list_threads(&mut self, now: Instant) -> Result<(), Error> {
+        self.threads = self.reader.python_threads(&*self.source)?;
+        if let Some(l) = self.live.as_mut() {
+            l.listed = Some((now, l.num_threads));
+        }
+        Ok(())
     }
 
     /// Scheduler state of each known Python thread, before any pausing
@@ -791,9 +813,21 @@ impl Target {
 
     pub(crate) fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
-        if !cfg.pause.nonblocking {
-            // The set to pause must be current: a thread missed here would be read running.
-            self.threads = self.reader.python_threads(&*self.source)?;
+        // The set to pause must be current: a thread missed here would be
+        // read running. The list the latest paused read found is current
+        // enough while the process has as many threads as when the list was
+        // last walked, for SAME_CALL_TTL at most, and while its GIL holder
+        // has not gone to sleep (then the GIL moved; see below).
+        let started = Instant::now();
+        let reuse_list = !cfg.pause.nonblocking
+            && self.live.as_ref().is_some_and(|l| {
+                l.listed.is_some_and(|(at, n)| {
+                    n == l.num_threads
+                        && started.saturating_duration_since(at) < wait::SAME_CALL_TTL
+                })
+            });
+        if !cfg.pause.nonblocking && !reuse_list {
+            self.list_threads(started)?;
         }
         // Kernel states decide what to pause and which threads are idle:
         // reading them (the kernel formats a whole stat line per thread) is
@@ -810,6 +844,15 @@ impl Target {
                 .collect();
         } else if filter_idle || cfg.read.statuses || want_waits || !cfg.pause.nonblocking {
             self.read_states();
+            let holder_asleep = self
+                .threads
+                .iter()
+                .any(|(t, gil)| *gil && matches!(self.states.get(t), Some('S' | 'I')));
+            if reuse_list && holder_asleep {
+                // Who holds the GIL now decides who must stand still.
+                self.list_threads(started)?;
+                self.read_states();
+            }
         } else {
             self.states.clear();
         }
@@ -965,9 +1008,11 @@ impl Target {
         for (i, t) in snap.iter_mut().enumerate() {
             t.stack.asyncio = tasks.remove(&i);
         }
-        if cfg.pause.nonblocking {
-            // No pause needs the list up front: the next tick reads the
-            // states of the threads this one saw.
+        if cfg.pause.nonblocking || self.live.is_some() {
+            // Non-blocking: no pause needs the list up front, the next tick
+            // reads the states of the threads this one saw. Pausing: what
+            // this read found (with the GIL holder stopped) is the list the
+            // next tick may pause from.
             self.threads = snap
                 .iter()
                 .filter_map(|t| Some((t.stack.os_thread_id? as i32, t.stack.holds_gil)))
