@@ -18,6 +18,7 @@ use crate::error::{CoreProblem, Error, MemError, Result};
 use crate::memory::{Memory, MAX_READ};
 use crate::procfs::MapEntry;
 use crate::target::{Registers, SourceKind, TargetSource};
+use crate::wait::SyscallLine;
 use object::elf;
 use std::collections::HashMap;
 use std::fs::File;
@@ -53,6 +54,10 @@ pub(crate) struct CoreThread {
     pub(crate) regs: Registers,
     /// The signal the thread was stopped or killed by (`pr_cursig`).
     pub(crate) cursig: i32,
+    /// The system call its registers say it was in, and whether it was
+    /// asleep in it (see [`crate::wait::call_from_registers`]).
+    pub(crate) call: SyscallLine,
+    pub(crate) asleep: bool,
     /// From the `NT_SIGINFO` that follows this thread's `NT_PRSTATUS`.
     pub(crate) siginfo: Option<SigInfo>,
 }
@@ -157,6 +162,8 @@ pub(crate) struct CoreFile {
     exe: String,
     root: PathBuf,
     warnings: Vec<String>,
+    /// When the core file was last written (its modification time).
+    written: Option<std::time::SystemTime>,
 }
 
 fn bad(path: &Path, problem: CoreProblem) -> Error {
@@ -297,10 +304,11 @@ impl CoreFile {
                 CoreProblem::Unreadable(format!("cannot open it: {e}")),
             )
         })?;
-        let size = file
+        let meta = file
             .metadata()
-            .map_err(|e| bad(path, CoreProblem::Unreadable(e.to_string())))?
-            .len();
+            .map_err(|e| bad(path, CoreProblem::Unreadable(e.to_string())))?;
+        let size = meta.len();
+        let core_file_time = meta.modified().ok();
         let head = read_upto(&file, 0, 64);
         if head.len() < 4 || head[..4] != elf::ELFMAG {
             return Err(bad(path, CoreProblem::NotElf));
@@ -482,6 +490,12 @@ impl CoreFile {
                             bp: reg(4),
                         },
                         cursig: u16_at(d, 12) as i32,
+                        // orig_rax; rdi, rsi, rdx, r10, r8, r9; rax.
+                        call: crate::wait::call_from_registers(
+                            reg(15),
+                            [reg(14), reg(13), reg(12), reg(7), reg(9), reg(8)],
+                        ),
+                        asleep: reg(15) != u64::MAX && crate::wait::asleep_in_call(reg(10)),
                         siginfo: None,
                     });
                 }
@@ -756,6 +770,7 @@ impl CoreFile {
             exe,
             root,
             warnings,
+            written: core_file_time,
         };
         if let Some(full) = core.argv_from_stack(&auxv) {
             core.command_line = full;
@@ -1044,11 +1059,26 @@ impl TargetSource for CoreFile {
         // A core records the process's name only (the main thread's).
         (tid == self.pid && !self.fname.is_empty()).then(|| self.fname.clone())
     }
-    fn thread_state(&self, _tid: i32) -> Option<char> {
-        None
+    /// A core keeps no scheduler state (gdb's `pr_sname` is the state of
+    /// the process it has stopped itself, 't'; the kernel's is that of the
+    /// task writing the dump). What the registers justify: a thread whose
+    /// system call was interrupted asleep was sleeping in it, 'S'. One that
+    /// ran code, or was stopped, cannot be told from the other: unknown.
+    fn thread_state(&self, tid: i32) -> Option<char> {
+        let t = self.threads.iter().find(|t| t.tid == tid)?;
+        t.asleep.then_some('S')
     }
     fn saved_registers(&self, tid: i32) -> Option<Registers> {
         self.threads.iter().find(|t| t.tid == tid).map(|t| t.regs)
+    }
+    fn saved_call(&self, tid: i32) -> Option<SyscallLine> {
+        match self.threads.iter().find(|t| t.tid == tid)?.call {
+            c @ SyscallLine::Blocked { .. } => Some(c),
+            _ => None,
+        }
+    }
+    fn recorded_at(&self) -> Option<std::time::SystemTime> {
+        self.written
     }
 }
 
@@ -1161,6 +1191,78 @@ mod tests {
         let crash = c.crash().unwrap();
         assert_eq!((crash.tid, crash.signal_name().as_str()), (4242, "SIGSEGV"));
         assert_eq!(crash.addr, Some(0x10));
+    }
+
+    /// The mini core with register `i` of its thread's NT_PRSTATUS set
+    /// (its desc follows the note header and the "CORE" name, after the
+    /// ELF header and two program headers).
+    fn with_reg(mut b: Vec<u8>, i: usize, v: u64) -> Vec<u8> {
+        let at = 64 + 2 * 56 + 12 + 8 + PRSTATUS_REG + i * 8;
+        b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn a_thread_asleep_in_a_call_reads_from_its_registers() {
+        // orig_rax 45 (recvfrom), rax -ERESTARTSYS; rdi 3, rsi, rdx 16.
+        let mut b = mini_core(elf::EM_X86_64, elf::ET_CORE);
+        for (i, v) in [
+            (15, 45),
+            (10, (-512i64) as u64),
+            (14, 3),
+            (13, 0x10100),
+            (12, 16),
+        ] {
+            b = with_reg(b, i, v);
+        }
+        let c = open_bytes(&b).unwrap();
+        assert_eq!(c.thread_state(4242), Some('S'));
+        assert_eq!(
+            c.saved_call(4242),
+            Some(SyscallLine::Blocked {
+                nr: 45,
+                args: [3, 0x10100, 16, 0, 0, 0]
+            })
+        );
+        assert_eq!(c.saved_call(1), None);
+        assert!(c.recorded_at().is_some());
+        // The one decoder: the same wait a live thread in that call gives,
+        // its fd named by number only.
+        let mut r = crate::wait::WaitReader::recorded(4242, crate::wait::WaitDetail::Full, 0.0);
+        let (w, _) = r.read(4242, 'S', c.saved_call(4242), &c);
+        assert_eq!(w.long(), "recvfrom(fd 3: not recorded in a core)");
+
+        // r10, r8, r9 are the fourth to sixth arguments.
+        let mut b = mini_core(elf::EM_X86_64, elf::ET_CORE);
+        for (i, v) in [(15, 202), (10, (-516i64) as u64), (7, 4), (9, 5), (8, 6)] {
+            b = with_reg(b, i, v);
+        }
+        let c = open_bytes(&b).unwrap();
+        assert!(matches!(
+            c.saved_call(4242),
+            Some(SyscallLine::Blocked {
+                nr: 202,
+                args: [0, 0, 0, 4, 5, 6]
+            })
+        ));
+
+        // Not in a call (orig_rax -1: the mini core's thread faulted): no
+        // state, no call. On its way out of one (read returned 16): the
+        // call, as /proc says it of a stopped thread, but no state.
+        let b = with_reg(mini_core(elf::EM_X86_64, elf::ET_CORE), 15, u64::MAX);
+        let c = open_bytes(&b).unwrap();
+        assert_eq!((c.thread_state(4242), c.saved_call(4242)), (None, None));
+        let b = with_reg(
+            with_reg(mini_core(elf::EM_X86_64, elf::ET_CORE), 15, 0),
+            10,
+            16,
+        );
+        let c = open_bytes(&b).unwrap();
+        assert_eq!(c.thread_state(4242), None);
+        assert!(matches!(
+            c.saved_call(4242),
+            Some(SyscallLine::Blocked { nr: 0, .. })
+        ));
     }
 
     #[test]

@@ -474,6 +474,17 @@ impl Target {
                 return Err(Error::NotInitialized { pid });
             }
         }
+        // A core's calls come from its registers, decoded the same way;
+        // its deadlines are counted from when it was written.
+        let waits = if live.is_some() {
+            WaitReader::new(pid, cfg.read.waits)
+        } else {
+            let age = source
+                .recorded_at()
+                .and_then(|at| at.elapsed().ok())
+                .map_or(0.0, |d| d.as_secs_f64());
+            WaitReader::recorded(pid, cfg.read.waits, age)
+        };
         let p = &reader.process;
         let mut t = Target {
             pid,
@@ -487,15 +498,7 @@ impl Target {
             threads,
             states: HashMap::new(),
             tasks: None,
-            // A core has no kernel calls to read.
-            waits: WaitReader::new(
-                pid,
-                if live.is_some() {
-                    cfg.read.waits
-                } else {
-                    WaitDetail::Off
-                },
-            ),
+            waits,
             pending: HashMap::new(),
             os_names: HashMap::new(),
             live,
@@ -834,7 +837,7 @@ impl Target {
         // skipped when neither is needed.
         let filter_idle = !cfg.filter.include_idle && !cfg.filter.gil_only;
         let live = self.live.is_some();
-        let want_waits = cfg.read.waits != WaitDetail::Off && live;
+        let want_waits = cfg.read.waits != WaitDetail::Off;
         if !live {
             // A core's states, as far as it recorded them.
             self.states = self
@@ -862,6 +865,23 @@ impl Target {
             // must be read before any of them is stopped.
             self.waits.begin_pass(&self.threads);
             for (tid, _) in &self.threads {
+                if !live {
+                    // A core: the call its registers say (one decoder, two
+                    // sources of the call and its arguments), in state S
+                    // when they show it asleep, else in no known state.
+                    let Some(line) = self.source.saved_call(*tid) else {
+                        continue;
+                    };
+                    let state = self.states.get(tid).copied();
+                    let mut read =
+                        self.waits
+                            .read(*tid, state.unwrap_or('?'), Some(line), &*self.source);
+                    if state.is_none() {
+                        read.0.state.clear();
+                    }
+                    self.pending.insert(*tid, read);
+                    continue;
+                }
                 let Some(&state) = self.states.get(tid) else {
                     continue;
                 };

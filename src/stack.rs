@@ -24,7 +24,24 @@ pub(crate) struct ProcessStacks {
     /// A core's crash: the thread a fatal signal stopped (listed first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) crash: Option<CrashReport>,
+    /// A core: the facts a live dump shows that a core does not record
+    /// ([`NOT_IN_A_CORE`]), so that their absence is not read as "none".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) not_recorded: Vec<&'static str>,
 }
+
+/// What `dump --pid` shows that a core file cannot hold: each fd's
+/// description (a core keeps no fd table: fds are named by number), the
+/// scheduler state (a thread interrupted asleep in a system call reads as
+/// S; one that ran or was stopped has none), a blocked thread's kernel
+/// function and stack, and the kernel's names of threads `threading` does
+/// not name.
+pub(crate) const NOT_IN_A_CORE: &[&str] = &[
+    "fd descriptions",
+    "scheduler states",
+    "wchan and kernel stacks",
+    "OS thread names",
+];
 
 /// How a core's process crashed, as `dump --core` reports it.
 #[derive(Debug, Clone, Serialize)]

@@ -12,8 +12,10 @@
 use crate::error::{MemError, Result};
 use crate::memory::{Memory, ProcessMemory};
 use crate::procfs::{self, MapEntry};
+use crate::wait::SyscallLine;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 /// A thread's registers, as far as the unwinder needs them (x86-64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,6 +62,14 @@ pub trait TargetSource: Memory {
     /// Registers saved with the source (a core's `NT_PRSTATUS`); None for a
     /// live process, whose registers only a pause can give.
     fn saved_registers(&self, tid: i32) -> Option<Registers>;
+    /// The system call a thread was blocked in, as the source saved it (a
+    /// core: from the thread's registers, see
+    /// [`crate::wait::call_from_registers`]); None for a live process, whose
+    /// calls the sampler reads from /proc while they happen.
+    fn saved_call(&self, tid: i32) -> Option<SyscallLine>;
+    /// When the source's moment was: None for a live process (now), when
+    /// the file was written for a core.
+    fn recorded_at(&self) -> Option<SystemTime>;
 }
 
 /// A running process on this host.
@@ -121,6 +131,12 @@ impl TargetSource for LiveProcess {
         procfs::thread_state(self.pid, tid)
     }
     fn saved_registers(&self, _tid: i32) -> Option<Registers> {
+        None
+    }
+    fn saved_call(&self, _tid: i32) -> Option<SyscallLine> {
+        None
+    }
+    fn recorded_at(&self) -> Option<SystemTime> {
         None
     }
 }
@@ -189,5 +205,11 @@ impl TargetSource for Recorded {
     }
     fn saved_registers(&self, tid: i32) -> Option<Registers> {
         self.threads.iter().find(|t| t.0 == tid)?.1
+    }
+    fn saved_call(&self, _tid: i32) -> Option<SyscallLine> {
+        None
+    }
+    fn recorded_at(&self) -> Option<SystemTime> {
+        None
     }
 }

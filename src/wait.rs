@@ -20,7 +20,10 @@ const MAX_KSTACK: usize = 32;
 /// What a thread is doing in the kernel, as read at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Wait {
-    /// Scheduler state letter (R, S, D, T, t, Z, I).
+    /// Scheduler state letter (R, S, D, T, t, Z, I); empty (and left out
+    /// of JSON) for a core's thread that its registers show in a call but
+    /// not asleep in it.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub(crate) state: String,
     /// The system call it is blocked in, by name ("syscall_N" when the
     /// number is not one pyinspect names); absent while running.
@@ -97,7 +100,8 @@ pub(crate) struct LockWait {
 pub(crate) struct FdDesc {
     pub(crate) fd: i32,
     /// file, fifo, pipe, tcp, tcp6, udp, udp6, unix, socket, eventfd, epoll,
-    /// timerfd, signalfd, anon, other, or closed.
+    /// timerfd, signalfd, anon, other, or closed; `unrecorded` for an fd of
+    /// a core, which keeps no fd table.
     pub(crate) kind: String,
     /// The link target (`socket:[123]`, `pipe:[45]`, a path).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,7 +123,7 @@ pub(crate) struct FdDesc {
 
 /// `/proc/PID/task/TID/syscall`, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SyscallLine {
+pub enum SyscallLine {
     Running,
     /// Blocked, but not in a system call (e.g. a page fault).
     NotInSyscall,
@@ -145,6 +149,37 @@ pub(crate) fn parse_syscall(text: &str) -> Option<SyscallLine> {
         *a = u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()?;
     }
     Some(SyscallLine::Blocked { nr, args })
+}
+
+/// The kind of an fd that a core names in a call's arguments: a core keeps
+/// no fd table, so what it was is not known.
+pub(crate) const UNRECORDED: &str = "unrecorded";
+
+/// The system call a thread was in, from its saved registers (a core's
+/// `NT_PRSTATUS`): `orig_rax` is the call's number (-1 when the thread was
+/// in none), rdi, rsi, rdx, r10, r8, r9 its arguments. As with
+/// `/proc/PID/task/TID/syscall` of a stopped thread, a thread stopped in
+/// the kernel with a call's number is in that call, whether it still
+/// sleeps in it or was stopped on its way out ([`asleep_in_call`] tells).
+pub(crate) fn call_from_registers(orig_rax: u64, args: [u64; 6]) -> SyscallLine {
+    let nr = orig_rax as i64;
+    if nr < 0 {
+        return SyscallLine::NotInSyscall;
+    }
+    SyscallLine::Blocked { nr, args }
+}
+
+/// Whether a call whose return value so far is `rax` was asleep when a
+/// signal stopped or killed its thread (gdb's attach, a SIGSTOP, the
+/// kernel's dump): it returned one of the restart codes (or EINTR) and
+/// waits to be restarted, or its timeout ran out while the thread stood
+/// stopped (ETIMEDOUT: gdb lets a stopped process go on for a moment as it
+/// attaches). Any other value: the call was done (woken, or it never
+/// slept), and whether the thread slept is not known.
+pub(crate) fn asleep_in_call(rax: u64) -> bool {
+    // EINTR, ETIMEDOUT; ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND,
+    // ERESTART_RESTARTBLOCK (the kernel's restart codes).
+    matches!(-(rax as i64), 4 | 110 | 512 | 513 | 514 | 516)
 }
 
 /// x86-64 system call names, for the calls a thread is seen blocked in.
@@ -484,6 +519,7 @@ impl FdDesc {
             },
             "unix" => self.local.clone().unwrap_or_else(|| "unix".into()),
             "file" | "fifo" => self.target.clone().unwrap_or_default(),
+            UNRECORDED => format!("fd {}", self.fd),
             k => k.to_string(),
         }
     }
@@ -516,6 +552,7 @@ impl FdDesc {
             "file" => s += self.target.as_deref().unwrap_or("?"),
             "fifo" => s += &format!("FIFO {}", self.target.as_deref().unwrap_or("?")),
             "closed" => s += "closed",
+            UNRECORDED => s += "not recorded in a core",
             _ => s += self.target.as_deref().unwrap_or(&self.kind),
         }
         if !self.peers.is_empty() {
@@ -876,6 +913,10 @@ pub(crate) struct WaitReader {
     /// Each thread's syscall file, kept open and read with `pread`, with
     /// what its latest read said.
     calls: std::collections::HashMap<i32, ThreadCall>,
+    /// A core's calls (from its registers): no fd table, no wchan, nothing
+    /// of /proc (the pid may be another process's now); deadlines counted
+    /// from the moment the core was written, this many seconds ago.
+    recorded: Option<f64>,
 }
 
 /// How long a thread's kernel state, and the wait decoded for it, are
@@ -938,6 +979,18 @@ impl WaitReader {
             tables: None,
             fd_cache: Default::default(),
             calls: Default::default(),
+            recorded: None,
+        }
+    }
+
+    /// A reader of the calls a core recorded, `age` seconds after it was
+    /// written: the calls come from the caller (the source's saved
+    /// registers), decoded exactly as a live thread's, with fds named by
+    /// number only and nothing read from /proc.
+    pub(crate) fn recorded(pid: i32, detail: WaitDetail, age: f64) -> WaitReader {
+        WaitReader {
+            recorded: Some(age.max(0.0)),
+            ..WaitReader::new(pid, detail)
         }
     }
 
@@ -1043,6 +1096,13 @@ impl WaitReader {
     }
 
     fn describe(&mut self, fd: i32) -> FdDesc {
+        if self.recorded.is_some() {
+            return FdDesc {
+                fd,
+                kind: UNRECORDED.into(),
+                ..Default::default()
+            };
+        }
         let pid = self.pid;
         let target = crate::procfs::fd_target(pid, fd);
         if let Some(t) = &target {
@@ -1181,10 +1241,16 @@ impl WaitReader {
             w.path = c.path.clone();
             w.child = c.child;
             w.futex = c.futex.map(|a| format!("0x{a:x}"));
-            w.timeout = c.timeout.clone();
+            w.timeout = match (&c.timeout, self.recorded) {
+                // Left when the core was written, not now.
+                (Some(Timeout::Deadline { seconds_left }), Some(age)) => Some(Timeout::Deadline {
+                    seconds_left: seconds_left + age,
+                }),
+                (t, _) => t.clone(),
+            };
             call = Some(c);
         }
-        if state == 'D' {
+        if state == 'D' && self.recorded.is_none() {
             w.wchan = crate::procfs::thread_wchan(self.pid, tid).and_then(|t| parse_wchan(&t));
             if full {
                 w.kernel_stack = crate::procfs::thread_kernel_stack(self.pid, tid)
@@ -1481,6 +1547,89 @@ mod tests {
         let c = decode_call(23, &[u64::MAX, 0x9999000, 0, 0, 0, 0], &m, true);
         assert!(c.set.is_empty());
         assert_eq!(decode_call(1000, &[0; 6], &m, true).name, "syscall_1000");
+    }
+
+    #[test]
+    fn calls_from_saved_registers() {
+        let args = [3, 0x7f00_0000_1000, 16, 0, 0, 0];
+        assert_eq!(
+            call_from_registers(45, args),
+            SyscallLine::Blocked { nr: 45, args }
+        );
+        // In no call (orig_rax -1): running code, or a fault.
+        assert_eq!(
+            call_from_registers(u64::MAX, args),
+            SyscallLine::NotInSyscall
+        );
+        // Asleep when the stop came: each restart code, EINTR (epoll_wait
+        // after a stop), and a timed wait that ran out while stopped.
+        for ret in [-4i64, -110, -512, -513, -514, -516] {
+            assert!(asleep_in_call(ret as u64), "{ret}");
+        }
+        // A call that had returned (3 bytes read; -EAGAIN; woken, 0).
+        for ret in [3i64, -11, 0, -515, -517] {
+            assert!(!asleep_in_call(ret as u64), "{ret}");
+        }
+    }
+
+    #[test]
+    fn a_recorded_call_is_decoded_as_a_live_one_without_proc() {
+        let mut m = Bytes::new();
+        // An absolute CLOCK_MONOTONIC deadline an hour from now.
+        let mut ts = vec![0u8; 16];
+        let now = clock_now(libc::CLOCK_MONOTONIC).unwrap();
+        ts[..8].copy_from_slice(&((now as u64) + 3600).to_le_bytes());
+        m.add(0x1000, ts);
+        // A pid no process has: nothing of /proc may be read for a core.
+        let mut core = WaitReader::recorded(i32::MAX, WaitDetail::Full, 100.0);
+        let mut live = WaitReader::new(i32::MAX, WaitDetail::Full);
+        let sleep = Some(SyscallLine::Blocked {
+            nr: 230,
+            args: [1, 1, 0x1000, 0, 0, 0],
+        });
+        let (cw, _) = core.read(7, 'S', sleep, &m);
+        let (lw, _) = live.read(7, 'S', sleep, &m);
+        assert_eq!(cw.syscall.as_deref(), Some("clock_nanosleep"));
+        assert_eq!(cw.syscall, lw.syscall);
+        // Counted from when the core was written, 100 s ago.
+        match (cw.timeout, lw.timeout) {
+            (
+                Some(Timeout::Deadline { seconds_left: c }),
+                Some(Timeout::Deadline { seconds_left: l }),
+            ) => assert!((c - l - 100.0).abs() < 1.0, "{c} {l}"),
+            t => panic!("{t:?}"),
+        }
+        let recv = Some(SyscallLine::Blocked {
+            nr: 45,
+            args: [3, 0x2000, 16, 0, 0, 0],
+        });
+        let (w, call) = core.read(8, 'S', recv, &m);
+        assert_eq!(call.unwrap().fd, Some(3));
+        let fd = w.fd.clone().unwrap();
+        assert_eq!((fd.fd, fd.kind.as_str(), fd.target), (3, UNRECORDED, None));
+        assert_eq!(w.long(), "recvfrom(fd 3: not recorded in a core)");
+        assert_eq!(w.short(), "recv fd 3");
+        // A futex: the address, for the caller's GIL and lock checks.
+        let futex = Some(SyscallLine::Blocked {
+            nr: 202,
+            args: [0x5000, 0x80, 0, 0, 0, 0],
+        });
+        let (w, call) = core.read(9, 'S', futex, &m);
+        assert_eq!(call.unwrap().futex, Some(0x5000));
+        assert_eq!(w.long(), "futex(0x5000, no timeout)");
+        // A set of fds: each named by number.
+        let mut set = vec![0u8; 8];
+        set[0] = 1 << 4;
+        m.add(0x3000, set);
+        let select = Some(SyscallLine::Blocked {
+            nr: 23,
+            args: [5, 0x3000, 0, 0, 0, 0],
+        });
+        let (w, _) = core.read(10, 'S', select, &m);
+        assert_eq!(
+            w.long(),
+            "select({fd 4: not recorded in a core}, no timeout)"
+        );
     }
 
     #[test]

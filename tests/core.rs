@@ -548,3 +548,338 @@ fn bad_cores_are_one_clean_line_each() {
     f.set_len(len / 2).unwrap();
     check(&core, &[], &["truncated"]);
 }
+
+fn cont(pid: i32) {
+    // SAFETY: kill(2) on the test's own fixture.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+}
+
+fn thread_by_tid(dump: &Value, tid: i64) -> Value {
+    dump["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["os_thread_id"].as_i64() == Some(tid))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The fd numbers of a wait (its fd and its set), and whether each of the
+/// core's is marked as not recorded while the live one is described.
+fn fd_numbers(w: &Value) -> Vec<Value> {
+    let mut v = vec![w["fd"]["fd"].clone()];
+    v.extend(
+        w["fds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| f["fd"].clone()),
+    );
+    v
+}
+
+/// What the live dump of the stopped fixture and the dump of its core say
+/// about thread `tid`'s wait, where they differ (nothing when they agree):
+/// the call, its number, its timeout (a deadline's seconds left within a
+/// minute: the core counts from when it was written), the futex, the GIL
+/// holder, the lock and the Python local naming it, the child, the fd
+/// numbers; the live fds described, the core's "unrecorded"; the live
+/// state T (the test stopped it), the core's S (asleep in the call) or
+/// none; the same status.
+fn wait_differences(name: &str, live: &Value, core: &Value, tid: i64) -> Vec<String> {
+    let (lt, ct) = (thread_by_tid(live, tid), thread_by_tid(core, tid));
+    let (lw, cw) = (&lt["wait"], &ct["wait"]);
+    let mut p = Vec::new();
+    if lw["syscall"].is_null() {
+        p.push(format!("{name}: the live dump names no call: {lt}"));
+        return p;
+    }
+    for key in ["syscall", "syscall_nr", "futex", "gil", "lock", "child"] {
+        if lw[key] != cw[key] {
+            p.push(format!("{name}: {key} live {} core {}", lw[key], cw[key]));
+        }
+    }
+    let (lto, cto) = (&lw["timeout"], &cw["timeout"]);
+    let timeout_same = lto["kind"] == cto["kind"]
+        && lto["seconds"] == cto["seconds"]
+        && match (lto["seconds_left"].as_f64(), cto["seconds_left"].as_f64()) {
+            (Some(a), Some(b)) => (a - b).abs() < 60.0,
+            (a, b) => a == b,
+        };
+    if !timeout_same {
+        p.push(format!("{name}: timeout live {lto} core {cto}"));
+    }
+    if fd_numbers(lw) != fd_numbers(cw) {
+        p.push(format!("{name}: fds live {lw} core {cw}"));
+    }
+    let kinds = |w: &Value| -> Vec<String> {
+        std::iter::once(&w["fd"])
+            .chain(w["fds"].as_array().into_iter().flatten())
+            .filter(|f| !f.is_null())
+            .map(|f| f["kind"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    if kinds(lw).iter().any(|k| k == "unrecorded" || k.is_empty())
+        || kinds(cw).iter().any(|k| k != "unrecorded")
+    {
+        p.push(format!("{name}: fd kinds live {lw} core {cw}"));
+    }
+    // S: asleep in the call; none: stopped on its way out of it (woken
+    // just before the stop), which the live /proc shows as in it too.
+    let core_state_ok = cw["state"] == "S" || cw["state"].is_null();
+    if lw["state"] != "T" || !core_state_ok || lt["status"] != ct["status"] {
+        p.push(format!(
+            "{name}: state live {} ({}) core {} ({})",
+            lw["state"], lt["status"], cw["state"], ct["status"]
+        ));
+    }
+    p
+}
+
+/// How a test takes its core of a stopped fixture.
+#[derive(Clone, Copy, PartialEq)]
+enum Taker {
+    /// `gcore`: the process goes on afterwards.
+    Gdb,
+    /// The kernel's own core, of the process aborted where it stands: for
+    /// sid's interpreters, whose thread stacks gcore records with holes
+    /// ([`gcore_holes`]), and a call's arguments on the stack with them.
+    /// The fixture runs in the dump's directory with cores allowed.
+    Kernel,
+}
+
+impl Taker {
+    fn for_interpreter(interp: &Interpreter) -> Taker {
+        if gcore_holes(interp) {
+            Taker::Kernel
+        } else {
+            Taker::Gdb
+        }
+    }
+
+    /// The interpreter to start the fixture with: for the kernel's core,
+    /// a wrapper that lets it write one into `dir`.
+    fn interpreter(self, interp: &Interpreter, dir: &Path) -> Interpreter {
+        let mut i = interp.clone();
+        if self == Taker::Kernel {
+            let wrapper = dir.join("python-with-cores");
+            std::fs::write(
+                &wrapper,
+                format!(
+                    "#!/bin/sh\ncd {}\nulimit -c unlimited\nexec {} \"$@\"\n",
+                    dir.display(),
+                    interp.python.display()
+                ),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+            i.python = wrapper;
+        }
+        i
+    }
+}
+
+/// Stop the fixture, dump it live, take its core, dump the core. While the
+/// threads in `tids` are not all seen in their calls by both, the fixture
+/// is let go and it is tried again: a thread may be on its way into its
+/// call, and gdb lets a stopped process run for a moment as it attaches.
+/// (The kernel's core ends the process: taken once.) Returns the live dump
+/// and the core's, JSON and text.
+fn stopped_live_and_core(
+    fx: &mut Fixture,
+    dir: &Path,
+    tids: &[(&str, i64)],
+    taker: Taker,
+) -> Result<(Value, Value, String), String> {
+    let mut problems = Vec::new();
+    for _ in 0..5 {
+        stop(fx.pid);
+        let live = dump_json(fx.pid, &["--locals"]).remove(0);
+        problems = tids
+            .iter()
+            .filter(|(_, t)| thread_by_tid(&live, *t)["wait"]["syscall"].is_null())
+            .map(|(n, _)| format!("{n}: not in a call live"))
+            .collect::<Vec<_>>();
+        if problems.is_empty() {
+            let core = match taker {
+                Taker::Gdb => gcore(fx.pid, dir),
+                Taker::Kernel => {
+                    // SAFETY: kill(2) on the test's own fixture.
+                    unsafe { libc::kill(fx.pid, libc::SIGABRT) };
+                    cont(fx.pid);
+                    let _ = fx.child.wait();
+                    let core = dir.join("core");
+                    assert!(
+                        core.exists(),
+                        "{}: the kernel wrote no core into {} (core_pattern {:?}): \
+                         this test needs core_pattern \"core\"",
+                        fx.label,
+                        dir.display(),
+                        std::fs::read_to_string("/proc/sys/kernel/core_pattern")
+                            .unwrap_or_default()
+                    );
+                    core
+                }
+            };
+            let cj = core_json(&core, &["--locals"]);
+            let text = dump_core(&core, &[]);
+            text.assert_success();
+            std::fs::remove_file(&core).unwrap();
+            problems = tids
+                .iter()
+                .flat_map(|(n, t)| wait_differences(n, &live, &cj, *t))
+                .collect();
+            if problems.is_empty() {
+                if taker == Taker::Gdb {
+                    cont(fx.pid);
+                }
+                return Ok((live, cj, text.stdout));
+            }
+            if taker == Taker::Kernel {
+                break;
+            }
+        }
+        cont(fx.pid);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    Err(format!(
+        "{}: live and core waits differ\n  {}",
+        fx.label,
+        problems.join("\n  ")
+    ))
+}
+
+/// Start `args` (the fixture's arguments for try `n`) under `run`, and
+/// [`stopped_live_and_core`] the threads its READY names `names`: the
+/// kernel's core ends its fixture, so a try that a race spoils (a thread
+/// let run by the SIGCONT before the dump's SIGKILL reaches it) starts a
+/// new fixture, three at most. `on_spawn` runs after each start. Returns
+/// READY, the live dump, the core's JSON and text.
+fn fixture_live_and_core(
+    run: &Interpreter,
+    args: &dyn Fn(usize) -> Vec<String>,
+    dir: &Path,
+    names: &[&str],
+    taker: Taker,
+    on_spawn: &mut dyn FnMut(),
+) -> (Value, Value, Value, String) {
+    let tries = if taker == Taker::Kernel { 3 } else { 1 };
+    let mut why = String::new();
+    for n in 0..tries {
+        let args = args(n);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut fx = Fixture::spawn(run, "waits.py", &args);
+        on_spawn();
+        let r = fx.ready.clone();
+        let tids: Vec<(&str, i64)> = names
+            .iter()
+            .map(|n| (*n, r["tids"][n].as_i64().expect("tid")))
+            .collect();
+        match stopped_live_and_core(&mut fx, dir, &tids, taker) {
+            Ok((live, core, text)) => return (r, live, core, text),
+            Err(e) => why = e,
+        }
+    }
+    panic!("{why}");
+}
+
+/// A core names each wait as the live dump of the stopped process did: the
+/// call, its timeout, the fd numbers (described live, "not recorded" in the
+/// core), the child waited for, the lock a Python local names, the GIL's
+/// holder; the summary line too, and one line (and JSON field) saying what
+/// a core does not record.
+#[test]
+fn a_core_names_the_waits_the_live_dump_names() {
+    for_each_interpreter(
+        "core: waits",
+        |_| true,
+        |interp| {
+            let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = server.local_addr().unwrap().port();
+            let dir = tempfile::tempdir().unwrap();
+            let fifo_dir = dir.path().join("fifo");
+            std::fs::create_dir(&fifo_dir).unwrap();
+            let taker = Taker::for_interpreter(interp);
+            let run = taker.interpreter(interp, dir.path());
+            let names = [
+                "recv", "select", "unix", "holder", "sleep", "waitpid", "fifo", "lock",
+            ];
+            let mut conns = Vec::new();
+            let (r, live, core, text) = fixture_live_and_core(
+                &run,
+                &|n| {
+                    // Each fixture makes its FIFO afresh.
+                    let fifo_dir = fifo_dir.join(n.to_string());
+                    std::fs::create_dir(&fifo_dir).unwrap();
+                    let fifo_dir = fifo_dir.to_str().unwrap().to_string();
+                    vec!["blocked".into(), port.to_string(), fifo_dir]
+                },
+                dir.path(),
+                &names,
+                taker,
+                &mut || conns.push(server.accept().unwrap()),
+            );
+            let tids: Vec<(&str, i64)> = names
+                .iter()
+                .map(|n| (*n, r["tids"][n].as_i64().unwrap()))
+                .collect();
+            let tid = |n: &str| tids.iter().find(|t| t.0 == n).unwrap().1;
+            let cw = |n: &str| thread_by_tid(&core, tid(n))["wait"].clone();
+            // What the core's waits are, not only that they equal the live ones.
+            let live_recv = &thread_by_tid(&live, tid("recv"))["wait"]["fd"];
+            assert!(
+                live_recv["kind"] == "tcp" && live_recv["remote"] == r["server"],
+                "{live:#}"
+            );
+            assert_eq!(cw("recv")["fd"]["fd"], live_recv["fd"], "{core:#}");
+            assert_eq!(cw("lock")["lock"]["name"], "lock", "{core:#}");
+            assert_eq!(cw("lock")["lock"]["address"], r["lock"], "{core:#}");
+            assert_eq!(cw("waitpid")["child"], r["child"], "{core:#}");
+            assert_eq!(cw("fifo")["fd"]["fd"], r["fifo_fd"], "{core:#}");
+            assert_eq!(cw("select")["fds"][0]["fd"], r["pipe_read"], "{core:#}");
+            assert_eq!(core["not_recorded"][0], "fd descriptions", "{core:#}");
+            assert_eq!(live["not_recorded"], Value::Null);
+            for needle in [
+                format!("Thread {} \"lock\" (idle, S): futex(", tid("lock")),
+                format!("waiting for threading.Lock 'lock' at {}", s(&r["lock"])),
+                format!("read(fd {}: not recorded in a core)", r["fifo_fd"]),
+                format!("wait4(child {})", r["child"]),
+                "Not recorded in a core: fd descriptions, scheduler states".to_string(),
+            ] {
+                assert!(text.contains(&needle), "lacks {needle:?}\n{text}");
+            }
+            assert_same(
+                &live,
+                &core,
+                "waits",
+                taker == Taker::Gdb && gcore_holes(interp),
+            );
+
+            // A thread waiting for the GIL that the main thread holds in C.
+            let (r, _, core, text) = fixture_live_and_core(
+                &run,
+                &|_| vec!["gil".into()],
+                dir.path(),
+                &["spinner", "main"],
+                taker,
+                &mut || {},
+            );
+            let spinner = r["tids"]["spinner"].as_i64().unwrap();
+            let main = r["tids"]["main"].as_i64().unwrap();
+            let w = thread_by_tid(&core, spinner)["wait"].clone();
+            assert_eq!(w["gil"]["holder"].as_i64(), Some(main), "{core:#}");
+            assert_eq!(w["gil"]["holder_name"], "MainThread", "{core:#}");
+            for needle in [
+                format!("waiting for the GIL (held by thread {main} \"MainThread\")"),
+                format!("Summary: 1 thread waits for the GIL held by {main} 'MainThread'"),
+            ] {
+                assert!(text.contains(&needle), "lacks {needle:?}\n{text}");
+            }
+        },
+    );
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}

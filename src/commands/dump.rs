@@ -98,6 +98,7 @@ fn stacks(
             .collect(),
         parent_pid: None,
         crash,
+        not_recorded: Vec::new(),
     }
 }
 
@@ -145,7 +146,9 @@ pub(crate) fn read_core(core: &CoreArgs, opts: &DumpOptions) -> Result<ProcessSt
         }
     }
     warnings.extend(target.warnings());
-    Ok(stacks(pid, &mut target, threads, warnings, crash))
+    let mut p = stacks(pid, &mut target, threads, warnings, crash);
+    p.not_recorded = crate::stack::NOT_IN_A_CORE.to_vec();
+    Ok(p)
 }
 
 pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
@@ -215,6 +218,9 @@ pub(crate) fn write_text(
     for w in &p.warnings {
         writeln!(out, "warning: {w}")?;
     }
+    if !p.not_recorded.is_empty() {
+        writeln!(out, "Not recorded in a core: {}", p.not_recorded.join(", "))?;
+    }
     // Threads Python does not know (--native-all) carry interpreter -1.
     let mut interps: Vec<i64> = p
         .threads
@@ -236,7 +242,7 @@ pub(crate) fn write_text(
         if t.holds_gil {
             status.push_str(", gil");
         }
-        if let Some(w) = &t.wait {
+        if let Some(w) = t.wait.as_ref().filter(|w| !w.state.is_empty()) {
             status.push_str(", ");
             status.push_str(&w.state);
         }
