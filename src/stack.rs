@@ -250,6 +250,10 @@ pub struct Frame {
     pub symbol: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inlined: Option<bool>,
+    /// Native frames: a function that tail-called the frame before it, so
+    /// that it has no stack frame; rebuilt from DWARF call-site records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail_call: Option<bool>,
     /// "cuda" for frames in CUDA libraries (native frames only; null otherwise).
     #[serde(skip_serializing_if = "skip_tag")]
     pub tag: Option<Option<String>>,
@@ -315,6 +319,7 @@ impl Frame {
             module: None,
             offset: None,
             inlined: None,
+            tail_call: None,
             tag: None,
             locals: None,
             position: None,
@@ -332,6 +337,7 @@ impl Frame {
             offset: None,
             symbol: None,
             inlined: None,
+            tail_call: None,
             tag: None,
             locals: None,
             position: Some(Position::default()),

@@ -306,6 +306,8 @@ pub(crate) fn write_text(
                     };
                     let inl = if f.inlined == Some(true) {
                         " (inlined)"
+                    } else if f.tail_call == Some(true) {
+                        " (tail call)"
                     } else {
                         ""
                     };

@@ -9,6 +9,7 @@
 //! that get printed, because parsing a large library's DWARF costs far more
 //! than unwinding.
 
+mod callsites;
 mod merge;
 mod module;
 pub(crate) mod scan;
@@ -82,6 +83,10 @@ pub struct NativeFrame {
     pub line: Option<u32>,
     /// A frame produced by DWARF inlining info (its caller is the next frame).
     pub inlined: bool,
+    /// A function that jumped to its callee (a tail call), so that no stack
+    /// frame of it is left: rebuilt from DWARF call-site records, as gdb
+    /// rebuilds it (see [`NativeUnwinder::with_tail_calls`]).
+    pub tail_call: bool,
     /// Some("cuda") for frames in CUDA libraries.
     pub tag: Option<&'static str>,
     /// How this frame's caller was found.
@@ -184,6 +189,9 @@ pub struct NativeUnwinder {
     /// Whether [`add_lines`](Self::add_lines) may read DWARF from separate
     /// debug files (see [`set_debug_file_lines`](Self::set_debug_file_lines)).
     debug_file_lines: bool,
+    /// Tail-call frames between a callee and its caller, by (caller's
+    /// return address, callee's lookup address).
+    tail_cache: HashMap<(u64, u64), Arc<[NativeFrame]>>,
     /// Why the last unwind ended early (see [`ended_early`](Self::ended_early)).
     ended: Option<String>,
     /// Whether this unwind re-read the maps for [`is_code`](Self::is_code).
@@ -202,6 +210,7 @@ impl NativeUnwinder {
             warned: HashSet::new(),
             known_misses: HashSet::new(),
             ra_cache: HashMap::new(),
+            tail_cache: HashMap::new(),
             debug_file_lines: false,
             ended: None,
             refreshed_in_unwind: false,
@@ -259,6 +268,7 @@ impl NativeUnwinder {
         self.maps = maps;
         self.known_misses.clear();
         self.ra_cache.clear();
+        self.tail_cache.clear();
         Ok(())
     }
 
@@ -406,6 +416,7 @@ impl NativeUnwinder {
             file: None,
             line: None,
             inlined: false,
+            tail_call: false,
             tag: None,
             how,
             exported: false,
@@ -459,6 +470,103 @@ impl NativeUnwinder {
                 lm.forget_lines();
             }
         }
+        self.tail_cache.clear();
+    }
+
+    /// `frames` (from [`unwind`](Self::unwind), innermost first) with the
+    /// frames of functions that tail-called their callee put back where
+    /// DWARF call-site records prove them, as gdb does: where a caller's
+    /// return address is a call site calling G while the callee runs in
+    /// another function H, and the tail-call sites from G give exactly one
+    /// chain G -> ... -> H, the functions of that chain go between callee
+    /// and caller (`tail_call` set). Only where DWARF is read for file:line
+    /// anyway (the module's own, or its debug file's with
+    /// [`set_debug_file_lines`](Self::set_debug_file_lines)); cached per
+    /// pair of addresses.
+    pub fn with_tail_calls(&mut self, frames: &[NativeFrame]) -> Vec<NativeFrame> {
+        let mut out = Vec::with_capacity(frames.len());
+        for (i, f) in frames.iter().enumerate() {
+            out.push(f.clone());
+            if let Some(caller) = frames.get(i + 1) {
+                out.extend(self.tail_frames(f, caller).iter().cloned());
+            }
+        }
+        out
+    }
+
+    /// The tail-call frames between `callee` and `caller`, innermost first.
+    fn tail_frames(&mut self, callee: &NativeFrame, caller: &NativeFrame) -> Arc<[NativeFrame]> {
+        if !caller.return_address || callee.tail_call || caller.tail_call {
+            return Arc::from(Vec::new());
+        }
+        let key = (caller.ip, callee.lookup_ip());
+        if let Some(f) = self.tail_cache.get(&key) {
+            return f.clone();
+        }
+        let frames: Arc<[NativeFrame]> = self
+            .find_tail_frames(callee, caller)
+            .unwrap_or_default()
+            .into();
+        if self.tail_cache.len() >= module::CACHE_MAX {
+            self.tail_cache.clear();
+        }
+        self.tail_cache.insert(key, frames.clone());
+        frames
+    }
+
+    fn find_tail_frames(
+        &mut self,
+        callee: &NativeFrame,
+        caller: &NativeFrame,
+    ) -> Option<Vec<NativeFrame>> {
+        let debug_files = self.debug_file_lines;
+        let ci = self.find_module(caller.lookup_ip())?;
+        let hi = self.find_module(callee.lookup_ip())?;
+        // H: the function the callee's frame runs.
+        let h_lm = self.loaded(hi)?;
+        let h_bias = h_lm.bias;
+        let h = h_lm.function_start(callee.lookup_ip().wrapping_sub(h_bias))?;
+        // G: what the caller's call site calls.
+        let c_lm = self.loaded(ci)?;
+        let site = c_lm.call_site(caller.ip.wrapping_sub(c_lm.bias), debug_files)?;
+        if site.tail {
+            return None;
+        }
+        let target = site.target?;
+        let g = match c_lm.resolve_target(&target, debug_files) {
+            Some(g) if ci == hi => g,
+            Some(_) => return None,
+            // A declaration of a function in another library: the callee's,
+            // if that is where it is defined (the C library's
+            // `pthread_mutex_unlock`, which tail-calls its internals).
+            None if ci != hi => {
+                let name = c_lm.target_name(&target, debug_files)?;
+                self.loaded(hi)?.function_by_name(&name)?
+            }
+            None => return None,
+        };
+        let chain = self.loaded(hi)?.tail_chain(g, h, debug_files)?;
+        let mut out = Vec::with_capacity(chain.len());
+        for &ret in chain.iter().rev() {
+            let mut f = self.frame(ret.wrapping_add(h_bias), true, callee.how);
+            // Named as gdb names it: by the innermost function at the jump,
+            // which may be one inlined into the function that jumped.
+            let lines = self.loaded(hi)?.lines(ret.wrapping_sub(1), debug_files);
+            if let Some(l) = lines.first() {
+                if l.function.is_some() {
+                    f.function = l.function.clone();
+                    f.exported = false;
+                }
+                f.file = l.file.clone();
+                f.line = l.line;
+            }
+            f.tail_call = true;
+            // No stack of its own: an empty range at the callee's end.
+            f.sp = callee.cfa;
+            f.cfa = callee.cfa;
+            out.push(f);
+        }
+        Some(out)
     }
 
     /// Expand a frame from [`unwind`](Self::unwind) with DWARF file:line and
@@ -1007,6 +1115,7 @@ mod tests {
             file: None,
             line: None,
             inlined: false,
+            tail_call: false,
             tag: None,
             how: UnwindMethod::Cfi,
             exported: false,

@@ -8,6 +8,8 @@ use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
+
+use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 
 /// The bytes of a module or debug file: a copy read from the file (never a
@@ -365,11 +367,15 @@ fn is_legacy_rust(s: &str) -> bool {
             .is_some_and(|(_, h)| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+type Slice = EndianSlice<'static, LittleEndian>;
+
 /// DWARF of one module, with the borrowed slices pointing into `owned` and
 /// `file`, which live exactly as long as the context (declared first, so it
 /// is dropped first).
 struct DwarfCtx {
-    ctx: addr2line::Context<EndianSlice<'static, LittleEndian>>,
+    ctx: addr2line::Context<Slice>,
+    /// The same sections, for what addr2line does not read: call sites.
+    dwarf: Arc<gimli::Dwarf<Slice>>,
     _owned: Vec<Box<[u8]>>,
     _file: Arc<Backing>,
 }
@@ -412,9 +418,11 @@ impl DwarfCtx {
             Ok(EndianSlice::new(s, LittleEndian))
         })
         .ok()?;
-        let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
+        let dwarf = Arc::new(dwarf);
+        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).ok()?;
         Some(DwarfCtx {
             ctx,
+            dwarf,
             _owned: owned,
             _file: file,
         })
@@ -518,11 +526,22 @@ pub(crate) struct LoadedModule {
     names: HashMap<u64, Option<(Arc<str>, bool)>>,
     dwarf: Option<Option<DwarfCtx>>,
     lines: HashMap<u64, Arc<[LineFrame]>>,
+    /// Call sites per compilation unit (by its `.debug_info` offset).
+    call_sites: HashMap<u64, Arc<UnitCallSites>>,
+    /// Call targets in other units than their call sites', by DIE offset.
+    die_targets: HashMap<u64, Option<CallTarget>>,
+    /// Where each unit starts in `.debug_info` (sorted), for those.
+    unit_starts: Option<Vec<u64>>,
+    /// Function symbols by exact name (None: several addresses).
+    by_name: Option<HashMap<Box<str>, Option<u64>>>,
 }
+
+/// Bound on indexed units kept (a large library has thousands).
+const UNITS_MAX: usize = 1024;
 
 /// Bound on per-address caches, so a long `record` over code that keeps
 /// moving cannot grow them without limit.
-const CACHE_MAX: usize = 1 << 16;
+pub(crate) const CACHE_MAX: usize = 1 << 16;
 /// How far past an unsized symbol an address may still be named after it.
 const UNSIZED_SYMBOL_SPAN: u64 = 4096;
 
@@ -657,6 +676,10 @@ impl LoadedModule {
                 names: HashMap::new(),
                 dwarf: None,
                 lines: HashMap::new(),
+                call_sites: HashMap::new(),
+                die_targets: HashMap::new(),
+                unit_starts: None,
+                by_name: None,
             },
             fh,
         ))
@@ -866,15 +889,14 @@ impl LoadedModule {
     pub(crate) fn forget_lines(&mut self) {
         self.dwarf = None;
         self.lines.clear();
+        self.call_sites.clear();
+        self.die_targets.clear();
+        self.unit_starts = None;
     }
 
-    /// DWARF frames for `svma`, innermost (most inlined) first; empty when
-    /// there is no DWARF for it. Loaded on first use, from the module itself
-    /// or, when `debug_files` allows, from its separate debug file.
-    pub(crate) fn lines(&mut self, svma: u64, debug_files: bool) -> Arc<[LineFrame]> {
-        if let Some(l) = self.lines.get(&svma) {
-            return l.clone();
-        }
+    /// The module's DWARF: loaded on first use, from the module itself or,
+    /// when `debug_files` allows, from its separate debug file.
+    fn dwarf_ctx(&mut self, debug_files: bool) -> Option<&DwarfCtx> {
         if self.dwarf.is_none() {
             let ctx = DwarfCtx::load(self.bytes.clone()).or_else(|| {
                 debug_files
@@ -884,8 +906,173 @@ impl LoadedModule {
             });
             self.dwarf = Some(ctx);
         }
+        self.dwarf.as_ref().and_then(Option::as_ref)
+    }
+
+    /// The call sites of the compilation unit holding `svma`, indexed on
+    /// first use (one pass over the unit's DIEs) and cached per unit.
+    fn unit_call_sites(&mut self, svma: u64, debug_files: bool) -> Option<Arc<UnitCallSites>> {
+        self.dwarf_ctx(debug_files)?;
+        let d = self.dwarf.as_ref()?.as_ref()?;
+        let u = d.ctx.find_dwarf_and_unit(svma).skip_all_loads()?;
+        let (dwarf, unit) = (u.dwarf, u.unit);
+        let key = unit.header.offset().as_debug_info_offset()?.0 as u64;
+        if let Some(u) = self.call_sites.get(&key) {
+            return Some(u.clone());
+        }
+        let sites = Arc::new(callsites::index_unit(dwarf, unit));
+        if self.call_sites.len() >= UNITS_MAX {
+            self.call_sites.clear();
+        }
+        self.call_sites.insert(key, sites.clone());
+        Some(sites)
+    }
+
+    /// The call site whose return address is `ret` (svma); None without
+    /// DWARF or without a record there.
+    pub(crate) fn call_site(&mut self, ret: u64, debug_files: bool) -> Option<CallSite> {
+        // The call instruction, not what follows it, is in the caller's unit.
+        let u = self.unit_call_sites(ret.checked_sub(1)?, debug_files)?;
+        u.by_ret.get(&ret).cloned()
+    }
+
+    /// The tail-call sites of the function entered at `entry` (svma).
+    fn tail_sites(&mut self, entry: u64, debug_files: bool) -> Option<Arc<[CallSite]>> {
+        let u = self.unit_call_sites(entry, debug_files)?;
+        Some(
+            u.tails
+                .get(&entry)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(Vec::new())),
+        )
+    }
+
+    /// A target DIE in another unit than its call site's, read on use.
+    fn foreign_die_target(&mut self, off: u64, debug_files: bool) -> Option<CallTarget> {
+        if let Some(t) = self.die_targets.get(&off) {
+            return t.clone();
+        }
+        let dwarf = self.dwarf_ctx(debug_files)?.dwarf.clone();
+        if self.unit_starts.is_none() {
+            let mut starts = Vec::new();
+            let mut it = dwarf.units();
+            while let Ok(Some(h)) = it.next() {
+                if let Some(o) = h.offset().as_debug_info_offset() {
+                    starts.push(o.0 as u64);
+                }
+            }
+            self.unit_starts = Some(starts);
+        }
+        let starts = self.unit_starts.as_deref().unwrap_or(&[]);
+        let i = starts.partition_point(|&s| s <= off).checked_sub(1);
+        let t = i.and_then(|i| {
+            let start = gimli::DebugInfoOffset(usize::try_from(starts[i]).ok()?);
+            let header = dwarf.debug_info.header_from_offset(start).ok()?;
+            let unit = dwarf.unit(header).ok()?;
+            let o =
+                gimli::DebugInfoOffset(usize::try_from(off).ok()?).to_unit_offset(&unit.header)?;
+            callsites::die_target(&dwarf, &unit, o)
+        });
+        if self.die_targets.len() >= CACHE_MAX {
+            self.die_targets.clear();
+        }
+        self.die_targets.insert(off, t.clone());
+        t
+    }
+
+    /// The entry (svma) of the function a call target stands for, in this
+    /// module.
+    pub(crate) fn resolve_target(&mut self, t: &CallTarget, debug_files: bool) -> Option<u64> {
+        match t {
+            CallTarget::Addr(a) => Some(*a),
+            CallTarget::Name(n) => self.function_by_name(n),
+            CallTarget::Die(off) => match self.foreign_die_target(*off, debug_files)? {
+                CallTarget::Die(_) => None,
+                t => self.resolve_target(&t, debug_files),
+            },
+        }
+    }
+
+    /// The name a call target has, for a declaration (found in another
+    /// module's symbols when this one does not define it).
+    pub(crate) fn target_name(&mut self, t: &CallTarget, debug_files: bool) -> Option<Arc<str>> {
+        match t {
+            CallTarget::Name(n) => Some(n.clone()),
+            CallTarget::Die(off) => match self.foreign_die_target(*off, debug_files)? {
+                CallTarget::Name(n) => Some(n),
+                _ => None,
+            },
+            CallTarget::Addr(_) => None,
+        }
+    }
+
+    /// The address of the function symbol named `name`, exactly as the
+    /// symbol tables have it (every alias counts); None when no function,
+    /// or several at different addresses, have that name. The table is
+    /// built on first use (only the tail-call search asks).
+    pub(crate) fn function_by_name(&mut self, name: &str) -> Option<u64> {
+        if self.by_name.is_none() {
+            let mut map: HashMap<Box<str>, Option<u64>> = HashMap::new();
+            let mut add = |obj: &object::File| {
+                for s in obj.dynamic_symbols().chain(obj.symbols()) {
+                    if !matches!(s.kind(), SymbolKind::Text) || !s.is_definition() {
+                        continue;
+                    }
+                    let (Ok(n), a) = (s.name(), s.address()) else {
+                        continue;
+                    };
+                    if n.is_empty() || a == 0 {
+                        continue;
+                    }
+                    map.entry(n.into())
+                        .and_modify(|v| {
+                            if *v != Some(a) {
+                                *v = None
+                            }
+                        })
+                        .or_insert(Some(a));
+                }
+            };
+            if let Ok(obj) = object::File::parse(&**self.bytes) {
+                add(&obj);
+            }
+            if !self.has_symtab {
+                if let Some(d) = self.debug_file() {
+                    if let Ok(obj) = object::File::parse(&**d) {
+                        add(&obj);
+                    }
+                }
+            }
+            self.by_name = Some(map);
+        }
+        self.by_name.as_ref()?.get(name).copied().flatten()
+    }
+
+    /// The tail-call sites (return addresses, svma, outermost first) by
+    /// which the function entered at `g` reached the one entered at `h`,
+    /// when the DWARF call-site records allow exactly one such chain.
+    pub(crate) fn tail_chain(&mut self, g: u64, h: u64, debug_files: bool) -> Option<Vec<u64>> {
+        struct Info<'a>(&'a mut LoadedModule, bool);
+        impl callsites::TailCallInfo for Info<'_> {
+            fn tail_sites(&mut self, entry: u64) -> Option<Arc<[CallSite]>> {
+                self.0.tail_sites(entry, self.1)
+            }
+            fn resolve(&mut self, t: &CallTarget) -> Option<u64> {
+                self.0.resolve_target(t, self.1)
+            }
+        }
+        callsites::find_chain(&mut Info(self, debug_files), g, h)
+    }
+
+    /// DWARF frames for `svma`, innermost (most inlined) first; empty when
+    /// there is no DWARF for it. Loaded on first use, from the module itself
+    /// or, when `debug_files` allows, from its separate debug file.
+    pub(crate) fn lines(&mut self, svma: u64, debug_files: bool) -> Arc<[LineFrame]> {
+        if let Some(l) = self.lines.get(&svma) {
+            return l.clone();
+        }
         let mut out = Vec::new();
-        if let Some(Some(d)) = &self.dwarf {
+        if let Some(d) = self.dwarf_ctx(debug_files) {
             // File names relative to the unit's compilation directory, as
             // the build saw them (`Objects/abstract.c`).
             let comp_dir = d

@@ -94,8 +94,12 @@ impl NativeStacks {
                 }
             })
             .collect();
+        // Frames of functions that tail-called their callee, where DWARF
+        // call-site records prove them (no stack range: merging by address
+        // never takes one for an eval-loop frame).
+        let with_tails = self.unwinder.with_tail_calls(native);
         let (merged, method, reason) =
-            native_unwind::merge(native, &python, &snap.anchors, self.keep_all);
+            native_unwind::merge(&with_tails, &python, &snap.anchors, self.keep_all);
         match method {
             MergeMethod::Address => self.counts.address += 1,
             MergeMethod::Name => self.counts.name += 1,
@@ -131,6 +135,9 @@ impl NativeStacks {
                     let lines = self.unwinder.add_lines(&nf);
                     out.extend(lines.iter().filter(|f| f.inlined).map(native_frame));
                 }
+                // One frame, named and placed already: gdb shows no
+                // inlined frames for a tail call's jump either.
+                Merged::Native(nf) if nf.tail_call => out.push(native_frame(&nf)),
                 Merged::Native(nf) => {
                     for f in self.unwinder.add_lines(&nf) {
                         // Merging judged the real function; the calls DWARF
@@ -160,7 +167,9 @@ impl NativeStacks {
         state: Option<char>,
         native: &[NativeFrame],
     ) -> ThreadStack {
-        let merged: Vec<Merged<Frame>> = native_unwind::merge::<Frame>(native, &[], &[], true).0;
+        let with_tails = self.unwinder.with_tail_calls(native);
+        let merged: Vec<Merged<Frame>> =
+            native_unwind::merge::<Frame>(&with_tails, &[], &[], true).0;
         ThreadStack {
             thread_id: 0,
             os_thread_id: Some(tid as u32),
@@ -209,6 +218,7 @@ fn native_frame(f: &NativeFrame) -> Frame {
             .filter(|s| native_unwind::display_name(s) != *s)
             .map(str::to_string),
         inlined: Some(f.inlined),
+        tail_call: Some(f.tail_call),
         tag: Some(f.tag.map(str::to_string)),
         locals: None,
         position: None,
