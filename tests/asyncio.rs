@@ -466,6 +466,18 @@ fn uvloop_tasks_are_read() {
         |interp| {
             let fx = Fixture::spawn(interp, "asyncio_tree.py", &["--uvloop"]);
             check_tree(&fx, &[], true, false);
+            // uvloop keeps its queues in a Cython object's C fields: no
+            // queue line for its loop (README says so), rather than a wrong one.
+            let dump = &dump_json(fx.pid, &[])[0];
+            assert!(
+                dump["threads"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|t| t.get("event_loops").is_none()),
+                "{}: {dump}",
+                fx.label
+            );
         },
     );
 }

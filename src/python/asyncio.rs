@@ -1990,6 +1990,26 @@ mod tests {
                 let tasks = r.read_tasks(&objr, l, &addrs);
                 let index: HashMap<u64, usize> = tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
                 let _ = r.parents(&objr, l, &tasks, &index);
+                // Tasks naming every word as their loop: its queues read from garbage.
+                let naming: Vec<RawTask> = addrs
+                    .iter()
+                    .map(|&a| RawTask {
+                        addr: a + 8,
+                        loop_: a,
+                        state: 0,
+                        log_tb: false,
+                        cancelling: false,
+                        name: 0,
+                        coro: 0,
+                        waiter: 0,
+                        callbacks: Vec::new(),
+                        awaited_by: None,
+                        via: None,
+                    })
+                    .collect();
+                let mut scans = HashMap::new();
+                let found = r.queued_tasks(&objr, l, &naming, &HashMap::new(), &mut scans, 100);
+                prop_assert!(found.len() <= 100 && scans.len() <= MAX_LOOPS);
                 let running = HashSet::new();
                 let ks: Vec<usize> = (0..tasks.len()).collect();
                 let parents = vec![Vec::new(); tasks.len()];
