@@ -1630,6 +1630,14 @@ mod tests {
             w.long(),
             "select({fd 4: not recorded in a core}, no timeout)"
         );
+        // Whatever a corrupt core's registers say: every call number with
+        // wild pointers and counts decodes, bounded, without a panic.
+        for nr in -1..=460 {
+            for args in [[u64::MAX; 6], [0x1000, u64::MAX, 0x3000, 0x3000, 0x1000, 1]] {
+                let (w, _) = core.read(11, 'S', Some(SyscallLine::Blocked { nr, args }), &m);
+                assert!(w.fds.len() <= MAX_SET_FDS);
+            }
+        }
     }
 
     #[test]

@@ -691,6 +691,7 @@ fn stopped_live_and_core(
     dir: &Path,
     tids: &[(&str, i64)],
     taker: Taker,
+    settled: &dyn Fn(&Value) -> bool,
 ) -> Result<(Value, Value, String), String> {
     let mut problems = Vec::new();
     for _ in 0..5 {
@@ -701,6 +702,9 @@ fn stopped_live_and_core(
             .filter(|(_, t)| thread_by_tid(&live, *t)["wait"]["syscall"].is_null())
             .map(|(n, _)| format!("{n}: not in a call live"))
             .collect::<Vec<_>>();
+        if !settled(&live) {
+            problems.push(format!("not yet where the test wants it: {live}"));
+        }
         if problems.is_empty() {
             let core = match taker {
                 Taker::Gdb => gcore(fx.pid, dir),
@@ -754,8 +758,9 @@ fn stopped_live_and_core(
 /// [`stopped_live_and_core`] the threads its READY names `names`: the
 /// kernel's core ends its fixture, so a try that a race spoils (a thread
 /// let run by the SIGCONT before the dump's SIGKILL reaches it) starts a
-/// new fixture, three at most. `on_spawn` runs after each start. Returns
-/// READY, the live dump, the core's JSON and text.
+/// new fixture, three at most. `on_spawn` runs after each start; a live
+/// dump that READY and the dump do not find `settled` is taken again.
+/// Returns READY, the live dump, the core's JSON and text.
 fn fixture_live_and_core(
     run: &Interpreter,
     args: &dyn Fn(usize) -> Vec<String>,
@@ -763,6 +768,7 @@ fn fixture_live_and_core(
     names: &[&str],
     taker: Taker,
     on_spawn: &mut dyn FnMut(),
+    settled: &dyn Fn(&Value, &Value) -> bool,
 ) -> (Value, Value, Value, String) {
     let tries = if taker == Taker::Kernel { 3 } else { 1 };
     let mut why = String::new();
@@ -776,7 +782,7 @@ fn fixture_live_and_core(
             .iter()
             .map(|n| (*n, r["tids"][n].as_i64().expect("tid")))
             .collect();
-        match stopped_live_and_core(&mut fx, dir, &tids, taker) {
+        match stopped_live_and_core(&mut fx, dir, &tids, taker, &|live| settled(&r, live)) {
             Ok((live, core, text)) => return (r, live, core, text),
             Err(e) => why = e,
         }
@@ -819,6 +825,7 @@ fn a_core_names_the_waits_the_live_dump_names() {
                 &names,
                 taker,
                 &mut || conns.push(server.accept().unwrap()),
+                &|_, _| true,
             );
             let tids: Vec<(&str, i64)> = names
                 .iter()
@@ -864,6 +871,13 @@ fn a_core_names_the_waits_the_live_dump_names() {
                 &["spinner", "main"],
                 taker,
                 &mut || {},
+                // The main thread past READY, asleep in C with the GIL.
+                &|r, live| {
+                    let main = r["tids"]["main"].as_i64();
+                    let spinner = r["tids"]["spinner"].as_i64().unwrap_or(-1);
+                    main.is_some()
+                        && thread_by_tid(live, spinner)["wait"]["gil"]["holder"].as_i64() == main
+                },
             );
             let spinner = r["tids"]["spinner"].as_i64().unwrap();
             let main = r["tids"]["main"].as_i64().unwrap();
