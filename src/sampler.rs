@@ -987,9 +987,10 @@ impl Target {
                 };
                 let v = &self.reader.process.version;
                 let (major, minor) = (v.major, v.minor);
+                let age = self.waits.age();
                 let r = self
                     .tasks
-                    .get_or_insert_with(|| AsyncioReader::new(major, minor));
+                    .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
                 let cache = crate::python::pagecache::PageCache::new(&*self.source);
                 let source = &*self.source;
                 r.read(&mut self.reader, &cache, s, want, &|| {

@@ -998,6 +998,11 @@ impl WaitReader {
         self.detail
     }
 
+    /// How long ago the calls were made: 0 for a live process, a core's age.
+    pub(crate) fn age(&self) -> f64 {
+        self.recorded.unwrap_or(0.0)
+    }
+
     /// A new pass over `threads`: socket tables are read again when next
     /// needed, and the files of threads that are gone are closed.
     pub(crate) fn begin_pass(&mut self, threads: &[(i32, bool)]) {

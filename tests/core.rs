@@ -897,3 +897,43 @@ fn a_core_names_the_waits_the_live_dump_names() {
 fn s(v: &Value) -> &str {
     v.as_str().unwrap_or("")
 }
+
+/// A core's event-loop deadlines count from when the core was written, not
+/// from when it is read: read 3 s after its gcore, a loop's next timer is
+/// as far off as it was when the core was taken.
+#[test]
+fn a_cores_loop_deadlines_count_from_when_it_was_written() {
+    for_each_interpreter(
+        "core: loop deadlines",
+        |i| i.at_least(3, 7),
+        |interp| {
+            let dir = tempfile::tempdir().unwrap();
+            let fx = Fixture::spawn(interp, "asyncio_queues.py", &[]);
+            let ready_at = std::time::Instant::now();
+            let next_in = fx.ready["next_timer_in"].as_f64().expect("next_timer_in");
+            stop(fx.pid);
+            let core = gcore(fx.pid, dir.path());
+            let taken = ready_at.elapsed().as_secs_f64();
+            cont(fx.pid);
+            std::thread::sleep(Duration::from_secs(3));
+            let cj = core_json(&core, &[]);
+            let tid = fx.ready["thread_id"].as_u64().expect("thread_id");
+            let thread = cj["threads"]
+                .as_array()
+                .expect("threads")
+                .iter()
+                .find(|t| t["thread_id"].as_u64() == Some(tid))
+                .unwrap_or_else(|| panic!("{}: no loop thread in {cj}", fx.label))
+                .clone();
+            let got = thread["event_loops"][0]["next_timer_seconds"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{}: no next timer in {thread}", fx.label));
+            assert!(
+                got <= next_in + 0.01 && got >= next_in - taken - 0.5,
+                "{}: next timer in {got} s from the core; READY said {next_in} s, \
+                 and the core was written within {taken:.2} s of READY",
+                fx.label
+            );
+        },
+    );
+}

@@ -136,6 +136,9 @@ pub(crate) struct AsyncioReader {
     kinds: HashMap<u64, Kind>,
     mro_names: HashMap<u64, Vec<String>>,
     slots: HashMap<(u64, &'static str), Option<u64>>,
+    /// How long ago the target's moment was (a core: when it was written),
+    /// in seconds: its loops' clock then read `monotonic() - age`.
+    age: f64,
 }
 
 /// The search's findings, kept for one snapshot.
@@ -172,7 +175,20 @@ impl AsyncioReader {
             kinds: HashMap::new(),
             mro_names: HashMap::new(),
             slots: HashMap::new(),
+            age: 0.0,
         }
+    }
+
+    /// Deadlines counted from a moment `age` seconds ago (a core's), not
+    /// from now.
+    pub(crate) fn with_age(mut self, age: f64) -> AsyncioReader {
+        self.age = age.max(0.0);
+        self
+    }
+
+    /// The loops' clock at the target's moment.
+    fn loop_now(&self) -> f64 {
+        monotonic() - self.age
     }
 
     fn note(&mut self, s: String) {
@@ -1335,7 +1351,7 @@ impl AsyncioReader {
             if *sleep {
                 a.kind = "sleep".into();
             }
-            a.seconds = Some(((when - monotonic()) * 1000.0).round() / 1000.0);
+            a.seconds = Some(((when - self.loop_now()) * 1000.0).round() / 1000.0);
         }
         a
     }
@@ -1563,7 +1579,7 @@ impl AsyncioReader {
             scan.timers.insert(fut, (when, sleep));
         }
         scan.queues.next_timer_seconds =
-            next.map(|w| ((w - monotonic()) * 1000.0).round() / 1000.0);
+            next.map(|w| ((w - self.loop_now()) * 1000.0).round() / 1000.0);
         Some(scan)
     }
 
