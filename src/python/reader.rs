@@ -277,7 +277,8 @@ impl Reader {
                     tstate: ts,
                     thread_id,
                     native_tid,
-                    frames: Vec::new(),
+                    // Most stacks fit without growing.
+                    frames: Vec::with_capacity(if frames { 32 } else { 0 }),
                     anchors: Vec::new(),
                     truncated: None,
                 };
