@@ -310,9 +310,15 @@ impl Frame {
     /// The frame a sample taken during a garbage collection gets on top of
     /// the thread running it (record, top).
     pub(crate) fn gc_marker() -> Frame {
+        Frame::label("[GC]")
+    }
+
+    /// A frame that is only a name: what a sample was doing beyond its
+    /// stack (the collector, the wait of an off-CPU thread).
+    pub(crate) fn label(name: impl Into<Arc<str>>) -> Frame {
         Frame {
             kind: FrameKind::Native,
-            function: Arc::from("[GC]"),
+            function: name.into(),
             symbol: None,
             file: None,
             line: None,

@@ -43,8 +43,9 @@ impl RecordMode {
     /// stack to add: with a leaf naming the wait of an off-CPU thread
     /// (wall, offcpu); false when the mode leaves the sample out (offcpu:
     /// a thread on the CPU). The leaf goes into the tick's own stack, which
-    /// is not used after: no copy per sample.
-    fn sample(self, t: &mut crate::stack::ThreadStack) -> bool {
+    /// is not used after: no copy per sample. `leaves` keeps the leaf of each
+    /// wait seen, so that a sample shares its name rather than making one.
+    fn sample(self, t: &mut crate::stack::ThreadStack, leaves: &mut Leaves) -> bool {
         if !matches!(self, RecordMode::Wall | RecordMode::Offcpu) {
             return true;
         }
@@ -52,14 +53,22 @@ impl RecordMode {
             return self == RecordMode::Wall;
         };
         let short = w.short();
-        let mut leaf = crate::stack::Frame::python(format!("[{short}]"), String::new(), 0);
-        leaf.kind = crate::stack::FrameKind::Native;
-        leaf.file = None;
-        leaf.line = None;
-        t.frames.insert(0, leaf);
+        if leaves.len() >= MAX_LEAVES {
+            leaves.clear();
+        }
+        let leaf = leaves
+            .entry(short)
+            .or_insert_with_key(|short| crate::stack::Frame::label(format!("[{short}]")));
+        t.frames.insert(0, leaf.clone());
         true
     }
 }
+
+/// The leaf frame of each wait, by its short form.
+type Leaves = foldhash::HashMap<String, crate::stack::Frame>;
+
+/// Distinct waits remembered (paths and peers can be many).
+const MAX_LEAVES: usize = 4096;
 
 pub struct RecordOptions {
     pub pid: Option<i32>,
@@ -256,13 +265,14 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let started = Instant::now();
     let mut last_progress = started;
     let mut saw_python = !sampler.waiting_for_python();
+    let mut leaves = Leaves::default();
     while let Some(mut tick) = sampler.next_tick() {
         saw_python |= !tick.processes.is_empty();
         stats.ticks += 1 + tick.missed;
         stats.late += tick.missed + u64::from(sampler.is_late(tick.late));
         for p in &mut tick.processes {
             for t in p.threads.iter_mut() {
-                if opts.mode.sample(t) {
+                if opts.mode.sample(t, &mut leaves) {
                     profile.add(p.pid, &p.cmdline, t, tick.timestamp, tick.weight);
                 }
             }

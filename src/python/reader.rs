@@ -11,7 +11,8 @@ use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::stack::{Frame, FrameMark, Local, NameSource, ThreadStack, ThreadStatus};
 use crate::target::TargetSource;
 use foldhash::HashMap as FastMap;
-use foldhash::HashMapExt;
+use foldhash::HashSet as FastSet;
+use foldhash::{HashMapExt, HashSetExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -198,7 +199,7 @@ impl Reader {
             });
         }
         let mut out = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = FastSet::new();
         let mut i = head;
         while i != 0 && out.len() < MAX_INTERPRETERS && seen.insert(i) {
             let id = match l.interp.id {
@@ -226,7 +227,7 @@ impl Reader {
     pub(crate) fn python_threads(&mut self, src: &dyn TargetSource) -> Result<Vec<(i32, bool)>> {
         let cache = PageCache::resume(src, std::mem::take(&mut self.thread_pages));
         let threads = self.threads(src, &cache, false)?;
-        let mut holders: HashMap<u64, Option<u64>> = HashMap::new();
+        let mut holders: FastMap<u64, Option<u64>> = FastMap::new();
         let out = threads
             .iter()
             .filter_map(|t| {
@@ -251,7 +252,7 @@ impl Reader {
         let mut out = Vec::new();
         let mut buf = vec![0u8; l.thread.size as usize];
         for (interp, interp_id) in self.interpreters(mem)? {
-            let mut seen = HashSet::new();
+            let mut seen = FastSet::new();
             let mut ts = mem
                 .read_u64(interp.wrapping_add(l.interp.tstate_head))
                 .unwrap_or(0);
@@ -276,7 +277,8 @@ impl Reader {
                     tstate: ts,
                     thread_id,
                     native_tid,
-                    frames: Vec::new(),
+                    // Most stacks fit without growing.
+                    frames: Vec::with_capacity(if frames { 32 } else { 0 }),
                     anchors: Vec::new(),
                     truncated: None,
                 };
@@ -318,7 +320,16 @@ impl Reader {
 
     fn walk(&self, mem: &dyn Memory, mut f: u64, t: &mut RawThread) {
         let l = &self.process.layout.frame;
-        let mut buf = vec![0u8; l.size as usize];
+        // A frame fits on the stack for every known layout.
+        let mut small = [0u8; 512];
+        let mut large = Vec::new();
+        let buf: &mut [u8] = match small.get_mut(..l.size as usize) {
+            Some(b) => b,
+            None => {
+                large.resize(l.size as usize, 0);
+                &mut large
+            }
+        };
         // A racing target can show a chain that loops back: remember one
         // frame, moved to the current one at each power of two of steps, and
         // a loop shows as meeting it again (Brent), at no cost per frame.
@@ -336,11 +347,11 @@ impl Reader {
                 t.truncated = Some(format!("more than {MAX_FRAMES} frames"));
                 return;
             }
-            if let Err(e) = mem.read(f, &mut buf) {
+            if let Err(e) = mem.read(f, buf) {
                 t.truncated = Some(format!("frame at 0x{f:x} unreadable: {e}"));
                 return;
             }
-            let (code, instr, shim, entry) = self.frame_fields(&buf);
+            let (code, instr, shim, entry) = self.frame_fields(buf);
             if shim {
                 // The frame inside this shim was the first one of its eval-loop call.
                 if let Some(last) = t.frames.last_mut() {
@@ -355,7 +366,7 @@ impl Reader {
                     is_entry: entry,
                 });
             }
-            f = le_u64(&buf, l.previous);
+            f = le_u64(buf, l.previous);
         }
         if let Some(last) = t.frames.last_mut() {
             last.is_entry = true;
@@ -578,7 +589,7 @@ impl Reader {
     ) -> Result<Vec<ThreadSnapshot>> {
         let cache = PageCache::resume(src, std::mem::take(&mut self.snapshot_pages));
         let raw = self.threads(src, &cache, true)?;
-        let mut gil_by_interp: HashMap<u64, Option<u64>> = HashMap::new();
+        let mut gil_by_interp: FastMap<u64, Option<u64>> = FastMap::new();
         for t in &raw {
             gil_by_interp
                 .entry(t.interp)
@@ -586,7 +597,7 @@ impl Reader {
         }
         // Check all code objects in one batched read, with the collectors' flags.
         let code_size = self.process.layout.code.size as usize;
-        let gc_flags: HashMap<u64, Option<u64>> = gil_by_interp
+        let gc_flags: FastMap<u64, Option<u64>> = gil_by_interp
             .keys()
             .map(|&i| (i, self.gc_flag_addr(i)))
             .collect();
@@ -596,7 +607,7 @@ impl Reader {
                 .chain(gc_flags.values().flatten().map(|&a| (a, 4))),
         );
         // Whether each interpreter's collector is running, read in the same pause.
-        let gc_by_interp: HashMap<u64, Option<bool>> = gc_flags
+        let gc_by_interp: FastMap<u64, Option<bool>> = gc_flags
             .iter()
             .map(|(&i, a)| (i, a.and_then(|a| cache.read_u32(a).ok()).map(|v| v != 0)))
             .collect();
@@ -612,9 +623,9 @@ impl Reader {
             self.refresh_names(&cache, &raw);
         }
         let mut resolved: FastMap<u64, Result<Option<Arc<CodeInfo>>, MemError>> = FastMap::new();
-        let mut gil_sync_by_interp: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        let mut gil_sync_by_interp: FastMap<u64, Vec<(u64, u64)>> = FastMap::new();
         let mut out = Vec::with_capacity(raw.len());
-        for t in raw {
+        for mut t in raw {
             let holds_gil = gil_by_interp
                 .get(&t.interp)
                 .copied()
@@ -630,7 +641,7 @@ impl Reader {
                 ThreadStatus::Idle
             };
             let mut frames = Vec::with_capacity(t.frames.len());
-            let mut truncated = t.truncated.clone();
+            let mut truncated = t.truncated.take();
             let mut locks = Vec::new();
             for f in &t.frames {
                 // Recursion repeats code objects: check each once per snapshot.
@@ -694,7 +705,7 @@ impl Reader {
                     wait: None,
                     asyncio: None,
                 },
-                anchors: t.anchors.clone(),
+                anchors: std::mem::take(&mut t.anchors),
                 in_gc: holds_gil && gc_by_interp.get(&t.interp) == Some(&Some(true)),
                 gil_sync: if opts.gil_sync {
                     gil_sync_by_interp
@@ -946,7 +957,7 @@ fn calibrate_tid_offset(
         if !tids.contains(&v) {
             return false;
         }
-        let mut seen = HashSet::new();
+        let mut seen = FastSet::new();
         threads.iter().filter(|t| t.thread_id != 0).all(|t| {
             mem.read_u32(t.thread_id.wrapping_add(off))
                 .is_ok_and(|v| tids.contains(&v) && seen.insert(v))
@@ -959,7 +970,7 @@ fn calibrate_tid_offset(
 /// Python frame of that call. The chain ends at the thread state's root
 /// cframe (not on the stack: it anchors nothing). Bounded like the frames.
 fn cframe_anchors(mem: &dyn Memory, mut cf: u64, current: u64, previous: u64, t: &mut RawThread) {
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::new();
     while cf != 0 && t.anchors.len() < MAX_FRAMES && seen.insert(cf) {
         let (Ok(frame), Ok(prev)) = (
             mem.read_u64(cf.wrapping_add(current)),
