@@ -53,6 +53,10 @@ thread_local! {
 /// Counted per thread; the normal class comes back when the last one drops.
 struct Boost;
 
+/// Set once the real-time class was refused (no CAP_SYS_NICE, no
+/// RLIMIT_RTPRIO): not asked for again, at two system calls a pause.
+static BOOST_REFUSED: AtomicBool = AtomicBool::new(false);
+
 thread_local! {
     static BOOSTS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// Held while LINGERING is not empty (for a second at most: a thread
@@ -62,12 +66,15 @@ thread_local! {
 
 impl Boost {
     fn new() -> Boost {
-        if BOOSTS.with(|b| b.replace(b.get() + 1)) == 0 {
+        if BOOSTS.with(|b| b.replace(b.get() + 1)) == 0 && !BOOST_REFUSED.load(Ordering::Relaxed) {
             let param = libc::sched_param { sched_priority: 1 };
             // SAFETY: sets the calling thread's policy; a valid sched_param.
             // Refused without the right: then nothing changes.
-            unsafe {
-                libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param);
+            let r = unsafe {
+                libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+            };
+            if r != 0 && errno() == libc::EPERM {
+                BOOST_REFUSED.store(true, Ordering::Relaxed);
             }
         }
         Boost
@@ -76,7 +83,9 @@ impl Boost {
 
 impl Drop for Boost {
     fn drop(&mut self) {
-        if BOOSTS.with(|b| b.replace(b.get().saturating_sub(1))) == 1 {
+        if BOOSTS.with(|b| b.replace(b.get().saturating_sub(1))) == 1
+            && !BOOST_REFUSED.load(Ordering::Relaxed)
+        {
             let param = libc::sched_param { sched_priority: 0 };
             // SAFETY: as above, back to the normal class.
             unsafe {
@@ -109,8 +118,8 @@ pub struct PauseGuard {
     stopped: Vec<i32>,
     /// Threads asked to stop that did not stop within the budget.
     not_stopped: Vec<i32>,
-    /// Dropped after the threads are let go.
-    _boost: Boost,
+    /// Dropped after the threads are let go; none when nothing was to stop.
+    _boost: Option<Boost>,
 }
 
 enum Polled {
@@ -120,6 +129,12 @@ enum Polled {
     Waiting,
     /// Exited (and reaped), or no longer our tracee.
     Gone,
+}
+
+/// Our own pid, asked of the kernel once (it is asked at every pause).
+fn own_pid() -> i32 {
+    static PID: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| std::process::id() as i32)
 }
 
 fn errno() -> i32 {
@@ -309,7 +324,7 @@ fn reap() {
         if l.is_empty() {
             return;
         }
-        let me = std::process::id() as i32;
+        let me = own_pid();
         let mut renamed = Vec::new();
         l.retain(|&(pid, tid)| {
             let mut n = 0;
@@ -378,9 +393,9 @@ impl PauseGuard {
             pid,
             stopped: Vec::with_capacity(tids.len()),
             not_stopped: Vec::new(),
-            _boost: Boost::new(),
+            _boost: (!tids.is_empty()).then(Boost::new),
         };
-        let me = std::process::id() as i32;
+        let me = own_pid();
         let mut refused = None;
         // Interrupt every thread first and only then wait for the stops, so
         // the threads stop in parallel rather than one scheduling delay each.

@@ -99,47 +99,34 @@ impl Identity {
 }
 
 /// The identity, and field 20 (the process's number of threads), of a stat
-/// line. Read every sampling pass, so one pass over the bytes after the
-/// command name, fields counted by their single-space separators.
+/// line. Read every sampling pass, so one pass over the fields after the
+/// command name, parsing only the wanted ones.
 fn parse_live_stat(stat: &str) -> Option<(Identity, u64)> {
-    let rest = stat.as_bytes().get(stat.rfind(')')? + 1..)?;
     // Fields wanted (1-based, as proc(5) counts); field 3 follows the ')'.
+    // The kernel separates fields with one space and ends the line with a
+    // newline.
     const WANT: [usize; 4] = [20, 22, 26, 28];
+    let b = stat.get(stat.rfind(')')? + 2..)?.as_bytes();
+    let (mut i, mut field) = (0, 3);
     let mut got = [0u64; 4];
-    let mut k = 0;
-    let mut field = 2;
-    let mut value: Option<u64> = None;
-    for &b in rest.iter().chain(std::iter::once(&b' ')) {
-        if b.is_ascii_whitespace() {
-            if let Some(v) = value.take() {
-                if field == WANT[k] {
-                    got[k] = v;
-                    k += 1;
-                    if k == WANT.len() {
-                        let id = Identity {
-                            start_time: got[1],
-                            start_code: got[2],
-                            start_stack: got[3],
-                        };
-                        return Some((id, got[0]));
-                    }
-                }
-            }
-            continue;
-        }
-        if value.is_none() {
+    for (k, &want) in WANT.iter().enumerate() {
+        while field < want {
+            i += b.get(i..)?.iter().position(|&c| c == b' ')? + 1;
             field += 1;
-            value = Some(0);
         }
-        // Only the wanted fields must be numbers; others (the state letter,
-        // negative fields) are skipped whatever they hold.
-        if field == WANT[k] {
-            let d = (b as char).to_digit(10)?;
-            value = value?.checked_mul(10)?.checked_add(d as u64);
-            value?;
-        }
+        let len = b[i..]
+            .iter()
+            .position(|&c| c == b' ' || c == b'\n')
+            .unwrap_or(b.len() - i);
+        // Only the wanted fields must be numbers.
+        got[k] = std::str::from_utf8(&b[i..i + len]).ok()?.parse().ok()?;
     }
-    None
+    let id = Identity {
+        start_time: got[1],
+        start_code: got[2],
+        start_stack: got[3],
+    };
+    Some((id, got[0]))
 }
 
 /// The leader thread's `/proc/PID/task/PID/stat`, kept open and re-read

@@ -960,6 +960,13 @@ impl Target {
             }
         }
         self.late_threads = guard.as_ref().map_or(0, |g| g.not_stopped().len());
+        if self.late_threads > 0 {
+            // Read with a thread running that should have stood still: the
+            // list it finds may be torn, so the next pause walks it afresh.
+            if let Some(l) = self.live.as_mut() {
+                l.listed = None;
+            }
+        }
         // Tasks are read while the threads still stand still.
         let mut tasks = match (&snap, cfg.read.asyncio) {
             (Ok(s), mode) if mode != AsyncMode::Off => {

@@ -1189,12 +1189,12 @@ impl WaitReader {
         line: Option<SyscallLine>,
         mem: &dyn Memory,
     ) -> (Wait, Option<CallArgs>) {
-        let w = Wait {
+        let bare = || Wait {
             state: state.to_string(),
             ..Default::default()
         };
         if state == 'R' || self.detail == WaitDetail::Off {
-            return (w, None);
+            return (bare(), None);
         }
         // Short detail reads nothing that changes while the call's text
         // stays the same: decoded once per call (and state, within the
@@ -1209,6 +1209,7 @@ impl WaitReader {
                 }
             }
         }
+        let w = bare();
         let (w, call) = self.decode(tid, state, line, mem, w);
         if cacheable {
             if let Some(c) = self.calls.get_mut(&tid) {
