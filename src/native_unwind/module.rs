@@ -10,7 +10,7 @@ use std::sync::Arc;
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
 
 use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
-use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 
 /// The bytes of a module or debug file: a copy read from the file (never a
 /// mapping: a file truncated under a mapping faults with SIGBUS), or from the
@@ -514,6 +514,8 @@ pub(crate) struct LoadedModule {
     bytes: Arc<Backing>,
     /// avma = svma + bias.
     pub(crate) bias: u64,
+    /// Loadable segments' file bytes: (svma start, svma end, file offset).
+    segments: Vec<(u64, u64, u64)>,
     cfi: CfiCoverage,
     cfi_cache: HashMap<u64, bool>,
     /// Addresses whose CFA rule is known not to be an expression.
@@ -616,6 +618,14 @@ impl LoadedModule {
             text_segment: None,
         };
         let fh = framehop::Module::new(name.to_string(), avma_range, bias, info);
+        let segments = obj
+            .segments()
+            .filter_map(|seg| {
+                let (off, len) = seg.file_range();
+                Some((seg.address(), seg.address().checked_add(len)?, off))
+            })
+            .take(64)
+            .collect();
         let has_symtab = obj.section_by_name(".symtab").is_some();
         let has_dwarf = obj.section_by_name(".debug_info").is_some();
         let mut debug_candidates = Vec::new();
@@ -666,6 +676,7 @@ impl LoadedModule {
             LoadedModule {
                 bytes,
                 bias,
+                segments,
                 cfi,
                 cfi_cache: HashMap::new(),
                 expr_cache: HashMap::new(),
@@ -1006,11 +1017,37 @@ impl LoadedModule {
         }
     }
 
+    /// The target (svma) of a direct `call rel32` ending at `ret`, decoded
+    /// from the file's bytes (5 of them, read on demand). A byte that only
+    /// looks like the opcode gives a wrong target: callers use it only to
+    /// skip work, never to show a frame.
+    pub(crate) fn direct_call_target(&self, ret: u64) -> Option<u64> {
+        let at = ret.checked_sub(5)?;
+        let &(start, _, off) = self
+            .segments
+            .iter()
+            .find(|&&(start, end, _)| start <= at && ret <= end)?;
+        let b = self.bytes.range(off.checked_add(at - start)?, 5)?;
+        if b.first() != Some(&0xE8) {
+            return None;
+        }
+        let rel = i32::from_le_bytes(b.get(1..5)?.try_into().ok()?);
+        Some(ret.wrapping_add(rel as i64 as u64))
+    }
+
     /// The address of the function symbol named `name`, exactly as the
     /// symbol tables have it (every alias counts); None when no function,
     /// or several at different addresses, have that name. The table is
     /// built on first use (only the tail-call search asks).
     pub(crate) fn function_by_name(&mut self, name: &str) -> Option<u64> {
+        // Most targets are a function's shown name (the exported one): the
+        // table the module has already built, without building another.
+        let syms = self.symbols();
+        let mut hits = syms.syms.iter().filter(|s| syms.name(s) == name);
+        if let Some(first) = hits.next() {
+            let start = first.start;
+            return hits.all(|s| s.start == start).then_some(start);
+        }
         if self.by_name.is_none() {
             let mut map: HashMap<Box<str>, Option<u64>> = HashMap::new();
             let mut add = |obj: &object::File| {
@@ -1394,7 +1431,6 @@ mod tests {
     /// and loaded as a module at its own addresses; and the address of each
     /// `tc_` function.
     fn tailcall_fixture(extra: &[&str]) -> (LoadedModule, HashMap<String, u64>, String) {
-        use object::ObjectSegment;
         let dir = tempfile::tempdir().unwrap().keep();
         let lib = dir.join("libtailcall.so");
         let src = concat!(
