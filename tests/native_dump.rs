@@ -72,6 +72,8 @@ fn built() -> &'static Path {
             &[],
             &["fixture.c", "fixture_asm.s", "fixture_threads.c"],
         );
+        // With DWARF (its call-site records): helpers ending in jumps.
+        gcc("libtailcall.so", &["-g"], &["tailcall.c"]);
         gcc(
             "libnosym_full.so",
             &["-fvisibility=hidden"],
@@ -181,6 +183,7 @@ fn native_shape(f: &Value) -> Option<String> {
         && f["offset"].as_str().is_some_and(|o| o.starts_with("0x"))
         && offset(f) != u64::MAX
         && f["inlined"].is_boolean()
+        && f["tail_call"].is_boolean()
         && f.get("tag").is_some_and(Value::is_null)
         && f.get("file").is_some_and(|v| v.is_null() || v.is_string())
         && f.get("line").is_some_and(|v| v.is_null() || v.is_u64());
@@ -827,6 +830,100 @@ fn native_stacks_on_every_interpreter() {
                 sleep(Duration::from_millis(100));
             }
             let _ = std::fs::remove_file(dir.join(format!("trigger-{pid}")));
+        },
+    );
+}
+
+// ------------------------------------------------------------ tailcall.py
+
+/// What is wrong with the tail-call fixture's threads in one dump: the
+/// unique chain's functions shown as tail-call frames between the leaf and
+/// the entry point, nothing between them where the chain is ambiguous or
+/// unknowable.
+fn tail_call_problems(ready: &Value, dump: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (thread, expect) in [
+        ("chain", &["tc_leaf", "tc_mid2", "tc_mid1", "tc_chain"][..]),
+        ("fork", &["tc_leaf2", "tc_fork"][..]),
+        ("indirect", &["tc_leaf", "tc_indirect"][..]),
+    ] {
+        let tid = ready["threads"][thread]["native_id"].as_u64();
+        let Some(t) = threads(dump)
+            .iter()
+            .find(|t| t["os_thread_id"].as_u64() == tid)
+        else {
+            out.push(format!("{thread}: no thread {tid:?}"));
+            continue;
+        };
+        let frames = frames_of(t);
+        if let Some(p) = frames
+            .iter()
+            .filter(|f| is_native(f))
+            .find_map(native_shape)
+        {
+            out.push(format!("{thread}: {p}"));
+        }
+        // The library's frames, past the leaf's inlined helper.
+        let ours: Vec<&Value> = frames
+            .iter()
+            .filter(|f| module(f) == "libtailcall.so" && f["inlined"] == false)
+            .collect();
+        let names: Vec<&str> = ours.iter().map(|f| name(f)).collect();
+        let tails: Vec<bool> = ours.iter().map(|f| f["tail_call"] == true).collect();
+        let want_tails: Vec<bool> = (0..expect.len())
+            .map(|i| i > 0 && i + 1 < expect.len())
+            .collect();
+        if names != expect || tails != want_tails {
+            out.push(format!(
+                "{thread}: {names:?} (tail calls {tails:?}), want {expect:?} ({want_tails:?})\n{}",
+                show(frames)
+            ));
+            continue;
+        }
+        for f in ours.iter().filter(|f| f["tail_call"] == true) {
+            let at = f["file"].as_str().unwrap_or("");
+            if !at.ends_with("tailcall.c") || !f["line"].is_u64() {
+                out.push(format!("{thread}: tail-call frame without file:line: {f}"));
+            }
+        }
+    }
+    out
+}
+
+/// Functions that ended in a jump to their callee (gcc -O2 tail calls) are
+/// shown between the callee and the caller, as gdb shows them, where the
+/// library's DWARF call-site records allow exactly one chain; nowhere else.
+#[test]
+fn tail_call_frames_on_every_interpreter() {
+    let dir = built();
+    for_each_interpreter(
+        "tail_call_frames",
+        |_| true,
+        |interp| {
+            let fx = Fixture::spawn(interp, "native/tailcall.py", &[dir.to_str().unwrap()]);
+            let ready = fx.ready.clone();
+            let pid = fx.pid;
+            let mut last = Vec::new();
+            for _ in 0..ATTEMPTS {
+                let d = dump_one(pid, &["--native"]);
+                last = tail_call_problems(&ready, &d);
+                if last.is_empty() {
+                    break;
+                }
+                sleep(Duration::from_millis(100));
+            }
+            assert!(last.is_empty(), "{}", last.join("\n"));
+            // The text output marks them.
+            let p = pid.to_string();
+            let out = pyinspect(&["dump", "--pid", &p, "--native"]);
+            out.assert_success();
+            let marked = out
+                .stdout
+                .lines()
+                .filter(|l| l.trim_start().starts_with("tc_mid") && l.ends_with(" (tail call)"))
+                .count();
+            assert_eq!(marked, 2, "{}", out.describe());
+            assert!(!out.stdout.contains("tc_left"), "{}", out.describe());
         },
     );
 }

@@ -147,10 +147,10 @@ struct Frame {
     at: Option<u64>,
     /// gdb's TAILCALL_FRAME: a caller that jumped to its callee (a tail
     /// call) has no frame on the stack any more; gdb rebuilds it from the
-    /// DWARF call-site records (DW_TAG_call_site, DW_AT_call_tail_call) of
-    /// the debug file. pyinspect shows the stack's frames only, so it lacks
-    /// these; they are counted as gdb's frames all the same, and the table
-    /// says how many of the missing ones they are.
+    /// DWARF call-site records (DW_TAG_call_site, DW_AT_call_tail_call).
+    /// pyinspect rebuilds them the same way (its `tail_call` frames); they
+    /// are gdb's frames to match like any other, and the table says how
+    /// many of them pyinspect missed.
     tail_call: bool,
 }
 
@@ -456,7 +456,7 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
                     module: Some(module_name(raw)),
                     python: false,
                     at,
-                    tail_call: false,
+                    tail_call: f["tail_call"] == true,
                 });
                 // As for gdb: nothing past the thread's start.
                 if start {
@@ -741,8 +741,9 @@ fn print_table(rows: &[Row]) -> (f64, usize, f64) {
         "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>5.1}%",
         "all", "", g, agree, x, merged
     );
-    // The same figure without the frames gdb rebuilt for tail calls (no
-    // stack frame exists for them; see Frame::tail_call).
+    // How many of gdb's tail-call frames (rebuilt from call-site records,
+    // see Frame::tail_call) pyinspect rebuilt too, and the figure without
+    // them.
     let _ = writeln!(
         s,
         "  {} of {} gdb frames missed are its synthesised tail-call frames ({} of {} tail-call frames shown); \

@@ -324,9 +324,7 @@ fn merge_by_name<F: Clone>(
     python: &[PyFrameForMerge<F>],
     keep_all: bool,
 ) -> (Vec<Merged<F>>, Option<String>) {
-    // A tail-call frame has no eval-loop call of its own on the stack.
-    let is_eval =
-        |f: &NativeFrame| !f.tail_call && f.function.as_deref().is_some_and(is_eval_frame);
+    let is_eval = |f: &NativeFrame| f.function.as_deref().is_some_and(is_eval_frame);
     let evals = native.iter().filter(|f| is_eval(f)).count();
     // Python frames grouped per eval-loop call, outermost group first, each
     // group outer to inner.

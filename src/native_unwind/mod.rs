@@ -85,7 +85,7 @@ pub struct NativeFrame {
     pub inlined: bool,
     /// A function that jumped to its callee (a tail call), so that no stack
     /// frame of it is left: rebuilt from DWARF call-site records, as gdb
-    /// rebuilds it (see [`NativeUnwinder::with_tail_calls`]).
+    /// rebuilds it (see [`NativeUnwinder::tail_calls_between`]).
     pub tail_call: bool,
     /// Some("cuda") for frames in CUDA libraries.
     pub tag: Option<&'static str>,
@@ -473,29 +473,22 @@ impl NativeUnwinder {
         self.tail_cache.clear();
     }
 
-    /// `frames` (from [`unwind`](Self::unwind), innermost first) with the
-    /// frames of functions that tail-called their callee put back where
-    /// DWARF call-site records prove them, as gdb does: where a caller's
-    /// return address is a call site calling G while the callee runs in
-    /// another function H, and the tail-call sites from G give exactly one
-    /// chain G -> ... -> H, the functions of that chain go between callee
-    /// and caller (`tail_call` set). Only where DWARF is read for file:line
+    /// The frames of functions that tail-called their way from `caller`
+    /// (the next frame out of `callee`, from [`unwind`](Self::unwind)) to
+    /// `callee`, innermost first, where DWARF call-site records prove them,
+    /// as gdb does: when the caller's return address is a call site calling
+    /// G while the callee runs in another function H, and the tail-call
+    /// sites from G give exactly one chain G -> ... -> H, the functions of
+    /// that chain (`tail_call` set). Only where DWARF is read for file:line
     /// anyway (the module's own, or its debug file's with
-    /// [`set_debug_file_lines`](Self::set_debug_file_lines)); cached per
+    /// [`set_debug_file_lines`](Self::set_debug_file_lines)); a direct call
+    /// to H itself is told from the code's bytes without DWARF. Cached per
     /// pair of addresses.
-    pub fn with_tail_calls(&mut self, frames: &[NativeFrame]) -> Vec<NativeFrame> {
-        let mut out = Vec::with_capacity(frames.len());
-        for (i, f) in frames.iter().enumerate() {
-            out.push(f.clone());
-            if let Some(caller) = frames.get(i + 1) {
-                out.extend(self.tail_frames(f, caller).iter().cloned());
-            }
-        }
-        out
-    }
-
-    /// The tail-call frames between `callee` and `caller`, innermost first.
-    fn tail_frames(&mut self, callee: &NativeFrame, caller: &NativeFrame) -> Arc<[NativeFrame]> {
+    pub fn tail_calls_between(
+        &mut self,
+        callee: &NativeFrame,
+        caller: &NativeFrame,
+    ) -> Arc<[NativeFrame]> {
         if !caller.return_address || callee.tail_call || caller.tail_call {
             return Arc::from(Vec::new());
         }
@@ -526,6 +519,24 @@ impl NativeUnwinder {
         let h_lm = self.loaded(hi)?;
         let h_bias = h_lm.bias;
         let h = h_lm.function_start(callee.lookup_ip().wrapping_sub(h_bias))?;
+        // A direct call to H itself (what most frames are), told from the
+        // code without DWARF: no tail call in between. So is a call to
+        // H's PLT stub from another library.
+        let c_lm = self.loaded(ci)?;
+        let ret = caller.ip.wrapping_sub(c_lm.bias);
+        let called = c_lm.direct_call_target(ret);
+        if ci == hi && called == Some(h) {
+            return None;
+        }
+        let stub = called
+            .filter(|_| ci != hi)
+            .and_then(|t| c_lm.symbol(t))
+            .and_then(|(n, _)| n.strip_suffix("@plt").map(str::to_string));
+        if let Some(name) = stub {
+            if self.loaded(hi)?.function_by_name(&name) == Some(h) {
+                return None;
+            }
+        }
         // G: what the caller's call site calls.
         let c_lm = self.loaded(ci)?;
         let site = c_lm.call_site(caller.ip.wrapping_sub(c_lm.bias), debug_files)?;
@@ -553,7 +564,9 @@ impl NativeUnwinder {
             // which may be one inlined into the function that jumped.
             let lines = self.loaded(hi)?.lines(ret.wrapping_sub(1), debug_files);
             if let Some(l) = lines.first() {
-                if l.function.is_some() {
+                // The function itself keeps the symbol table's name, as
+                // add_lines keeps it.
+                if l.function.is_some() && (l.inlined || f.function.is_none()) {
                     f.function = l.function.clone();
                     f.exported = false;
                 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
 
 use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
-use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 
 /// The bytes of a module or debug file: a copy read from the file (never a
 /// mapping: a file truncated under a mapping faults with SIGBUS), or from the
@@ -514,6 +514,8 @@ pub(crate) struct LoadedModule {
     bytes: Arc<Backing>,
     /// avma = svma + bias.
     pub(crate) bias: u64,
+    /// Loadable segments' file bytes: (svma start, svma end, file offset).
+    segments: Vec<(u64, u64, u64)>,
     cfi: CfiCoverage,
     cfi_cache: HashMap<u64, bool>,
     /// Addresses whose CFA rule is known not to be an expression.
@@ -616,6 +618,14 @@ impl LoadedModule {
             text_segment: None,
         };
         let fh = framehop::Module::new(name.to_string(), avma_range, bias, info);
+        let segments = obj
+            .segments()
+            .filter_map(|seg| {
+                let (off, len) = seg.file_range();
+                Some((seg.address(), seg.address().checked_add(len)?, off))
+            })
+            .take(64)
+            .collect();
         let has_symtab = obj.section_by_name(".symtab").is_some();
         let has_dwarf = obj.section_by_name(".debug_info").is_some();
         let mut debug_candidates = Vec::new();
@@ -666,6 +676,7 @@ impl LoadedModule {
             LoadedModule {
                 bytes,
                 bias,
+                segments,
                 cfi,
                 cfi_cache: HashMap::new(),
                 expr_cache: HashMap::new(),
@@ -1006,11 +1017,37 @@ impl LoadedModule {
         }
     }
 
+    /// The target (svma) of a direct `call rel32` ending at `ret`, decoded
+    /// from the file's bytes (5 of them, read on demand). A byte that only
+    /// looks like the opcode gives a wrong target: callers use it only to
+    /// skip work, never to show a frame.
+    pub(crate) fn direct_call_target(&self, ret: u64) -> Option<u64> {
+        let at = ret.checked_sub(5)?;
+        let &(start, _, off) = self
+            .segments
+            .iter()
+            .find(|&&(start, end, _)| start <= at && ret <= end)?;
+        let b = self.bytes.range(off.checked_add(at - start)?, 5)?;
+        if b.first() != Some(&0xE8) {
+            return None;
+        }
+        let rel = i32::from_le_bytes(b.get(1..5)?.try_into().ok()?);
+        Some(ret.wrapping_add(rel as i64 as u64))
+    }
+
     /// The address of the function symbol named `name`, exactly as the
     /// symbol tables have it (every alias counts); None when no function,
     /// or several at different addresses, have that name. The table is
     /// built on first use (only the tail-call search asks).
     pub(crate) fn function_by_name(&mut self, name: &str) -> Option<u64> {
+        // Most targets are a function's shown name (the exported one): the
+        // table the module has already built, without building another.
+        let syms = self.symbols();
+        let mut hits = syms.syms.iter().filter(|s| syms.name(s) == name);
+        if let Some(first) = hits.next() {
+            let start = first.start;
+            return hits.all(|s| s.start == start).then_some(start);
+        }
         if self.by_name.is_none() {
             let mut map: HashMap<Box<str>, Option<u64>> = HashMap::new();
             let mut add = |obj: &object::File| {
@@ -1387,5 +1424,153 @@ mod tests {
         assert_eq!(name(0x1080), None);
         assert_eq!(name(0x1104).map(|x| x.0), Some("asm_label"));
         assert_eq!(name(0xfff), None);
+    }
+
+    /// `python_fixtures/native/tailcall.c` built with `gcc -O2 -g` (with
+    /// `-gdwarf-4` too: the GNU call-site form, `DW_TAG_GNU_call_site`)
+    /// and loaded as a module at its own addresses; and the address of each
+    /// `tc_` function.
+    fn tailcall_fixture(extra: &[&str]) -> (LoadedModule, HashMap<String, u64>, String) {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let lib = dir.join("libtailcall.so");
+        let src = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/python_fixtures/native/tailcall.c"
+        );
+        let out = std::process::Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .args(extra)
+            .arg(src)
+            .output()
+            .expect("run gcc");
+        assert!(
+            out.status.success(),
+            "gcc: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bytes = std::fs::read(&lib).unwrap();
+        let obj = object::File::parse(&bytes[..]).unwrap();
+        let exec = obj
+            .segments()
+            .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+            .unwrap();
+        let funcs: HashMap<String, u64> = obj
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text)
+            .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
+            .filter(|(n, _)| n.starts_with("tc_"))
+            .collect();
+        let (lm, _) = LoadedModule::load(
+            Arc::new(Backing::Owned(bytes.clone())),
+            "libtailcall.so",
+            0..1 << 20,
+            exec.address(),
+            exec.file_range().0,
+            "",
+            dir.to_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(lm.bias, 0);
+        (lm, funcs, lib.to_str().unwrap().to_string())
+    }
+
+    /// The last instruction before `ret` (svma), as objdump disassembles it.
+    fn instruction_before(lib: &str, funcs: &HashMap<String, u64>, ret: u64) -> String {
+        let start = funcs.values().filter(|&&a| a < ret).max().unwrap();
+        let out = std::process::Command::new("objdump")
+            .args(["-d", "--no-show-raw-insn"])
+            .arg(format!("--start-address={start:#x}"))
+            .arg(format!("--stop-address={ret:#x}"))
+            .arg(lib)
+            .output()
+            .expect("run objdump");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .rev()
+            .find(|l| {
+                l.trim_start()
+                    .split(':')
+                    .next()
+                    .is_some_and(|a| u64::from_str_radix(a.trim(), 16).is_ok())
+            })
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[test]
+    fn tail_call_chains_from_gcc_call_site_records() {
+        for extra in [&[][..], &["-gdwarf-4"][..]] {
+            let (mut lm, f, lib) = tailcall_fixture(extra);
+            let at = |n: &str| *f.get(n).unwrap_or_else(|| panic!("{n} in {f:?}"));
+            let name = |lm: &mut LoadedModule, a: u64| lm.symbol(a - 1).map(|s| s.0.to_string());
+            // The call in each entry point: its return address, by the call
+            // site record whose target is the helper.
+            let call_in = |lm: &mut LoadedModule, entry: &str, helper: &str| -> CallSite {
+                let u = lm.unit_call_sites(at(entry), false).expect("DWARF");
+                let site = u
+                    .by_ret
+                    .values()
+                    .filter(|s| !s.tail && s.ret > at(entry))
+                    .min_by_key(|s| s.ret)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{extra:?}: no call in {entry}"));
+                let target = site.target.clone().expect("a direct call");
+                assert_eq!(
+                    lm.resolve_target(&target, false),
+                    Some(at(helper)),
+                    "{extra:?}"
+                );
+                assert_eq!(lm.call_site(site.ret, false), Some(site.clone()));
+                site
+            };
+
+            // One chain: tc_mid1 jumps to tc_mid2, which jumps to tc_leaf.
+            call_in(&mut lm, "tc_chain", "tc_mid1");
+            let chain = lm
+                .tail_chain(at("tc_mid1"), at("tc_leaf"), false)
+                .unwrap_or_else(|| panic!("{extra:?}: no chain"));
+            let names: Vec<_> = chain.iter().map(|&r| name(&mut lm, r)).collect();
+            assert_eq!(
+                names,
+                [Some("tc_mid1".to_string()), Some("tc_mid2".to_string())],
+                "{extra:?}"
+            );
+            for &r in &chain {
+                let insn = instruction_before(&lib, &f, r);
+                assert!(insn.contains("jmp"), "{extra:?}: {insn:?} before {r:#x}");
+            }
+            // From inside the chain, the rest of it.
+            let rest = lm.tail_chain(at("tc_mid2"), at("tc_leaf"), false);
+            assert_eq!(rest.as_deref(), Some(&chain[1..]), "{extra:?}");
+            // A function reaching itself, or not reaching H at all.
+            assert_eq!(lm.tail_chain(at("tc_leaf"), at("tc_leaf"), false), None);
+            assert_eq!(lm.tail_chain(at("tc_mid1"), at("tc_leaf2"), false), None);
+
+            // Two chains (through tc_left and through tc_right): nothing.
+            call_in(&mut lm, "tc_fork", "tc_split");
+            for side in ["tc_left", "tc_right"] {
+                let c = lm.tail_chain(at(side), at("tc_leaf2"), false);
+                assert_eq!(c.map(|c| c.len()), Some(1), "{extra:?}: from {side}");
+            }
+            assert_eq!(
+                lm.tail_chain(at("tc_split"), at("tc_leaf2"), false),
+                None,
+                "{extra:?}"
+            );
+
+            // An indirect jump on the way could reach tc_leaf as well: nothing.
+            call_in(&mut lm, "tc_indirect", "tc_maybe");
+            assert_eq!(
+                lm.tail_chain(at("tc_maybe"), at("tc_leaf"), false),
+                None,
+                "{extra:?}"
+            );
+            assert_eq!(
+                lm.tail_chain(at("tc_maybe"), at("tc_leaf2"), false),
+                None,
+                "{extra:?}"
+            );
+        }
     }
 }

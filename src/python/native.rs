@@ -94,12 +94,8 @@ impl NativeStacks {
                 }
             })
             .collect();
-        // Frames of functions that tail-called their callee, where DWARF
-        // call-site records prove them (no stack range: merging by address
-        // never takes one for an eval-loop frame).
-        let with_tails = self.unwinder.with_tail_calls(native);
         let (merged, method, reason) =
-            native_unwind::merge(&with_tails, &python, &snap.anchors, self.keep_all);
+            native_unwind::merge(native, &python, &snap.anchors, self.keep_all);
         match method {
             MergeMethod::Address => self.counts.address += 1,
             MergeMethod::Name => self.counts.name += 1,
@@ -123,10 +119,19 @@ impl NativeStacks {
             ));
         }
         snap.stack.native_entry = native_unwind::native_entry(native);
-        snap.stack.frames = self.output_frames(merged);
+        snap.stack.frames = self.output_frames(merged, native);
     }
 
-    fn output_frames(&mut self, merged: Vec<Merged<Frame>>) -> Vec<Frame> {
+    /// The merged frames as printed: each native frame expanded with its
+    /// DWARF file:line and inlined frames, and followed by the frames of
+    /// the functions that tail-called their way to it from its caller in
+    /// `native` (the unwound stack the merge took). Only shown frames are
+    /// looked at, so hidden interpreter plumbing costs no DWARF.
+    fn output_frames(&mut self, merged: Vec<Merged<Frame>>, native: &[NativeFrame]) -> Vec<Frame> {
+        let mut at: HashMap<(u64, u64, u64), usize> = HashMap::with_capacity(native.len());
+        for (i, f) in native.iter().enumerate() {
+            at.entry((f.ip, f.sp, f.cfa)).or_insert(i);
+        }
         let mut out = Vec::with_capacity(merged.len());
         for m in merged {
             match m {
@@ -135,9 +140,6 @@ impl NativeStacks {
                     let lines = self.unwinder.add_lines(&nf);
                     out.extend(lines.iter().filter(|f| f.inlined).map(native_frame));
                 }
-                // One frame, named and placed already: gdb shows no
-                // inlined frames for a tail call's jump either.
-                Merged::Native(nf) if nf.tail_call => out.push(native_frame(&nf)),
                 Merged::Native(nf) => {
                     for f in self.unwinder.add_lines(&nf) {
                         // Merging judged the real function; the calls DWARF
@@ -151,6 +153,25 @@ impl NativeStacks {
                                 .is_some_and(|n| native_unwind::is_interpreter_plumbing(n, true));
                         if self.keep_all || !inlined_plumbing {
                             out.push(native_frame(&f));
+                        }
+                    }
+                    let Some(&i) = at.get(&(nf.ip, nf.sp, nf.cfa)) else {
+                        continue;
+                    };
+                    let Some(caller) = native.get(i + 1) else {
+                        continue;
+                    };
+                    // One frame each, named and placed already: gdb shows
+                    // no inlined frames at a tail call's jump either.
+                    for t in self.unwinder.tail_calls_between(&native[i], caller).iter() {
+                        let plumbing = t.function.as_deref().is_some_and(|n| {
+                            native_unwind::is_interpreter_plumbing(
+                                n,
+                                native_unwind::is_python_module(&t.module),
+                            )
+                        });
+                        if self.keep_all || !plumbing {
+                            out.push(native_frame(t));
                         }
                     }
                 }
@@ -167,9 +188,7 @@ impl NativeStacks {
         state: Option<char>,
         native: &[NativeFrame],
     ) -> ThreadStack {
-        let with_tails = self.unwinder.with_tail_calls(native);
-        let merged: Vec<Merged<Frame>> =
-            native_unwind::merge::<Frame>(&with_tails, &[], &[], true).0;
+        let merged: Vec<Merged<Frame>> = native_unwind::merge::<Frame>(native, &[], &[], true).0;
         ThreadStack {
             thread_id: 0,
             os_thread_id: Some(tid as u32),
@@ -184,7 +203,7 @@ impl NativeStacks {
             native_entry: native_unwind::native_entry(native),
             name_source: Some(NameSource::Os),
             asyncio: None,
-            frames: self.output_frames(merged),
+            frames: self.output_frames(merged, native),
             truncated: None,
             wait: None,
         }
