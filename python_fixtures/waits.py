@@ -13,6 +13,11 @@
                                 through ctypes.PyDLL, which keeps the GIL).
     waits.py offcpu             a worker that waits 70% of each 100 ms on a
                                 socket and 30% on a Lock, forever.
+    waits.py resumed            threads in the calls a stop makes the kernel
+                                resume through restart_syscall: a relative
+                                nanosleep and clock_nanosleep (libc through
+                                ctypes), poll with a timeout, and (3.2+) a
+                                Lock acquire with a timeout (a timed futex).
     waits.py vfork DIR          (3.8+) a thread in os.posix_spawn whose vfork
                                 child blocks opening a FIFO in DIR that nobody
                                 opens for writing: the parent thread sits in
@@ -233,6 +238,62 @@ def offcpu():
     fu.exit_now()
 
 
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def do_nanosleep(p):
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    p.set()
+    libc.nanosleep(ctypes.byref(Timespec(3600, 0)), None)
+
+
+def do_clock_nanosleep(p):
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    p.set()
+    # CLOCK_MONOTONIC, relative (flags 0).
+    libc.clock_nanosleep(1, 0, ctypes.byref(Timespec(3600, 0)), None)
+
+
+def do_poll(r, p):
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
+    p.set()
+    poller.poll(3600 * 1000)
+
+
+def do_timed_lock(lock, p):
+    p.set()
+    lock.acquire(True, 3600)
+
+
+def resumed():
+    r, w = os.pipe()
+    lock = threading.Lock()
+    lock.acquire()
+    threads = [
+        ("nanosleep", do_nanosleep, (park("nanosleep"),)),
+        ("clock_nanosleep", do_clock_nanosleep, (park("clock_nanosleep"),)),
+        ("poll", do_poll, (r, park("poll"))),
+    ]
+    if sys.version_info >= (3, 2):
+        threads.append(("futex", do_timed_lock, (lock, park("futex"))))
+    for name, target, args in threads:
+        t = threading.Thread(target=target, args=args, name=name)
+        t.daemon = True
+        t.start()
+    fu.wait_until([p.event for p in parked.values()])
+    by_name = {}
+    for th in threading.enumerate():
+        if th.name in parked:
+            by_name[th.name] = fu.NATIVE_IDS.get(th.ident)
+    fu.ready({"tids": by_name})
+    fu.install_ping()
+    while not fu.expired():
+        time.sleep(0.2)
+    fu.exit_now()
+
+
 def spawn(fifo, go, p):
     p.set()
     go.wait()
@@ -268,6 +329,8 @@ if __name__ == "__main__":
         blocked(int(sys.argv[2]), sys.argv[3])
     elif mode == "gil":
         gil()
+    elif mode == "resumed":
+        resumed()
     elif mode == "vfork":
         vfork(sys.argv[2])
     else:

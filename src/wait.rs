@@ -1050,6 +1050,14 @@ impl WaitReader {
             c.text.clear();
             c.text.extend_from_slice(&buf[..n]);
             c.line = std::str::from_utf8(&buf[..n]).ok().and_then(parse_syscall);
+            if let Some(SyscallLine::Blocked { nr, args }) = c.line {
+                if nr == RESTART_SYSCALL {
+                    // Read once per call: the text is kept while it lasts.
+                    let wchan = crate::procfs::thread_wchan(pid, tid).unwrap_or_default();
+                    let nr = resumed_call(&args, wchan.trim());
+                    c.line = Some(SyscallLine::Blocked { nr, args });
+                }
+            }
             c.state = None;
             c.wait = None;
         }
@@ -1304,6 +1312,36 @@ fn secs(v: f64) -> String {
     }
 }
 
+/// x86-64's `restart_syscall`: what a thread runs when a stop (ours, a
+/// debugger's) interrupted a timed sleep that the kernel resumes through
+/// its restart block. The registers still hold the first call's arguments.
+pub(crate) const RESTART_SYSCALL: i64 = 219;
+
+/// The call a thread in `restart_syscall` resumes, from the kernel function
+/// it sleeps in (`wchan`) and the arguments its registers still hold. The
+/// kernel resumes only timed futex waits, poll with a timeout and the
+/// relative sleeps this way; the first two say so in their wchan, a sleep's
+/// may be only the system-call entry its restart is inlined into.
+pub(crate) fn resumed_call(args: &[u64; 6], wchan: &str) -> i64 {
+    if wchan.starts_with("futex") {
+        return 202;
+    }
+    if wchan.starts_with("do_sys_poll")
+        || wchan.starts_with("do_restart_poll")
+        || wchan.starts_with("poll_schedule_timeout")
+    {
+        return 7;
+    }
+    // clock_nanosleep(clock id, flags, request, remain) against
+    // nanosleep(request, remain): a clock id is small, flags 0 or 1; a
+    // request is a pointer.
+    if args[0] < 16 && args[1] <= 1 {
+        230
+    } else {
+        35
+    }
+}
+
 /// `/proc/PID/task/TID/wchan`: "0" (or empty) means none.
 pub(crate) fn parse_wchan(text: &str) -> Option<String> {
     let t = text.trim();
@@ -1380,6 +1418,24 @@ pub(crate) fn summary(waits: &[(u32, Option<&str>, &Wait)]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_call_resumed_by_restart_syscall_is_named_as_the_call() {
+        // As /proc showed them here after a stop: a timed Lock acquire, a
+        // poll with a timeout, libc's nanosleep (clock_nanosleep on
+        // CLOCK_REALTIME), a relative clock_nanosleep, a raw nanosleep.
+        let futex = [0x558a28d4dd10, 0x89, 0, 0x7fff10, 0, 0xffffffff];
+        assert_eq!(resumed_call(&futex, "futex_do_wait"), 202);
+        let poll = [0x7fdf3ca60b70, 1, 0x36ee80, 0, 0, 0];
+        assert_eq!(resumed_call(&poll, "poll_schedule_timeout.constprop.0"), 7);
+        assert_eq!(resumed_call(&poll, "do_sys_poll"), 7);
+        let realtime = [0, 0, 0x7fdf3c586b20, 0, 0, 0];
+        assert_eq!(resumed_call(&realtime, "do_syscall_64"), 230);
+        let monotonic = [1, 0, 0x7fdf3c586a20, 0, 0, 0];
+        assert_eq!(resumed_call(&monotonic, "hrtimer_nanosleep_restart"), 230);
+        let raw = [0x7ffd1000, 0x7ffd1010, 0, 0, 0, 0];
+        assert_eq!(resumed_call(&raw, "do_nanosleep"), 35);
+    }
     use super::*;
     use crate::memory::SliceMemory as Bytes;
 

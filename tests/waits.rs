@@ -361,6 +361,78 @@ fn dump_shows_d_state_with_wchan_and_kernel_stack() {
     );
 }
 
+/// A stop (ours: `dump --native` stops every thread) makes the kernel resume
+/// a timed sleep through `restart_syscall`, and /proc then shows that call
+/// (219) in its place. The wait is still named as the call it resumes, as
+/// the test read it from /proc before the stop.
+#[test]
+fn a_call_resumed_after_a_stop_keeps_its_name() {
+    for_each_interpreter(
+        "a_call_resumed_after_a_stop_keeps_its_name",
+        |_| true,
+        |interp| {
+            let fx = Fixture::spawn(interp, "waits.py", &["resumed"]);
+            let pid = fx.pid;
+            let tids: Vec<(String, i64)> = fx.ready["tids"]
+                .as_object()
+                .expect("tids")
+                .iter()
+                .map(|(n, t)| (n.clone(), t.as_i64().expect("tid")))
+                .collect();
+            // Each thread in its call first, as the kernel says.
+            let mut first: HashMap<i64, i64> = HashMap::new();
+            until_ok(&format!("{}: threads in their calls", fx.label), || {
+                let mut p = Vec::new();
+                for (name, tid) in &tids {
+                    match proc_syscall_nr(pid, *tid) {
+                        Some(nr) if nr >= 0 && nr != 219 => {
+                            first.insert(*tid, nr);
+                        }
+                        other => p.push(format!("{name}: {other:?}")),
+                    }
+                }
+                p
+            });
+            pyinspect(&["dump", "--native", "--pid", &pid.to_string()]).assert_success();
+            let resumed: Vec<&String> = tids
+                .iter()
+                .filter(|(_, t)| proc_syscall_nr(pid, *t) == Some(219))
+                .map(|(n, _)| n)
+                .collect();
+            assert!(
+                resumed.iter().any(|n| n.as_str() == "clock_nanosleep"),
+                "{}: the stop resumed no sleep through restart_syscall ({resumed:?}): \
+                 the test does not test what it is for",
+                fx.label
+            );
+            let d = dump_json(pid, &[]);
+            let by_tid = threads_by_tid(&d[0]);
+            for (name, tid) in &tids {
+                let w = by_tid
+                    .get(tid)
+                    .map(|t| t["wait"].clone())
+                    .unwrap_or_default();
+                let want = expected_names(first[tid]);
+                assert!(
+                    s(&w["syscall"]) == want && w["syscall_nr"].as_i64() == Some(first[tid]),
+                    "{}: {name} (in {want} before the stop, {:?} now): {w}",
+                    fx.label,
+                    proc_syscall_nr(pid, *tid)
+                );
+            }
+            let out = pyinspect(&["dump", "--pid", &pid.to_string()]);
+            out.assert_success();
+            assert!(
+                !out.stdout.contains("syscall_219") && !out.stdout.contains("restart_syscall"),
+                "{}: {}",
+                fx.label,
+                out.stdout
+            );
+            common::assert_not_stopped(pid);
+        },
+    );
+}
+
 /// Leaf frames of the worker's samples in a collapsed profile, with counts.
 fn worker_leaves(collapsed: &str) -> HashMap<String, u64> {
     let mut out = HashMap::new();
