@@ -39,6 +39,20 @@ import fixture_util as fu
 parked = {}
 
 
+def start_parked(threads):
+    """Start each (name, target, args) as a daemon thread named name, wait
+    until every parked thread is about to block, and give their native ids
+    by name."""
+    for name, target, args in threads:
+        t = threading.Thread(target=target, args=args, name=name)
+        t.daemon = True
+        t.start()
+    fu.wait_until([p.event for p in parked.values()])
+    return dict(
+        (th.name, fu.NATIVE_IDS.get(th.ident)) for th in threading.enumerate() if th.name in parked
+    )
+
+
 def park(name):
     p = fu.Parked()
     parked[name] = p
@@ -113,19 +127,9 @@ def blocked(port, directory):
         ("waitpid", do_waitpid, (child, park("waitpid"))),
         ("fifo", do_fifo_read, (fifo_fd, park("fifo"))),
     ]
-    for name, target, args in threads:
-        t = threading.Thread(target=target, args=args, name=name)
-        t.daemon = True
-        t.start()
-    holder_parked.wait(20)
-    t = threading.Thread(target=do_lock, args=(lock, park("lock")), name="lock")
-    t.daemon = True
-    t.start()
-    fu.wait_until([p.event for p in parked.values()])
-    by_name = {}
-    for th in threading.enumerate():
-        if th.name in parked:
-            by_name[th.name] = fu.NATIVE_IDS.get(th.ident)
+    # The lock waiter only once the holder has the lock.
+    start_parked(threads)
+    by_name = start_parked([("lock", do_lock, (lock, park("lock")))])
     fu.ready(
         {
             "tids": by_name,
@@ -278,16 +282,7 @@ def resumed():
     ]
     if sys.version_info >= (3, 2):
         threads.append(("futex", do_timed_lock, (lock, park("futex"))))
-    for name, target, args in threads:
-        t = threading.Thread(target=target, args=args, name=name)
-        t.daemon = True
-        t.start()
-    fu.wait_until([p.event for p in parked.values()])
-    by_name = {}
-    for th in threading.enumerate():
-        if th.name in parked:
-            by_name[th.name] = fu.NATIVE_IDS.get(th.ident)
-    fu.ready({"tids": by_name})
+    fu.ready({"tids": start_parked(threads)})
     fu.install_ping()
     while not fu.expired():
         time.sleep(0.2)
