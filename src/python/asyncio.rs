@@ -604,33 +604,30 @@ impl AsyncioReader {
             return (out, false);
         }
         let mut full = false;
-        let ws = word(ms.tasks);
-        if objr.type_name(ws).is_ok_and(|t| t == "WeakSet") {
-            match weakset_members(cache, objr, l, ws, limit) {
+        for (addr, ty, what) in [
+            (word(ms.tasks), "WeakSet", "registry of Python-level tasks"),
+            (
+                word(ms.eager_tasks),
+                "set",
+                "registry of eager Python-level tasks",
+            ),
+        ] {
+            if !objr.type_name(addr).is_ok_and(|t| t == ty) {
+                self.note(format!("_asyncio's {what} is no {ty}: not read"));
+                continue;
+            }
+            let items = if ty == "WeakSet" {
+                weakset_members(cache, objr, l, addr, limit)
+            } else {
+                objr.set_items(addr, limit)
+            };
+            match items {
                 Ok(objs) => {
                     full |= objs.len() as u64 >= limit;
                     out.extend(objs);
                 }
-                Err(e) => self.note(format!(
-                    "_asyncio's registry of Python-level tasks unreadable: {e}"
-                )),
+                Err(e) => self.note(format!("_asyncio's {what} unreadable: {e}")),
             }
-        } else {
-            self.note("_asyncio's registry of Python-level tasks is no WeakSet: not read".into());
-        }
-        let eager = word(ms.eager_tasks);
-        if objr.type_name(eager).is_ok_and(|t| t == "set") {
-            match objr.set_items(eager, limit) {
-                Ok(objs) => {
-                    full |= objs.len() as u64 >= limit;
-                    out.extend(objs);
-                }
-                Err(e) => self.note(format!(
-                    "_asyncio's eager Python-level tasks unreadable: {e}"
-                )),
-            }
-        } else {
-            self.note("_asyncio's registry of eager Python-level tasks is no set: not read".into());
         }
         (out, full)
     }
