@@ -298,6 +298,9 @@ pub(crate) struct Target {
     tasks: Option<AsyncioReader>,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
+    /// The threads the latest sample asked to pause: read first, and
+    /// interrupted first, at the next (see [`Target::sample`]).
+    paused_last: Vec<i32>,
     /// Threads that did not stop within the budget at the latest sample,
     /// or whose unwind read beyond the stack copied during the pause.
     late_threads: usize,
@@ -505,6 +508,7 @@ impl Target {
             stack_copy: HashMap::new(),
             pause_notes: Vec::new(),
             late_threads: 0,
+            paused_last: Vec::new(),
         };
         // One read without pausing fills the code-object and name caches,
         // so that the first paused read is as short as the later ones
@@ -598,17 +602,24 @@ impl Target {
 
     /// Scheduler state of each known Python thread, before any pausing
     /// (a thread we stop would read as stopped).
-    fn read_states(&mut self) {
-        let pid = self.pid;
-        // Files of threads that are gone are closed; new ones are opened.
+    ///
+    /// Files of threads that are gone are closed, and all states are
+    /// forgotten, by [`Target::forget_gone_threads`]; then the states are
+    /// read, of some threads at a time, with [`Target::read_states_of`].
+    fn forget_gone_threads(&mut self) {
         let threads = &self.threads;
         self.stat_files
             .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
         self.waits.keep_threads(threads);
         self.states.clear();
+    }
+
+    /// The states of `tids` (see [`Target::forget_gone_threads`]).
+    fn read_states_of(&mut self, tids: &[i32]) {
+        let pid = self.pid;
         let mut buf = [0u8; 512];
         let now = Instant::now();
-        for &(tid, _) in &self.threads {
+        for &tid in tids {
             // The syscall file first (cheaper for the kernel to write, and
             // the waits read it anyway): a thread on a CPU says so there,
             // and one still in the call its state was read in keeps it.
@@ -645,6 +656,44 @@ impl Target {
         }
     }
 
+    /// The waits of `tids` that are not running (for a core, the calls its
+    /// registers recorded), into `pending`; nothing unless `wanted`.
+    fn read_waits_of(&mut self, tids: &[i32], wanted: bool) {
+        if !wanted {
+            return;
+        }
+        let live = self.live.is_some();
+        for &tid in tids {
+            if !live {
+                // A core: the call its registers say (one decoder, two
+                // sources of the call and its arguments), in state S
+                // when they show it asleep, else in no known state.
+                let Some(line) = self.source.saved_call(tid) else {
+                    continue;
+                };
+                let state = self.states.get(&tid).copied();
+                let mut read =
+                    self.waits
+                        .read(tid, state.unwrap_or('?'), Some(line), &*self.source);
+                if state.is_none() {
+                    read.0.state.clear();
+                }
+                self.pending.insert(tid, read);
+                continue;
+            }
+            let Some(&state) = self.states.get(&tid) else {
+                continue;
+            };
+            let line = if state == 'R' {
+                None
+            } else {
+                self.waits.syscall(tid)
+            };
+            let read = self.waits.read(tid, state, line, &*self.source);
+            self.pending.insert(tid, read);
+        }
+    }
+
     /// The threads that must stand still for a consistent read. Python
     /// frames only change under the GIL, so a sleeping thread that does not
     /// hold it cannot move them: pausing it would only wake it (and make it
@@ -653,7 +702,9 @@ impl Target {
     ///
     /// A thread in uninterruptible sleep (D: a vfork parent, NFS, a frozen
     /// cgroup) cannot stop until it wakes; it is read without pausing.
-    fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
+    ///
+    /// Of the Python threads, only those in `among` are considered.
+    fn to_pause(&self, cfg: &SamplerConfig, among: &[i32]) -> Result<Vec<i32>, Error> {
         if cfg.read.native_all {
             return Ok(self
                 .source
@@ -665,6 +716,7 @@ impl Target {
         Ok(self
             .threads
             .iter()
+            .filter(|(tid, _)| among.contains(tid))
             .filter(|(tid, gil)| {
                 let state = self.states.get(tid);
                 if state == Some(&'D') {
@@ -838,6 +890,26 @@ impl Target {
         let filter_idle = !cfg.filter.include_idle && !cfg.filter.gil_only;
         let live = self.live.is_some();
         let want_waits = cfg.read.waits != WaitDetail::Off;
+        let pausing = live && !cfg.pause.nonblocking;
+        // The threads read first. When pausing, these are the ones likely to
+        // be paused (the GIL holder, and those paused last time): they are
+        // interrupted as soon as their states and waits are read, and the
+        // others' are read while they come to a stop, time otherwise spent
+        // polling for it. --native-all pauses threads Python does not know:
+        // there everything is read first, as the set to pause is all.
+        let all: Vec<i32> = self.threads.iter().map(|(t, _)| *t).collect();
+        let split = pausing && !cfg.read.native_all;
+        let mut first: Vec<i32> = if split {
+            self.threads
+                .iter()
+                .filter(|(t, gil)| *gil || self.paused_last.contains(t))
+                .map(|(t, _)| *t)
+                .collect()
+        } else {
+            all.clone()
+        };
+        let read_kernel_states =
+            live && (filter_idle || cfg.read.statuses || want_waits || pausing);
         if !live {
             // A core's states, as far as it recorded them.
             self.states = self
@@ -845,8 +917,9 @@ impl Target {
                 .iter()
                 .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
                 .collect();
-        } else if filter_idle || cfg.read.statuses || want_waits || !cfg.pause.nonblocking {
-            self.read_states();
+        } else if read_kernel_states {
+            self.forget_gone_threads();
+            self.read_states_of(&first);
             let holder_asleep = self
                 .threads
                 .iter()
@@ -854,50 +927,30 @@ impl Target {
             if reuse_list && holder_asleep {
                 // Who holds the GIL now decides who must stand still.
                 self.list_threads(started)?;
-                self.read_states();
+                self.forget_gone_threads();
+                first = self.threads.iter().map(|(t, _)| *t).collect();
+                self.read_states_of(&first);
             }
         } else {
             self.states.clear();
         }
+        let rest: Vec<i32> = self
+            .threads
+            .iter()
+            .map(|(t, _)| *t)
+            .filter(|t| !first.contains(t))
+            .collect();
         self.pending.clear();
         if want_waits {
-            // Only threads that are not running have a call to read, and it
-            // must be read before any of them is stopped.
             self.waits.begin_pass(&self.threads);
-            for (tid, _) in &self.threads {
-                if !live {
-                    // A core: the call its registers say (one decoder, two
-                    // sources of the call and its arguments), in state S
-                    // when they show it asleep, else in no known state.
-                    let Some(line) = self.source.saved_call(*tid) else {
-                        continue;
-                    };
-                    let state = self.states.get(tid).copied();
-                    let mut read =
-                        self.waits
-                            .read(*tid, state.unwrap_or('?'), Some(line), &*self.source);
-                    if state.is_none() {
-                        read.0.state.clear();
-                    }
-                    self.pending.insert(*tid, read);
-                    continue;
-                }
-                let Some(&state) = self.states.get(tid) else {
-                    continue;
-                };
-                let line = if state == 'R' {
-                    None
-                } else {
-                    self.waits.syscall(*tid)
-                };
-                let read = self.waits.read(*tid, state, line, &*self.source);
-                self.pending.insert(*tid, read);
-            }
         }
-        let pause = if cfg.pause.nonblocking || !live {
-            Vec::new()
+        // Only threads that are not running have a call to read, and it
+        // must be read before any of them is stopped.
+        self.read_waits_of(&first, want_waits);
+        let pause = if pausing {
+            self.to_pause(cfg, &first)?
         } else {
-            self.to_pause(cfg)?
+            Vec::new()
         };
         // Threads Python does not know (--native-all): their states too
         // must be read before they are stopped.
@@ -906,11 +959,26 @@ impl Target {
             .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
             .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
             .collect();
-        let guard = if cfg.pause.nonblocking || !live {
-            None
-        } else {
-            Some(PauseGuard::new(self.pid, &pause)?)
-        };
+        let mut guard = pausing.then(|| PauseGuard::begin(self.pid));
+        if let Some(g) = guard.as_mut() {
+            g.interrupt(&pause)?;
+        }
+        let mut asked = pause;
+        if !rest.is_empty() {
+            if read_kernel_states {
+                self.read_states_of(&rest);
+            }
+            self.read_waits_of(&rest, want_waits);
+            if let Some(g) = guard.as_mut() {
+                let more = self.to_pause(cfg, &rest)?;
+                g.interrupt(&more)?;
+                asked.extend(more);
+            }
+        }
+        if let Some(g) = guard.as_mut() {
+            g.wait();
+        }
+        self.paused_last = asked;
         let opts = ReadOptions {
             locals: cfg.read.locals,
             names: true,
