@@ -274,6 +274,7 @@ class Bench:
         self.quick = args.quick
         self.tmp = Path(tempfile.mkdtemp(prefix="pyinspect-bench-"))
         self.last_detail = None  # the measurements behind dump_times' medians
+        self.floors = {}  # (mode, rate) -> us per sample, set by machine-floor
 
     def ours(self, *args):
         return [str(PYINSPECT), *map(str, args)]
@@ -577,9 +578,11 @@ class Bench:
               verdict(per_sample["ours"] <= per_sample["theirs"] / 3), "us",
               f"CPU / ticks, --mode wall vs py-spy --idle, 100 Hz, {secs} s, start-up included, "
               f"median of {reps}", detail)
+        floor = self.floors.get(("pause", rate))
         r.add("record-wall-100Hz after start-up", after_startup["ours"], after_startup["theirs"],
               "<= 1/3 of py-spy", verdict(after_startup["ours"] <= after_startup["theirs"] / 3), "us",
-              "(CPU - start-up CPU) / ticks, each tool's start-up measured alone")
+              "(CPU - start-up CPU) / ticks, each tool's start-up measured alone"
+              + (f"; machine floor (a wake-up, a stop, a release) {floor:.1f} us" if floor else ""))
         r.add("record-wall start-up", startup["ours"], startup["theirs"], "<= 1x py-spy",
               verdict(startup["ours"] <= startup["theirs"]), "ms",
               "CPU of a 10 Hz, 1 s record less its ticks")
@@ -765,6 +768,33 @@ class Bench:
 
 
     # 8 (issue 15)
+    # (issues 13 and 15)
+    def machine_floor(self):
+        """What this machine charges any sampler per sample before it reads a
+        byte: a wake-up at the rate (`bench/floor.c sleep`), and a wake-up plus
+        one ptrace stop and release of a busy thread (`floor.c pause`), at
+        100 Hz, 1 kHz and 10 kHz, on the busy thread of `threads.py 4 1` under
+        sid's 3.15. Every tool's CPU per sample is its floor plus its own
+        work; the record rows print theirs beside these."""
+        secs, reps = (2, 1) if self.quick else (4, 3)
+        exe = build_floor(self.tmp)
+        with Target(sid_python("3.15"), "threads.py", 4, 1) as t:
+            busy = busy_thread(t.pid)
+            if busy is None:
+                raise Skip("no running thread in the fixture")
+            for rate in (100, 1000, 10000):
+                for mode in ("sleep", "pause"):
+                    cmd = [exe, mode, rate, secs] + ([busy] if mode == "pause" else [])
+                    runs = [run_measured(cmd, timeout=secs + 30) for _ in range(reps)]
+                    if any(m.rc != 0 for m in runs):
+                        raise Skip(f"floor {mode} failed: {first_line(runs[0].err)}")
+                    us = [m.cpu / (rate * secs) * 1e6 for m in runs]
+                    self.floors[(mode, rate)] = statistics.median(us)
+                    what = "a wake-up" if mode == "sleep" else "a wake-up, a stop and a release"
+                    self.results.add(f"floor {mode} {rate} Hz", self.floors[(mode, rate)], None, "-",
+                                     "INFO", "us", f"CPU per sample of {what} alone, median of {reps}",
+                                     {"us_per_sample": us})
+
     def record_vs_cpython_sampler(self):
         """On one CPython 3.15 process (4 threads), pyinspect, CPython's own
         sampler (`profiling.sampling attach -a`) and py-spy at 1 and 10 kHz,
@@ -855,12 +885,21 @@ class Bench:
                 return "failed" if r and r.get("error") else "-"
             return f"{r[key]:.1f}{unit}"
 
+        def above_floor(r):
+            """CPU per sample less the machine's floor for the row's mode and
+            rate (machine-floor, when it ran): the tool's own work."""
+            floor = self.floors.get(("pause" if r["mode"] == "pausing" else "sleep", r["rate"]))
+            if floor is None or r.get("us_per_sample") is None:
+                return "-"
+            return f"{r['us_per_sample'] - floor:.1f}"
+
         print(f"\n  {'python':<6} {'mode':<11} {'rate':>6}  {'tool':<10} {'us/sample':>10} {'delivered':>10} "
-              f"{'slowdown':>9}")
+              f"{'slowdown':>9} {'above floor':>12}")
         for r in rows:
             print(f"  {r['python']:<6} {r['mode']:<11} {r['rate']:>6}  {r['tool']:<10} "
                   f"{cell(r, 'us_per_sample', ''):>10} {cell(r, 'delivered_pct', '%'):>10} "
-                  f"{cell(r, 'slowdown_pct', '%'):>9}" + (f"  ({r['error'][:70]})" if r.get("error") else ""))
+                  f"{cell(r, 'slowdown_pct', '%'):>9} {above_floor(r):>12}"
+                  + (f"  ({r['error'][:70]})" if r.get("error") else ""))
         print(flush=True)
 
         def find(py, tool, mode, rate):
@@ -1007,6 +1046,7 @@ SCENARIOS = [
     ("dump-native-pause", Bench.dump_native_pause),
     ("dump-core", Bench.dump_core),
     ("native-gdb-agreement", Bench.native_gdb_agreement),
+    ("machine-floor", Bench.machine_floor),
     ("record-cpu-per-sample", Bench.record_cpu_per_sample),
     ("record-wall-100Hz", Bench.record_wall_100hz),
     ("record-native-rate", Bench.record_native_rate),
@@ -1028,6 +1068,28 @@ def build_measure(tmp):
     if done.returncode != 0:
         sys.exit(f"bench: gcc failed on bench/measure.c: {first_line(done.stderr)}")
     return str(out)
+
+
+def build_floor(tmp):
+    out = tmp / "floor"
+    done = subprocess.run(["gcc", "-O2", "-o", out, ROOT / "bench" / "floor.c"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise Skip(f"gcc failed on bench/floor.c: {first_line(done.stderr)}")
+    return str(out)
+
+
+def busy_thread(pid):
+    """The thread of `pid` that is running now and has run the most."""
+    best = None
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is the state (field 3); utime is field 14.
+        if fields[0] == "R" and (best is None or int(fields[11]) > best[1]):
+            best = (int(task.name), int(fields[11]))
+    return best[0] if best else None
 
 
 def build():
