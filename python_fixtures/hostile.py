@@ -107,7 +107,10 @@ def mode_spoof(victim):
     spin_forever()
 
 
-def mode_exec(delay, argv):
+def mode_exec(delay, argv, from_main=False):
+    """On SIGUSR2, after `delay` seconds, exec `argv` from a worker thread
+    (the kernel then moves it to the leader's tid), or from the main thread
+    itself when `from_main` (the leader stays, with new memory)."""
     trigger = threading.Event()
 
     def worker():
@@ -117,6 +120,16 @@ def mode_exec(delay, argv):
 
     signal.signal(signal.SIGUSR2, lambda s, f: trigger.set())
     start(spin_forever)
+    if from_main:
+        start(spin_forever)
+        fu.ready({})
+        # Woken every 10 ms: a signal the kernel hands to another thread
+        # (the main one may be stopped by the sampler at that moment) runs
+        # its handler only when the main thread runs bytecode.
+        while not trigger.wait(0.01):
+            pass
+        time.sleep(delay)
+        os.execv(argv[0], argv)
     start(worker)
     fu.ready({})
     spin_forever()
@@ -206,6 +219,8 @@ def main():
         mode_spoof(int(sys.argv[2]))
     elif mode == "exec":
         mode_exec(float(sys.argv[2]), sys.argv[3:])
+    elif mode == "exec-main":
+        mode_exec(float(sys.argv[2]), sys.argv[3:], from_main=True)
     elif mode == "truncate":
         mode_truncate(sys.argv[2])
     elif mode == "vfork":

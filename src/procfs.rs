@@ -159,6 +159,40 @@ impl StatFile {
     }
 }
 
+/// A per-pass check, lighter for the kernel than a stat line, that a
+/// process is still the one opened. Its `/proc/PID/mem`, opened once, reads
+/// the memory the process had then: once that memory is gone (the process
+/// exited, exec'd another program, or its pid went to another process) a
+/// read through it returns nothing. The thread count comes from the link
+/// count the kernel gives `/proc/PID/task`: two plus the number of threads.
+pub(crate) struct SameMemory {
+    mem: std::fs::File,
+    tasks: std::fs::File,
+    /// An address mapped for the life of the program.
+    addr: u64,
+}
+
+impl SameMemory {
+    pub(crate) fn open(pid: i32, addr: u64) -> Option<SameMemory> {
+        let mem = std::fs::File::open(proc_path(pid, "mem")).ok()?;
+        let tasks = std::fs::File::open(proc_path(pid, "task")).ok()?;
+        let same = SameMemory { mem, tasks, addr };
+        same.threads().map(|_| same)
+    }
+
+    /// The process's thread count, while its memory is the one opened;
+    /// None once it is not, or no thread is left.
+    pub(crate) fn threads(&self) -> Option<u64> {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let mut b = [0u8; 1];
+        if self.mem.read_at(&mut b, self.addr).ok()? != 1 {
+            return None;
+        }
+        let links = self.tasks.metadata().ok()?.nlink();
+        links.checked_sub(2).filter(|&n| n > 0)
+    }
+}
+
 /// The identity of `pid` now, read afresh.
 pub(crate) fn identity(pid: i32) -> Option<Identity> {
     Identity::parse(&std::fs::read_to_string(proc_path(pid, "stat")).ok()?)

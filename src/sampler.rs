@@ -309,6 +309,9 @@ pub(crate) struct Target {
 /// `/proc/PID/stat`, kept open: re-read every pass to notice the process
 /// ending, its pid being reused, or an exec.
 struct Liveness {
+    /// The cheap check made first (see [`procfs::SameMemory`]); the stat
+    /// line is read only when it fails, or could not be opened.
+    same: Option<procfs::SameMemory>,
     stat: procfs::StatFile,
     identity: procfs::Identity,
     /// The process's thread count at the latest identity check.
@@ -398,6 +401,7 @@ impl Target {
         let (identity, num_threads) = stat.read().ok_or_else(|| procfs::absent(pid))?;
         crate::privilege::check_target(pid)?;
         let live = Liveness {
+            same: None,
             stat,
             identity,
             num_threads,
@@ -422,7 +426,7 @@ impl Target {
     fn open_with(
         source: Rc<dyn TargetSource>,
         cfg: &SamplerConfig,
-        live: Option<Liveness>,
+        mut live: Option<Liveness>,
     ) -> Result<Target, Error> {
         let pid = source.pid();
         let process = PythonProcess::open(&*source)?;
@@ -471,8 +475,10 @@ impl Target {
             None
         };
         // An exec while we opened it (a program just launched): its
-        // identity is that of the old image; open it again.
-        if let Some(l) = &live {
+        // identity is that of the old image; open it again. The memory the
+        // cheap check reads is opened first, so that it is this image's.
+        if let Some(l) = live.as_mut() {
+            l.same = procfs::SameMemory::open(pid, reader.process.interp_head_ptr);
             if l.stat.identity() != Some(l.identity) {
                 return Err(Error::NotInitialized { pid });
             }
@@ -531,6 +537,10 @@ impl Target {
         let Some(live) = self.live.as_mut() else {
             return Ok(());
         };
+        if let Some(n) = live.same.as_ref().and_then(|s| s.threads()) {
+            live.num_threads = n;
+            return Ok(());
+        }
         let now = live.stat.read().map(|(id, n)| {
             live.num_threads = n;
             id
@@ -897,17 +907,13 @@ impl Target {
         // others' are read while they come to a stop, time otherwise spent
         // polling for it. --native-all pauses threads Python does not know:
         // there everything is read first, as the set to pause is all.
-        let all: Vec<i32> = self.threads.iter().map(|(t, _)| *t).collect();
         let split = pausing && !cfg.read.native_all;
-        let mut first: Vec<i32> = if split {
-            self.threads
-                .iter()
-                .filter(|(t, gil)| *gil || self.paused_last.contains(t))
-                .map(|(t, _)| *t)
-                .collect()
-        } else {
-            all.clone()
-        };
+        let mut first: Vec<i32> = self
+            .threads
+            .iter()
+            .filter(|(t, gil)| !split || *gil || self.paused_last.contains(t))
+            .map(|(t, _)| *t)
+            .collect();
         let read_kernel_states =
             live && (filter_idle || cfg.read.statuses || want_waits || pausing);
         if !live {

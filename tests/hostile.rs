@@ -617,15 +617,24 @@ fn exec_from_a_worker_thread_ends_the_record() {
     for_each_interpreter("exec_mid_record", subset, |interp| {
         let py = interp.python.to_str().unwrap();
         // Delays after the trigger: the exec lands at different points of
-        // the sampling (often mid-pause at 1 kHz).
-        let trials: [(&str, Vec<&str>); 4] = [
-            ("0", vec!["/bin/sleep", "30"]),
-            ("0.13", vec![py, "-c", "import time; time.sleep(30)"]),
-            ("0.31", vec!["/bin/sleep", "30"]),
-            ("0.57", vec![py, "-c", "while True: pass"]),
+        // the sampling (often mid-pause at 1 kHz). From a worker thread the
+        // exec'ing thread takes the leader's tid; from the main thread the
+        // leader stays and only its memory changes, even to the same
+        // program (the last trial).
+        let trials: [(&str, &str, Vec<&str>); 6] = [
+            ("exec", "0", vec!["/bin/sleep", "30"]),
+            (
+                "exec",
+                "0.13",
+                vec![py, "-c", "import time; time.sleep(30)"],
+            ),
+            ("exec", "0.31", vec!["/bin/sleep", "30"]),
+            ("exec", "0.57", vec![py, "-c", "while True: pass"]),
+            ("exec-main", "0.05", vec!["/bin/sleep", "30"]),
+            ("exec-main", "0.21", vec![py, "-c", "while True: pass"]),
         ];
-        for (delay, prog) in trials {
-            let mut args = vec!["exec", delay];
+        for (mode, delay, prog) in trials {
+            let mut args = vec![mode, delay];
             args.extend(prog.iter().copied());
             let fx = Fixture::spawn(interp, "hostile.py", &args);
             let pid = fx.pid.to_string();
@@ -657,7 +666,7 @@ fn exec_from_a_worker_thread_ends_the_record() {
             assert!(out.status.code().is_some_and(|c| c != 101), "{stderr}");
             assert!(
                 took < Duration::from_secs(10),
-                "record went on after the exec ({took:?})\n{stderr}"
+                "record went on after the exec ({mode} {delay}: {took:?})\n{stderr}"
             );
             assert!(out.status.success(), "{stderr}");
             assert!(stderr.contains("exec'd"), "{stderr}");
