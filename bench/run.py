@@ -886,19 +886,21 @@ class Bench:
             return f"{r[key]:.1f}{unit}"
 
         def above_floor(r):
-            """CPU per sample less the machine's floor for the row's mode and
-            rate (machine-floor, when it ran): the tool's own work."""
-            floor = self.floors.get(("pause" if r["mode"] == "pausing" else "sleep", r["rate"]))
+            """CPU per sample less what a wake-up alone costs at the row's
+            rate (machine-floor, when it ran), which every tool pays. A
+            pausing tool also pays a stop and release (floor pause) at the
+            samples where a thread of the fixture runs: about half of them."""
+            floor = self.floors.get(("sleep", r["rate"]))
             if floor is None or r.get("us_per_sample") is None:
                 return "-"
             return f"{r['us_per_sample'] - floor:.1f}"
 
         print(f"\n  {'python':<6} {'mode':<11} {'rate':>6}  {'tool':<10} {'us/sample':>10} {'delivered':>10} "
-              f"{'slowdown':>9} {'above floor':>12}")
+              f"{'slowdown':>9} {'above wake-up':>14}")
         for r in rows:
             print(f"  {r['python']:<6} {r['mode']:<11} {r['rate']:>6}  {r['tool']:<10} "
                   f"{cell(r, 'us_per_sample', ''):>10} {cell(r, 'delivered_pct', '%'):>10} "
-                  f"{cell(r, 'slowdown_pct', '%'):>9} {above_floor(r):>12}"
+                  f"{cell(r, 'slowdown_pct', '%'):>9} {above_floor(r):>14}"
                   + (f"  ({r['error'][:70]})" if r.get("error") else ""))
         print(flush=True)
 
