@@ -248,6 +248,19 @@ fn poll(tid: i32, signal_stops: &mut u32, block: Option<&Deadline>) -> Polled {
     }
 }
 
+/// One look at each of `waiting` without blocking: those stopped move to
+/// `stopped`, those gone are dropped, the others stay.
+fn collect_stops(waiting: &mut Vec<(i32, u32)>, stopped: &mut Vec<i32>) {
+    waiting.retain_mut(|(tid, n)| match poll(*tid, n, None) {
+        Polled::Stopped => {
+            stopped.push(*tid);
+            false
+        }
+        Polled::Gone => false,
+        Polled::Waiting => true,
+    });
+}
+
 /// A per-thread timer that interrupts a blocking `waitpid` at the end of the
 /// stop budget (and every millisecond after, so a wait entered just after
 /// the first expiry is interrupted too). Its signal has an empty handler
@@ -521,16 +534,8 @@ impl PauseGuard {
             Some(at) if begun.saturating_duration_since(at) < SPIN_AFTER => Duration::ZERO,
             _ => STOP_SPIN,
         };
-        let stopped = &mut self.stopped;
         while !waiting.is_empty() && begun.elapsed() < spin {
-            waiting.retain_mut(|(tid, n)| match poll(*tid, n, None) {
-                Polled::Stopped => {
-                    stopped.push(*tid);
-                    false
-                }
-                Polled::Gone => false,
-                Polled::Waiting => true,
-            });
+            collect_stops(&mut waiting, &mut self.stopped);
         }
         if !waiting.is_empty() && self._boost.is_none() {
             self._boost = Some(Boost::new());
@@ -563,15 +568,7 @@ impl PauseGuard {
             }
             drop(deadline);
             // Those left may have stopped since their turn came.
-            let stopped = &mut self.stopped;
-            waiting.retain_mut(|(tid, n)| match poll(*tid, n, None) {
-                Polled::Stopped => {
-                    stopped.push(*tid);
-                    false
-                }
-                Polled::Gone => false,
-                Polled::Waiting => true,
-            });
+            collect_stops(&mut waiting, &mut self.stopped);
         }
         for (tid, _) in waiting {
             self.not_stopped.push(tid);
