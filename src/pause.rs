@@ -445,12 +445,8 @@ impl PauseGuard {
         Ok(g)
     }
 
-    /// A pause of process `pid` that holds nothing yet: [`interrupt`]
-    /// threads, do what need not wait for their stops, then [`wait`].
-    ///
-    /// [`interrupt`]: Self::interrupt
-    /// [`wait`]: Self::wait
-    pub(crate) fn begin(pid: i32) -> PauseGuard {
+    /// A pause of process `pid` that holds nothing yet (see [`PauseGuard::new`]).
+    fn begin(pid: i32) -> PauseGuard {
         reap_lingering();
         PauseGuard {
             pid,
@@ -466,7 +462,7 @@ impl PauseGuard {
     /// process), without waiting for them to stop. Another tracer or a
     /// permission failure is an error; the threads interrupted before it
     /// are let go when the guard drops.
-    pub(crate) fn interrupt(&mut self, tids: &[i32]) -> Result<()> {
+    fn interrupt(&mut self, tids: &[i32]) -> Result<()> {
         let pid = self.pid;
         if !tids.is_empty() && self.begun.is_none() {
             let now = Instant::now();
@@ -525,7 +521,7 @@ impl PauseGuard {
 
     /// Wait for the interrupted threads to stop, within [`STOP_BUDGET`] of
     /// the first interrupt; those that do not are left out of the pause.
-    pub(crate) fn wait(&mut self) {
+    fn wait(&mut self) {
         let mut waiting = std::mem::take(&mut self.waiting);
         let begun = self.begun.unwrap_or_else(Instant::now);
         // Poll first: most threads stop sooner than a sleep and its wake-up

@@ -298,9 +298,6 @@ pub(crate) struct Target {
     tasks: Option<AsyncioReader>,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
-    /// The threads the latest sample asked to pause: read first, and
-    /// interrupted first, at the next (see [`Target::sample`]).
-    paused_last: Vec<i32>,
     /// Threads that did not stop within the budget at the latest sample,
     /// or whose unwind read beyond the stack copied during the pause.
     late_threads: usize,
@@ -514,7 +511,6 @@ impl Target {
             stack_copy: HashMap::new(),
             pause_notes: Vec::new(),
             late_threads: 0,
-            paused_last: Vec::new(),
         };
         // One read without pausing fills the code-object and name caches,
         // so that the first paused read is as short as the later ones
@@ -712,9 +708,7 @@ impl Target {
     ///
     /// A thread in uninterruptible sleep (D: a vfork parent, NFS, a frozen
     /// cgroup) cannot stop until it wakes; it is read without pausing.
-    ///
-    /// Of the Python threads, only those in `among` are considered.
-    fn to_pause(&self, cfg: &SamplerConfig, among: &[i32]) -> Result<Vec<i32>, Error> {
+    fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
         if cfg.read.native_all {
             return Ok(self
                 .source
@@ -726,7 +720,6 @@ impl Target {
         Ok(self
             .threads
             .iter()
-            .filter(|(tid, _)| among.contains(tid))
             .filter(|(tid, gil)| {
                 let state = self.states.get(tid);
                 if state == Some(&'D') {
@@ -901,19 +894,13 @@ impl Target {
         let live = self.live.is_some();
         let want_waits = cfg.read.waits != WaitDetail::Off;
         let pausing = live && !cfg.pause.nonblocking;
-        // The threads read first. When pausing, these are the ones likely to
-        // be paused (the GIL holder, and those paused last time): they are
-        // interrupted as soon as their states and waits are read, and the
-        // others' are read while they come to a stop, time otherwise spent
-        // polling for it. --native-all pauses threads Python does not know:
-        // there everything is read first, as the set to pause is all.
-        let split = pausing && !cfg.read.native_all;
-        let mut first: Vec<i32> = self
-            .threads
-            .iter()
-            .filter(|(t, gil)| !split || *gil || self.paused_last.contains(t))
-            .map(|(t, _)| *t)
-            .collect();
+        // Every thread's state and wait is read before any is seized: a
+        // seize blocks while an exec in the target holds its credentials,
+        // and that exec waits for any thread of ours it killed to be
+        // reaped. Seizing one thread after another was stopped and killed
+        // would wait forever (it did, 1 run in about 20 of the exec test,
+        // when the seizes were spread around these reads).
+        let mut all: Vec<i32> = self.threads.iter().map(|(t, _)| *t).collect();
         let read_kernel_states =
             live && (filter_idle || cfg.read.statuses || want_waits || pausing);
         if !live {
@@ -925,7 +912,7 @@ impl Target {
                 .collect();
         } else if read_kernel_states {
             self.forget_gone_threads();
-            self.read_states_of(&first);
+            self.read_states_of(&all);
             let holder_asleep = self
                 .threads
                 .iter()
@@ -934,27 +921,21 @@ impl Target {
                 // Who holds the GIL now decides who must stand still.
                 self.list_threads(started)?;
                 self.forget_gone_threads();
-                first = self.threads.iter().map(|(t, _)| *t).collect();
-                self.read_states_of(&first);
+                all = self.threads.iter().map(|(t, _)| *t).collect();
+                self.read_states_of(&all);
             }
         } else {
             self.states.clear();
         }
-        let rest: Vec<i32> = self
-            .threads
-            .iter()
-            .map(|(t, _)| *t)
-            .filter(|t| !first.contains(t))
-            .collect();
         self.pending.clear();
         if want_waits {
             self.waits.begin_pass(&self.threads);
         }
         // Only threads that are not running have a call to read, and it
         // must be read before any of them is stopped.
-        self.read_waits_of(&first, want_waits);
+        self.read_waits_of(&all, want_waits);
         let pause = if pausing {
-            self.to_pause(cfg, &first)?
+            self.to_pause(cfg)?
         } else {
             Vec::new()
         };
@@ -965,26 +946,11 @@ impl Target {
             .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
             .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
             .collect();
-        let mut guard = pausing.then(|| PauseGuard::begin(self.pid));
-        if let Some(g) = guard.as_mut() {
-            g.interrupt(&pause)?;
-        }
-        let mut asked = pause;
-        if !rest.is_empty() {
-            if read_kernel_states {
-                self.read_states_of(&rest);
-            }
-            self.read_waits_of(&rest, want_waits);
-            if let Some(g) = guard.as_mut() {
-                let more = self.to_pause(cfg, &rest)?;
-                g.interrupt(&more)?;
-                asked.extend(more);
-            }
-        }
-        if let Some(g) = guard.as_mut() {
-            g.wait();
-        }
-        self.paused_last = asked;
+        let guard = if pausing {
+            Some(PauseGuard::new(self.pid, &pause)?)
+        } else {
+            None
+        };
         let opts = ReadOptions {
             locals: cfg.read.locals,
             names: true,
