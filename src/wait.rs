@@ -1418,6 +1418,8 @@ pub(crate) fn summary(waits: &[(u32, Option<&str>, &Wait)]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::memory::SliceMemory as Bytes;
 
     #[test]
     fn a_call_resumed_by_restart_syscall_is_named_as_the_call() {
@@ -1436,8 +1438,6 @@ mod tests {
         let raw = [0x7ffd1000, 0x7ffd1010, 0, 0, 0, 0];
         assert_eq!(resumed_call(&raw, "do_nanosleep"), 35);
     }
-    use super::*;
-    use crate::memory::SliceMemory as Bytes;
 
     #[test]
     fn syscall_lines() {
