@@ -608,24 +608,17 @@ impl Target {
 
     /// Scheduler state of each known Python thread, before any pausing
     /// (a thread we stop would read as stopped).
-    ///
-    /// Files of threads that are gone are closed, and all states are
-    /// forgotten, by [`Target::forget_gone_threads`]; then the states are
-    /// read, of some threads at a time, with [`Target::read_states_of`].
-    fn forget_gone_threads(&mut self) {
+    fn read_states(&mut self) {
+        let pid = self.pid;
+        // Files of threads that are gone are closed; new ones are opened.
         let threads = &self.threads;
         self.stat_files
             .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
         self.waits.keep_threads(threads);
         self.states.clear();
-    }
-
-    /// The states of `tids` (see [`Target::forget_gone_threads`]).
-    fn read_states_of(&mut self, tids: &[i32]) {
-        let pid = self.pid;
         let mut buf = [0u8; 512];
         let now = Instant::now();
-        for &tid in tids {
+        for &(tid, _) in &self.threads {
             // The syscall file first (cheaper for the kernel to write, and
             // the waits read it anyway): a thread on a CPU says so there,
             // and one still in the call its state was read in keeps it.
@@ -662,14 +655,13 @@ impl Target {
         }
     }
 
-    /// The waits of `tids` that are not running (for a core, the calls its
-    /// registers recorded), into `pending`; nothing unless `wanted`.
-    fn read_waits_of(&mut self, tids: &[i32], wanted: bool) {
-        if !wanted {
-            return;
-        }
+    /// The waits of the threads that are not running (for a core, the
+    /// calls its registers recorded), into `pending`.
+    fn read_waits(&mut self) {
         let live = self.live.is_some();
-        for &tid in tids {
+        // Taken for the loop (which reads the other fields), not copied.
+        let threads = std::mem::take(&mut self.threads);
+        for &(tid, _) in &threads {
             if !live {
                 // A core: the call its registers say (one decoder, two
                 // sources of the call and its arguments), in state S
@@ -698,6 +690,7 @@ impl Target {
             let read = self.waits.read(tid, state, line, &*self.source);
             self.pending.insert(tid, read);
         }
+        self.threads = threads;
     }
 
     /// The threads that must stand still for a consistent read. Python
@@ -900,7 +893,6 @@ impl Target {
         // reaped. Seizing one thread after another was stopped and killed
         // would wait forever (it did, 1 run in about 20 of the exec test,
         // when the seizes were spread around these reads).
-        let mut all: Vec<i32> = self.threads.iter().map(|(t, _)| *t).collect();
         let read_kernel_states =
             live && (filter_idle || cfg.read.statuses || want_waits || pausing);
         if !live {
@@ -911,8 +903,7 @@ impl Target {
                 .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
                 .collect();
         } else if read_kernel_states {
-            self.forget_gone_threads();
-            self.read_states_of(&all);
+            self.read_states();
             let holder_asleep = self
                 .threads
                 .iter()
@@ -920,20 +911,18 @@ impl Target {
             if reuse_list && holder_asleep {
                 // Who holds the GIL now decides who must stand still.
                 self.list_threads(started)?;
-                self.forget_gone_threads();
-                all = self.threads.iter().map(|(t, _)| *t).collect();
-                self.read_states_of(&all);
+                self.read_states();
             }
         } else {
             self.states.clear();
         }
         self.pending.clear();
         if want_waits {
+            // Only threads that are not running have a call to read, and it
+            // must be read before any of them is stopped.
             self.waits.begin_pass(&self.threads);
+            self.read_waits();
         }
-        // Only threads that are not running have a call to read, and it
-        // must be read before any of them is stopped.
-        self.read_waits_of(&all, want_waits);
         let pause = if pausing {
             self.to_pause(cfg)?
         } else {
