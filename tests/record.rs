@@ -439,7 +439,18 @@ fn gil_keeps_only_the_holder() {
     let total = |r: &Recorded| r.raw().iter().map(|(_, c)| c).sum::<u64>();
     // At most one thread per tick with --gil: 200 ticks expected in 1 s
     // (Poisson, so a few more at most), where all threads would give 600.
-    assert_eq!(gil.count_with("sleeping_worker"), 0);
+    // The sleeper does take the GIL each time it wakes (20 times a
+    // second), and holds it until its `time.sleep` call returns; on a busy
+    // machine the kernel can preempt it there. So a tick rarely, and
+    // truthfully, finds it the holder (1 run in about 15 under load, at
+    // `time.sleep`'s line); never more than a sliver of the samples, where
+    // without --gil it has a third of them.
+    let sleeping = gil.count_with("sleeping_worker");
+    assert!(
+        sleeping * 50 <= total(&gil),
+        "{sleeping} of {}",
+        total(&gil)
+    );
     assert!(gil.count_with("busy_main") > 0 && gil.count_with("busy_worker") > 0);
     assert!(total(&gil) <= 270, "{}", total(&gil));
     assert!(all.count_with("sleeping_worker") > 0);
