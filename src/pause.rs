@@ -445,6 +445,22 @@ impl PauseGuard {
         Ok(g)
     }
 
+    /// Seize and interrupt `tids` as [`PauseGuard::new`] does, and return
+    /// before they stop: the caller works while the stops arrive, and then
+    /// calls [`PauseGuard::wait_stops`] (or drops the guard, which waits
+    /// for them and lets them go).
+    pub(crate) fn interrupted(pid: i32, tids: &[i32]) -> Result<PauseGuard> {
+        let mut g = PauseGuard::begin(pid);
+        g.interrupt(tids)?;
+        Ok(g)
+    }
+
+    /// Wait for the threads of [`PauseGuard::interrupted`] to stop, within
+    /// the budget counted from their interrupts.
+    pub(crate) fn wait_stops(&mut self) {
+        self.wait();
+    }
+
     /// A pause of process `pid` that holds nothing yet (see [`PauseGuard::new`]).
     fn begin(pid: i32) -> PauseGuard {
         reap_lingering();

@@ -316,6 +316,18 @@ pub(crate) fn tasks(pid: i32) -> Result<Vec<i32>> {
 }
 
 /// Kernel scheduler state letter of a thread (R, S, D, T, t, Z…), from its stat file.
+/// A schedstat line, "cpu_ns wait_ns timeslices": the time on a CPU and the
+/// number of times put on one. None for a kernel that keeps no counts
+/// (it writes zeros) or for text that is not such a line.
+pub(crate) fn parse_schedstat(text: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(text).ok()?;
+    let mut it = text.split_ascii_whitespace();
+    let cpu = it.next()?.parse::<u64>().ok()?;
+    let _wait = it.next()?.parse::<u64>().ok()?;
+    let slices = it.next()?.parse::<u64>().ok()?;
+    (it.next().is_none() && slices != 0).then_some((cpu, slices))
+}
+
 pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
     use std::io::Read;
     // One read into a stack buffer: the state is near the start, and
@@ -618,6 +630,26 @@ pub(crate) fn target_file(pid: i32, map: &MapEntry) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedstat_lines() {
+        assert_eq!(
+            parse_schedstat(b"60128896 54361004 1416\n"),
+            Some((60128896, 1416))
+        );
+        // A kernel that keeps no counts writes zeros: nothing to compare.
+        assert_eq!(parse_schedstat(b"0 0 0\n"), None);
+        for bad in [
+            &b""[..],
+            b"1 2",
+            b"1 2 3 4",
+            b"x 2 3",
+            b"1 2 -3",
+            b"\xff 1 2",
+        ] {
+            assert_eq!(parse_schedstat(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn parses_file_anon_and_deleted_lines() {

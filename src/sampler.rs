@@ -20,8 +20,11 @@ use crate::python::reader::{ReadOptions, Reader};
 use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
 use crate::target::{LiveProcess, SourceKind, TargetSource};
 use crate::wait::{self, GilWait, LockWait, WaitDetail, WaitReader};
+// Keys are tids and fds: the fast hasher (seeded per process) serves.
+use foldhash::HashMap as FastMap;
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 use rand::Rng;
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
@@ -269,6 +272,21 @@ pub(crate) fn format_rate(hz: f64) -> String {
     }
 }
 
+/// A thread's CPU time (ns) and number of times put on a CPU, from its
+/// schedstat file (kept open in `files`). None where the kernel keeps no
+/// such counts.
+fn read_ran(files: &mut FastMap<i32, File>, pid: i32, tid: i32) -> Option<(u64, u64)> {
+    let f = match files.entry(tid) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(File::open(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?)
+        }
+    };
+    let mut buf = [0u8; 96];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    procfs::parse_schedstat(buf.get(..n)?)
+}
+
 /// One followed Python process and what is kept between its samples. `dump`
 /// reads through this too, once: one read path for every command.
 pub(crate) struct Target {
@@ -283,6 +301,11 @@ pub(crate) struct Target {
     /// Open `/proc/PID/task/TID/stat` of each Python thread, read with
     /// pread each tick rather than reopened.
     stat_files: HashMap<i32, File>,
+    /// Open `/proc/PID/task/TID/schedstat` of each Python thread, and what
+    /// it said this pass for the threads seen off their CPU just before:
+    /// the reader keeps the stacks of threads whose counts do not move.
+    sched_files: FastMap<i32, File>,
+    ran: FastMap<i32, (u64, u64)>,
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
@@ -301,6 +324,16 @@ pub(crate) struct Target {
     /// Threads that did not stop within the budget at the latest sample,
     /// or whose unwind read beyond the stack copied during the pause.
     late_threads: usize,
+    /// The threads the latest pause stopped: most often those the next
+    /// must stop (see [`Target::sample`]).
+    last_paused: Vec<i32>,
+    /// Whether a pause has held threads of this process yet: the first read
+    /// always stops them (so that another tracer is found at once).
+    stopped_once: bool,
+    /// Reads to make stopped before a read without a stop is tried again,
+    /// and how many that was after the latest failed try (see `sample`).
+    stop_first: u32,
+    stop_backoff: u32,
 }
 
 /// `/proc/PID/stat`, kept open: re-read every pass to notice the process
@@ -501,6 +534,12 @@ impl Target {
             reader,
             native,
             stat_files: HashMap::new(),
+            sched_files: FastMap::new(),
+            ran: FastMap::new(),
+            last_paused: Vec::new(),
+            stopped_once: false,
+            stop_first: 0,
+            stop_backoff: 0,
             threads,
             states: HashMap::new(),
             tasks: None,
@@ -523,7 +562,7 @@ impl Target {
             gil_sync: false,
             lock_locals: false,
         };
-        let _ = t.reader.snapshot(&*t.source, opts, &t.states);
+        let _ = t.reader.snapshot(&*t.source, opts, &t.states, &t.ran);
         Ok(t)
     }
 
@@ -609,27 +648,53 @@ impl Target {
     /// Scheduler state of each known Python thread, before any pausing
     /// (a thread we stop would read as stopped).
     fn read_states(&mut self) {
-        let pid = self.pid;
-        // Files of threads that are gone are closed; new ones are opened.
+        self.begin_states();
+        let now = Instant::now();
+        for i in 0..self.threads.len() {
+            self.read_state(self.threads[i].0, now);
+        }
+    }
+
+    /// A new pass of states: files of threads that are gone are closed
+    /// (new ones are opened as they are read), and nothing is read yet.
+    fn begin_states(&mut self) {
         let threads = &self.threads;
         self.stat_files
             .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
+        self.sched_files
+            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
         self.waits.keep_threads(threads);
         self.states.clear();
+        self.ran.clear();
+    }
+
+    /// The scheduler state of one Python thread, into `states` (and `ran`).
+    fn read_state(&mut self, tid: i32, now: Instant) {
+        let pid = self.pid;
         let mut buf = [0u8; 512];
-        let now = Instant::now();
-        for &(tid, _) in &self.threads {
+        {
             // The syscall file first (cheaper for the kernel to write, and
             // the waits read it anyway): a thread on a CPU says so there,
             // and one still in the call its state was read in keeps it.
-            match self.waits.probe(tid, now) {
+            let probe = self.waits.probe(tid, now);
+            if self.waits.seen_off_cpu(tid) {
+                // Read after the thread was seen off its CPU: if the counts
+                // are the same at the next pass (which sees it off its CPU
+                // again first), it was on no CPU in between, so its stack
+                // has not changed. Every way back onto a CPU raises the
+                // count of times on one, and leaving one adds to the time.
+                if let Some(r) = read_ran(&mut self.sched_files, pid, tid) {
+                    self.ran.insert(tid, r);
+                }
+            }
+            match probe {
                 wait::CallProbe::Running => {
                     self.states.insert(tid, 'R');
-                    continue;
+                    return;
                 }
                 wait::CallProbe::Same(s) => {
                     self.states.insert(tid, s);
-                    continue;
+                    return;
                 }
                 wait::CallProbe::Read => {}
             }
@@ -638,12 +703,12 @@ impl Target {
                 std::collections::hash_map::Entry::Vacant(e) => {
                     match File::open(format!("/proc/{pid}/task/{tid}/stat")) {
                         Ok(f) => e.insert(f),
-                        Err(_) => continue,
+                        Err(_) => return,
                     }
                 }
             };
             let Ok(n) = f.read_at(&mut buf, 0) else {
-                continue;
+                return;
             };
             if let Some(s) = std::str::from_utf8(&buf[..n])
                 .ok()
@@ -713,17 +778,21 @@ impl Target {
         Ok(self
             .threads
             .iter()
-            .filter(|(tid, gil)| {
-                let state = self.states.get(tid);
-                if state == Some(&'D') {
-                    return false;
-                }
-                // Idle threads that will be dropped need no registers either.
-                let native_wanted = cfg.read.native && cfg.filter.include_idle;
-                native_wanted || *gil || !matches!(state, Some('S' | 'I'))
-            })
+            .filter(|&&(tid, gil)| self.must_stop(cfg, tid, gil))
             .map(|(tid, _)| *tid)
             .collect())
+    }
+
+    /// Whether the Python thread `tid` must stand still (see `to_pause`),
+    /// by the state read for it this pass.
+    fn must_stop(&self, cfg: &SamplerConfig, tid: i32, gil: bool) -> bool {
+        let state = self.states.get(&tid);
+        if state == Some(&'D') {
+            return false;
+        }
+        // Idle threads that will be dropped need no registers either.
+        let native_wanted = cfg.read.native && cfg.filter.include_idle;
+        native_wanted || gil || !matches!(state, Some('S' | 'I'))
     }
 
     /// Threads `threading` does not name (started from C, or by
@@ -887,14 +956,61 @@ impl Target {
         let live = self.live.is_some();
         let want_waits = cfg.read.waits != WaitDetail::Off;
         let pausing = live && !cfg.pause.nonblocking;
-        // Every thread's state and wait is read before any is seized: a
-        // seize blocks while an exec in the target holds its credentials,
-        // and that exec waits for any thread of ours it killed to be
-        // reaped. Seizing one thread after another was stopped and killed
-        // would wait forever (it did, 1 run in about 20 of the exec test,
-        // when the seizes were spread around these reads).
+        // Each thread's state and wait is read before it is seized (a
+        // thread we stop would read as stopped), and the seizes of one pause
+        // are made in one loop, with nothing read between them: a seize
+        // blocks while an exec in the target holds its credentials, and that
+        // exec waits for any thread of ours it killed to be reaped. Seizing
+        // one thread after another was stopped and killed would wait forever
+        // (it did, 1 run in about 20 of the exec test, when the seizes were
+        // spread around these reads).
         let read_kernel_states =
             live && (filter_idle || cfg.read.statuses || want_waits || pausing);
+        // The threads the latest pause stopped are most often the ones to
+        // stop now (the busy ones, the GIL holder): when each of them still
+        // must stand still by its state read now, they are interrupted at
+        // once, and the other threads' states and waits are read while they
+        // come to a stop (a stop takes tens of microseconds to arrive from
+        // another CPU). The seizes are still made in one loop. If the reads
+        // show another thread to stop, this pause is let go whole and a new
+        // one made, in one loop again.
+        let mut early: Option<(PauseGuard, Vec<i32>)> = None;
+        // A read without a stop, checked by a second read of the frames it
+        // walked: kept when every chain and the GIL holder are as they were,
+        // else the threads are stopped and read again. Not for what only a
+        // stop gives (registers, locals, lock objects, asyncio's objects),
+        // nor for the first read. After a failed check, reads stop at once
+        // for a while (1, 2, 4 ... 64 reads), so code whose frames move all
+        // the time pays little for the tries.
+        let unstopped = pausing
+            && self.stopped_once
+            && self.native.is_none()
+            && !cfg.read.native_all
+            && cfg.read.locals == 0
+            && cfg.read.waits != WaitDetail::Full
+            && matches!(cfg.read.asyncio, AsyncMode::Off)
+            && self.stop_first == 0;
+        self.stop_first = self.stop_first.saturating_sub(1);
+        if pausing && reuse_list && read_kernel_states && !cfg.read.native_all && !unstopped {
+            let now = Instant::now();
+            let threads = &self.threads;
+            let mut predicted = std::mem::take(&mut self.last_paused);
+            predicted.retain(|t| threads.iter().any(|(x, _)| x == t));
+            self.begin_states();
+            for &tid in &predicted {
+                self.read_state(tid, now);
+            }
+            // Each must be on a CPU or waiting for one: a GIL holder found
+            // asleep means the listing is stale, and a new one is walked
+            // before anything is stopped.
+            let still = predicted.iter().all(|&t| {
+                let gil = self.threads.iter().any(|&(x, g)| x == t && g);
+                self.must_stop(cfg, t, gil) && !matches!(self.states.get(&t), Some('S' | 'I'))
+            });
+            if still && !predicted.is_empty() {
+                early = Some((PauseGuard::interrupted(self.pid, &predicted)?, predicted));
+            }
+        }
         if !live {
             // A core's states, as far as it recorded them.
             self.states = self
@@ -903,13 +1019,26 @@ impl Target {
                 .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
                 .collect();
         } else if read_kernel_states {
-            self.read_states();
+            match &early {
+                Some((_, predicted)) => {
+                    let now = Instant::now();
+                    for i in 0..self.threads.len() {
+                        let tid = self.threads[i].0;
+                        if !predicted.contains(&tid) {
+                            self.read_state(tid, now);
+                        }
+                    }
+                }
+                None => self.read_states(),
+            }
             let holder_asleep = self
                 .threads
                 .iter()
                 .any(|(t, gil)| *gil && matches!(self.states.get(t), Some('S' | 'I')));
             if reuse_list && holder_asleep {
-                // Who holds the GIL now decides who must stand still.
+                // Who holds the GIL now decides who must stand still: the
+                // threads stopped early are let go before the new listing.
+                early = None;
                 self.list_threads(started)?;
                 self.read_states();
             }
@@ -935,11 +1064,24 @@ impl Target {
             .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
             .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
             .collect();
-        let guard = if pausing {
-            Some(PauseGuard::new(self.pid, &pause)?)
-        } else {
-            None
+        let guard = match early {
+            Some((mut g, predicted)) if pause.iter().all(|t| predicted.contains(t)) => {
+                g.wait_stops();
+                Some(g)
+            }
+            Some((g, _)) => {
+                // Another thread must stop too: this pause goes first.
+                drop(g);
+                Some(PauseGuard::new(self.pid, &pause)?)
+            }
+            None if pausing && (!unstopped || pause.is_empty()) => {
+                Some(PauseGuard::new(self.pid, &pause)?)
+            }
+            None => None,
         };
+        if pausing {
+            self.last_paused.clone_from(&pause);
+        }
         let opts = ReadOptions {
             locals: cfg.read.locals,
             names: true,
@@ -948,7 +1090,25 @@ impl Target {
             gil_sync: want_waits,
             lock_locals: cfg.read.waits == WaitDetail::Full,
         };
-        let snap = self.reader.snapshot(&*self.source, opts, &self.states);
+        let mut snap = self
+            .reader
+            .snapshot(&*self.source, opts, &self.states, &self.ran);
+        let mut guard = guard;
+        if pausing && guard.is_none() && !pause.is_empty() {
+            if snap.is_ok() && self.reader.stood_still(&*self.source) {
+                self.stop_backoff = 0;
+            } else {
+                self.stop_backoff = (self.stop_backoff * 2).clamp(1, 64);
+                self.stop_first = self.stop_backoff;
+                guard = Some(PauseGuard::new(self.pid, &pause)?);
+                snap = self
+                    .reader
+                    .snapshot(&*self.source, opts, &self.states, &self.ran);
+            }
+        }
+        if guard.as_ref().is_some_and(|g| g.tids().next().is_some()) {
+            self.stopped_once = true;
+        }
         // Native stacks: only the registers and a copy of the stack are
         // taken while the threads are stopped; the unwind runs from the
         // copy after they are let go (a cold unwind takes far longer than
@@ -1033,7 +1193,7 @@ impl Target {
                     asyncio_debug_sections(source)
                 })
             }
-            _ => HashMap::new(),
+            _ => std::collections::HashMap::new(),
         };
         drop(guard);
         let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();

@@ -909,10 +909,10 @@ pub(crate) struct WaitReader {
     pid: i32,
     detail: WaitDetail,
     tables: Option<std::rc::Rc<SocketTables>>,
-    fd_cache: std::collections::HashMap<String, FdDesc>,
+    fd_cache: foldhash::HashMap<String, FdDesc>,
     /// Each thread's syscall file, kept open and read with `pread`, with
     /// what its latest read said.
-    calls: std::collections::HashMap<i32, ThreadCall>,
+    calls: foldhash::HashMap<i32, ThreadCall>,
     /// A core's calls (from its registers): no fd table, no wchan, nothing
     /// of /proc (the pid may be another process's now); deadlines counted
     /// from the moment the core was written, this many seconds ago.
@@ -1081,6 +1081,19 @@ impl WaitReader {
             }
             _ => CallProbe::Read,
         }
+    }
+
+    /// Whether the latest probe of `tid` found it off its CPU: the kernel
+    /// writes a thread's call (or that it is in none) only once the thread
+    /// has left its CPU, and "running" while it is on one or waits for one.
+    pub(crate) fn seen_off_cpu(&self, tid: i32) -> bool {
+        self.calls.get(&tid).is_some_and(|c| {
+            c.fresh
+                && matches!(
+                    c.line,
+                    Some(SyscallLine::Blocked { .. } | SyscallLine::NotInSyscall)
+                )
+        })
     }
 
     /// The kernel state just read for `tid` after a [`CallProbe::Read`],

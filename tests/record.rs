@@ -644,3 +644,82 @@ fn a_non_python_pid_is_refused_quickly() {
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
 }
+
+/// The voluntary context switches of a process's main thread: each ptrace
+/// stop is one.
+fn voluntary_switches(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// A thread whose frames stand still (a loop without calls) is read while
+/// it runs, each read checked by a second: it is not stopped at each
+/// sample, where `--native`, which needs its registers, stops it each time.
+/// Its stacks are the same either way. On every interpreter, as the check
+/// walks each version's frames.
+#[test]
+fn a_thread_whose_frames_stand_still_is_not_stopped_each_sample() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
+    common::for_each_interpreter(
+        "unstopped_reads",
+        |_| true,
+        |interp| {
+            let fx = common::Fixture::spawn(interp, "hostile.py", &["spin"]);
+            let pid = fx.pid.to_string();
+            let dir = tempfile::tempdir().unwrap();
+            let (mut switches, mut samples) = (Vec::new(), Vec::new());
+            for extra in [&[][..], &["--native"][..]] {
+                let path = dir.path().join("p.txt");
+                let before = voluntary_switches(fx.pid);
+                let out = Command::new(BIN)
+                    .args([
+                        "record", "-p", &pid, "-r", "500", "-d", "0.6", "-f", "raw", "-o",
+                    ])
+                    .arg(&path)
+                    .args(extra)
+                    .output()
+                    .unwrap();
+                let label = &interp.label;
+                assert!(
+                    out.status.success(),
+                    "{label}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                switches.push(voluntary_switches(fx.pid) - before);
+                let stacks = common_output::raw_stacks(&std::fs::read(&path).unwrap());
+                let total: u64 = stacks.iter().map(|(_, c)| c).sum();
+                let spinning: u64 = stacks
+                    .iter()
+                    .filter(|(s, _)| s.contains("spin_forever"))
+                    .map(|(_, c)| c)
+                    .sum();
+                // --native unwinds each sample: fewer of them in a debug build.
+                assert!(total >= 20, "{label} {extra:?}: {total} samples");
+                assert!(
+                    spinning * 10 >= total * 9,
+                    "{label} {extra:?}: {spinning} of {total}"
+                );
+                samples.push(total);
+            }
+            eprintln!(
+                "unstopped_reads [{}]: voluntary switches {} in {} samples, {} in {} with --native",
+                interp.label, switches[0], samples[0], switches[1], samples[1]
+            );
+            // Each --native sample stops the thread.
+            assert!(
+                switches[1] * 2 >= samples[1],
+                "{}: {switches:?} {samples:?}",
+                interp.label
+            );
+            assert!(
+                switches[0] * 20 < samples[0],
+                "{}: {switches:?} {samples:?}",
+                interp.label
+            );
+        },
+    );
+}

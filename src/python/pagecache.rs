@@ -45,6 +45,17 @@ pub(crate) struct PageStore {
     spare: Vec<Box<[u8]>>,
 }
 
+impl PageStore {
+    /// The blocks the snapshot that handed this store over read from
+    /// (readable ones), as (address, length) for [`PageCache::prefetch`].
+    pub(crate) fn used_blocks(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        self.pages
+            .iter()
+            .filter(|(_, p)| p.used && !p.unreadable)
+            .map(|(a, _)| (*a, PAGE as usize))
+    }
+}
+
 pub(crate) struct PageCache<'m> {
     inner: &'m dyn Memory,
     /// Every page here was read during this cache's life.

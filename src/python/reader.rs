@@ -159,6 +159,23 @@ pub(crate) struct Reader {
     /// read again in one batch at the start of the next (see `pagecache`).
     snapshot_pages: PageStore,
     thread_pages: PageStore,
+    /// Stacks of threads that were off their CPU at the latest snapshot, by
+    /// thread state address.
+    kept: FastMap<u64, Kept>,
+    /// The frame chains the latest snapshot walked (see [`Reader::stood_still`]).
+    walked: Vec<Chain>,
+    /// And the GIL holder of each interpreter it found.
+    walked_gil: Vec<(u64, Option<u64>)>,
+}
+
+/// One thread's frame chain as a snapshot walked it: where its thread state
+/// and (3.11, 3.12) cframe are, and each frame's address and code object.
+#[derive(Default)]
+struct Chain {
+    tstate: u64,
+    cframe: u64,
+    frames: Vec<(u64, u64)>,
+    truncated: bool,
 }
 
 struct RawThread {
@@ -167,7 +184,26 @@ struct RawThread {
     tstate: u64,
     thread_id: u64,
     native_tid: Option<u32>,
+    /// Where its frame chain starts, and (3.11, 3.12) its `_PyCFrame`:
+    /// read with the thread state, walked once the kernel tid is known.
+    top: std::result::Result<u64, MemError>,
+    cframe: u64,
     frames: Vec<RawFrame>,
+    anchors: Vec<(u64, u64)>,
+    truncated: Option<String>,
+    /// Its stack is the one kept from an earlier snapshot (see [`Kept`]).
+    kept: bool,
+}
+
+/// A thread's stack as a snapshot gave it, with the kernel's count of the
+/// thread's CPU time and of its times on a CPU, read before that stack.
+/// While the kernel shows the same counts (and the thread off its CPU in
+/// between), the thread has not run an instruction since: its frames are
+/// as they were, and the next snapshot takes them from here unread.
+struct Kept {
+    tid: u32,
+    ran: (u64, u64),
+    frames: Vec<Frame>,
     anchors: Vec<(u64, u64)>,
     truncated: Option<String>,
 }
@@ -185,6 +221,9 @@ impl Reader {
             gc_collecting: None,
             snapshot_pages: PageStore::default(),
             thread_pages: PageStore::default(),
+            kept: FastMap::new(),
+            walked: Vec::new(),
+            walked_gil: Vec::new(),
         }
     }
 
@@ -226,7 +265,7 @@ impl Reader {
     /// deciding which threads to pause needs, without walking any frame.
     pub(crate) fn python_threads(&mut self, src: &dyn TargetSource) -> Result<Vec<(i32, bool)>> {
         let cache = PageCache::resume(src, std::mem::take(&mut self.thread_pages));
-        let threads = self.threads(src, &cache, false)?;
+        let threads = self.threads(src, &cache)?;
         let mut holders: FastMap<u64, Option<u64>> = FastMap::new();
         let out = threads
             .iter()
@@ -241,13 +280,9 @@ impl Reader {
         Ok(out)
     }
 
-    /// Walk interpreters and thread states (and frames when `frames`).
-    fn threads(
-        &mut self,
-        src: &dyn TargetSource,
-        mem: &dyn Memory,
-        frames: bool,
-    ) -> Result<Vec<RawThread>> {
+    /// Walk interpreters and thread states (not their frames: see
+    /// [`Reader::walk_thread`]).
+    fn threads(&mut self, src: &dyn TargetSource, mem: &dyn Memory) -> Result<Vec<RawThread>> {
         let l = self.process.layout.clone();
         let mut out = Vec::new();
         let mut buf = vec![0u8; l.thread.size as usize];
@@ -271,43 +306,23 @@ impl Reader {
                     .native_thread_id
                     .map(|o| le_u64(&buf, o) as u32)
                     .filter(|t| *t != 0);
-                let mut t = RawThread {
+                let (top, cframe) = match l.thread.current_frame {
+                    CurrentFrame::Direct(o) => (Ok(le_u64(&buf, o)), 0),
+                    CurrentFrame::ViaCFrame { cframe, .. } => (Ok(0), le_u64(&buf, cframe)),
+                };
+                out.push(RawThread {
                     interp,
                     interp_id,
                     tstate: ts,
                     thread_id,
                     native_tid,
-                    // Most stacks fit without growing.
-                    frames: Vec::with_capacity(if frames { 32 } else { 0 }),
+                    top,
+                    cframe,
+                    frames: Vec::new(),
                     anchors: Vec::new(),
                     truncated: None,
-                };
-                if frames {
-                    let top = match l.thread.current_frame {
-                        CurrentFrame::Direct(o) => Ok(le_u64(&buf, o)),
-                        CurrentFrame::ViaCFrame {
-                            cframe,
-                            current_frame,
-                            ..
-                        } => match le_u64(&buf, cframe) {
-                            0 => Ok(0),
-                            cf => mem.read_u64(cf.wrapping_add(current_frame)),
-                        },
-                    };
-                    match top {
-                        Ok(f) => self.walk(mem, f, &mut t),
-                        Err(e) => t.truncated = Some(format!("frame pointer unreadable: {e}")),
-                    }
-                    if let CurrentFrame::ViaCFrame {
-                        cframe,
-                        current_frame,
-                        previous,
-                    } = l.thread.current_frame
-                    {
-                        cframe_anchors(mem, le_u64(&buf, cframe), current_frame, previous, &mut t);
-                    }
-                }
-                out.push(t);
+                    kept: false,
+                });
                 ts = le_u64(&buf, l.thread.next);
             }
         }
@@ -316,6 +331,98 @@ impl Reader {
         }
         self.translate_namespaced(src, &mut out);
         Ok(out)
+    }
+
+    /// Whether every frame chain the latest snapshot walked is in memory
+    /// now as it was then (frame by frame: address and code object), and
+    /// the GIL has the same holder: the check that makes a snapshot taken
+    /// while its threads ran as good as one taken while they were stopped.
+    /// A chain that moved and came back between the two reads could only
+    /// have been read torn if this read tore it the same way. The blocks
+    /// are read again in one batch; a chain cut short, or a thread state
+    /// gone, is not still.
+    pub(crate) fn stood_still(&mut self, src: &dyn TargetSource) -> bool {
+        let l = &self.process.layout;
+        let (tsize, fsize) = (l.thread.size as usize, l.frame.size as usize);
+        // The blocks the snapshot read, in one batch (the code objects'
+        // among them are not looked at, but are read as part of the same
+        // ranges), and any block of a chain that is not among them.
+        let cache = PageCache::new(src);
+        cache.prefetch(
+            self.snapshot_pages
+                .used_blocks()
+                .chain(self.walked.iter().flat_map(|c| {
+                    std::iter::once((c.tstate, tsize))
+                        .chain((c.cframe != 0).then_some((c.cframe, 64)))
+                        .chain(c.frames.iter().map(move |&(a, _)| (a, fsize)))
+                })),
+        );
+        if self
+            .walked_gil
+            .iter()
+            .any(|&(interp, holder)| self.gil_holder(&cache, interp) != holder)
+        {
+            return false;
+        }
+        let mut buf = vec![0u8; tsize];
+        let walked = std::mem::take(&mut self.walked);
+        let still = walked.iter().all(|c| {
+            if c.truncated || cache.read(c.tstate, &mut buf).is_err() {
+                return false;
+            }
+            let (top, cframe) = match l.thread.current_frame {
+                CurrentFrame::Direct(o) => (Ok(le_u64(&buf, o)), 0),
+                CurrentFrame::ViaCFrame { cframe, .. } => (Ok(0), le_u64(&buf, cframe)),
+            };
+            let mut t = RawThread {
+                interp: 0,
+                interp_id: 0,
+                tstate: c.tstate,
+                thread_id: 0,
+                native_tid: None,
+                top,
+                cframe,
+                frames: Vec::new(),
+                anchors: Vec::new(),
+                truncated: None,
+                kept: false,
+            };
+            self.walk_thread(&cache, &mut t);
+            t.truncated.is_none()
+                && t.frames.len() == c.frames.len()
+                && t.frames
+                    .iter()
+                    .zip(&c.frames)
+                    .all(|(f, &(a, code))| f.addr == a && f.code == code)
+        });
+        self.walked = walked;
+        still
+    }
+
+    /// A thread's frames, and (3.11, 3.12) the eval loop's anchors on its C
+    /// stack.
+    fn walk_thread(&self, mem: &dyn Memory, t: &mut RawThread) {
+        // Most stacks fit without growing.
+        t.frames.reserve(32);
+        let top = match self.process.layout.thread.current_frame {
+            CurrentFrame::ViaCFrame { current_frame, .. } => match t.cframe {
+                0 => Ok(0),
+                cf => mem.read_u64(cf.wrapping_add(current_frame)),
+            },
+            CurrentFrame::Direct(_) => t.top.clone(),
+        };
+        match top {
+            Ok(f) => self.walk(mem, f, t),
+            Err(e) => t.truncated = Some(format!("frame pointer unreadable: {e}")),
+        }
+        if let CurrentFrame::ViaCFrame {
+            current_frame,
+            previous,
+            ..
+        } = self.process.layout.thread.current_frame
+        {
+            cframe_anchors(mem, t.cframe, current_frame, previous, t);
+        }
     }
 
     fn walk(&self, mem: &dyn Memory, mut f: u64, t: &mut RawThread) {
@@ -585,16 +692,48 @@ impl Reader {
         &mut self,
         src: &dyn TargetSource,
         opts: ReadOptions,
-        states: &HashMap<i32, char>,
+        states: &FastMap<i32, char>,
+        ran: &FastMap<i32, (u64, u64)>,
     ) -> Result<Vec<ThreadSnapshot>> {
         let cache = PageCache::resume(src, std::mem::take(&mut self.snapshot_pages));
-        let raw = self.threads(src, &cache, true)?;
+        let mut raw = self.threads(src, &cache)?;
+        // Locals can be written by other threads; only plain stacks are kept.
+        let keep = opts.locals == 0 && !opts.lock_locals;
+        let mut walked = std::mem::take(&mut self.walked);
+        let mut n_walked = 0;
+        for t in raw.iter_mut() {
+            let ran_now = t.native_tid.and_then(|tid| ran.get(&(tid as i32)));
+            t.kept = keep
+                && ran_now.is_some_and(|r| {
+                    self.kept
+                        .get(&t.tstate)
+                        .is_some_and(|k| Some(k.tid) == t.native_tid && k.ran == *r)
+                });
+            if !t.kept {
+                self.walk_thread(&cache, t);
+                if walked.len() <= n_walked {
+                    walked.push(Chain::default());
+                }
+                let c = &mut walked[n_walked];
+                n_walked += 1;
+                c.tstate = t.tstate;
+                c.cframe = t.cframe;
+                c.truncated = t.truncated.is_some();
+                c.frames.clear();
+                c.frames.extend(t.frames.iter().map(|f| (f.addr, f.code)));
+            }
+        }
+        walked.truncate(n_walked);
+        self.walked = walked;
         let mut gil_by_interp: FastMap<u64, Option<u64>> = FastMap::new();
         for t in &raw {
             gil_by_interp
                 .entry(t.interp)
                 .or_insert_with(|| self.gil_holder(&cache, t.interp));
         }
+        self.walked_gil.clear();
+        self.walked_gil
+            .extend(gil_by_interp.iter().map(|(&i, &h)| (i, h)));
         // Check all code objects in one batched read, with the collectors' flags.
         let code_size = self.process.layout.code.size as usize;
         let gc_flags: FastMap<u64, Option<u64>> = gil_by_interp
@@ -643,6 +782,11 @@ impl Reader {
             let mut frames = Vec::with_capacity(t.frames.len());
             let mut truncated = t.truncated.take();
             let mut locks = Vec::new();
+            if let Some(k) = self.kept.get(&t.tstate).filter(|_| t.kept) {
+                frames.clone_from(&k.frames);
+                truncated.clone_from(&k.truncated);
+                t.anchors.clone_from(&k.anchors);
+            }
             for f in &t.frames {
                 // Recursion repeats code objects: check each once per snapshot.
                 let info = match resolved.get(&f.code) {
@@ -721,6 +865,36 @@ impl Reader {
             });
         }
         self.snapshot_pages = cache.into_store();
+        // What to keep for the next snapshot: the stacks of the threads the
+        // caller saw off their CPU (with the kernel's counts read then).
+        let kept = &mut self.kept;
+        kept.retain(|ts, _| keep && out.iter().any(|t| t.tstate == *ts));
+        if keep {
+            for t in &out {
+                let Some((tid, r)) = t
+                    .stack
+                    .os_thread_id
+                    .and_then(|tid| Some((tid, *ran.get(&(tid as i32))?)))
+                else {
+                    kept.remove(&t.tstate);
+                    continue;
+                };
+                let k = kept.entry(t.tstate).or_insert_with(|| Kept {
+                    tid,
+                    ran: r,
+                    frames: Vec::new(),
+                    anchors: Vec::new(),
+                    truncated: None,
+                });
+                if k.tid != tid || k.ran != r || k.frames.is_empty() {
+                    k.tid = tid;
+                    k.ran = r;
+                    k.frames.clone_from(&t.stack.frames);
+                    k.anchors.clone_from(&t.anchors);
+                    k.truncated.clone_from(&t.stack.truncated);
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -1039,7 +1213,12 @@ mod tests {
         let mem = crate::target::Recorded::new(mem);
         let mut r = Reader::new(process(layout, head));
         let snap = r
-            .snapshot(&mem, ReadOptions::default(), &HashMap::new())
+            .snapshot(
+                &mem,
+                ReadOptions::default(),
+                &FastMap::new(),
+                &FastMap::new(),
+            )
             .unwrap();
         let t = &snap[0].stack;
         assert!(t.frames.len() < 8, "{} frames", t.frames.len());
@@ -1048,6 +1227,91 @@ mod tests {
             "{:?}",
             t.truncated
         );
+    }
+
+    /// A 3.12 process of one thread (kernel tid 77) whose cframe points at
+    /// one frame with an unreadable code object, or at none.
+    fn one_thread_312(with_frame: bool) -> (crate::target::Recorded, PythonProcess) {
+        use crate::cpython_layouts::{for_version, CurrentFrame};
+        let layout = for_version(3, 12).unwrap();
+        let (head, interp, ts, cframe, frame) =
+            (0x1000u64, 0x2000u64, 0x3000u64, 0x5000u64, 0x6000u64);
+        let mut region = vec![0u8; 0x6000];
+        let mut put = |addr: u64, v: u64| {
+            let o = (addr - 0x1000) as usize;
+            region[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(head, interp);
+        put(interp + layout.interp.tstate_head, ts);
+        put(ts + layout.thread.native_thread_id.unwrap(), 77);
+        let CurrentFrame::ViaCFrame {
+            cframe: cf_off,
+            current_frame,
+            ..
+        } = layout.thread.current_frame
+        else {
+            panic!("3.12 reaches its frame through the cframe")
+        };
+        put(ts + cf_off, cframe);
+        if with_frame {
+            put(cframe + current_frame, frame);
+            put(frame + layout.frame.code, 0xdead_0000);
+        }
+        let mut mem = SliceMemory::new();
+        mem.add(0x1000, region);
+        (crate::target::Recorded::new(mem), process(layout, head))
+    }
+
+    #[test]
+    fn a_thread_that_has_not_run_keeps_its_stack_unread() {
+        let (before, p) = one_thread_312(true);
+        let (after, _) = one_thread_312(false);
+        let mut r = Reader::new(p);
+        let states = FastMap::new();
+        let frames = |r: &mut Reader,
+                      mem: &crate::target::Recorded,
+                      ran: &FastMap<i32, (u64, u64)>,
+                      opts| {
+            r.snapshot(mem, opts, &states, ran).unwrap()[0]
+                .stack
+                .frames
+                .len()
+        };
+        let mut ran = FastMap::new();
+        ran.insert(77, (5_000, 3));
+        let plain = ReadOptions::default();
+        assert_eq!(frames(&mut r, &before, &ran, plain), 1);
+        // The same counts: the frame is the one read before, though the
+        // memory no longer holds it.
+        assert_eq!(frames(&mut r, &after, &ran, plain), 1);
+        // The thread ran: read again.
+        ran.insert(77, (5_001, 3));
+        assert_eq!(frames(&mut r, &after, &ran, plain), 0);
+        // Not seen off its CPU (no counts): read again, and nothing kept.
+        assert_eq!(frames(&mut r, &before, &FastMap::new(), plain), 1);
+        assert_eq!(frames(&mut r, &after, &ran, plain), 0);
+        // Locals are never taken from an earlier read.
+        let locals = ReadOptions { locals: 1, ..plain };
+        assert_eq!(frames(&mut r, &before, &ran, locals), 1);
+        assert_eq!(frames(&mut r, &after, &ran, locals), 0);
+    }
+
+    #[test]
+    fn a_second_read_tells_whether_the_frames_stood_still() {
+        let (before, p) = one_thread_312(true);
+        let (after, _) = one_thread_312(false);
+        let mut r = Reader::new(p);
+        let (states, ran) = (FastMap::new(), FastMap::new());
+        r.snapshot(&before, ReadOptions::default(), &states, &ran)
+            .unwrap();
+        assert!(r.stood_still(&before));
+        // The frame is gone by the second read.
+        assert!(!r.stood_still(&after));
+        r.snapshot(&after, ReadOptions::default(), &states, &ran)
+            .unwrap();
+        assert!(r.stood_still(&after));
+        // A frame appeared.
+        assert!(!r.stood_still(&before));
     }
 
     proptest! {
@@ -1093,7 +1357,7 @@ mod tests {
                 // An error, or stacks within the bounds: every frame read
                 // from the only memory there is, each thread's frames and
                 // locals within their caps.
-                if let Ok(snaps) = r.snapshot(&mem, opts, &HashMap::new()) {
+                if let Ok(snaps) = r.snapshot(&mem, opts, &FastMap::new(), &FastMap::new()) {
                     prop_assert!(snaps.len() <= MAX_THREADS, "{version:?}: {} threads", snaps.len());
                     for s in &snaps {
                         let frames = &s.stack.frames;
