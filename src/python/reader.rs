@@ -1186,16 +1186,26 @@ mod tests {
         }
     }
 
+    /// Recorded memory of `len` bytes from 0x1000, zero but for `words`
+    /// (address, little-endian u64).
+    fn memory_of_words(len: usize, words: &[(u64, u64)]) -> crate::target::Recorded {
+        let mut region = vec![0u8; len];
+        for &(addr, v) in words {
+            let o = (addr - 0x1000) as usize;
+            region[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let mut mem = SliceMemory::new();
+        mem.add(0x1000, region);
+        crate::target::Recorded::new(mem)
+    }
+
     #[test]
     fn a_frame_chain_that_loops_is_cut() {
         use crate::cpython_layouts::{for_version, CurrentFrame};
         let layout = for_version(3, 10).unwrap();
         let (head, interp, ts, frame) = (0x1000u64, 0x2000u64, 0x3000u64, 0x4000u64);
-        let mut region = vec![0u8; 0x4000];
-        let mut put = |addr: u64, v: u64| {
-            let o = (addr - 0x1000) as usize;
-            region[o..o + 8].copy_from_slice(&v.to_le_bytes());
-        };
+        let mut words = Vec::new();
+        let mut put = |addr: u64, v: u64| words.push((addr, v));
         put(head, interp);
         put(interp + layout.interp.tstate_head, ts);
         put(ts + layout.thread.interp, interp);
@@ -1208,9 +1218,7 @@ mod tests {
         put(frame + 0x800 + layout.frame.previous, frame);
         put(frame + layout.frame.code, 0xdead_0000);
         put(frame + 0x800 + layout.frame.code, 0xdead_0000);
-        let mut mem = SliceMemory::new();
-        mem.add(0x1000, region);
-        let mem = crate::target::Recorded::new(mem);
+        let mem = memory_of_words(0x4000, &words);
         let mut r = Reader::new(process(layout, head));
         let snap = r
             .snapshot(
@@ -1236,11 +1244,8 @@ mod tests {
         let layout = for_version(3, 12).unwrap();
         let (head, interp, ts, cframe, frame) =
             (0x1000u64, 0x2000u64, 0x3000u64, 0x5000u64, 0x6000u64);
-        let mut region = vec![0u8; 0x6000];
-        let mut put = |addr: u64, v: u64| {
-            let o = (addr - 0x1000) as usize;
-            region[o..o + 8].copy_from_slice(&v.to_le_bytes());
-        };
+        let mut words = Vec::new();
+        let mut put = |addr: u64, v: u64| words.push((addr, v));
         put(head, interp);
         put(interp + layout.interp.tstate_head, ts);
         put(ts + layout.thread.native_thread_id.unwrap(), 77);
@@ -1257,9 +1262,7 @@ mod tests {
             put(cframe + current_frame, frame);
             put(frame + layout.frame.code, 0xdead_0000);
         }
-        let mut mem = SliceMemory::new();
-        mem.add(0x1000, region);
-        (crate::target::Recorded::new(mem), process(layout, head))
+        (memory_of_words(0x6000, &words), process(layout, head))
     }
 
     #[test]
