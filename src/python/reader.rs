@@ -162,6 +162,8 @@ pub(crate) struct Reader {
     /// Stacks of threads that were off their CPU at the latest snapshot, by
     /// thread state address.
     kept: FastMap<u64, Kept>,
+    /// Counts snapshots: a kept stack not touched by the latest is dropped.
+    epoch: u64,
     /// The frame chains the latest snapshot walked (see [`Reader::stood_still`]).
     walked: Vec<Chain>,
     /// And the GIL holder of each interpreter it found.
@@ -184,9 +186,10 @@ struct RawThread {
     tstate: u64,
     thread_id: u64,
     native_tid: Option<u32>,
-    /// Where its frame chain starts, and (3.11, 3.12) its `_PyCFrame`:
-    /// read with the thread state, walked once the kernel tid is known.
-    top: std::result::Result<u64, MemError>,
+    /// Where its frame chain starts (before 3.11, 3.13+), or (3.11, 3.12)
+    /// its `_PyCFrame`, whose `current_frame` does: read with the thread
+    /// state, walked once the kernel tid is known.
+    top: u64,
     cframe: u64,
     frames: Vec<RawFrame>,
     anchors: Vec<(u64, u64)>,
@@ -201,11 +204,41 @@ struct RawThread {
 /// between), the thread has not run an instruction since: its frames are
 /// as they were, and the next snapshot takes them from here unread.
 struct Kept {
+    /// The snapshot that last found the thread (see `Reader::epoch`).
+    epoch: u64,
     tid: u32,
     ran: (u64, u64),
     frames: Vec<Frame>,
     anchors: Vec<(u64, u64)>,
     truncated: Option<String>,
+}
+
+impl RawThread {
+    /// The thread whose state `buf` holds (read at `tstate`), frames not
+    /// walked yet.
+    fn from_state(l: &crate::cpython_layouts::Layout, buf: &[u8], tstate: u64) -> RawThread {
+        let (top, cframe) = match l.thread.current_frame {
+            CurrentFrame::Direct(o) => (le_u64(buf, o), 0),
+            CurrentFrame::ViaCFrame { cframe, .. } => (0, le_u64(buf, cframe)),
+        };
+        RawThread {
+            interp: 0,
+            interp_id: 0,
+            tstate,
+            thread_id: le_u64(buf, l.thread.thread_id),
+            native_tid: l
+                .thread
+                .native_thread_id
+                .map(|o| le_u64(buf, o) as u32)
+                .filter(|t| *t != 0),
+            top,
+            cframe,
+            frames: Vec::new(),
+            anchors: Vec::new(),
+            truncated: None,
+            kept: false,
+        }
+    }
 }
 
 impl Reader {
@@ -222,6 +255,7 @@ impl Reader {
             snapshot_pages: PageStore::default(),
             thread_pages: PageStore::default(),
             kept: FastMap::new(),
+            epoch: 0,
             walked: Vec::new(),
             walked_gil: Vec::new(),
         }
@@ -300,28 +334,10 @@ impl Reader {
                     }
                     break;
                 }
-                let thread_id = le_u64(&buf, l.thread.thread_id);
-                let native_tid = l
-                    .thread
-                    .native_thread_id
-                    .map(|o| le_u64(&buf, o) as u32)
-                    .filter(|t| *t != 0);
-                let (top, cframe) = match l.thread.current_frame {
-                    CurrentFrame::Direct(o) => (Ok(le_u64(&buf, o)), 0),
-                    CurrentFrame::ViaCFrame { cframe, .. } => (Ok(0), le_u64(&buf, cframe)),
-                };
                 out.push(RawThread {
                     interp,
                     interp_id,
-                    tstate: ts,
-                    thread_id,
-                    native_tid,
-                    top,
-                    cframe,
-                    frames: Vec::new(),
-                    anchors: Vec::new(),
-                    truncated: None,
-                    kept: false,
+                    ..RawThread::from_state(&l, &buf, ts)
                 });
                 ts = le_u64(&buf, l.thread.next);
             }
@@ -370,23 +386,7 @@ impl Reader {
             if c.truncated || cache.read(c.tstate, &mut buf).is_err() {
                 return false;
             }
-            let (top, cframe) = match l.thread.current_frame {
-                CurrentFrame::Direct(o) => (Ok(le_u64(&buf, o)), 0),
-                CurrentFrame::ViaCFrame { cframe, .. } => (Ok(0), le_u64(&buf, cframe)),
-            };
-            let mut t = RawThread {
-                interp: 0,
-                interp_id: 0,
-                tstate: c.tstate,
-                thread_id: 0,
-                native_tid: None,
-                top,
-                cframe,
-                frames: Vec::new(),
-                anchors: Vec::new(),
-                truncated: None,
-                kept: false,
-            };
+            let mut t = RawThread::from_state(l, &buf, c.tstate);
             self.walk_thread(&cache, &mut t);
             t.truncated.is_none()
                 && t.frames.len() == c.frames.len()
@@ -409,7 +409,7 @@ impl Reader {
                 0 => Ok(0),
                 cf => mem.read_u64(cf.wrapping_add(current_frame)),
             },
-            CurrentFrame::Direct(_) => t.top.clone(),
+            CurrentFrame::Direct(_) => Ok(t.top),
         };
         match top {
             Ok(f) => self.walk(mem, f, t),
@@ -867,8 +867,8 @@ impl Reader {
         self.snapshot_pages = cache.into_store();
         // What to keep for the next snapshot: the stacks of the threads the
         // caller saw off their CPU (with the kernel's counts read then).
-        let kept = &mut self.kept;
-        kept.retain(|ts, _| keep && out.iter().any(|t| t.tstate == *ts));
+        self.epoch += 1;
+        let (kept, epoch) = (&mut self.kept, self.epoch);
         if keep {
             for t in &out {
                 let Some((tid, r)) = t
@@ -876,25 +876,29 @@ impl Reader {
                     .os_thread_id
                     .and_then(|tid| Some((tid, *ran.get(&(tid as i32))?)))
                 else {
-                    kept.remove(&t.tstate);
                     continue;
                 };
                 let k = kept.entry(t.tstate).or_insert_with(|| Kept {
+                    epoch: 0,
                     tid,
                     ran: r,
                     frames: Vec::new(),
                     anchors: Vec::new(),
                     truncated: None,
                 });
-                if k.tid != tid || k.ran != r || k.frames.is_empty() {
+                // New, or read afresh this time: keep what was read.
+                if k.epoch == 0 || k.tid != tid || k.ran != r {
                     k.tid = tid;
                     k.ran = r;
                     k.frames.clone_from(&t.stack.frames);
                     k.anchors.clone_from(&t.anchors);
                     k.truncated.clone_from(&t.stack.truncated);
                 }
+                k.epoch = epoch;
             }
         }
+        // Threads gone, or not seen off their CPU this time.
+        kept.retain(|_, k| k.epoch == epoch);
         Ok(out)
     }
 
