@@ -21,9 +21,7 @@ use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
 use crate::target::{LiveProcess, SourceKind, TargetSource};
 use crate::wait::{self, GilWait, LockWait, WaitDetail, WaitReader};
 // Keys are tids and fds: the fast hasher (seeded per process) serves.
-use foldhash::HashMap as FastMap;
-use foldhash::HashMap;
-use foldhash::HashMapExt;
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use rand::Rng;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -275,7 +273,7 @@ pub(crate) fn format_rate(hz: f64) -> String {
 /// A thread's CPU time (ns) and number of times put on a CPU, from its
 /// schedstat file (kept open in `files`). None where the kernel keeps no
 /// such counts.
-fn read_ran(files: &mut FastMap<i32, File>, pid: i32, tid: i32) -> Option<(u64, u64)> {
+fn read_ran(files: &mut HashMap<i32, File>, pid: i32, tid: i32) -> Option<(u64, u64)> {
     let f = match files.entry(tid) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
@@ -304,8 +302,8 @@ pub(crate) struct Target {
     /// Open `/proc/PID/task/TID/schedstat` of each Python thread, and what
     /// it said this pass for the threads seen off their CPU just before:
     /// the reader keeps the stacks of threads whose counts do not move.
-    sched_files: FastMap<i32, File>,
-    ran: FastMap<i32, (u64, u64)>,
+    sched_files: HashMap<i32, File>,
+    ran: HashMap<i32, (u64, u64)>,
     /// Python threads' kernel tids as of the latest read, and which holds the GIL.
     threads: Vec<(i32, bool)>,
     states: HashMap<i32, char>,
@@ -534,8 +532,8 @@ impl Target {
             reader,
             native,
             stat_files: HashMap::new(),
-            sched_files: FastMap::new(),
-            ran: FastMap::new(),
+            sched_files: HashMap::new(),
+            ran: HashMap::new(),
             last_paused: Vec::new(),
             stopped_once: false,
             stop_first: 0,
@@ -658,12 +656,12 @@ impl Target {
     /// A new pass of states: files of threads that are gone are closed
     /// (new ones are opened as they are read), and nothing is read yet.
     fn begin_states(&mut self) {
-        let threads = &self.threads;
-        self.stat_files
-            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
-        self.sched_files
-            .retain(|tid, _| threads.iter().any(|(t, _)| t == tid));
-        self.waits.keep_threads(threads);
+        // A set, not a scan of the list per file: up to MAX_THREADS of each.
+        let mut live = HashSet::with_capacity(self.threads.len());
+        live.extend(self.threads.iter().map(|(t, _)| *t));
+        self.stat_files.retain(|tid, _| live.contains(tid));
+        self.sched_files.retain(|tid, _| live.contains(tid));
+        self.waits.keep_threads(&self.threads);
         self.states.clear();
         self.ran.clear();
     }
@@ -672,51 +670,49 @@ impl Target {
     fn read_state(&mut self, tid: i32, now: Instant) {
         let pid = self.pid;
         let mut buf = [0u8; 512];
-        {
-            // The syscall file first (cheaper for the kernel to write, and
-            // the waits read it anyway): a thread on a CPU says so there,
-            // and one still in the call its state was read in keeps it.
-            let probe = self.waits.probe(tid, now);
-            if self.waits.seen_off_cpu(tid) {
-                // Read after the thread was seen off its CPU: if the counts
-                // are the same at the next pass (which sees it off its CPU
-                // again first), it was on no CPU in between, so its stack
-                // has not changed. Every way back onto a CPU raises the
-                // count of times on one, and leaving one adds to the time.
-                if let Some(r) = read_ran(&mut self.sched_files, pid, tid) {
-                    self.ran.insert(tid, r);
-                }
+        // The syscall file first (cheaper for the kernel to write, and
+        // the waits read it anyway): a thread on a CPU says so there,
+        // and one still in the call its state was read in keeps it.
+        let probe = self.waits.probe(tid, now);
+        if self.waits.seen_off_cpu(tid) {
+            // Read after the thread was seen off its CPU: if the counts
+            // are the same at the next pass (which sees it off its CPU
+            // again first), it was on no CPU in between, so its stack
+            // has not changed. Every way back onto a CPU raises the
+            // count of times on one, and leaving one adds to the time.
+            if let Some(r) = read_ran(&mut self.sched_files, pid, tid) {
+                self.ran.insert(tid, r);
             }
-            match probe {
-                wait::CallProbe::Running => {
-                    self.states.insert(tid, 'R');
-                    return;
-                }
-                wait::CallProbe::Same(s) => {
-                    self.states.insert(tid, s);
-                    return;
-                }
-                wait::CallProbe::Read => {}
-            }
-            let f = match self.stat_files.entry(tid) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    match File::open(format!("/proc/{pid}/task/{tid}/stat")) {
-                        Ok(f) => e.insert(f),
-                        Err(_) => return,
-                    }
-                }
-            };
-            let Ok(n) = f.read_at(&mut buf, 0) else {
+        }
+        match probe {
+            wait::CallProbe::Running => {
+                self.states.insert(tid, 'R');
                 return;
-            };
-            if let Some(s) = std::str::from_utf8(&buf[..n])
-                .ok()
-                .and_then(procfs::parse_stat_state)
-            {
-                self.states.insert(tid, s);
-                self.waits.set_state(tid, s, now);
             }
+            wait::CallProbe::Same(s) => {
+                self.states.insert(tid, s);
+                return;
+            }
+            wait::CallProbe::Read => {}
+        }
+        let f = match self.stat_files.entry(tid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                match File::open(format!("/proc/{pid}/task/{tid}/stat")) {
+                    Ok(f) => e.insert(f),
+                    Err(_) => return,
+                }
+            }
+        };
+        let Ok(n) = f.read_at(&mut buf, 0) else {
+            return;
+        };
+        if let Some(s) = std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(procfs::parse_stat_state)
+        {
+            self.states.insert(tid, s);
+            self.waits.set_state(tid, s, now);
         }
     }
 
@@ -974,7 +970,9 @@ impl Target {
         // another CPU). The seizes are still made in one loop. If the reads
         // show another thread to stop, this pause is let go whole and a new
         // one made, in one loop again.
-        let mut early: Option<(PauseGuard, Vec<i32>)> = None;
+        let mut early: Option<PauseGuard> = None;
+        // The threads whose states that path read already (sorted).
+        let mut read_first: Option<Vec<i32>> = None;
         // A read without a stop, checked by a second read of the frames it
         // walked: kept when every chain and the GIL holder are as they were,
         // else the threads are stopped and read again. Not for what only a
@@ -993,23 +991,24 @@ impl Target {
         self.stop_first = self.stop_first.saturating_sub(1);
         if pausing && reuse_list && read_kernel_states && !cfg.read.native_all && !unstopped {
             let now = Instant::now();
-            let threads = &self.threads;
+            let listed: HashSet<i32> = self.threads.iter().map(|(t, _)| *t).collect();
             let mut predicted = std::mem::take(&mut self.last_paused);
-            predicted.retain(|t| threads.iter().any(|(x, _)| x == t));
+            predicted.retain(|t| listed.contains(t));
+            predicted.sort_unstable();
             self.begin_states();
             for &tid in &predicted {
                 self.read_state(tid, now);
             }
-            // Each must be on a CPU or waiting for one: a GIL holder found
-            // asleep means the listing is stale, and a new one is walked
-            // before anything is stopped.
-            let still = predicted.iter().all(|&t| {
-                let gil = self.threads.iter().any(|&(x, g)| x == t && g);
-                self.must_stop(cfg, t, gil) && !matches!(self.states.get(&t), Some('S' | 'I'))
-            });
-            if still && !predicted.is_empty() {
-                early = Some((PauseGuard::interrupted(self.pid, &predicted)?, predicted));
+            // Each must be on a CPU or waiting for one: one asleep need not
+            // stop, and a GIL holder found asleep means the listing is
+            // stale, and a new one is walked before anything is stopped.
+            let running = predicted
+                .iter()
+                .all(|t| !matches!(self.states.get(t), Some('S' | 'I' | 'D')));
+            if running && !predicted.is_empty() {
+                early = Some(PauseGuard::interrupted(self.pid, &predicted)?);
             }
+            read_first = Some(predicted);
         }
         if !live {
             // A core's states, as far as it recorded them.
@@ -1019,12 +1018,12 @@ impl Target {
                 .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
                 .collect();
         } else if read_kernel_states {
-            match &early {
-                Some((_, predicted)) => {
+            match &read_first {
+                Some(done) => {
                     let now = Instant::now();
                     for i in 0..self.threads.len() {
                         let tid = self.threads[i].0;
-                        if !predicted.contains(&tid) {
+                        if done.binary_search(&tid).is_err() {
                             self.read_state(tid, now);
                         }
                     }
@@ -1064,12 +1063,13 @@ impl Target {
             .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
             .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
             .collect();
-        let guard = match early {
-            Some((mut g, predicted)) if pause.iter().all(|t| predicted.contains(t)) => {
+        let stopping = read_first.as_deref().unwrap_or_default();
+        let mut guard = match early {
+            Some(mut g) if pause.iter().all(|t| stopping.binary_search(t).is_ok()) => {
                 g.wait_stops();
                 Some(g)
             }
-            Some((g, _)) => {
+            Some(g) => {
                 // Another thread must stop too: this pause goes first.
                 drop(g);
                 Some(PauseGuard::new(self.pid, &pause)?)
@@ -1093,7 +1093,6 @@ impl Target {
         let mut snap = self
             .reader
             .snapshot(&*self.source, opts, &self.states, &self.ran);
-        let mut guard = guard;
         if pausing && guard.is_none() && !pause.is_empty() {
             if snap.is_ok() && self.reader.stood_still(&*self.source) {
                 self.stop_backoff = 0;
