@@ -13,6 +13,7 @@ mod callsites;
 mod merge;
 mod module;
 pub(crate) mod scan;
+mod symbols;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -523,6 +524,12 @@ impl NativeUnwinder {
         // code without DWARF: no tail call in between. So is a call to
         // H's PLT stub from another library.
         let c_lm = self.loaded(ci)?;
+        // Without the caller's DWARF there are no call-site records to
+        // find a chain in: nothing more to look at (and no need to index a
+        // big library's names for the stub check below).
+        if !c_lm.may_have_lines(debug_files) {
+            return None;
+        }
         let ret = caller.ip.wrapping_sub(c_lm.bias);
         let called = c_lm.direct_call_target(ret);
         if ci == hi && called == Some(h) {
