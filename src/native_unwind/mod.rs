@@ -12,6 +12,7 @@
 mod callsites;
 mod merge;
 mod module;
+pub(crate) mod pools;
 pub(crate) mod scan;
 mod symbols;
 

@@ -180,7 +180,10 @@ impl NativeStacks {
         out
     }
 
-    /// A thread Python does not know (--native-all), named from the kernel.
+    /// A thread Python does not know (--native-all), named from the kernel,
+    /// or, where that name is only the process's, from the thread pool its
+    /// stack starts in; with what it waits in when no library entry point
+    /// says (`gomp_barrier_wait_end (libgomp.so.1)`).
     pub(crate) fn foreign_thread(
         &mut self,
         source: &dyn TargetSource,
@@ -189,10 +192,17 @@ impl NativeStacks {
         native: &[NativeFrame],
     ) -> ThreadStack {
         let merged: Vec<Merged<Frame>> = native_unwind::merge::<Frame>(native, &[], &[], true).0;
+        let os_name = source.thread_name(tid);
+        let process = source.thread_name(source.pid());
+        let pool = native_unwind::pools::pool_worker(native).filter(|_| {
+            native_unwind::pools::generic_thread_name(os_name.as_deref(), process.as_deref())
+        });
+        let entry = native_unwind::native_entry(native)
+            .or_else(|| pool.and_then(|_| native_unwind::pools::waiting_in(native)));
         ThreadStack {
             thread_id: 0,
             os_thread_id: Some(tid as u32),
-            name: source.thread_name(tid),
+            name: pool.map(str::to_string).or(os_name),
             interpreter: -1,
             status: if matches!(state, Some('R' | 'D')) {
                 ThreadStatus::Active
@@ -200,8 +210,12 @@ impl NativeStacks {
                 ThreadStatus::Idle
             },
             holds_gil: false,
-            native_entry: native_unwind::native_entry(native),
-            name_source: Some(NameSource::Os),
+            native_entry: entry,
+            name_source: Some(if pool.is_some() {
+                NameSource::Stack
+            } else {
+                NameSource::Os
+            }),
             asyncio: None,
             frames: self.output_frames(merged, native),
             truncated: None,
