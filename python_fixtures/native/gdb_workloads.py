@@ -15,6 +15,9 @@ MODE:
               (Rust, rayon)
   onnx        onnxruntime running a tiny model built with onnx.helper
               (C++ thread pool)
+  torch       python_fixtures/torch_worker.py's PyTorch worker (run with
+              .ci/torch-workload's venv): libtorch_cpu's C++, OpenMP and
+              pthreadpool threads
 
 Prints `READY {...}` once every thread is in place; lives until killed.
 """
@@ -122,6 +125,12 @@ def run_onnx():
     loop_in_thread(lambda: sess.run(None, {"X": x}))
 
 
+def run_torch():
+    import torch_worker
+
+    torch_worker.start_worker()
+
+
 def main():
     fu.install_ping()
     {
@@ -130,6 +139,7 @@ def main():
         "svd": run_svd,
         "tokenizers": run_tokenizers,
         "onnx": run_onnx,
+        "torch": run_torch,
     }[MODE]()
     fu.ready({"mode": MODE})
     while not fu.expired():

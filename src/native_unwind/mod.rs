@@ -311,14 +311,6 @@ impl NativeUnwinder {
         r
     }
 
-    /// Load every module now, while no thread is stopped: a first unwind
-    /// would otherwise read and parse them with the threads held.
-    pub(crate) fn preload(&mut self) {
-        for i in 0..self.modules.len() {
-            let _ = self.loaded(i);
-        }
-    }
-
     /// Load module `i` on first use; None when it cannot be used.
     fn loaded(&mut self, i: usize) -> Option<&mut LoadedModule> {
         if matches!(self.modules[i].state, LoadState::NotLoaded) {
