@@ -895,7 +895,7 @@ fn wheel_workloads_agree_with_gdb() {
 
 /// PyTorch at inference scale (issue 20) on pyenv's 3.12, from
 /// `.ci/torch-workload`'s venv: python_fixtures/torch_worker.py's worker in
-/// libtorch_cpu (448 MB, some 700,000 C++ function symbols, named through
+/// libtorch_cpu (448 MB, some 450,000 C++ function symbols, named through
 /// the lean symbol index), its OpenMP worker and XNNPACK's pthreadpool
 /// threads, with libtorch_cuda and the nvidia libraries mapped.
 #[test]

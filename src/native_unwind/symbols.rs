@@ -3,7 +3,7 @@
 //! symbol and string tables themselves are never kept: they are streamed
 //! once from the file to build the index, and a name is read from its
 //! string table (from the file, a few hundred bytes) only when a lookup
-//! needs it. PyTorch's libtorch_cpu.so has some 700,000 function symbols
+//! needs it. PyTorch's libtorch_cpu.so has some 450,000 function symbols
 //! with 150 MB of mostly C++ names; a table of every name, copied and
 //! demangled, is what made one `dump --native` take hundreds of MB.
 
@@ -25,8 +25,8 @@ const SIZE_MASK: u32 = PLT - 1;
 const CHUNK: u64 = 24 << 16;
 /// Longest name read (real C++ names are rarely over a few KB).
 const NAME_MAX: u64 = 64 << 10;
-/// Bound on symbols indexed per module (libtorch_cuda: about 1.5 million
-/// with `.dynsym`'s copies): 16 bytes each.
+/// Bound on symbols indexed per module (libtorch_cpu: 453,871, counting
+/// `.dynsym`'s copies): 16 bytes each.
 const SYMS_MAX: usize = 8 << 20;
 /// Bound on the aliases at one address compared for the best name.
 const ALIASES_MAX: usize = 64;
