@@ -128,6 +128,10 @@ def run_onnx():
 def run_torch():
     import torch_worker
 
+    # Importing torch, gdb reading libtorch's symbols and the dumps take
+    # longer than the default lifetime on a loaded machine (the test kills
+    # the fixture when it is done).
+    fu.LIFETIME_SECONDS = 900.0
     torch_worker.start_worker()
 
 
