@@ -439,6 +439,8 @@ pub(crate) fn net_table(pid: i32, name: &str) -> Option<String> {
 /// as (pid, fd), bounded: what holds the other end of a pipe or FIFO.
 pub(crate) fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, String)> {
     let mut out = Vec::new();
+    // A set: a select or epoll set's pipes are looked for in one scan.
+    let wanted: std::collections::HashSet<&str> = targets.iter().map(String::as_str).collect();
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return out;
     };
@@ -452,7 +454,7 @@ pub(crate) fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, Str
         for f in fds.flatten() {
             if let Ok(t) = std::fs::read_link(f.path()) {
                 let t = t.to_string_lossy();
-                if targets.iter().any(|x| *x == t) {
+                if wanted.contains(t.as_ref()) {
                     if let Some(fd) = f.file_name().to_str().and_then(|s| s.parse().ok()) {
                         out.push((pid, fd, t.into_owned()));
                         if out.len() >= limit {

@@ -435,24 +435,18 @@ pub(crate) fn parse_unix_table(text: &str) -> Vec<UnixSocket> {
         .collect()
 }
 
-/// The fds an epoll set watches, from its `/proc/PID/fdinfo/FD`: the first
-/// [`MAX_SET_FDS`], and how many more it lists.
+/// The fds an epoll set watches, from its `/proc/PID/fdinfo/FD` (as
+/// bounded as that text): the lowest [`MAX_SET_FDS`] in order (the kernel
+/// lists them in its own), and how many more it lists.
 pub(crate) fn parse_epoll_fdinfo(text: &str) -> (Vec<i32>, usize) {
-    let mut fds = Vec::new();
-    let mut more = 0;
-    for fd in text
+    let mut fds: Vec<i32> = text
         .lines()
         .filter_map(|l| l.strip_prefix("tfd:"))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse::<i32>().ok())
-    {
-        if fds.len() < MAX_SET_FDS {
-            fds.push(fd);
-        } else {
-            more += 1;
-        }
-    }
-    // The kernel lists them in its own order: by number, as a person reads them.
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .collect();
     fds.sort_unstable();
+    let more = fds.len().saturating_sub(MAX_SET_FDS);
+    fds.truncate(MAX_SET_FDS);
     (fds, more)
 }
 
@@ -1448,12 +1442,84 @@ impl WaitReader {
     }
 
     fn describe(&mut self, fd: i32) -> FdDesc {
+        self.describe_all(&[fd]).pop().unwrap_or_default()
+    }
+
+    /// Describe fds (a call's, or a whole set's). With full detail, the
+    /// holders of the other ends of their pipes, FIFOs and unix sockets are
+    /// found in one scan of every process's fds, whatever the set's size.
+    fn describe_all(&mut self, fds: &[i32]) -> Vec<FdDesc> {
+        let mut out = Vec::with_capacity(fds.len());
+        // (index in out, the link whose holders are the other end, the fd
+        // itself to leave out, the link to show when nobody holds it).
+        let mut wanted: Vec<(usize, String, i32, Option<String>)> = Vec::new();
+        let mut fresh = Vec::new();
+        for &fd in fds {
+            let (d, cached) = self.describe_bare(fd);
+            if !cached && self.detail == WaitDetail::Full {
+                let target = d.target.clone().unwrap_or_default();
+                if matches!(d.kind.as_str(), "pipe" | "fifo") {
+                    wanted.push((out.len(), target.clone(), fd, None));
+                }
+                if d.kind == "unix" && crate::procfs::same_net_namespace(self.pid) {
+                    let peer =
+                        link_inode(&target, "socket").and_then(crate::procfs::unix_socket_peer);
+                    if let Some(peer) = peer {
+                        let link = format!("socket:[{peer}]");
+                        wanted.push((out.len(), link.clone(), -1, Some(link)));
+                    }
+                }
+            }
+            if !cached {
+                fresh.push(out.len());
+            }
+            out.push(d);
+        }
+        if !wanted.is_empty() {
+            let mut targets: Vec<String> = wanted.iter().map(|w| w.1.clone()).collect();
+            targets.sort();
+            targets.dedup();
+            let limit = (targets.len() * MAX_PEERS).min(MAX_HOLDERS);
+            let holders = crate::procfs::fd_holders(&targets, limit);
+            let mut named: foldhash::HashMap<(i32, i32), String> = Default::default();
+            for (i, link, own, fallback) in wanted {
+                let peers: Vec<String> = holders
+                    .iter()
+                    .filter(|(p, f, t)| *t == link && !(*p == self.pid && *f == own))
+                    .take(MAX_PEERS)
+                    .map(|(p, f, _)| {
+                        named
+                            .entry((*p, *f))
+                            .or_insert_with(|| holder(*p, *f))
+                            .clone()
+                    })
+                    .collect();
+                out[i].peers = if peers.is_empty() {
+                    fallback.into_iter().collect()
+                } else {
+                    peers
+                };
+            }
+        }
+        for i in fresh {
+            if let Some(t) = out[i].target.clone() {
+                self.fd_cache.insert(t, out[i].clone());
+            }
+        }
+        out
+    }
+
+    /// An fd described from its link, the socket tables and (full detail)
+    /// an epoll set's fdinfo, without the other ends; and whether it came
+    /// from the cache (then whole, other ends included).
+    fn describe_bare(&mut self, fd: i32) -> (FdDesc, bool) {
         if self.recorded.is_some() {
-            return FdDesc {
+            let d = FdDesc {
                 fd,
                 kind: UNRECORDED.into(),
                 ..Default::default()
             };
+            return (d, true);
         }
         let pid = self.pid;
         let target = crate::procfs::fd_target(pid, fd);
@@ -1461,7 +1527,7 @@ impl WaitReader {
             if let Some(d) = self.fd_cache.get(t) {
                 let mut d = d.clone();
                 d.fd = fd;
-                return d;
+                return (d, true);
             }
         }
         let tables = &mut self.tables;
@@ -1480,52 +1546,33 @@ impl WaitReader {
         if d.kind == "file" && crate::procfs::fd_is_fifo(pid, fd) {
             d.kind = "fifo".into();
         }
-        if self.detail == WaitDetail::Full {
-            if d.kind == "epoll" {
-                (d.watches, d.watches_unlisted) = crate::procfs::fdinfo(pid, fd)
-                    .map(|t| parse_epoll_fdinfo(&t))
-                    .unwrap_or_default();
-            }
-            if matches!(d.kind.as_str(), "pipe" | "fifo") {
-                d.peers = self.peers(fd, target.as_deref().unwrap_or(""));
-            }
-            if d.kind == "unix" && crate::procfs::same_net_namespace(pid) {
-                let peer = target
-                    .as_deref()
-                    .and_then(|t| link_inode(t, "socket"))
-                    .and_then(crate::procfs::unix_socket_peer);
-                if let Some(peer) = peer {
-                    let peer_link = format!("socket:[{peer}]");
-                    d.peers = self.peers(-1, &peer_link);
-                    if d.peers.is_empty() {
-                        d.peers.push(peer_link);
-                    }
-                }
-            }
+        if self.detail == WaitDetail::Full && d.kind == "epoll" {
+            (d.watches, d.watches_unlisted) = crate::procfs::fdinfo(pid, fd)
+                .map(|t| parse_epoll_fdinfo(&t))
+                .unwrap_or_default();
         }
-        if let Some(t) = target {
-            self.fd_cache.insert(t, d.clone());
-        }
-        d
+        (d, false)
     }
+}
 
-    /// Who else holds this pipe or FIFO (dump only: it lists every process's fds).
-    fn peers(&self, fd: i32, target: &str) -> Vec<String> {
-        crate::procfs::fd_holders(&[target.to_string()], 16)
-            .into_iter()
-            .filter(|(p, f, _)| !(*p == self.pid && *f == fd))
-            .map(|(p, f, _)| {
-                let name = crate::procfs::comm(p, p).unwrap_or_default();
-                let end = crate::procfs::fdinfo(p, f)
-                    .as_deref()
-                    .and_then(fdinfo_access)
-                    .map(|a| format!(" ({a})"))
-                    .unwrap_or_default();
-                format!("pid {p} \"{name}\" fd {f}{end}")
-            })
-            .collect()
-    }
+/// Most holders of the other end named per fd.
+const MAX_PEERS: usize = 16;
+/// Most holders looked for in one scan, whatever the number of fds.
+const MAX_HOLDERS: usize = 16 * 1024;
 
+/// A holder of the other end of a pipe, FIFO or socket, as dump names it:
+/// `pid 12 "name" fd 4 (write end)`.
+fn holder(p: i32, f: i32) -> String {
+    let name = crate::procfs::comm(p, p).unwrap_or_default();
+    let end = crate::procfs::fdinfo(p, f)
+        .as_deref()
+        .and_then(fdinfo_access)
+        .map(|a| format!(" ({a})"))
+        .unwrap_or_default();
+    format!("pid {p} \"{name}\" fd {f}{end}")
+}
+
+impl WaitReader {
     /// What thread `tid` (in scheduler state `state`, blocked in `line`)
     /// waits for. GIL and lock attribution are added by the caller, who
     /// knows the interpreter.
@@ -1586,12 +1633,12 @@ impl WaitReader {
             if let Some(epoll) = &w.fd {
                 if full && !epoll.watches.is_empty() {
                     let watches = epoll.watches.clone();
-                    w.fds = watches.iter().map(|fd| self.describe(*fd)).collect();
+                    w.fds = self.describe_all(&watches);
                     w.fds_unlisted = epoll.watches_unlisted;
                 }
             }
             if !c.set.is_empty() || c.set_unlisted > 0 {
-                w.fds = c.set.iter().map(|fd| self.describe(*fd)).collect();
+                w.fds = self.describe_all(&c.set);
                 w.fds_unlisted = c.set_unlisted;
             }
             w.path = c.path.clone();
