@@ -8,14 +8,27 @@ mod common;
 use common::pyinspect;
 use std::collections::BTreeSet;
 
-/// Each command, and the README section whose tables give its flags.
-const COMMANDS: &[(&str, &str)] = &[
-    ("dump", "## dump"),
-    ("record", "## record"),
-    ("top", "## top"),
-    ("diff", "## diff"),
-    ("completions", "## Shell completions"),
-];
+/// The commands `pyinspect --help` lists (but `help`).
+fn commands(top: &str) -> Vec<String> {
+    top.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// README's `## ` heading for a command: the one that names it.
+fn heading_of(readme: &str, command: &str) -> String {
+    readme
+        .lines()
+        .filter(|l| l.starts_with("## "))
+        .find(|l| l[3..].split([' ', '`']).any(|w| w == command))
+        .unwrap_or_else(|| panic!("README has no section for {command}"))
+        .to_string()
+}
 
 fn help(args: &[&str]) -> String {
     let out = pyinspect(args);
@@ -249,17 +262,22 @@ fn formats_modes_and_shells_agree_in_help_and_readme() {
 #[test]
 fn every_flag_in_help_is_in_readme_and_back() {
     let readme = readme();
-    let global = long_flags(&help(&["--help"]));
+    let top = help(&["--help"]);
+    let global = long_flags(&top);
     let everywhere = readme_flags(&readme);
+    let commands = commands(&top);
+    for c in ["dump", "record", "top", "diff", "completions"] {
+        assert!(commands.iter().any(|x| x == c), "no {c} in:\n{top}");
+    }
     let mut problems = Vec::new();
     for f in &global {
         if !everywhere.contains(f) {
             problems.push(format!("{f} (global) is in no README table"));
         }
     }
-    for (command, heading) in COMMANDS {
+    for command in &commands {
         let flags = long_flags(&help(&[command, "--help"]));
-        let md = readme_flags(section(&readme, heading));
+        let md = readme_flags(section(&readme, &heading_of(&readme, command)));
         for f in flags.difference(&global) {
             if !md.contains(f) {
                 problems.push(format!("{command} {f} is not in README's {command} table"));
