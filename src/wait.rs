@@ -2296,6 +2296,22 @@ mod tests {
             db.long_within(200),
             "poll({40 fds: 40 TCP to 10.0.0.1:5432})"
         );
+        // A core's fds: named by number.
+        let core = Wait {
+            syscall: Some("select".into()),
+            fds: (3..43)
+                .map(|fd| FdDesc {
+                    fd,
+                    kind: UNRECORDED.into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        assert_eq!(
+            core.long_within(200),
+            "select({40 fds: 40 not recorded in a core: fds 3, 4, 5 and 37 more})"
+        );
         // A long path is clipped in the middle.
         let long_path = format!("/data/{}/x.bin", "d".repeat(4000));
         let open = Wait {
