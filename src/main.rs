@@ -1,6 +1,6 @@
 //! The CLI edge: parse arguments, run a command, turn errors into one line.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use pyinspect::output::OutputFormat;
 use std::time::Duration;
 
@@ -24,11 +24,11 @@ struct Cli {
 enum Command {
     /// Print every thread's Python stack of a running process, once.
     Dump(DumpArgs),
-    /// Sample a process into a profile (flame graph, speedscope, Chrome trace, raw, pprof).
+    /// Sample a process into a profile (its formats are listed by `cli`, from --format's values).
     Record(RecordArgs),
     /// A live, top-like view of the functions a process spends its time in.
     Top(TopArgs),
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Print a shell completion script (its shells are listed by `cli`).
     Completions(CompletionsArgs),
     /// Compare two recordings: a differential flame graph and the functions whose share changed most.
     Diff(DiffArgs),
@@ -248,9 +248,7 @@ struct RecordArgs {
     /// Wall-clock seconds to record, or "unlimited" (default: until Ctrl-C or the program exits).
     #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// What a sample counts: cpu (threads on the CPU), wall (every thread;
-    /// waits end in a leaf frame naming them), offcpu (only waiting threads,
-    /// with that leaf), gil (only the GIL holder).
+    /// What a sample counts (default cpu; --idle is wall, --gil is gil).
     #[arg(short, long, value_enum, conflicts_with_all = ["idle", "gil"])]
     mode: Option<pyinspect::commands::record::RecordMode>,
     /// Add a root frame per thread.
@@ -275,6 +273,38 @@ struct TopArgs {
     /// Seconds between refreshes of the display.
     #[arg(long, default_value = "1", value_parser = parse_delay, allow_hyphen_values = true)]
     delay: Duration,
+}
+
+/// The names a value enum's variants take on the command line.
+fn value_names<T: ValueEnum>() -> Vec<String> {
+    T::value_variants()
+        .iter()
+        .filter_map(|v| v.to_possible_value())
+        .map(|v| v.get_name().to_string())
+        .collect()
+}
+
+/// "a, b or c".
+fn or_list(names: &[String]) -> String {
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// The command line's definition, with the texts that name a value enum's
+/// values made from that enum: a format or shell added is listed everywhere.
+fn cli() -> clap::Command {
+    let formats = or_list(&value_names::<OutputFormat>());
+    let shells = or_list(&value_names::<clap_complete::Shell>());
+    Cli::command()
+        .mut_subcommand("record", |c| {
+            c.about(format!("Sample a process into a profile: {formats}"))
+        })
+        .mut_subcommand("completions", |c| {
+            c.about(format!("Print a shell completion script: {shells}"))
+        })
 }
 
 /// The rules between options, one check each (src/options.rs), before
@@ -401,10 +431,9 @@ fn parse_delay(s: &str) -> Result<Duration, String> {
 
 /// Print the completion script; a reader that stops early (`| head`) is not an error.
 fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
-    use clap::CommandFactory;
     use std::io::Write;
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "pyinspect", &mut script);
+    clap_complete::generate(shell, &mut cli(), "pyinspect", &mut script);
     let mut out = std::io::stdout().lock();
     match out.write_all(&script).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
@@ -415,7 +444,10 @@ fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
 }
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match cli()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {

@@ -251,24 +251,26 @@ pub(crate) fn write_text(
         } else if several {
             status.push_str(&format!(", interpreter {}", t.interpreter));
         }
-        write!(out, "\nThread {id}")?;
+        // The header, built whole: the wait's text gets the room its words leave.
+        let mut head = format!("Thread {id}");
         if let Some(n) = &t.name {
-            write!(out, " \"{n}\"")?;
+            head += &format!(" \"{n}\"");
             if t.name_source == Some(crate::stack::NameSource::Os) && t.interpreter >= 0 {
-                write!(out, " (OS name)")?;
+                head += " (OS name)";
             }
         }
-        write!(out, " ({status})")?;
+        head += &format!(" ({status})");
         if let Some(e) = &t.native_entry {
-            write!(out, " in {e}")?;
+            head += &format!(" in {e}");
         }
         if let Some(w) = &t.wait {
-            let long = w.long();
+            let room = crate::wait::header_room(head.chars().count() + 2);
+            let long = w.long_within(room);
             if !long.is_empty() {
-                write!(out, ": {long}")?;
+                head += &format!(": {long}");
             }
         }
-        writeln!(out)?;
+        writeln!(out, "\n{head}")?;
         if let Some(c) = p
             .crash
             .as_ref()
