@@ -28,6 +28,7 @@ use crate::target::TargetSource;
 use module::{Backing, LoadedModule, SectionData};
 use std::rc::Rc;
 
+pub(crate) use merge::native_entry_frame;
 pub use merge::{
     display_name, is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry,
     MergeMethod, Merged, PyFrameForMerge,
