@@ -287,3 +287,131 @@ fn record_labels_and_diff_use_short_names() {
         );
     });
 }
+
+/// The PyTorch venv (torch's CPU wheel, with pyenv's 3.12), installed by CI.
+const TORCH_PYTHON: &str = "/opt/pyinspect-torch/venv/bin/python";
+
+/// Whether a native name is short: no argument list (the parentheses of
+/// `(anonymous namespace)`, `{lambda#1}` and `operator()` aside) and no
+/// spelled-out template arguments.
+fn is_short(name: &str) -> bool {
+    let rest = name
+        .replace("(anonymous namespace)", "")
+        .replace("operator()", "");
+    !rest.contains('(') && !rest.contains("const&") && name.len() < 200
+}
+
+/// The workload: libtorch's frames in the text dump, the SVG's
+/// labels and collapsed stacks are short, JSON's signatures whole.
+#[test]
+fn pytorch_frames_are_named_short() {
+    let interp = common::find_interpreter("pyenv's 3.12", |i| {
+        i.version == (3, 12) && i.label.starts_with("pyenv ")
+    });
+    let torch = Interpreter {
+        label: format!("{} (PyTorch venv)", interp.label),
+        python: TORCH_PYTHON.into(),
+        ..interp.clone()
+    };
+    assert!(
+        torch.python.exists(),
+        "{TORCH_PYTHON} is missing: the PyTorch venv is installed by CI"
+    );
+    let fx = Fixture::spawn_with_timeout(
+        &torch,
+        "native/torch_names.py",
+        &[],
+        std::time::Duration::from_secs(180),
+    );
+    let pid = fx.pid.to_string();
+    let in_torch = |m: &str| m.starts_with("libtorch") || m.starts_with("libc10");
+    // The model thread is always in a forward pass, which runs in C++ from
+    // the encoder layer's own kernel down; a few tries for a stack that
+    // reaches it.
+    let want = "at::native::transformer_encoder_layer_forward";
+    let mut seen = None;
+    for _ in 0..20 {
+        let out = pyinspect(&["dump", "--native", "--json", "--pid", &pid]);
+        out.assert_success();
+        let doc = out.json_lines().remove(0);
+        let model = doc["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "model")
+            .expect("the model thread")
+            .clone();
+        let frames: Vec<Value> = model["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| in_torch(f["module"].as_str().unwrap_or("")))
+            .cloned()
+            .collect();
+        for f in &frames {
+            let n = f["function"].as_str().unwrap();
+            assert!(is_short(n), "not short: {n:?}");
+        }
+        if let Some(f) = frames.iter().find(|f| f["function"] == want) {
+            let sig = f["signature"].as_str().unwrap();
+            assert!(
+                sig.starts_with(&format!("{want}(at::Tensor const&, long, long,")),
+                "{sig}"
+            );
+            // The dispatcher's wrapper of that kernel: thousands of
+            // characters whole.
+            let wrappers: Vec<&Value> = frames
+                .iter()
+                .filter(|f| f["function"] == "c10::impl::wrap_kernel_functor_unboxed_<…>::call")
+                .collect();
+            assert!(!wrappers.is_empty(), "{frames:#?}");
+            assert!(
+                wrappers
+                    .iter()
+                    .all(|w| w["signature"].as_str().unwrap().len() > 500),
+                "{wrappers:#?}"
+            );
+            seen = Some(frames.len());
+            break;
+        }
+    }
+    assert!(seen.is_some(), "{}: no dump reached {want}", fx.label);
+
+    let out = pyinspect(&["dump", "--native", "--pid", &pid]);
+    out.assert_success();
+    let frame_lines = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("    ") && l.contains(" (libtorch"));
+    for l in frame_lines {
+        let name = l.trim().rsplit_once(" (").unwrap().0;
+        assert!(is_short(name), "text: not short: {l:?}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let svg_path = dir.path().join("torch.svg");
+    let raw_path = dir.path().join("torch.txt");
+    record(&pid, "flamegraph", &svg_path, &[]);
+    record(&pid, "raw", &raw_path, &[]);
+    let titles = svg_titles(&std::fs::read_to_string(&svg_path).unwrap());
+    let torch_titles: Vec<&String> = titles.iter().filter(|t| t.contains("(libtorch")).collect();
+    assert!(
+        torch_titles
+            .iter()
+            .any(|t| t.starts_with(&format!("{want} (libtorch_cpu.so)"))),
+        "{torch_titles:#?}"
+    );
+    for t in &torch_titles {
+        let name = t.split(" (libtorch").next().unwrap();
+        assert!(is_short(name), "SVG: not short: {t:?}");
+    }
+    let raw = std::fs::read_to_string(&raw_path).unwrap();
+    assert!(raw.contains(want), "{raw}");
+    for stack in raw.lines() {
+        let stack = stack.rsplit_once(' ').unwrap().0;
+        for f in stack.split(';').filter(|f| f.contains("(libtorch")) {
+            let name = f.split(" (libtorch").next().unwrap();
+            assert!(is_short(name), "collapsed: not short: {f:?}");
+        }
+    }
+}
