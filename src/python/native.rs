@@ -32,13 +32,17 @@ pub(crate) struct NativeStacks {
 /// signature itself with `--full-names`.
 struct Names {
     full: bool,
-    /// By the symbol's demangled name; emptied when full, so that a process
-    /// with millions of symbols sampled for hours stays bounded.
+    /// By the symbol's demangled name; started again once it holds
+    /// [`MAX_NAME_BYTES`], so that a process with millions of (long)
+    /// symbols sampled for hours stays bounded.
     made: HashMap<String, (Arc<str>, Arc<str>)>,
+    /// The bytes of the names in `made`.
+    bytes: usize,
 }
 
-/// Names kept in [`Names`] before it starts again.
-const MAX_NAMES: usize = 1 << 16;
+/// Bytes of names kept in [`Names`] before it starts again: some thousands
+/// of PyTorch's longest.
+const MAX_NAME_BYTES: usize = 16 << 20;
 
 impl Names {
     /// (function, signature) of `f`; no signature without a symbol.
@@ -58,9 +62,12 @@ impl Names {
                 short => short.into(),
             }
         };
-        if self.made.len() >= MAX_NAMES {
+        let size = symbol.len() + signature.len() + function.len();
+        if self.bytes + size > MAX_NAME_BYTES {
             self.made.clear();
+            self.bytes = 0;
         }
+        self.bytes += size;
         self.made
             .insert(symbol.to_string(), (function.clone(), signature.clone()));
         (function, Some(signature))
@@ -107,6 +114,7 @@ impl NativeStacks {
             names: Names {
                 full: full_names,
                 made: HashMap::new(),
+                bytes: 0,
             },
         })
     }
