@@ -1506,6 +1506,7 @@ mod sample_tests {
                 native: true,
                 native_all: false,
                 native_debug_info: false,
+                full_names: false,
                 function_lines: false,
                 locals: 0,
                 statuses: true,

@@ -49,6 +49,8 @@ struct DiffArgs {
     /// Rows in the table of functions whose share changed most (0 for none).
     #[arg(long, default_value = "20")]
     top: usize,
+    #[command(flatten)]
+    names: NamesArg,
 }
 
 #[derive(Args, Debug)]
@@ -80,6 +82,16 @@ struct TargetArgs {
     command: Vec<String>,
 }
 
+/// `--full-names`: dump, record, top and diff.
+#[derive(Args, Debug)]
+struct NamesArg {
+    /// Show native (C++, Rust) frames by their whole demangled signature
+    /// (return type, template and function arguments) rather than short
+    /// (`at::native::add_out`, `std::vector<…>::push_back`); JSON carries both.
+    #[arg(long)]
+    full_names: bool,
+}
+
 /// How the threads are read: dump, record and top.
 #[derive(Args, Debug)]
 struct ReadArgs {
@@ -94,6 +106,8 @@ struct ReadArgs {
     /// (while sampling, new ones too).
     #[arg(short, long)]
     subprocesses: bool,
+    #[command(flatten)]
+    names: NamesArg,
 }
 
 /// Which threads a sample counts, and how frames are named: record and top.
@@ -379,6 +393,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             native: a.read.native,
             native_all: false,
             native_debug_info: false,
+            full_names: a.read.names.full_names,
             function_lines: a.function,
             locals: 0,
             statuses: false,
@@ -416,6 +431,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         gil: a.sample.gil,
         refresh: a.delay,
         full_filenames: a.sample.full_filenames,
+        full_names: a.read.names.full_names,
     })
 }
 
@@ -487,6 +503,7 @@ fn main() {
                 native,
                 native_all: a.native_all,
                 native_debug_info: a.native_debug_info,
+                full_names: a.read.names.full_names,
                 positions: a.positions,
                 asyncio: a.asyncio.mode(),
             })
@@ -502,6 +519,7 @@ fn main() {
                 output: Some(a.output),
                 negate: a.negate,
                 top: a.top,
+                full_names: a.names.full_names,
             })
         }
     };

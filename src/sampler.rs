@@ -110,6 +110,9 @@ pub struct ReadConfig {
     pub native_all: bool,
     /// With `native`: DWARF from separate debug files too.
     pub native_debug_info: bool,
+    /// With `native`: name native frames by their whole signature rather
+    /// than short (`--full-names`; JSON carries both either way).
+    pub full_names: bool,
     /// Report co_firstlineno instead of the current line (record -F).
     pub function_lines: bool,
     /// Arguments and locals of each frame (dump --locals): 0 for none, n
@@ -498,6 +501,7 @@ impl Target {
                 source.clone(),
                 cfg.read.native_all,
                 cfg.read.native_debug_info,
+                cfg.read.full_names,
             )?)
         } else {
             None

@@ -442,7 +442,11 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
         let mut frames: Vec<Frame> = Vec::new();
         for f in t["frames"].as_array().into_iter().flatten() {
             if f["kind"] == "native" {
-                let func = f["function"].as_str().unwrap_or("");
+                // gdb prints whole signatures: compared with pyinspect's.
+                let func = f["signature"]
+                    .as_str()
+                    .or(f["function"].as_str())
+                    .unwrap_or("");
                 let raw = f["module"].as_str().unwrap_or("");
                 let unnamed = func.starts_with(&format!("{raw}+0x"));
                 let name = (!unnamed).then(|| normalise(func));

@@ -387,3 +387,44 @@ fn top_shows_what_each_thread_waits_for() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
+
+/// Native frames by their short names (python_fixtures/native/names.py: a
+/// thread parked in C++ whose demangled names run to hundreds of
+/// characters); with --full-names, by their signatures.
+#[test]
+fn top_names_native_frames_short() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let interp = common::find_interpreter("pyenv's 3.12", |i| {
+        i.version == (3, 12) && i.label.starts_with("pyenv ")
+    });
+    let lib = common::names_fixture_lib().to_str().unwrap().to_string();
+    let fixture = common::Fixture::spawn(interp, "native/names.py", &[&lib]);
+    let mut problems = Vec::new();
+    for (session, extra) in [("names", ""), ("fullnames", " --full-names")] {
+        let tmux = Tmux::start(
+            session,
+            &format!(
+                "{BIN} top --native --idle{extra} --pid {}; sleep 60",
+                fixture.pid
+            ),
+        );
+        let (ok, screen) = tmux.wait_for(Duration::from_secs(30), |s| {
+            s.contains("addmm_impl_cpu_") && s.contains("names_block")
+        });
+        let row = |name: &str| screen.lines().find(|l| l.contains(name)).unwrap_or("");
+        let addmm = row("addmm_impl_cpu_");
+        let lambda = row("names_block::{lambda");
+        let good = if extra.is_empty() {
+            addmm.contains("pyinspect_fixture::(anonymous namespace)::addmm_impl_cpu_ (")
+                && lambda.contains("names_block::{lambda#1}::operator() (")
+                && !screen.contains("std::allocator")
+        } else {
+            addmm.contains("addmm_impl_cpu_(std::vector<double, std::allocator<double> >&")
+        };
+        if !ok || !good {
+            problems.push(format!("top{extra}:\n{screen}"));
+        }
+        tmux.keys("q");
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}

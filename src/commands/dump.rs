@@ -28,6 +28,8 @@ pub struct DumpOptions {
     pub native: bool,
     pub native_all: bool,
     pub native_debug_info: bool,
+    /// Native frames by their whole signature (`--full-names`).
+    pub full_names: bool,
     /// Text output: `file:line:column` where the location table has columns.
     pub positions: bool,
     /// asyncio tasks under their loop's thread (default: on, bounded).
@@ -53,6 +55,7 @@ fn config(opts: &DumpOptions) -> SamplerConfig {
             native: opts.native,
             native_all: opts.native_all,
             native_debug_info: opts.native_debug_info,
+            full_names: opts.full_names,
             function_lines: false,
             locals: opts.locals,
             statuses: true,

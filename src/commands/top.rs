@@ -42,6 +42,8 @@ pub struct TopOptions {
     /// How often the tables refresh (py-spy's `--delay`).
     pub refresh: Duration,
     pub full_filenames: bool,
+    /// Native frames by their whole signature (`--full-names`).
+    pub full_names: bool,
 }
 
 /// The first refresh comes sooner, so the screen is not empty for a second.
@@ -208,6 +210,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             native: opts.native,
             native_all: false,
             native_debug_info: false,
+            full_names: opts.full_names,
             function_lines: false,
             locals: 0,
             statuses: true,

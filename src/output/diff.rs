@@ -25,6 +25,66 @@ impl Recording {
     pub(crate) fn total(&self) -> u64 {
         self.stacks.iter().map(|(_, c)| *c).sum()
     }
+
+    /// Native frames named short, as `record` names them (see
+    /// `native_unwind::short_name`); stacks that become one are added up.
+    pub(crate) fn shorten_names(&mut self) {
+        let mut counts: HashMap<String, u64> = HashMap::with_capacity(self.stacks.len());
+        let mut order = Vec::with_capacity(self.stacks.len());
+        for (stack, count) in std::mem::take(&mut self.stacks) {
+            let short: Vec<std::borrow::Cow<'_, str>> = stack.split(';').map(short_label).collect();
+            let short = short.join(";");
+            match counts.get_mut(&short) {
+                Some(c) => *c = c.saturating_add(count),
+                None => {
+                    order.push(short.clone());
+                    counts.insert(short, count);
+                }
+            }
+        }
+        self.stacks = order
+            .into_iter()
+            .map(|s| {
+                let c = counts[&s];
+                (s, c)
+            })
+            .collect();
+    }
+}
+
+/// A frame's label with a native name made short: `name (where)` or
+/// `name`, where the name is C++ or Rust (it has `::`; Python's names,
+/// thread and process roots and wait leaves are left as they are).
+fn short_label(label: &str) -> std::borrow::Cow<'_, str> {
+    if !label.contains("::") || label.contains('"') {
+        return label.into();
+    }
+    // The trailing ` (libfoo.so)` / ` (file.cpp:12)`, if any: the `(`
+    // matching the last `)`, after a space.
+    let mut split = label.len();
+    if label.ends_with(')') {
+        let mut depth = 0usize;
+        for (i, c) in label.char_indices().rev() {
+            match c {
+                ')' => depth += 1,
+                '(' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        if label[..i].ends_with(' ') {
+                            split = i - 1;
+                        }
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let (name, place) = label.split_at(split);
+    match crate::native_unwind::short_name(name) {
+        std::borrow::Cow::Borrowed(n) if n.len() == name.len() => label.into(),
+        short => format!("{short}{place}").into(),
+    }
 }
 
 #[derive(Debug, Error)]
@@ -444,6 +504,35 @@ mod tests {
         assert!((c[1].own_delta() + 0.25).abs() < 1e-9);
         // main is on every stack in both: no change, not listed.
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn native_names_are_read_short() {
+        let mut r = rec(
+            "main (app.py:3);ns::f(std::vector<int, std::allocator<int> > const&) (libx.so);read (libc.so.6) 2\n\
+             main (app.py:3);ns::f (libx.so);read (libc.so.6) 3\n\
+             thread 1 \"a::b(c)\";<module> (x.py:1);f.<locals>.g (x.py:2);ns::g(int) 1\n",
+        );
+        r.shorten_names();
+        assert_eq!(
+            r.stacks,
+            vec![
+                (
+                    "main (app.py:3);ns::f (libx.so);read (libc.so.6)".to_string(),
+                    5
+                ),
+                (
+                    "thread 1 \"a::b(c)\";<module> (x.py:1);f.<locals>.g (x.py:2);ns::g"
+                        .to_string(),
+                    1
+                ),
+            ]
+        );
+        assert_eq!(short_label("a::b() (x.so)"), "a::b (x.so)");
+        assert_eq!(short_label("a::operator() (x.so)"), "a::operator() (x.so)");
+        assert_eq!(short_label("a::b<int>"), "a::b<int>");
+        assert_eq!(short_label("f (x.py:1)"), "f (x.py:1)");
+        assert_eq!(short_label("a::b ((x.so)"), "a::b ((x.so)");
     }
 
     #[test]

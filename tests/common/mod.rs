@@ -725,3 +725,32 @@ pub fn run_build_tool(cmd: &mut Command) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The directory holding libnames.so (python_fixtures/native/names_fixture.cpp:
+/// C++ frames with long demangled names), built once per test binary for
+/// python_fixtures/native/names.py. Symbols and DWARF kept; no sibling
+/// calls, so that each of its functions keeps its frame.
+pub fn names_fixture_lib() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("native-names-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir")
+            .keep();
+        run_build_tool(
+            Command::new("g++")
+                .args([
+                    "-O2",
+                    "-g",
+                    "-fno-optimize-sibling-calls",
+                    "-shared",
+                    "-fPIC",
+                    "-o",
+                ])
+                .arg(dir.join("libnames.so"))
+                .arg(fixture_path("native/names_fixture.cpp")),
+        );
+        dir
+    })
+}
