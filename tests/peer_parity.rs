@@ -441,12 +441,31 @@ fn locals_render_like_repr_numpy_nesting_truncation_cycles_invalid() {
                     wrong.push(format!("{name}: {}, want {want}", locals[name]));
                 }
             }
-            // Cut values end in "..." and say how much was left out.
-            for (name, total) in [("big_dict", 50), ("long_list", 100), ("long_str", 500)] {
+            // Cut values: at most 80 characters (pystack's cut) with a
+            // "..." where the cut is, before the closing bracket of a
+            // container; the JSON says how much was left out.
+            for (name, total) in [
+                ("big_dict", 50),
+                ("long_list", 100),
+                ("big_tuple", 50),
+                ("long_strs", 20),
+                ("long_str", 500),
+            ] {
                 let got = &locals[name];
                 let text = got["repr"].as_str().unwrap();
                 let left = got["left_out"].as_u64().unwrap_or(0);
-                if !text.ends_with("...") || left == 0 || left >= total {
+                let end = match name {
+                    "long_str" => "...",
+                    "big_dict" => ", ...}",
+                    "big_tuple" => ", ...)",
+                    _ => ", ...]",
+                };
+                if text.chars().count() > 80
+                    || !text.ends_with(end)
+                    || text.matches("...").count() != 1
+                    || left == 0
+                    || left >= total
+                {
                     wrong.push(format!("{name}: {got}"));
                 }
                 if name == "long_str" {
@@ -458,13 +477,18 @@ fn locals_render_like_repr_numpy_nesting_truncation_cycles_invalid() {
             }
             assert!(wrong.is_empty(), "{}: {wrong:#?}", i.label);
 
-            // A longer limit (-ll) shows more of the same value.
+            // A longer limit (-ll, 160 characters) shows more of the same value.
             let longer = values_locals(f.pid, &["-l"]);
-            let (a, b) = (&locals["big_dict"], &longer["big_dict"]);
-            assert!(
-                b["left_out"].as_u64().unwrap() < a["left_out"].as_u64().unwrap(),
-                "{a} vs {b}"
-            );
+            for name in ["big_dict", "long_list", "big_tuple", "long_str"] {
+                let (a, b) = (&locals[name], &longer[name]);
+                let text = b["repr"].as_str().unwrap().chars().count();
+                assert!(
+                    b["left_out"].as_u64().unwrap() < a["left_out"].as_u64().unwrap()
+                        && (120..=160).contains(&text),
+                    "{}: {a} vs {b}",
+                    i.label
+                );
+            }
             f.assert_alive();
         },
     );

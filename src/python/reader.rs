@@ -25,9 +25,11 @@ const MAX_CODE_CACHE: usize = 100_000;
 const MAX_CODE_TYPES: usize = 1024;
 /// Longest line table we decode; CPython's own are far smaller.
 const MAX_LINETABLE: u64 = 1 << 20;
-/// Most locals shown per frame, and the length of each repr.
+/// Most locals shown per frame.
 const MAX_LOCALS: u64 = 256;
-const LOCAL_REPR_CHARS: usize = 128;
+/// The longest repr of a local, its `...` included, per `-l` given: 80, as
+/// pystack cuts them; `-ll` 160, and so on.
+const LOCAL_REPR_CHARS: usize = 80;
 /// A thread name missing from the cache triggers a rescan at most this often.
 const NAME_RESCAN: Duration = Duration::from_millis(500);
 
