@@ -396,6 +396,61 @@ fn threads_threading_does_not_name_get_their_os_name() {
     );
 }
 
+/// A raw profile's stacks with their counts, the most frequent first.
+fn raw_stacks(raw: &str) -> Vec<(String, u64)> {
+    let mut stacks: Vec<(String, u64)> = raw
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack.to_string(), n.parse().ok()?))
+        })
+        .collect();
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
+    stacks
+}
+
+/// py-spy's longsleep case: with py-spy's `--idle`, a sleeping thread's
+/// samples are its two Python frames (py-spy's test: at least 95% of them
+/// one stack, `<module>` then `longsleep`); `--mode wall` keeps the same
+/// stack and ends it in a leaf naming the wait.
+#[test]
+fn record_idle_gives_a_sleeping_thread_its_python_stack_alone() {
+    for_each_interpreter(
+        "record --idle, a sleeping thread",
+        |_| true,
+        |i| {
+            let mut f = Fixture::spawn(i, "longsleep.py", &[]);
+            let pid = f.pid.to_string();
+            let want = format!(
+                "<module> (longsleep.py:{});longsleep (longsleep.py:{})",
+                f.ready["module_line"], f.ready["sleep_line"]
+            );
+            let (out, raw, _) = record_raw(&["-d", "1", "-i", "--pid", &pid]);
+            out.assert_success();
+            let stacks = raw_stacks(&raw);
+            let total: u64 = stacks.iter().map(|s| s.1).sum();
+            assert!(
+                total >= 20 && stacks[0].0 == want && stacks[0].1 * 100 >= total * 95,
+                "{}: want {want} in 95% of {total}:\n{raw}",
+                i.label
+            );
+
+            let (out, raw, _) = record_raw(&["-d", "1", "-m", "wall", "--pid", &pid]);
+            out.assert_success();
+            let stacks = raw_stacks(&raw);
+            let total: u64 = stacks.iter().map(|s| s.1).sum();
+            let (top, n) = &stacks[0];
+            let leaf = top.strip_prefix(&format!("{want};")).unwrap_or("");
+            assert!(
+                leaf.starts_with('[') && leaf.ends_with(']') && n * 100 >= total * 95,
+                "{}: want {want};[wait] in 95% of {total}:\n{raw}",
+                i.label
+            );
+            f.assert_alive();
+        },
+    );
+}
+
 /// The locals of the fixture's `values` frame, by name.
 fn values_locals(pid: i32, extra: &[&str]) -> std::collections::HashMap<String, Value> {
     let mut args = vec!["--locals"];
