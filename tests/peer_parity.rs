@@ -21,10 +21,15 @@ fn fixture(name: &str) -> String {
 
 /// `pyinspect record -f raw -o <tmp> ARGS`: the output, the profile's text, the time it took.
 fn record_raw(args: &[&str]) -> (common::Output, String, Duration) {
+    record_as("raw", args)
+}
+
+/// `pyinspect record -f FORMAT -o <tmp> ARGS`: the output, the profile, the time it took.
+fn record_as(format: &str, args: &[&str]) -> (common::Output, String, Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("profile.txt");
+    let path = dir.path().join("profile");
     let mut cmd = Command::new(pyinspect_bin());
-    cmd.args(["record", "-f", "raw", "-o", path.to_str().unwrap()])
+    cmd.args(["record", "-f", format, "-o", path.to_str().unwrap()])
         .args(args)
         .current_dir(fixture_path(""));
     let started = Instant::now();
@@ -447,6 +452,63 @@ fn record_idle_gives_a_sleeping_thread_its_python_stack_alone() {
                 i.label
             );
             f.assert_alive();
+        },
+    );
+}
+
+/// The name in a thread's label (`thread 42 "name"`), or "None" (as
+/// py-spy's test reads a profile named by no thread name) when it has none.
+fn quoted_name(label: &str) -> String {
+    match label.split_once('"').and_then(|(_, r)| r.rsplit_once('"')) {
+        Some((name, _)) => name.to_string(),
+        None => "None".to_string(),
+    }
+}
+
+/// py-spy's thread-name case: `record --threads --idle` of a program that
+/// starts ten named threads gives exactly their names and MainThread, in
+/// speedscope's thread profiles and in the raw stacks' thread roots: no
+/// nameless thread state that its thread has not taken up yet (3.12+
+/// makes it first), and one root per thread even where samples came
+/// before `threading` named the thread (the kernel's name then).
+#[test]
+fn record_threads_idle_names_every_thread_and_only_those() {
+    let script = fixture("thread_names.py");
+    for_each_interpreter(
+        "record --threads --idle, thread names",
+        |_| true,
+        |i| {
+            let mut want: std::collections::BTreeSet<String> =
+                (0..10).map(|n| format!("CustomThreadName-{n}")).collect();
+            want.insert("MainThread".to_string());
+            let args = ["-d", "2", "-t", "-i", "--", py(i), &script];
+            let (out, json, _) = record_as("speedscope", &args);
+            out.assert_success();
+            let profile: Value = serde_json::from_str(&json).unwrap();
+            let names: std::collections::BTreeSet<String> = profile["profiles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| quoted_name(p["name"].as_str().unwrap()))
+                .collect();
+            assert_eq!(names, want, "{}: speedscope", i.label);
+
+            let (out, raw, _) = record_as("raw", &args);
+            out.assert_success();
+            let stacks = raw_stacks(&raw);
+            let mut roots: Vec<&str> = stacks
+                .iter()
+                .filter_map(|(stack, _)| stack.split(';').next())
+                .collect();
+            roots.sort();
+            roots.dedup();
+            let names: std::collections::BTreeSet<String> =
+                roots.iter().map(|r| quoted_name(r)).collect();
+            assert!(
+                names == want && roots.len() == want.len(),
+                "{}: raw roots {roots:#?}",
+                i.label
+            );
         },
     );
 }

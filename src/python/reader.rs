@@ -767,6 +767,13 @@ impl Reader {
         let mut gil_sync_by_interp: FastMap<u64, Vec<(u64, u64)>> = FastMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for mut t in raw {
+            // A thread state no thread has taken up yet: from 3.12 `threading`
+            // makes a new thread's state before the thread runs, which binds
+            // it (thread_id 0 until then). No thread, no stack: not listed,
+            // so a profile has no nameless "thread 0x0" beside the real one.
+            if t.thread_id == 0 && t.native_tid.is_none() && t.frames.is_empty() && !t.kept {
+                continue;
+            }
             let holds_gil = gil_by_interp
                 .get(&t.interp)
                 .copied()
