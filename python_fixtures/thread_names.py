@@ -30,12 +30,13 @@ def main():
     for _ in NAMES:
         started.acquire()
     end = time.time() + seconds
-    try:
-        while time.time() < end:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
+    while time.time() < end:
+        time.sleep(0.5)
 
 
 if __name__ == "__main__":
-    main()
+    # record's SIGINT at the end may come while the threads still start.
+    try:
+        main()
+    except KeyboardInterrupt:
+        pass

@@ -481,7 +481,8 @@ fn record_threads_idle_names_every_thread_and_only_those() {
             let mut want: std::collections::BTreeSet<String> =
                 (0..10).map(|n| format!("CustomThreadName-{n}")).collect();
             want.insert("MainThread".to_string());
-            let args = ["-d", "2", "-t", "-i", "--", py(i), &script];
+            // 3 s: a debug build on a loaded machine takes over 1.5 s to start.
+            let args = ["-d", "3", "-t", "-i", "--", py(i), &script];
             let (out, json, _) = record_as("speedscope", &args);
             out.assert_success();
             let profile: Value = serde_json::from_str(&json).unwrap();
