@@ -115,7 +115,8 @@ struct ReadArgs {
 struct SampleArgs {
     #[command(flatten)]
     rate: RateArg,
-    /// Include idle threads (for record, the same as --mode wall).
+    /// Include idle threads (for record, py-spy's: every thread's Python
+    /// stack, no leaf naming the wait; --mode wall adds that leaf).
     #[arg(short, long)]
     idle: bool,
     /// Only count the thread holding the GIL (for record, the same as
@@ -373,7 +374,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
     let mode = match (a.mode, a.sample.idle, a.sample.gil) {
         (Some(m), _, _) => m,
         (None, _, true) => RecordMode::Gil,
-        (None, true, _) => RecordMode::Wall,
+        (None, true, _) => RecordMode::Idle,
         _ => RecordMode::Cpu,
     };
     let mut sampler = pyinspect::sampler::SamplerConfig {

@@ -630,7 +630,7 @@ fn offcpu_record_gives_the_shares_of_each_wait() {
 
 #[test]
 fn record_mode_flags() {
-    // --idle and --gil are py-spy's aliases of --mode wall and --mode gil: not both.
+    // --idle and --gil are py-spy's flags, beside --mode (wall and gil): not both.
     for args in [
         &["record", "--mode", "wall", "--idle", "--pid", "1"][..],
         &["record", "--mode", "cpu", "--gil", "--pid", "1"][..],

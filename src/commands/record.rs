@@ -19,6 +19,10 @@ pub enum RecordMode {
     /// Every thread, running or not; off-CPU samples end in a leaf frame
     /// naming the wait (py-spy's --idle, plus the leaf).
     Wall,
+    /// Every thread, running or not, each sample its Python stack alone:
+    /// py-spy's --idle (no `--mode` value: the flag's own).
+    #[value(skip)]
+    Idle,
     /// Only threads off the CPU, each sample ending in its wait: an
     /// off-CPU flame graph.
     Offcpu,
@@ -32,6 +36,7 @@ impl RecordMode {
         match self {
             RecordMode::Cpu => {}
             RecordMode::Gil => cfg.filter.gil_only = true,
+            RecordMode::Idle => cfg.filter.include_idle = true,
             RecordMode::Wall | RecordMode::Offcpu => {
                 cfg.filter.include_idle = true;
                 cfg.read.waits = crate::wait::WaitDetail::Short;

@@ -25,9 +25,11 @@ const MAX_CODE_CACHE: usize = 100_000;
 const MAX_CODE_TYPES: usize = 1024;
 /// Longest line table we decode; CPython's own are far smaller.
 const MAX_LINETABLE: u64 = 1 << 20;
-/// Most locals shown per frame, and the length of each repr.
+/// Most locals shown per frame.
 const MAX_LOCALS: u64 = 256;
-const LOCAL_REPR_CHARS: usize = 128;
+/// The longest repr of a local, its `...` included, per `-l` given: 80, as
+/// pystack cuts them; `-ll` 160, and so on.
+const LOCAL_REPR_CHARS: usize = 80;
 /// A thread name missing from the cache triggers a rescan at most this often.
 const NAME_RESCAN: Duration = Duration::from_millis(500);
 
@@ -765,6 +767,13 @@ impl Reader {
         let mut gil_sync_by_interp: FastMap<u64, Vec<(u64, u64)>> = FastMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for mut t in raw {
+            // A thread state no thread has taken up yet: from 3.12 `threading`
+            // makes a new thread's state before the thread runs, which binds
+            // it (thread_id 0 until then). No thread, no stack: not listed,
+            // so a profile has no nameless "thread 0x0" beside the real one.
+            if t.thread_id == 0 && t.native_tid.is_none() && t.frames.is_empty() && !t.kept {
+                continue;
+            }
             let holds_gil = gil_by_interp
                 .get(&t.interp)
                 .copied()
