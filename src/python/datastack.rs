@@ -36,6 +36,18 @@ struct Chunk {
     used_end: u64,
 }
 
+/// What is under a frame on the data stack.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Under {
+    /// The frame pushed before it.
+    Frame(u64),
+    /// Nothing: it is the first frame the thread pushed.
+    Bottom,
+    /// Not known: the frame is not on the data stack, or those under it
+    /// do not lie end to end, or lie higher than one given before.
+    Unknown,
+}
+
 pub(crate) struct DataStack {
     /// Newest first, as chained from the thread state.
     chunks: Vec<Chunk>,
@@ -116,17 +128,33 @@ impl DataStack {
     }
 
     /// The frame pushed just before the one at `above` (which must be on
-    /// this data stack), lower than any frame this asked for before; `None`
-    /// when `above` is the first one, or the frames under it do not lie
-    /// end to end.
-    pub(crate) fn frame_under(&mut self, mem: &dyn Memory, above: u64) -> Option<u64> {
-        let mut index = self.holds(above)?;
+    /// this data stack), lower than any frame this asked for before.
+    pub(crate) fn frame_under(&mut self, mem: &dyn Memory, above: u64) -> Under {
+        match self.holds(above) {
+            Some(index) => self.under(mem, index, above),
+            None => Under::Unknown,
+        }
+    }
+
+    fn under(&mut self, mem: &dyn Memory, mut index: usize, above: u64) -> Under {
         let mut end = above;
         // The first frame of its chunk: the one under it ends the older chunk.
         while end == self.chunks[index].start {
             index += 1;
-            end = self.chunks.get(index)?.used_end;
+            match self.chunks.get(index) {
+                Some(c) => end = c.used_end,
+                None => return Under::Bottom,
+            }
         }
+        match self.frame_ending_at(mem, index, end) {
+            Some(f) => Under::Frame(f),
+            None => Under::Unknown,
+        }
+    }
+
+    /// The frame of chunk `index` that ends at `end`, lower than the last
+    /// one given.
+    fn frame_ending_at(&mut self, mem: &dyn Memory, index: usize, end: u64) -> Option<u64> {
         let mut f = self.chunks[index].start;
         let under = loop {
             if self.steps >= MAX_FRAMES {

@@ -1,7 +1,7 @@
 //! Snapshots of every thread of every interpreter: the frame walk, code
 //! objects (cached), line numbers, thread names, GIL, locals.
 
-use super::datastack::DataStack;
+use super::datastack::{DataStack, Under};
 use super::linetable::{LineTable, Positions};
 use super::objects::ObjReader;
 use super::pagecache::{PageCache, PageStore};
@@ -504,8 +504,13 @@ impl Reader {
                     .map(|r| r.addr)
                     .find(|a| stack.holds(*a).is_some())
             };
-            let Some(under) = above.and_then(|a| stack.frame_under(mem, a)) else {
-                break;
+            let under = match above.map(|a| stack.frame_under(mem, a)) {
+                Some(Under::Frame(under)) => Some(under),
+                // Ended at the first frame the thread pushed: an entry frame
+                // (not on the data stack) it could not read can only have
+                // ended the chain.
+                Some(Under::Bottom) if stack.holds(broken).is_none() => None,
+                _ => break,
             };
             // What ended it was the entry frame of the eval-loop call that
             // ran the frame before it, unless already taken as one.
@@ -516,7 +521,10 @@ impl Reader {
                 }
             }
             t.truncated = None;
-            f = under;
+            match under {
+                Some(under) => f = under,
+                None => break,
+            }
         }
         if let Some(last) = t.frames.last_mut() {
             last.is_entry = true;
@@ -1369,7 +1377,8 @@ mod tests {
     /// `first_size`), the innermost run by an
     /// eval-loop call whose entry frame (on the C stack, at 0x5000) holds
     /// `entry`: zeros, as a core without the thread's stack gives it, or a
-    /// shim that links to the frame under. The walk's frames and anchors.
+    /// shim that links to the frame under; the outermost frame's entry
+    /// frame is not in memory at all. The walk's frames and anchors.
     fn walk_314(first_size: u64, entry: Option<u64>) -> RawThread {
         use crate::cpython_layouts::{for_version, CurrentFrame, EntryMarker};
         let layout = for_version(3, 14).unwrap();
@@ -1393,6 +1402,8 @@ mod tests {
         }
         put(f3 + layout.frame.previous, e);
         put(f2 + layout.frame.previous, f1);
+        // The outermost entry frame, on a C stack the memory lacks.
+        put(f1 + layout.frame.previous, 0x9000);
         if let Some(previous) = entry {
             let EntryMarker::OwnerShim { owner, shim_from } = layout.frame.entry else {
                 panic!("3.14 marks entry frames by owner")
@@ -1424,7 +1435,9 @@ mod tests {
         // The entry frame linked: the chain as it is.
         let whole = walk_314(10, Some(f2));
         assert_eq!(addrs(&whole), [f3, f2, f1]);
-        assert_eq!(whole.anchors, [(0x5000, f3)]);
+        // The outermost frame is the first the thread pushed: the entry
+        // frame under it, unreadable, can only have ended the chain.
+        assert_eq!(whole.anchors, [(0x5000, f3), (0x9000, f1)]);
         assert_eq!(whole.truncated, None);
         // Its memory zeros: the same frames, by the data stack, and the
         // same anchor.
