@@ -9,11 +9,12 @@
 //! call, a local of that call on the C stack. A chain that ends while frames
 //! remain on the data stack under the last one it passed has lost a link:
 //! an entry frame whose memory could not be read as it was. A core file can
-//! lack it: gdb's gcore writes zeros for the pages of a thread stack next to
-//! a guard region inside the stack's mapping (glibc 2.41+ guards thread
-//! stacks with `MADV_GUARD_INSTALL`), the oldest pages of the stack below,
-//! where the eval loop entered from `Thread._bootstrap_inner`'s
-//! `Context.run` (3.14+) keeps its entry frame. [`DataStack::frame_under`]
+//! lack it: gdb 13's gcore records none of the thread stacks of glibc 2.41+,
+//! which guards them with regions inside their mapping (`MADV_GUARD_INSTALL`)
+//! that make gdb's first read of the mapping fail. Threads that `threading`
+//! starts link through such a frame: `Thread._bootstrap_inner` runs
+//! `Thread.run` through `Context.run` (3.14+), and `Thread.run` calls a
+//! bound-method target through C (3.13). [`DataStack::frame_under`]
 //! gives the frame the chain goes on with.
 
 use crate::cpython_layouts::Layout;
