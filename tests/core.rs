@@ -95,9 +95,9 @@ fn threads(dump: &Value) -> BTreeMap<u64, Value> {
 /// which guards thread stacks with guard regions inside one mapping
 /// (MADV_GUARD_INSTALL): its first read of that mapping meets a guard page
 /// and fails, and gcore gives up on the whole mapping ("Memory read failed
-/// for corefile section"), which the core then holds as zeros. A thread's
-/// Python frames are not there (they are on its data stack, 3.11+, or the
-/// heap) but the links between them that run through entry frames on the C
+/// for corefile section"), leaving it unwritten (read as not recorded). A
+/// thread's Python frames are not there (they are on its data stack, 3.11+,
+/// or the heap) but the links between them that run through entry frames on the C
 /// stack (3.12+) are: the reader goes on along the data stack, so the
 /// Python stacks are still whole. The native frames are not: only the
 /// innermost (from the core's registers) can be had, and the core says its
