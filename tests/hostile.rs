@@ -976,6 +976,8 @@ fn a_frozen_cgroup_is_bounded_and_interruptible() {
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
                 let mut rec = c.spawn().unwrap();
+                // Its handler set (else SIGINT kills it), then mid-recording.
+                common::wait_for_handler(rec.id() as i32, libc::SIGINT);
                 std::thread::sleep(Duration::from_millis(700));
                 // SAFETY: kill(2) on our child.
                 unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };

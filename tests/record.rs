@@ -320,6 +320,9 @@ fn ctrl_c_writes_the_profile_and_leaves_the_target_running() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Its SIGINT handler set (sent before, SIGINT would kill it), a second
+    // of samples.
+    common::wait_for_handler(rec.id() as i32, libc::SIGINT);
     std::thread::sleep(Duration::from_millis(1000));
     sigint(rec.id());
     let out = rec.wait_with_output().unwrap();

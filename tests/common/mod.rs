@@ -549,6 +549,100 @@ impl Drop for Fixture {
     }
 }
 
+/// A fixture's READY for a test that cannot read its stdout: a program that
+/// `pyinspect record -- ...` launches, or that a shell script starts.
+/// `fixture_util.ready()` also writes its READY line into the file that
+/// the environment variable [`ReadyFile::ENV`] names; give the fixture that
+/// variable with [`ReadyFile::env`].
+pub struct ReadyFile {
+    dir: tempfile::TempDir,
+}
+
+impl ReadyFile {
+    pub const ENV: &'static str = "PYINSPECT_READY_FILE";
+
+    pub fn new() -> ReadyFile {
+        ReadyFile {
+            dir: tempfile::tempdir().expect("a directory for the ready file"),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("ready")
+    }
+
+    /// The variable to set in the fixture's environment.
+    pub fn env(&self) -> (&'static str, PathBuf) {
+        (Self::ENV, self.path())
+    }
+}
+
+/// Seconds a launched fixture is READY before its recording's end, at the
+/// least, in a run that [`until_ready_before_the_end`] keeps: 25 samples at
+/// the default rate.
+pub const READY_MARGIN: f64 = 0.25;
+
+/// Runs `attempt(ready_file, seconds)`, a run that ends a fixture it
+/// launched after `seconds` (`record -d SECONDS -- python fixture.py`, which
+/// then sends SIGINT), until the fixture was READY [`READY_MARGIN`] before
+/// the end; returns that run's result and its seconds. Such a test cannot
+/// wait for READY before the end comes: a cold interpreter (a debug build's
+/// first start, 1 to 4 s on a loaded machine) may still be importing, its
+/// handlers not set. The end comes `seconds` after the launch or later, so
+/// a READY that the margin's time is left to is sampled as READY says. A
+/// fixture that is not ready when the end comes writes no ready file
+/// (SIGINT ends it on the way). A run that is not so proves nothing of what
+/// the test checks, and runs again with twice the seconds (four times at
+/// most).
+pub fn until_ready_before_the_end<T>(
+    first: f64,
+    mut attempt: impl FnMut(&ReadyFile, f64) -> T,
+) -> (T, f64) {
+    let mut seconds = first;
+    for _ in 0..5 {
+        let ready = ReadyFile::new();
+        let started = std::time::SystemTime::now();
+        let result = attempt(&ready, seconds);
+        let after = std::fs::metadata(ready.path())
+            .and_then(|m| m.modified())
+            .ok()
+            .map(|at| at.duration_since(started).unwrap_or_default().as_secs_f64());
+        match after {
+            Some(after) if after + READY_MARGIN <= seconds => return (result, seconds),
+            Some(after) => eprintln!(
+                "the fixture was READY only {after:.2} s after its launch, for a run of {seconds} s: again, twice as long"
+            ),
+            None => eprintln!("the fixture was not READY within {seconds} s: again, twice as long"),
+        }
+        seconds *= 2.0;
+    }
+    panic!(
+        "the fixture was never READY {READY_MARGIN} s before the end of {} s",
+        seconds / 2.0
+    );
+}
+
+/// Waits (bounded) until process `pid` handles `signal` itself (SigCgt in
+/// its /proc status): sent before, the signal meets its default action,
+/// which ends the process. For signalling pyinspect (its SIGINT handler) or
+/// a process whose READY the test cannot read.
+pub fn wait_for_handler(pid: i32, signal: i32) {
+    let caught = || -> Option<bool> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+        let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
+        Some(mask & (1u64 << (signal - 1)) != 0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while caught() != Some(true) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} never set a handler for signal {signal}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The scheduler state letter of thread `tid` of `pid` (R, S, D, T, t, Z…),
 /// or None when it is gone: pyinspect's own stat parser.
 pub fn stat_state(pid: i32, tid: i32) -> Option<char> {
