@@ -309,7 +309,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     };
     let title = crate::stack::escape_controls(&title).into_owned();
     let shown = out.shown().to_string();
-    let written = out.write_with(|w| profile.write(opts.format, w, &title));
+    let written = out.write_with(|w| opts.format.write(&profile, w, &title));
     summary(&stats, &profile, elapsed, &health);
     if m.address + m.name + m.fallback > 0 {
         eprintln!(
