@@ -1285,7 +1285,8 @@ fn asyncio_debug_sections(source: &dyn TargetSource) -> Vec<(String, crate::elf:
     }
     let mut out = Vec::new();
     for p in paths {
-        let file_maps: Vec<&procfs::MapEntry> = maps.iter().filter(|m| m.path == p).collect();
+        let file_maps: Vec<&crate::mapping::MapEntry> =
+            maps.iter().filter(|m| m.path == p).collect();
         let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
             continue;
         };
