@@ -21,7 +21,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_one_clean_error_line, dump_json, for_each_interpreter, pyinspect, Fixture, Interpreter,
+    assert_one_clean_error_line, dump_json, for_each_interpreter, offline_name, pyinspect, Fixture,
+    Interpreter,
 };
 use serde_json::Value;
 
@@ -90,29 +91,6 @@ fn built() -> &'static Path {
         std::fs::write(d("blob.bin"), BLOB).unwrap();
         dir
     })
-}
-
-/// The function of `lib` (an unstripped build) containing `offset`, from nm.
-fn offline_name(lib: &Path, offset: u64) -> String {
-    let out = Command::new("nm").arg(lib).output().expect("nm");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut best: Option<(u64, String)> = None;
-    for l in text.lines() {
-        let mut it = l.split_whitespace();
-        let (Some(a), Some(k), Some(n)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if !matches!(k, "t" | "T") {
-            continue;
-        }
-        let Ok(a) = u64::from_str_radix(a, 16) else {
-            continue;
-        };
-        if a <= offset && best.as_ref().is_none_or(|(b, _)| a > *b) {
-            best = Some((a, n.to_string()));
-        }
-    }
-    best.map(|b| b.1).unwrap_or_default()
 }
 
 // ---------------------------------------------------------------- frames

@@ -18,6 +18,7 @@ use pyinspect::pause::PauseGuard;
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
 
+use common::offline_name;
 use common::run_build_tool as run;
 
 /// Build the fixtures once per test binary.
@@ -167,28 +168,6 @@ fn show(frames: &[NativeFrame]) -> String {
 
 fn names(frames: &[NativeFrame]) -> Vec<String> {
     frames.iter().map(NativeFrame::name).collect()
-}
-
-/// Function names of the unstripped build by offset, to check that the
-/// stripped frames' module+offset names point at the right code.
-fn offline_name(lib: &Path, offset: u64) -> String {
-    let out = Command::new("nm").arg(lib).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut best: Option<(u64, String)> = None;
-    for l in text.lines() {
-        let mut it = l.split_whitespace();
-        let (Some(a), Some(k), Some(n)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if !matches!(k, "t" | "T") {
-            continue;
-        }
-        let a = u64::from_str_radix(a, 16).unwrap();
-        if a < offset && best.as_ref().is_none_or(|(b, _)| a > *b) {
-            best = Some((a, n.to_string()));
-        }
-    }
-    best.map(|b| b.1).unwrap_or_default()
 }
 
 fn is_blocked_in(frames: &[NativeFrame], syscall_fn: &str) -> bool {

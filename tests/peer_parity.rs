@@ -7,7 +7,7 @@
 mod common;
 
 use common::{
-    fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command,
+    fixture, fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command,
     until_ready_before_the_end, Fixture, Interpreter, ReadyFile,
 };
 use serde_json::Value;
@@ -15,10 +15,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
-
-fn fixture(name: &str) -> String {
-    fixture_path(name).to_str().unwrap().to_string()
-}
 
 /// `pyinspect record -f raw -o <tmp> ARGS`: the output, the profile's text, the time it took.
 fn record_raw(args: &[&str]) -> (common::Output, String, Duration) {

@@ -29,6 +29,7 @@ mod speedscope;
 use std::io::Write;
 use thiserror::Error;
 
+pub use diff::wire;
 pub(crate) use diff::{read_recording, share_changes, write_differential, Recording};
 pub(crate) use filenames::shorten as short_filename;
 pub use profile::Profile;

@@ -276,6 +276,13 @@ pub fn interpreters() -> &'static [Interpreter] {
     ALL.get_or_init(discover)
 }
 
+/// pyenv's build of `version` (its shared libpython, with symbols).
+pub fn pyenv(version: (u32, u32)) -> &'static Interpreter {
+    find_interpreter(&format!("pyenv's {}.{}", version.0, version.1), |i| {
+        i.version == version && i.label.starts_with("pyenv ")
+    })
+}
+
 /// The first interpreter of the matrix that `select` keeps; fails when none.
 pub fn find_interpreter(what: &str, select: impl Fn(&Interpreter) -> bool) -> &'static Interpreter {
     interpreters()
@@ -358,10 +365,16 @@ where
     );
 }
 
+/// `python_fixtures/<name>` (the C fixtures' sources are under `native/`).
 pub fn fixture_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("python_fixtures")
         .join(name)
+}
+
+/// [`fixture_path`] as a command-line argument.
+pub fn fixture(name: &str) -> String {
+    fixture_path(name).display().to_string()
 }
 
 /// A running fixture, killed with its whole process group (children included)
@@ -702,8 +715,11 @@ impl Output {
     }
 }
 
+/// The pyinspect binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
+
 pub fn pyinspect_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_pyinspect")
+    BIN
 }
 
 /// Runs a command to completion with a time limit, capturing its output.
@@ -818,4 +834,29 @@ pub fn run_build_tool(cmd: &mut Command) {
         "{cmd:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The function of `lib` (an unstripped build) whose code holds `offset`,
+/// by its symbol table (nm): what a stripped build's module+offset frame
+/// should be.
+pub fn offline_name(lib: &Path, offset: u64) -> String {
+    let out = Command::new("nm").arg(lib).output().expect("nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut best: Option<(u64, String)> = None;
+    for l in text.lines() {
+        let mut it = l.split_whitespace();
+        let (Some(a), Some(k), Some(n)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if !matches!(k, "t" | "T") {
+            continue;
+        }
+        let Ok(a) = u64::from_str_radix(a, 16) else {
+            continue;
+        };
+        if a <= offset && best.as_ref().is_none_or(|(b, _)| a > *b) {
+            best = Some((a, n.to_string()));
+        }
+    }
+    best.map(|b| b.1).unwrap_or_default()
 }
