@@ -7,31 +7,22 @@
 use std::io::{BufRead, BufReader, Write};
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use pyinspect::memory::ProcessMemory;
 use pyinspect::native_unwind::{native_entry, NativeFrame, NativeUnwinder, UnwindMethod};
 use pyinspect::pause::PauseGuard;
 
-const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
-
 use common::offline_name;
 use common::run_build_tool as run;
 
 /// Build the fixtures once per test binary.
 fn built() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("pyinspect-native-")
-            .tempdir()
-            .expect("tempdir")
-            .keep();
+    common::built_fixtures("pyinspect-native-", |dir| {
         let d = |n: &str| dir.join(n);
-        let s = |n: &str| format!("{SRC}/{n}");
+        let s = |n: &str| common::native_source(n);
         for (name, stripped) in [("libfixture_full.so", false), ("libfixture.so", true)] {
             run(Command::new("gcc").args([
                 "-O2",
@@ -74,7 +65,6 @@ fn built() -> &'static Path {
             d("nosym").to_str().unwrap(),
             d("nosym_full").to_str().unwrap(),
         ]));
-        dir
     })
 }
 

@@ -825,6 +825,27 @@ pub fn assert_one_clean_error_line(out: &Output) -> String {
     lines[0].to_string()
 }
 
+/// A C fixture's source: `python_fixtures/native/<name>`.
+pub fn native_source(name: &str) -> String {
+    fixture(&format!("native/{name}"))
+}
+
+/// This test binary's built C fixtures: a directory under the target's
+/// tmp dir, made and filled by `build` once per test binary (the first
+/// caller builds, the others wait), and kept for a look after a failure.
+pub fn built_fixtures(prefix: &str, build: impl FnOnce(&Path)) -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a directory for the built fixtures")
+            .keep();
+        build(&dir);
+        dir
+    })
+}
+
 /// Run a build tool (gcc, strip, objcopy, ...) for a fixture; a failure
 /// fails the test with the tool's own message.
 pub fn run_build_tool(cmd: &mut Command) {
