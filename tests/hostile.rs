@@ -34,10 +34,7 @@ fn subset(i: &Interpreter) -> bool {
 }
 
 fn py312() -> &'static Interpreter {
-    interpreters()
-        .iter()
-        .find(|i| i.version == (3, 12))
-        .expect("pyenv 3.12")
+    pyenv((3, 12))
 }
 
 /// Debian's static 3.11 release build, from the harness.
