@@ -137,6 +137,7 @@ def blocked(port, directory):
     # The lock waiter only once the holder has the lock.
     start_parked(threads)
     by_name = start_parked([("lock", do_lock, (lock, park("lock")))])
+    fu.install_ping()
     fu.ready(
         {
             "tids": by_name,
@@ -154,7 +155,6 @@ def blocked(port, directory):
             "fifo_writer": writer,
         }
     )
-    fu.install_ping()
     while not fu.expired():
         time.sleep(0.2)
     os.kill(child, 9)
@@ -289,8 +289,9 @@ def resumed():
     ]
     if sys.version_info >= (3, 2):
         threads.append(("futex", do_timed_lock, (lock, park("futex"))))
-    fu.ready({"tids": start_parked(threads)})
+    tids = start_parked(threads)
     fu.install_ping()
+    fu.ready({"tids": tids})
     while not fu.expired():
         time.sleep(0.2)
     fu.exit_now()

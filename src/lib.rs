@@ -7,6 +7,7 @@ pub mod cpython_layouts;
 pub(crate) mod elf;
 pub mod error;
 pub(crate) mod launch;
+pub(crate) mod mapping;
 pub mod memory;
 pub mod native_unwind;
 pub mod options;

@@ -133,8 +133,9 @@ struct SampleArgs {
 /// `--rate`: record and top.
 #[derive(Args, Debug)]
 struct RateArg {
-    /// Samples per second: 100, 2.5k, 10khz (at most 100k).
-    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
+    // Its help names the limit from the one constant.
+    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::options::parse_rate,
+          help = format!("Samples per second: 100, 2.5k, 10khz (at most {}k)", pyinspect::options::MAX_RATE / 1000.0))]
     rate: f64,
 }
 

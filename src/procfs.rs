@@ -3,36 +3,8 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// One line of /proc/PID/maps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapEntry {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) readable: bool,
-    pub(crate) writable: bool,
-    pub(crate) executable: bool,
-    /// File offset of `start`.
-    pub(crate) offset: u64,
-    pub(crate) inode: u64,
-    /// The path, or a pseudo name such as `[stack]`, `[vdso]`; empty for
-    /// anonymous memory.
-    pub(crate) path: String,
-}
-
-impl MapEntry {
-    pub(crate) fn contains(&self, addr: u64) -> bool {
-        addr >= self.start && addr < self.end
-    }
-    /// Backed by a file (as opposed to `[heap]`, `[vdso]`, anonymous memory).
-    pub(crate) fn is_file(&self) -> bool {
-        self.inode != 0 && self.path.starts_with('/')
-    }
-    /// The path as it names a file; a mapping whose file was deleted keeps
-    /// its old path with a " (deleted)" suffix.
-    pub(crate) fn file_path(&self) -> &str {
-        self.path.strip_suffix(" (deleted)").unwrap_or(&self.path)
-    }
-}
+// What /proc/PID/maps is parsed into (core.rs still names it from here).
+pub(crate) use crate::mapping::MapEntry;
 
 fn proc_path(pid: i32, rest: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/{rest}"))

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command, Fixture, Interpreter,
+    fixture, fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command,
+    until_ready_before_the_end, Fixture, Interpreter, ReadyFile,
 };
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -15,23 +16,40 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-fn fixture(name: &str) -> String {
-    fixture_path(name).to_str().unwrap().to_string()
-}
-
 /// `pyinspect record -f raw -o <tmp> ARGS`: the output, the profile's text, the time it took.
 fn record_raw(args: &[&str]) -> (common::Output, String, Duration) {
-    record_as("raw", args)
+    record_as_telling("raw", args, None)
+}
+
+/// [`record_raw`], the launched fixture told to write its READY to `ready`.
+fn record_raw_telling(
+    args: &[&str],
+    ready: Option<&ReadyFile>,
+) -> (common::Output, String, Duration) {
+    record_as_telling("raw", args, ready)
 }
 
 /// `pyinspect record -f FORMAT -o <tmp> ARGS`: the output, the profile, the time it took.
 fn record_as(format: &str, args: &[&str]) -> (common::Output, String, Duration) {
+    record_as_telling(format, args, None)
+}
+
+/// [`record_as`], a launched fixture told to write its READY to `ready`.
+fn record_as_telling(
+    format: &str,
+    args: &[&str],
+    ready: Option<&ReadyFile>,
+) -> (common::Output, String, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("profile");
     let mut cmd = Command::new(pyinspect_bin());
     cmd.args(["record", "-f", format, "-o", path.to_str().unwrap()])
         .args(args)
         .current_dir(fixture_path(""));
+    if let Some(ready) = ready {
+        let (name, value) = ready.env();
+        cmd.env(name, value);
+    }
     let started = Instant::now();
     let out = run_command(cmd, Duration::from_secs(60));
     let took = started.elapsed();
@@ -51,10 +69,14 @@ fn record_duration_ends_a_launched_program_with_sigint() {
         "record -d ends the program",
         |_| true,
         |i| {
-            let (out, text, took) = record_raw(&["-d", "1", "-i", "--", py(i), &script, "wait"]);
+            // The SIGINT at the end finds the fixture READY (else, again).
+            let ((out, text, took), d) = until_ready_before_the_end(1.0, |ready, d| {
+                let d = d.to_string();
+                record_raw_telling(&["-d", &d, "-i", "--", py(i), &script, "wait"], Some(ready))
+            });
             out.assert_success();
             assert!(
-                took < Duration::from_secs(8),
+                took < Duration::from_secs_f64(d + 7.0),
                 "took {took:?}\n{}",
                 out.describe()
             );
@@ -81,12 +103,16 @@ fn record_duration_terms_a_program_that_ignores_sigint() {
         "record -d, SIGINT ignored",
         |_| true,
         |i| {
-            let (out, text, took) =
-                record_raw(&["-d", "1", "-i", "--", py(i), &script, "ignore-int"]);
+            // The SIGINT at the end finds SIGINT ignored (else, again).
+            let ((out, text, took), d) = until_ready_before_the_end(1.0, |ready, d| {
+                let d = d.to_string();
+                let args = ["-d", &d, "-i", "--", py(i), &script, "ignore-int"];
+                record_raw_telling(&args, Some(ready))
+            });
             out.assert_success();
-            // 1 s of recording, 2 s of grace after SIGINT, then SIGTERM ends it.
+            // d s of recording, 2 s of grace after SIGINT, then SIGTERM ends it.
             assert!(
-                took < Duration::from_secs(10),
+                took < Duration::from_secs_f64(d + 9.0),
                 "took {took:?}\n{}",
                 out.describe()
             );
@@ -742,17 +768,14 @@ fn record_duration_ends_what_a_launched_shell_started_too() {
                 format!("'{}' '{}' wait '{token}'\n", py(i), fixture("launched.py")),
             )
             .unwrap();
-            let (out, text, took) = record_raw(&[
-                "-s",
-                "-i",
-                "-d",
-                "1.5",
-                "--",
-                "bash",
-                script.to_str().unwrap(),
-            ]);
+            // The SIGINT at the end finds the script's Python READY (else, again).
+            let ((out, text, took), d) = until_ready_before_the_end(1.5, |ready, d| {
+                let d = d.to_string();
+                let args = ["-s", "-i", "-d", &d, "--", "bash", script.to_str().unwrap()];
+                record_raw_telling(&args, Some(ready))
+            });
             out.assert_success();
-            assert!(took < Duration::from_secs(10), "took {took:?}");
+            assert!(took < Duration::from_secs_f64(d + 8.5), "took {took:?}");
             assert!(text.contains("waiting"), "{text}\n{}", out.describe());
             assert!(
                 out.stderr.contains("sent SIGINT to the program"),

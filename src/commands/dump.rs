@@ -162,7 +162,6 @@ pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
         out.flush()?;
         return Ok(());
     }
-    crate::options::check_read(opts.native, opts.nonblocking)?;
     pause::install_signal_flag();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let root = read_process(opts.pid, opts)?;

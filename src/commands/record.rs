@@ -202,8 +202,6 @@ fn terminal_columns() -> usize {
 /// Record; returns the exit code for pyinspect.
 pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     pause::install_signal_flag();
-    crate::options::check_target(opts.pid, &opts.command)?;
-    crate::options::check_read(opts.sampler.read.native, opts.sampler.pause.nonblocking)?;
     let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
     // Opened before sampling, so that an unwritable path fails at once.
     let out = OutputFile::create(&path)?;
@@ -222,7 +220,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let root = match (&launched, opts.pid) {
         (Some(l), _) => l.pid(),
         (None, Some(p)) => p,
-        (None, None) => unreachable!("checked above"),
+        (None, None) => unreachable!("checked at the CLI edge (options::check_target)"),
     };
     let mut sampler = match Sampler::new(root, opts.sampler.clone()) {
         Ok(s) => s,
@@ -316,7 +314,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     };
     let title = crate::stack::escape_controls(&title).into_owned();
     let shown = out.shown().to_string();
-    let written = out.write_with(|w| profile.write(opts.format, w, &title));
+    let written = out.write_with(|w| opts.format.write(&profile, w, &title));
     summary(&stats, &profile, elapsed, &health);
     if m.address + m.name + m.fallback > 0 {
         eprintln!(

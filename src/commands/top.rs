@@ -68,11 +68,8 @@ enum Msg {
 static OTHER_PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 pub fn run(opts: TopOptions) -> anyhow::Result<()> {
-    // Checked first: nothing is launched or attached for a run that cannot
-    // go on (the options' rules, then a terminal to draw on).
-    crate::options::check_target(opts.pid, &opts.command)?;
-    crate::options::check_read(opts.native, opts.nonblocking)?;
-    crate::options::check_rate(opts.rate, &opts.rate.to_string())?;
+    // Checked first (the options' rules were, at the CLI edge): nothing is
+    // launched or attached for a run that cannot go on.
     if !std::io::stdout().is_terminal() {
         bail!("top needs a terminal (stdout is not a tty)");
     }

@@ -22,8 +22,8 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::error::Error;
+use crate::mapping::MapEntry as Mapping;
 use crate::memory::{Memory, MemoryExt};
-use crate::procfs::MapEntry as Mapping;
 use crate::target::TargetSource;
 use module::{Backing, LoadedModule, SectionData};
 use std::rc::Rc;

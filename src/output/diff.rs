@@ -163,14 +163,15 @@ fn collapsed(text: &str) -> Result<Recording, ReadError> {
     Ok(Recording { stacks })
 }
 
-/// protobuf's wire format, read defensively: every length is checked.
-mod wire {
-    pub(crate) enum Value<'a> {
+/// protobuf's wire format, read defensively: every length is checked. The
+/// one reader of it: the tests read the pprof files back with it too.
+pub mod wire {
+    pub enum Value<'a> {
         Varint(u64),
         Bytes(&'a [u8]),
     }
 
-    pub(crate) fn varint(b: &[u8], i: &mut usize) -> Result<u64, String> {
+    fn varint(b: &[u8], i: &mut usize) -> Result<u64, String> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = *b.get(*i).ok_or("a varint runs past the end")?;
@@ -183,7 +184,7 @@ mod wire {
         Err("a varint is too long".into())
     }
 
-    pub(crate) fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
+    pub fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < b.len() {
@@ -223,7 +224,7 @@ mod wire {
     }
 
     /// A repeated integer field, packed or not.
-    pub(crate) fn ints(b: &[u8], number: u64) -> Result<Vec<u64>, String> {
+    pub fn ints(b: &[u8], number: u64) -> Result<Vec<u64>, String> {
         let mut out = Vec::new();
         for (n, v) in fields(b)? {
             if n != number {
@@ -242,8 +243,20 @@ mod wire {
         Ok(out)
     }
 
-    pub(crate) fn int(b: &[u8], number: u64) -> Result<u64, String> {
+    /// A singular integer field (the last one, as protobuf reads it; 0 when absent).
+    pub fn int(b: &[u8], number: u64) -> Result<u64, String> {
         Ok(ints(b, number)?.last().copied().unwrap_or(0))
+    }
+
+    /// The embedded messages (or strings) of a repeated field.
+    pub fn messages(b: &[u8], number: u64) -> Result<Vec<&[u8]>, String> {
+        Ok(fields(b)?
+            .into_iter()
+            .filter_map(|(n, v)| match v {
+                Value::Bytes(m) if n == number => Some(m),
+                _ => None,
+            })
+            .collect())
     }
 }
 

@@ -3,11 +3,10 @@
 use foldhash::{HashMap, HashMapExt};
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{filenames, OutputError, OutputFormat, ProfileOptions};
+use super::{filenames, ProfileOptions};
 use crate::stack::{Frame, FrameKind, NameSource, ThreadStack, ThreadStatus};
 
 /// Values stored once and referred to by a dense `u32` id. `Arc` lets the
@@ -288,30 +287,9 @@ impl Profile {
         self.threads.len()
     }
 
-    /// Write the profile in `format`. `title` (usually the profiled command
-    /// line) heads the flame graph and names the speedscope file.
-    pub fn write(
-        &self,
-        format: OutputFormat,
-        out: &mut dyn Write,
-        title: &str,
-    ) -> Result<(), OutputError> {
-        if format.needs_timeline() && !self.opts.timeline {
-            return Err(OutputError::NoTimeline(format.name()));
-        }
-        let mut out = std::io::BufWriter::new(out);
-        match format {
-            OutputFormat::Flamegraph => super::collapsed::write_flamegraph(self, &mut out, title)?,
-            OutputFormat::Raw => super::collapsed::write_raw(self, &mut out)?,
-            OutputFormat::Speedscope => super::speedscope::write(self, &mut out, title)?,
-            OutputFormat::Chrometrace => super::chrometrace::write(self, &mut out, title)?,
-            OutputFormat::Pprof => super::pprof::write(self, &mut out, title)?,
-            OutputFormat::Gecko => super::gecko::write(self, &mut out, title)?,
-            OutputFormat::Html => super::html::write(self, &mut out, title)?,
-            OutputFormat::Heatmap => super::heatmap::write(self, &mut out, title)?,
-        }
-        out.flush()?;
-        Ok(())
+    /// Whether it keeps the timeline ([`ProfileOptions::timeline`]).
+    pub(super) fn keeps_timeline(&self) -> bool {
+        self.opts.timeline
     }
 
     pub(super) fn label(&self, frame: u32) -> &str {
