@@ -20,3 +20,4 @@ pub mod stack;
 pub mod target;
 pub(crate) mod top;
 pub mod wait;
+pub mod watch;

@@ -1,0 +1,227 @@
+//! `pyinspect watch`: stalls of known culprit and length (the fixture
+//! measures each), each reported once, with the right culprit and a
+//! duration within the larger of 20 ms and two sampling periods.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+const RATE: f64 = 250.0;
+
+/// A running `pyinspect watch`, its stderr read line by line.
+struct Watcher {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: Vec<String>,
+    stdout: std::thread::JoinHandle<String>,
+}
+
+impl Watcher {
+    fn start(args: &[&str]) -> Watcher {
+        let mut child = Command::new(pyinspect_bin())
+            .arg("watch")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pyinspect watch");
+        let (tx, lines) = channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        Watcher {
+            child,
+            lines,
+            stderr: Vec::new(),
+            stdout,
+        }
+    }
+
+    /// Wait (bounded) for a stderr line containing `what`.
+    fn wait_for(&mut self, what: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = l.contains(what);
+                    self.stderr.push(l);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "no `{what}` from pyinspect watch within {within:?}; stderr:\n{}",
+                        self.stderr.join("\n")
+                    )
+                }
+            }
+        }
+    }
+
+    /// Wait (bounded) for it to exit; its stdout and whole stderr.
+    fn finish(mut self, within: Duration) -> (String, String) {
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "pyinspect watch did not end within {within:?}; stderr:\n{}",
+                    self.stderr.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self.stdout.join().unwrap();
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            self.stderr.push(l);
+        }
+        let stderr = self.stderr.join("\n");
+        assert!(
+            status.success(),
+            "watch exited with {status}; stderr:\n{stderr}"
+        );
+        (stdout, stderr)
+    }
+}
+
+fn close_enough(got_ms: f64, want_s: f64) -> bool {
+    let tolerance = 0.020f64.max(2.0 / RATE);
+    (got_ms / 1000.0 - want_s).abs() <= tolerance
+}
+
+#[test]
+fn each_stall_is_one_incident_with_its_culprit_and_length() {
+    for_each_interpreter(
+        "watch stalls",
+        |_| true,
+        |interp| {
+            let fixture = Fixture::spawn(interp, "watch_stalls.py", &[]);
+            let pid = fixture.pid.to_string();
+            let mut w = Watcher::start(&[
+                "--pid",
+                &pid,
+                "--rate",
+                "250",
+                "--json",
+                "--loop-threshold",
+                "150ms",
+                "--gil-threshold",
+                "150ms",
+                "--stuck-threshold",
+                "250ms",
+                "--frozen-threshold",
+                "150ms",
+            ]);
+            w.wait_for("pyinspect: watching", Duration::from_secs(30));
+            let stalls: Value =
+                serde_json::from_str(&fixture.ask(libc::SIGUSR2, "STALLS ")).expect("STALLS json");
+            let (stdout, stderr) = w.finish(Duration::from_secs(30));
+            let incidents: Vec<Value> = stdout
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect();
+            let stalls = stalls.as_array().unwrap();
+            let mut problems = Vec::new();
+            for s in stalls {
+                let trigger = s["trigger"].as_str().unwrap();
+                let function = s["function"].as_str().unwrap();
+                let other = &s["other"];
+                let found: Vec<&Value> = incidents
+                    .iter()
+                    .filter(|i| {
+                        let f = i["culprit"]["function"].as_str();
+                        i["trigger"] == trigger
+                            && (f == Some(function) || f == other["function"].as_str())
+                    })
+                    .collect();
+                if found.len() != 1 {
+                    problems.push(format!(
+                        "{trigger} in {function}: {} incidents",
+                        found.len()
+                    ));
+                    continue;
+                }
+                let i = found[0];
+                let line = i["culprit"]["line"].as_u64();
+                let lines: Vec<u64> = match s["lines"].as_array() {
+                    Some(l) => l.iter().filter_map(Value::as_u64).collect(),
+                    None => vec![s["line"].as_u64().unwrap()],
+                };
+                let line_ok = match i["culprit"]["function"].as_str() {
+                    f if f == other["function"].as_str() => line == other["line"].as_u64(),
+                    _ => line.is_some_and(|l| lines.contains(&l)),
+                };
+                if !line_ok {
+                    problems.push(format!(
+                        "{trigger} in {function}: culprit line {line:?}, expected {lines:?}"
+                    ));
+                }
+                let want = s["duration"].as_f64().unwrap();
+                let got = i["duration_ms"].as_f64().unwrap();
+                if !close_enough(got, want) {
+                    problems.push(format!(
+                        "{trigger} in {function}: {got:.1} ms, the fixture measured {:.1} ms",
+                        want * 1000.0
+                    ));
+                }
+                if let (Some(task), true) = (s["task"].as_str(), interp.at_least(3, 8)) {
+                    if i["culprit"]["task"].as_str() != Some(task) {
+                        problems.push(format!(
+                            "{trigger} in {function}: task {:?}, expected {task}",
+                            i["culprit"]["task"]
+                        ));
+                    }
+                }
+                if i["stack"].as_array().is_none_or(|f| f.is_empty()) || i["threads"].is_null() {
+                    problems.push(format!("{trigger} in {function}: no stack or threads"));
+                }
+            }
+            if incidents.len() != stalls.len() {
+                problems.push(format!(
+                    "{} incidents for {} stalls",
+                    incidents.len(),
+                    stalls.len()
+                ));
+            }
+            assert!(
+                problems.is_empty(),
+                "{}:\n  {}\nincidents:\n{}\nstalls: {}\nstderr:\n{stderr}",
+                interp.label,
+                problems.join("\n  "),
+                incidents
+                    .iter()
+                    .map(|i| format!(
+                        "  {} {} ms {}",
+                        i["trigger"], i["duration_ms"], i["culprit"]
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                serde_json::to_string(stalls).unwrap()
+            );
+        },
+    );
+}
