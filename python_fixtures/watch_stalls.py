@@ -71,10 +71,11 @@ def calibrate():
         t = time.time()
         PATTERN.match(subject)
         took = time.time() - t
-        if took > 0.02:
+        if took > 0.05:
             break
         n += 1
-    while took < STALL:
+    # Twice the stall at least: a loaded machine makes the estimate vary.
+    while took < 2 * STALL:
         n += 1
         took *= 2
     return "a" * n + "c"
@@ -145,6 +146,7 @@ def run_thread_stalls(subject):
 
     def rescuer():
         time.sleep(STALL + 0.05)
+        times["rescue"] = time.time()
         l2.release()
 
     ta = threading.Thread(target=first, name="first")
@@ -163,7 +165,7 @@ def run_thread_stalls(subject):
         first,
         "deadlock_a",
         times["b"],
-        times["a_end"],
+        times["rescue"],
         other={"function": fixture_util.code_info(second)["function"],
                "line": MARKS["deadlock_b"]},
     )
@@ -196,6 +198,7 @@ def main():
     if asyncio_stalls is not None:
         asyncio_stalls.run(record, STALL, GAP, MARKS)
     run_thread_stalls(subject)
+    time.sleep(GAP)
     done.set()
     resume.set()
     sys.stdout.write("STALLS " + json.dumps(stalls) + "\n")

@@ -108,13 +108,24 @@ impl Watcher {
     }
 }
 
-fn close_enough(got_ms: f64, want_s: f64) -> bool {
-    let tolerance = 0.020f64.max(2.0 / RATE);
+/// Within the larger of 20 ms and two sampling periods, or, when the
+/// sampler was held up (a loaded machine keeps it off a CPU for tens of
+/// milliseconds), within the uncertainty the incident states: half the gaps
+/// between the samples around its start and its end.
+fn close_enough(got_ms: f64, want_s: f64, uncertainty_ms: f64) -> bool {
+    let tolerance = 0.020f64
+        .max(2.0 / RATE)
+        .max(uncertainty_ms / 1000.0 + 0.002);
     (got_ms / 1000.0 - want_s).abs() <= tolerance
 }
 
 #[test]
 fn each_stall_is_one_incident_with_its_culprit_and_length() {
+    // One interpreter at a time: the stalls' lengths are measured against
+    // the fixture's own clock, and a second fixture's CPU-bound stalls on
+    // this 2-core machine hold the sampler up. Set before any thread of
+    // this test binary reads it.
+    std::env::set_var("PYINSPECT_TEST_JOBS", "1");
     for_each_interpreter(
         "watch stalls",
         |_| true,
@@ -182,9 +193,10 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
                 }
                 let want = s["duration"].as_f64().unwrap();
                 let got = i["duration_ms"].as_f64().unwrap();
-                if !close_enough(got, want) {
+                let uncertainty = i["uncertainty_ms"].as_f64().unwrap();
+                if !close_enough(got, want, uncertainty) {
                     problems.push(format!(
-                        "{trigger} in {function}: {got:.1} ms, the fixture measured {:.1} ms",
+                        "{trigger} in {function}: {got:.1} ms (± {uncertainty} ms), the fixture measured {:.1} ms",
                         want * 1000.0
                     ));
                 }

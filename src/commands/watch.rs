@@ -320,9 +320,27 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
                     crate::watch::Event::Opened(i) => {
                         // One full read per process per tick, shared by
                         // the incidents that open together.
-                        let read = tick_read.get_or_insert_with(|| {
-                            read_detail(&mut details, p.pid, &detail).map_err(|e| e.to_string())
-                        });
+                        let tid = w.streaks[i].tid;
+                        let lacks = |r: &Result<ProcessStacks, String>| {
+                            r.as_ref().is_ok_and(|ps| {
+                                !ps.threads.iter().any(|t| t.os_thread_id == Some(tid))
+                            })
+                        };
+                        if tick_read.as_ref().is_none_or(lacks) {
+                            let mut r = read_detail(&mut details, p.pid, &detail)
+                                .map_err(|e| e.to_string());
+                            if lacks(&r) {
+                                // A kept target's thread list can lag behind
+                                // threads that just started: a fresh one.
+                                details.remove(&p.pid);
+                                r = read_detail(&mut details, p.pid, &detail)
+                                    .map_err(|e| e.to_string());
+                            }
+                            tick_read = Some(r);
+                        }
+                        let Some(read) = tick_read.as_ref() else {
+                            continue;
+                        };
                         let mut opening = Opening::default();
                         match read {
                             Ok(ps) => opening.process = Some(ps.clone()),

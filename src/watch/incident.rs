@@ -108,6 +108,9 @@ pub(crate) struct Incident {
     pub(crate) duration_ms: f64,
     /// The watch ended (or the process did) while it went on.
     pub(crate) ongoing: bool,
+    /// How far the start and the end may be off: half the gap between the
+    /// samples on either side of each (the duration is within their sum).
+    pub(crate) uncertainty_ms: f64,
     /// The threshold it passed.
     pub(crate) threshold_ms: f64,
     /// Samples of the stall.
@@ -249,6 +252,10 @@ pub(crate) fn build(
         start_unix: (unix * 1000.0).round() / 1000.0,
         duration_ms: round_ms(s.duration()),
         ongoing,
+        uncertainty_ms: round_ms(
+            s.first.saturating_sub(s.before.unwrap_or(s.first)) / 2
+                + s.after.unwrap_or(s.last).saturating_sub(s.last) / 2,
+        ),
         threshold_ms: round_ms(threshold),
         samples: s.samples,
         culprit,

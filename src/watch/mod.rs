@@ -173,8 +173,9 @@ pub(crate) enum Event {
 #[derive(Debug, Clone, Copy)]
 struct Track {
     hash: u64,
-    /// The first sample with this stack.
+    /// The first sample with this stack, and the sample before it.
     since: Duration,
+    before: Option<Duration>,
 }
 
 /// The state of one watched process.
@@ -391,15 +392,16 @@ impl ProcessWatch {
         // Each thread's stack: since when it has been the same.
         let mut tracks = HashMap::with_capacity(views.len());
         for v in &views {
-            let since = match self.tracks.get(&v.tid) {
-                Some(tr) if tr.hash == v.hash => tr.since,
-                _ => ts,
+            let (since, before) = match self.tracks.get(&v.tid) {
+                Some(tr) if tr.hash == v.hash => (tr.since, tr.before),
+                _ => (ts, self.last),
             };
             tracks.insert(
                 v.tid,
                 Track {
                     hash: v.hash,
                     since,
+                    before,
                 },
             );
         }
@@ -485,10 +487,23 @@ impl ProcessWatch {
             let key = hash_of(views.iter().map(|v| (v.tid, v.hash)).collect::<Vec<_>>());
             // The culprit: the thread not at rest whose stack has stood
             // still longest.
-            let c = views
-                .iter()
-                .filter(|v| !v.idle)
-                .min_by_key(|v| (self.tracks.get(&v.tid).map(|t| t.since), v.tid));
+            // A select or poll may be a sleep (before 3.11): a thread in
+            // any other wait comes first.
+            let maybe_asleep = |v: &View| {
+                v.t.wait.as_ref().is_some_and(|w| {
+                    matches!(
+                        w.syscall.as_deref(),
+                        Some("select" | "pselect6" | "poll" | "ppoll")
+                    )
+                })
+            };
+            let c = views.iter().filter(|v| !v.idle).min_by_key(|v| {
+                (
+                    maybe_asleep(v),
+                    self.tracks.get(&v.tid).map(|t| t.since),
+                    v.tid,
+                )
+            });
             if let Some(c) = c {
                 obs.push(Obs {
                     trigger: Trigger::ProcessFrozen,
@@ -515,10 +530,19 @@ impl ProcessWatch {
         let mut taken = vec![false; obs.len()];
         for mut s in std::mem::take(&mut self.streaks) {
             let slot = Self::slot_of(&s);
-            let hit = obs
-                .iter()
-                .enumerate()
-                .find(|(i, o)| !taken[*i] && (o.trigger, o.slot) == slot && o.key == s.key);
+            // Samples further apart than half the threshold cannot tell a
+            // still process from one that moved and came back (the sampler
+            // was held up, and a thread's loop shows the same stack at each
+            // sample): a frozen streak not yet open starts again after one.
+            // Only the frozen trigger needs it: the others' identities (a
+            // coroutine's frame, a holder in one place, one call on one fd)
+            // rarely repeat across a gap by chance.
+            let gap_ok = s.opened
+                || s.trigger != Trigger::ProcessFrozen
+                || ts.saturating_sub(s.last) <= self.thresholds.of(s.trigger) / 2;
+            let hit = obs.iter().enumerate().find(|(i, o)| {
+                gap_ok && !taken[*i] && (o.trigger, o.slot) == slot && o.key == s.key
+            });
             match hit {
                 Some((i, o)) => {
                     taken[i] = true;
@@ -544,7 +568,12 @@ impl ProcessWatch {
             };
             let mut during = During::default();
             during.add(v.hash, &v.t.frames);
-            let (before, first) = (self.last, ts);
+            // The GIL is held from when its holder came to where it holds
+            // it (the waiters may take a while to be seen waiting).
+            let (before, first) = match (o.trigger, self.tracks.get(&o.tid)) {
+                (Trigger::GilHeld, Some(t)) => (t.before, t.since),
+                _ => (self.last, ts),
+            };
             kept.push(Streak {
                 trigger: o.trigger,
                 tid: o.tid,
@@ -589,6 +618,15 @@ impl ProcessWatch {
             .streaks
             .iter()
             .any(|s| s.trigger == Trigger::ProcessFrozen && s.opened);
+        if frozen_open {
+            // The threads stuck in a frozen process are the freeze's: not
+            // reported again as it thaws (however long they go on).
+            for s in &mut self.streaks {
+                if s.trigger == Trigger::ThreadStuck && !s.opened {
+                    s.vetoed = true;
+                }
+            }
+        }
         for i in 0..self.streaks.len() {
             let s = &self.streaks[i];
             if s.opened || s.vetoed || s.so_far() < self.thresholds.of(s.trigger) {
