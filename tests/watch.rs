@@ -237,3 +237,170 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
         },
     );
 }
+
+/// One HTTP/1.1 GET, answered 200.
+fn get(port: u16, path: &str) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "GET {path}: {answer}");
+}
+
+/// asyncio's own account (debug mode): each "Executing <Task ...
+/// name='Task-5' ...> took 0.251 seconds" as (task name, seconds, when it
+/// ended); a callback that is not a task ("<Handle cb(...)") by its name.
+fn asyncio_slow_callbacks(stderr: &str) -> Vec<(String, f64, f64)> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("Executing <") && l.contains(" took "))
+        .map(|l| {
+            let ended = l
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no time in {l}"));
+            let name = match l.split("name='").nth(1) {
+                Some(r) => r.split('\'').next().unwrap_or("").to_string(),
+                None => l
+                    .split("<Handle ")
+                    .nth(1)
+                    .and_then(|r| r.split('(').next())
+                    .unwrap_or("")
+                    .to_string(),
+            };
+            let secs = l
+                .rsplit(" took ")
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no duration in {l}"));
+            (name, secs, ended)
+        })
+        .collect()
+}
+
+/// The service in its interpreter (uvicorn and Starlette: .ci/asyncio-deps).
+fn service() -> Fixture {
+    let interp = find_interpreter("pyenv 3.12 (with .ci/asyncio-deps)", |i| {
+        i.label.starts_with("pyenv 3.12")
+    });
+    Fixture::spawn(interp, "asyncio_service.py", &[])
+}
+
+/// Loop incidents only: the other triggers' thresholds out of reach.
+const LOOP_ONLY: &[&str] = &[
+    "--rate",
+    "250",
+    "--json",
+    "--loop-threshold",
+    "100ms",
+    "--gil-threshold",
+    "3600",
+    "--stuck-threshold",
+    "3600",
+    "--frozen-threshold",
+    "3600",
+    "--max-incidents-per-minute",
+    "1000",
+];
+
+/// Every slow callback asyncio reports has one incident naming its task,
+/// within 20 ms of asyncio's own duration, and no incident is not one of
+/// them.
+fn check_against_asyncio(incidents: &[Value], slow: &[(String, f64, f64)], context: &str) {
+    let mut problems = Vec::new();
+    // The incident of a slow callback: the same task (or callback), ending
+    // within 50 ms of when asyncio logged it.
+    let same = |i: &Value, name: &str, ended: f64| {
+        let end = i["start_unix"].as_f64().unwrap() + i["duration_ms"].as_f64().unwrap() / 1000.0;
+        let named = match i["culprit"]["task"].as_str() {
+            Some(t) => t == name,
+            None => i["culprit"]["function"]
+                .as_str()
+                .is_some_and(|f| !name.is_empty() && f.ends_with(name)),
+        };
+        named && (end - ended).abs() < 0.050
+    };
+    for (name, secs, ended) in slow {
+        let found: Vec<&Value> = incidents.iter().filter(|i| same(i, name, *ended)).collect();
+        match found.as_slice() {
+            [i] => {
+                let got = i["duration_ms"].as_f64().unwrap() / 1000.0;
+                let unc = i["uncertainty_ms"].as_f64().unwrap() / 1000.0;
+                if (got - secs).abs() > 0.020f64.max(unc + 0.002) {
+                    problems.push(format!(
+                        "{name}: {:.1} ms (± {:.1}), asyncio says {:.1} ms",
+                        got * 1000.0,
+                        unc * 1000.0,
+                        secs * 1000.0
+                    ));
+                }
+            }
+            _ => problems.push(format!("{name}: {} incidents", found.len())),
+        }
+    }
+    for i in incidents {
+        if !slow.iter().any(|(n, _, e)| same(i, n, *e)) {
+            problems.push(format!("an incident asyncio did not report: {i}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\nasyncio: {slow:?}\n{context}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn loop_incidents_are_what_asyncio_debug_mode_reports() {
+    let fixture = service();
+    let port = fixture.ready["port"].as_u64().unwrap() as u16;
+    let pid = fixture.pid.to_string();
+    let mut args = vec!["--pid", pid.as_str()];
+    args.extend_from_slice(LOOP_ONLY);
+    let mut w = Watcher::start(&args);
+    w.wait_for("pyinspect: watching", Duration::from_secs(30));
+    // Lengths from 150 to 500 ms (a fixed pseudo-random sequence).
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let lengths: Vec<u64> = (0..8)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            150 + (x >> 33) % 350
+        })
+        .collect();
+    for ms in &lengths {
+        get(port, "/fast");
+        get(port, &format!("/block?ms={ms}"));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let stderr = fixture.stderr();
+    drop(fixture);
+    let (stdout, werr) = w.finish(Duration::from_secs(30));
+    let incidents: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let slow = asyncio_slow_callbacks(&stderr);
+    assert_eq!(
+        slow.len(),
+        lengths.len(),
+        "asyncio's warnings: {slow:?}\nservice stderr:\n{stderr}"
+    );
+    check_against_asyncio(&incidents, &slow, &werr);
+    for i in &incidents {
+        assert_eq!(i["trigger"], "loop_blocked", "{i}");
+        assert_eq!(
+            i["culprit"]["function"], "RequestResponseCycle.run_asgi",
+            "{i}"
+        );
+    }
+}

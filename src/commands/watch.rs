@@ -168,11 +168,9 @@ fn read_detail(
     pid: i32,
     cfg: &SamplerConfig,
 ) -> Result<ProcessStacks, Error> {
-    if !details.contains_key(&pid) {
-        details.insert(pid, Target::open(pid, cfg)?);
-    }
-    let Some(t) = details.get_mut(&pid) else {
-        return Err(Error::ProcessExited { pid });
+    let t = match details.entry(pid) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Target::open(pid, cfg)?),
     };
     let r = t.sample(cfg);
     if r.is_err() {
@@ -363,7 +361,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
                         openings.insert(s.id, opening);
                     }
                     crate::watch::Event::Closed(s) => {
-                        close(s, p.pid, false, &mut openings, &mut sinks, &p.cmdline)
+                        close(*s, p.pid, false, &mut openings, &mut sinks, &p.cmdline)
                     }
                 }
             }

@@ -213,7 +213,7 @@ pub(crate) fn build(
             frames: frames.iter().map(frame_label).collect(),
         })
         .collect();
-    during.sort_by(|a, b| b.samples.cmp(&a.samples));
+    during.sort_by_key(|d| std::cmp::Reverse(d.samples));
     let culprit = culprit_of(s, &opening);
     let thread = opening
         .process

@@ -166,7 +166,7 @@ pub(crate) enum Event {
     /// A streak passed its threshold (index into [`ProcessWatch::streaks`]).
     Opened(usize),
     /// An open streak ended (or the watch did, with `after` None).
-    Closed(Streak),
+    Closed(Box<Streak>),
 }
 
 /// One thread's stack identity over time.
@@ -557,7 +557,7 @@ impl ProcessWatch {
                 None => {
                     s.after = Some(ts);
                     if s.opened {
-                        events.push(Event::Closed(s));
+                        events.push(Event::Closed(Box::new(s)));
                     }
                 }
             }
@@ -758,7 +758,7 @@ mod tests {
             for e in w.observe(ms(i * 10), std::slice::from_ref(t)) {
                 match e {
                     Event::Opened(_) => opened += 1,
-                    Event::Closed(s) => closed.push(s),
+                    Event::Closed(s) => closed.push(*s),
                 }
             }
         }
