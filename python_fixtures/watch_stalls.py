@@ -74,16 +74,17 @@ def calibrate():
         if took > 0.05:
             break
         n += 1
-    # Twice the stall at least: a loaded machine makes the estimate vary.
-    while took < 2 * STALL:
+    # A quarter more than the stall: a loaded machine makes the estimate vary.
+    while took < 1.25 * STALL:
         n += 1
         took *= 2
     return "a" * n + "c"
 
 
 def regex_worker(subject):
-    start = time.time()
-    PATTERN.match(subject)  # MARK:regex
+    # One line: a GIL switch between reading the clock and the call would
+    # count the wait for the GIL as part of the hold.
+    start = time.time(); PATTERN.match(subject)  # noqa: E702  # MARK:regex
     end = time.time()
     record("gil_held", regex_worker, "regex", start, end)
 

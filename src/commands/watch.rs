@@ -199,11 +199,26 @@ fn at_rest(s: &Streak, p: Option<&ProcessStacks>) -> bool {
         return false;
     };
     match s.trigger {
-        Trigger::ThreadStuck => p
-            .threads
-            .iter()
-            .find(|t| t.os_thread_id == Some(s.tid))
-            .is_some_and(crate::watch::at_rest),
+        Trigger::ThreadStuck => {
+            // A select or poll is a wait on fds only if the full read
+            // shows them.
+            let select = s.start.wait.as_ref().is_some_and(|w| {
+                matches!(
+                    w.syscall.as_deref(),
+                    Some("select" | "pselect6" | "poll" | "ppoll")
+                )
+            });
+            match p.threads.iter().find(|t| t.os_thread_id == Some(s.tid)) {
+                Some(t) => {
+                    let on_fds = t
+                        .wait
+                        .as_ref()
+                        .is_some_and(|w| w.fd.is_some() || !w.fds.is_empty());
+                    crate::watch::at_rest(t) || (select && !on_fds)
+                }
+                None => select,
+            }
+        }
         Trigger::ProcessFrozen => p.threads.iter().all(crate::watch::at_rest),
         _ => false,
     }

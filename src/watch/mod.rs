@@ -482,8 +482,14 @@ impl ProcessWatch {
                 waiters: Vec::new(),
             });
         }
-        // Process frozen: no stack changed, and not every thread at rest.
-        if views.iter().any(|v| !v.idle) {
+        // Process frozen: no stack changed, and some thread neither at rest
+        // nor merely waiting for a CPU: one in a wait that is not rest (a
+        // lock, a socket), or one holding the GIL (a stuck C call). A thread
+        // that is runnable without the GIL, with its stack unchanged, is
+        // one a busy machine keeps off a CPU: not a freeze of the process.
+        let stalled =
+            |v: &View| !v.idle && (v.t.holds_gil || v.t.wait.as_ref().is_some_and(|w| w.off_cpu()));
+        if views.iter().any(stalled) {
             let key = hash_of(views.iter().map(|v| (v.tid, v.hash)).collect::<Vec<_>>());
             // The culprit: the thread not at rest whose stack has stood
             // still longest.
@@ -497,7 +503,7 @@ impl ProcessWatch {
                     )
                 })
             };
-            let c = views.iter().filter(|v| !v.idle).min_by_key(|v| {
+            let c = views.iter().filter(|v| stalled(v)).min_by_key(|v| {
                 (
                     maybe_asleep(v),
                     self.tracks.get(&v.tid).map(|t| t.since),
