@@ -412,9 +412,10 @@ fn loop_incidents_are_what_asyncio_debug_mode_reports() {
         .lines()
         .filter(|l| l.contains("run_asgi") && l.contains(" took "))
         .count();
-    assert_eq!(
-        handlers,
-        lengths.len(),
+    // Each blocking handler at least (on a loaded machine a fast one can
+    // be slow too, and then watch must report it as well).
+    assert!(
+        handlers >= lengths.len(),
         "asyncio's warnings: {slow:?}\nservice stderr:\n{stderr}"
     );
     check_against_asyncio(&incidents, &slow, &werr);
