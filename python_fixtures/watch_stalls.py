@@ -89,15 +89,20 @@ def regex_worker(subject):
     record("gil_held", regex_worker, "regex", start, end)
 
 
+ANSWERED = []
+
+
 def stuck_client(sock):
     start = time.time()
     sock.recv(1)  # MARK:recv
-    end = time.time()
-    record("thread_stuck", stuck_client, "recv", start, end)
+    # Ends when the peer answers: the client's own clock read after the
+    # recv waits for a CPU and the GIL on a loaded machine.
+    record("thread_stuck", stuck_client, "recv", start, ANSWERED[0])
 
 
 def late_peer(sock):
     time.sleep(STALL)
+    ANSWERED.append(time.time())
     sock.sendall(b"x")
 
 

@@ -153,7 +153,7 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
                 "--stuck-threshold",
                 "250ms",
                 "--frozen-threshold",
-                "250ms",
+                "150ms",
             ]);
             w.wait_for("pyinspect: watching", Duration::from_secs(30));
             let stalls: Value =
