@@ -21,3 +21,4 @@ pub mod stack;
 pub mod target;
 pub(crate) mod top;
 pub mod wait;
+pub mod watch;

@@ -32,6 +32,49 @@ enum Command {
     Completions(CompletionsArgs),
     /// Compare two recordings: a differential flame graph and the functions whose share changed most.
     Diff(DiffArgs),
+    /// Watch a process and write an incident when its event loop blocks, a
+    /// thread holds the GIL, a thread is stuck, or the process freezes.
+    Watch(WatchArgs),
+}
+
+#[derive(Args, Debug)]
+struct WatchArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    read: ReadArgs,
+    #[command(flatten)]
+    rate: RateArg,
+    /// Event loop blocked: one callback (task step) running longer than this
+    /// ("100ms", "0.5s", or seconds).
+    #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = parse_threshold)]
+    loop_threshold: Duration,
+    /// GIL held: one thread holding the GIL, in the same place, longer than
+    /// this while other threads wait for it.
+    #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = parse_threshold)]
+    gil_threshold: Duration,
+    /// Thread stuck: a thread in the same wait with the same stack longer than this.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_threshold)]
+    stuck_threshold: Duration,
+    /// Process frozen: no Python stack of the process changing for longer than this.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_threshold)]
+    frozen_threshold: Duration,
+    /// Incidents as JSON, one object per line, on standard output.
+    #[arg(short, long)]
+    json: bool,
+    /// Append each incident to this file as one JSON line (instead of
+    /// standard output).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// Write a flame graph of each incident's samples into this directory.
+    #[arg(long, value_name = "DIR")]
+    incident_dir: Option<std::path::PathBuf>,
+    /// Most incidents written per minute (the others are counted in the summary).
+    #[arg(long, default_value = "10", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_incidents_per_minute: u32,
+    /// Wall-clock seconds to watch, or "unlimited" (default: until Ctrl-C or the program exits).
+    #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
+    duration: Option<Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -341,6 +384,10 @@ fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
             check_target(target.pid.pid, &target.command)?;
             check_read(read.native, read.nonblocking)
         }
+        Command::Watch(WatchArgs { target, read, .. }) => {
+            check_target(target.pid.pid, &target.command)?;
+            check_read(read.native, read.nonblocking)
+        }
         Command::Completions(_) | Command::Diff(_) => Ok(()),
     }
 }
@@ -437,6 +484,45 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
     })
 }
 
+/// A trigger's threshold: "250ms", "1.5s", or plain seconds; 1 ms to an hour.
+fn parse_threshold(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let v = if let Some(ms) = t.strip_suffix("ms") {
+        ms.trim().parse::<f64>().map(|v| v / 1000.0)
+    } else {
+        t.strip_suffix('s').unwrap_or(t).trim().parse::<f64>()
+    };
+    match v {
+        Ok(v) if (0.001..=3600.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "'{s}' is not a threshold (\"250ms\", \"1.5s\" or seconds, 1 ms to an hour)"
+        )),
+    }
+}
+
+fn watch(a: WatchArgs) -> anyhow::Result<i32> {
+    use pyinspect::commands::watch;
+    watch::run(watch::WatchOptions {
+        pid: a.target.pid.pid,
+        command: a.target.command,
+        rate: a.rate.rate,
+        duration: a.duration.filter(|d| *d != Duration::MAX),
+        subprocesses: a.read.subprocesses,
+        nonblocking: a.read.nonblocking,
+        native: a.read.native,
+        thresholds: pyinspect::watch::Thresholds {
+            loop_blocked: a.loop_threshold,
+            gil_held: a.gil_threshold,
+            thread_stuck: a.stuck_threshold,
+            process_frozen: a.frozen_threshold,
+        },
+        json: a.json,
+        output: a.output,
+        incident_dir: a.incident_dir,
+        max_per_minute: a.max_incidents_per_minute,
+    })
+}
+
 /// top's refresh interval: a tenth of a second to an hour.
 fn parse_delay(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
@@ -514,6 +600,7 @@ fn main() {
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
         Command::Completions(a) => completions(a.shell),
+        Command::Watch(a) => watch(a),
         Command::Diff(a) => {
             pyinspect::commands::diff::run(pyinspect::commands::diff::DiffOptions {
                 before: a.before,
