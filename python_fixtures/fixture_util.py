@@ -121,12 +121,26 @@ def version_info():
     }
 
 
+# Set by a test that cannot read the fixture's stdout (a program that
+# `pyinspect record -- ...` launches, or that a shell script starts): READY
+# also goes into the file it names (tests/common's ReadyFile).
+READY_FILE_ENV = "PYINSPECT_READY_FILE"
+
+
 def ready(payload):
-    """Print the single READY line that the test waits for."""
+    """Print the single READY line that the test waits for (and write it to
+    the ready file, where the test asked for one)."""
     body = version_info()
     body.update(payload)
-    sys.stdout.write("READY " + json.dumps(body, sort_keys=True) + "\n")
+    line = "READY " + json.dumps(body, sort_keys=True) + "\n"
+    sys.stdout.write(line)
     sys.stdout.flush()
+    path = os.environ.get(READY_FILE_ENV)
+    if path:
+        # Whole or absent: written aside, then renamed into place.
+        with open(path + ".tmp", "w") as f:
+            f.write(line)
+        os.rename(path + ".tmp", path)
 
 
 def _pong(signum, stack):

@@ -5,7 +5,9 @@
     launched.py ignore-int        ignores SIGINT, sleeps in waiting() until ended
     launched.py hot SECONDS [RC]  spins in hot_loop() for SECONDS, exits with RC
 
-It stops by itself after fixture_util's lifetime, so nothing leaks.
+In waiting(), READY (stdout, and the ready file a test may ask for) says it
+is there, its SIGINT disposition set. It stops by itself after
+fixture_util's lifetime, so nothing leaks.
 """
 import signal
 import sys
@@ -15,6 +17,7 @@ import fixture_util as fu
 
 
 def waiting():
+    fu.ready({"mode": sys.argv[1]})
     while not fu.expired():
         time.sleep(0.05)
 

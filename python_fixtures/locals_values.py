@@ -67,6 +67,8 @@ def values(scalars):
     short = [1, 2]
     big_dict = dict((i, i) for i in range(50))
     long_list = list(range(100))
+    big_tuple = tuple(range(50))
+    long_strs = ["abcdefghij"] * 20
     long_str = "x" * 500
     rec_list = [1]
     rec_list.append(rec_list)
@@ -99,6 +101,8 @@ def main():
             "numpy": dict((k, str(v)) for k, v in scalars.items()),
             "big_dict": 50,
             "long_list": 100,
+            "big_tuple": 50,
+            "long_strs": 20,
             "long_str": 500,
         }
     )

@@ -1,9 +1,11 @@
 # Fixture for `pyinspect top`: one thread busy in hot_loop, one asleep.
-# Runs under Python 2.7 and 3.x. Prints "ready" once both threads run, then
+# Runs under Python 2.7 and 3.x. Prints READY once both threads run, then
 # runs until killed (or for the number of seconds given as argv[1]).
 import sys
 import threading
 import time
+
+import fixture_util as fu
 
 
 def hot_loop():
@@ -25,8 +27,7 @@ def main():
     for t in (busy, idle):
         t.daemon = True
         t.start()
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
+    fu.ready({})
     limit = float(sys.argv[1]) if len(sys.argv) > 1 else 1e9
     time.sleep(limit)
 

@@ -18,6 +18,13 @@
                                 nanosleep and clock_nanosleep (libc through
                                 ctypes), poll with a timeout, and (3.2+) a
                                 Lock acquire with a timeout (a timed futex).
+    waits.py manyfds N          a service watching many sockets: a listening
+                                loopback socket and N connections to it
+                                (both ends in this process); one thread in
+                                epoll.poll on the listening socket, the N
+                                accepted sockets and a pipe, one in
+                                select.select and one in poll.poll on the
+                                same fds. READY gives the tids and each set.
     waits.py vfork DIR          (3.8+) a thread in os.posix_spawn whose vfork
                                 child blocks opening a FIFO in DIR that nobody
                                 opens for writing: the parent thread sits in
@@ -130,6 +137,7 @@ def blocked(port, directory):
     # The lock waiter only once the holder has the lock.
     start_parked(threads)
     by_name = start_parked([("lock", do_lock, (lock, park("lock")))])
+    fu.install_ping()
     fu.ready(
         {
             "tids": by_name,
@@ -147,7 +155,6 @@ def blocked(port, directory):
             "fifo_writer": writer,
         }
     )
-    fu.install_ping()
     while not fu.expired():
         time.sleep(0.2)
     os.kill(child, 9)
@@ -282,7 +289,60 @@ def resumed():
     ]
     if sys.version_info >= (3, 2):
         threads.append(("futex", do_timed_lock, (lock, park("futex"))))
-    fu.ready({"tids": start_parked(threads)})
+    tids = start_parked(threads)
+    fu.install_ping()
+    fu.ready({"tids": tids})
+    while not fu.expired():
+        time.sleep(0.2)
+    fu.exit_now()
+
+
+def do_epoll(ep, p):
+    p.set()
+    ep.poll()
+
+
+def do_select_many(fds, p):
+    p.set()
+    select.select(fds, [], [])
+
+
+def do_poll_many(fds, p):
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    p.set()
+    poller.poll()
+
+
+def manyfds(n):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(n)
+    clients = [socket.create_connection(srv.getsockname()) for _ in range(n)]
+    accepted = [srv.accept()[0] for _ in range(n)]
+    r, w = os.pipe()
+    fds = [srv.fileno()] + [s.fileno() for s in accepted] + [r]
+    ep = select.epoll()
+    for fd in fds:
+        ep.register(fd, select.EPOLLIN)
+    tids = start_parked(
+        [
+            ("epoll", do_epoll, (ep, park("epoll"))),
+            ("select", do_select_many, (fds, park("select"))),
+            ("poll", do_poll_many, (fds, park("poll"))),
+        ]
+    )
+    fu.ready(
+        {
+            "tids": tids,
+            "listen": "127.0.0.1:%d" % srv.getsockname()[1],
+            "epoll_fd": ep.fileno(),
+            "fds": fds,
+            "pipe_read": r,
+            "peers": ["%s:%d" % c.getsockname() for c in clients],
+        }
+    )
     fu.install_ping()
     while not fu.expired():
         time.sleep(0.2)
@@ -326,6 +386,8 @@ if __name__ == "__main__":
         gil()
     elif mode == "resumed":
         resumed()
+    elif mode == "manyfds":
+        manyfds(int(sys.argv[2]))
     elif mode == "vfork":
         vfork(sys.argv[2])
     else:

@@ -99,8 +99,53 @@ struct Segment {
     memsz: u64,
     offset: u64,
     filesz: u64,
+    /// Bytes of `filesz` the core's writer recorded: less where gdb could
+    /// not read the rest (see [`unrecorded_tail`]).
+    recorded: u64,
     /// The file mapped here and the file offset of `vaddr` (from NT_FILE).
     file: Option<(usize, u64)>,
+}
+
+/// Where a segment of a core gdb wrote stops holding what the process had.
+///
+/// gdb's gcore copies each segment in chunks (whole pages from its start)
+/// and, when a read of the process fails, stops copying that segment: the
+/// rest of it is never written, a hole in the file, which reads as zeros
+/// that were never the process's. gdb 13 meets this with the thread stacks
+/// of glibc 2.41+, which puts guard regions inside the stacks' mapping
+/// (`MADV_GUARD_INSTALL`): the first read fails, and none of those stacks
+/// is recorded. gdb writes everything it read, zeros included, so in its
+/// cores a hole that runs to a segment's end is that segment's unrecorded
+/// tail. (The kernel leaves holes for pages never touched, which do read
+/// as zeros: its cores, page-aligned in the file, are not asked.) `offset`
+/// and `filesz` are the segment's; the bytes of it recorded.
+fn unrecorded_tail(file: &File, offset: u64, filesz: u64) -> u64 {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    let end = offset.saturating_add(filesz);
+    let seek = |at: u64, whence: i32| -> Option<u64> {
+        let at = libc::off_t::try_from(at).ok()?;
+        // SAFETY: lseek(2) on a file descriptor this CoreFile owns; it
+        // only moves the file position, which reads here never use (they
+        // are positional).
+        let r = unsafe { libc::lseek(fd, at, whence) };
+        u64::try_from(r).ok()
+    };
+    // The first hole from the segment's start (the end of the file is one).
+    let Some(hole) = seek(offset, libc::SEEK_HOLE) else {
+        return filesz;
+    };
+    if hole >= end {
+        return filesz;
+    }
+    // Data after it within the segment: a hole inside, not the tail. (The
+    // block holding the segment's end holds the next one's start too.)
+    if seek(hole, libc::SEEK_DATA).is_some_and(|d| d < end / PAGE * PAGE) {
+        return filesz;
+    }
+    // The hole starts at a file block; gdb's copy ended at a page of the
+    // segment at or before it.
+    (hole.saturating_sub(offset) / PAGE * PAGE).min(filesz)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -647,6 +692,7 @@ impl CoreFile {
                         memsz: u64_at(ph, 40),
                         offset: u64_at(ph, 8),
                         filesz: u64_at(ph, 32),
+                        recorded: u64_at(ph, 32),
                         file: None,
                     },
                     u32_at(ph, 4),
@@ -654,6 +700,17 @@ impl CoreFile {
             }
         }
         seg_flags.sort_by_key(|(s, _)| s.vaddr);
+        // gdb packs segments in the file; the kernel places each at a page.
+        let by_gdb = seg_flags
+            .iter()
+            .any(|(s, _)| s.filesz > 0 && s.offset % PAGE != s.vaddr % PAGE);
+        if by_gdb {
+            for (s, _) in &mut seg_flags {
+                if s.filesz > 0 {
+                    s.recorded = unrecorded_tail(&file, s.offset, s.filesz);
+                }
+            }
+        }
         for w in seg_flags.windows(2) {
             if w[0].0.vaddr + w[0].0.memsz > w[1].0.vaddr {
                 return Err(bad(
@@ -995,6 +1052,10 @@ impl Memory for CoreFile {
                 let n = ((s.memsz - rel).min(left as u64)) as usize;
                 let out = &mut buf[done..done + n];
                 let in_core = (s.filesz.saturating_sub(rel)).min(n as u64) as usize;
+                if in_core > 0 && rel + in_core as u64 > s.recorded {
+                    // Not recorded: zeros in the file, not the process's.
+                    return Err(unmapped());
+                }
                 if in_core > 0 {
                     self.file
                         .read_exact_at(&mut out[..in_core], s.offset + rel)
@@ -1290,6 +1351,24 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_gdb_stopped_copying_ends_where_it_stopped() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        // A segment of four pages from 0x100: gdb wrote its first page,
+        // then nothing (the file is extended past the segment's end).
+        f.write_all(&[0xaa; 0x100 + PAGE as usize]).unwrap();
+        f.set_len(0x100 + 4 * PAGE + 0x80).unwrap();
+        assert_eq!(unrecorded_tail(&f, 0x100, 4 * PAGE), PAGE);
+        // Written to its end, with a hole after it: whole.
+        assert_eq!(unrecorded_tail(&f, 0, 0x100 + PAGE), 0x100 + PAGE);
+        // A hole inside, data after it: whole (zeros another copy left).
+        let mut g = tempfile::tempfile().unwrap();
+        g.write_all(&[0xaa; PAGE as usize]).unwrap();
+        g.write_all_at(&[0xbb; PAGE as usize], 4 * PAGE).unwrap();
+        assert_eq!(unrecorded_tail(&g, 0, 5 * PAGE), 5 * PAGE);
+    }
+
+    #[test]
     fn corrupt_cores_never_panic() {
         let full = mini_core(elf::EM_X86_64, elf::ET_CORE);
         let mut rng = 0x9e3779b97f4a7c15u64;
@@ -1506,6 +1585,7 @@ mod sample_tests {
                 native: true,
                 native_all: false,
                 native_debug_info: false,
+                full_names: false,
                 function_lines: false,
                 locals: 0,
                 statuses: true,

@@ -2,7 +2,7 @@
 //! sections, and where the file is loaded in the target.
 
 use crate::error::{Error, Result};
-use crate::procfs::MapEntry;
+use crate::mapping::MapEntry;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use std::collections::HashMap;
 use std::path::Path;

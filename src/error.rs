@@ -121,13 +121,14 @@ pub enum Error {
         "--executable and --root say where a core's files are: give the core with --core CORE"
     )]
     CoreFilesWithoutCore,
+    /// `max`: the highest rate, in samples per second.
     #[error(
         "'{given}' is not a sampling rate (samples per second above 0, like 100, 2.5k or \
-         10khz; at most {}k)", crate::sampler::MAX_RATE / 1000.0
+         10khz; at most {}k)", .max / 1000.0
     )]
-    NotARate { given: String },
-    #[error("rate {given} is too high: at most {}k samples per second", crate::sampler::MAX_RATE / 1000.0)]
-    RateTooHigh { given: String },
+    NotARate { given: String, max: f64 },
+    #[error("rate {given} is too high: at most {}k samples per second", .max / 1000.0)]
+    RateTooHigh { given: String, max: f64 },
     /// `_Py_DebugOffsets` that cannot be used: no cookie, an unexpected
     /// version, a member missing or implausible (`why` says which).
     #[error("{why}")]

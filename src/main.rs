@@ -1,6 +1,6 @@
 //! The CLI edge: parse arguments, run a command, turn errors into one line.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use pyinspect::output::OutputFormat;
 use std::time::Duration;
 
@@ -24,14 +24,57 @@ struct Cli {
 enum Command {
     /// Print every thread's Python stack of a running process, once.
     Dump(DumpArgs),
-    /// Sample a process into a profile (flame graph, speedscope, Chrome trace, raw, pprof).
+    /// Sample a process into a profile (its formats are listed by `cli`, from --format's values).
     Record(RecordArgs),
     /// A live, top-like view of the functions a process spends its time in.
     Top(TopArgs),
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Print a shell completion script (its shells are listed by `cli`).
     Completions(CompletionsArgs),
     /// Compare two recordings: a differential flame graph and the functions whose share changed most.
     Diff(DiffArgs),
+    /// Watch a process and write an incident when its event loop blocks, a
+    /// thread holds the GIL, a thread is stuck, or the process freezes.
+    Watch(WatchArgs),
+}
+
+#[derive(Args, Debug)]
+struct WatchArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    read: ReadArgs,
+    #[command(flatten)]
+    rate: RateArg,
+    /// Event loop blocked: one callback (task step) running longer than this
+    /// ("100ms", "0.5s", or seconds).
+    #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = parse_threshold)]
+    loop_threshold: Duration,
+    /// GIL held: one thread holding the GIL, in the same place, longer than
+    /// this while other threads wait for it.
+    #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = parse_threshold)]
+    gil_threshold: Duration,
+    /// Thread stuck: a thread in the same wait with the same stack longer than this.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_threshold)]
+    stuck_threshold: Duration,
+    /// Process frozen: no Python stack of the process changing for longer than this.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_threshold)]
+    frozen_threshold: Duration,
+    /// Incidents as JSON, one object per line, on standard output.
+    #[arg(short, long)]
+    json: bool,
+    /// Append each incident to this file as one JSON line (instead of
+    /// standard output).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// Write a flame graph of each incident's samples into this directory.
+    #[arg(long, value_name = "DIR")]
+    incident_dir: Option<std::path::PathBuf>,
+    /// Most incidents written per minute (the others are counted in the summary).
+    #[arg(long, default_value = "10", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_incidents_per_minute: u32,
+    /// Wall-clock seconds to watch, or "unlimited" (default: until Ctrl-C or the program exits).
+    #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
+    duration: Option<Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -49,6 +92,8 @@ struct DiffArgs {
     /// Rows in the table of functions whose share changed most (0 for none).
     #[arg(long, default_value = "20")]
     top: usize,
+    #[command(flatten)]
+    names: NamesArg,
 }
 
 #[derive(Args, Debug)]
@@ -80,6 +125,16 @@ struct TargetArgs {
     command: Vec<String>,
 }
 
+/// `--full-names`: dump, record, top and diff.
+#[derive(Args, Debug)]
+struct NamesArg {
+    /// Show native (C++, Rust) frames by their whole demangled signature
+    /// (return type, template and function arguments) rather than short
+    /// (`at::native::add_out`, `std::vector<…>::push_back`); JSON carries both.
+    #[arg(long)]
+    full_names: bool,
+}
+
 /// How the threads are read: dump, record and top.
 #[derive(Args, Debug)]
 struct ReadArgs {
@@ -94,6 +149,8 @@ struct ReadArgs {
     /// (while sampling, new ones too).
     #[arg(short, long)]
     subprocesses: bool,
+    #[command(flatten)]
+    names: NamesArg,
 }
 
 /// Which threads a sample counts, and how frames are named: record and top.
@@ -101,7 +158,8 @@ struct ReadArgs {
 struct SampleArgs {
     #[command(flatten)]
     rate: RateArg,
-    /// Include idle threads (for record, the same as --mode wall).
+    /// Include idle threads (for record, py-spy's: every thread's Python
+    /// stack, no leaf naming the wait; --mode wall adds that leaf).
     #[arg(short, long)]
     idle: bool,
     /// Only count the thread holding the GIL (for record, the same as
@@ -118,8 +176,9 @@ struct SampleArgs {
 /// `--rate`: record and top.
 #[derive(Args, Debug)]
 struct RateArg {
-    /// Samples per second: 100, 2.5k, 10khz (at most 100k).
-    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::sampler::parse_rate)]
+    // Its help names the limit from the one constant.
+    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::options::parse_rate,
+          help = format!("Samples per second: 100, 2.5k, 10khz (at most {}k)", pyinspect::options::MAX_RATE / 1000.0))]
     rate: f64,
 }
 
@@ -248,9 +307,7 @@ struct RecordArgs {
     /// Wall-clock seconds to record, or "unlimited" (default: until Ctrl-C or the program exits).
     #[arg(short, long, allow_negative_numbers = true, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// What a sample counts: cpu (threads on the CPU), wall (every thread;
-    /// waits end in a leaf frame naming them), offcpu (only waiting threads,
-    /// with that leaf), gil (only the GIL holder).
+    /// What a sample counts (default cpu; --idle is wall, --gil is gil).
     #[arg(short, long, value_enum, conflicts_with_all = ["idle", "gil"])]
     mode: Option<pyinspect::commands::record::RecordMode>,
     /// Add a root frame per thread.
@@ -277,6 +334,38 @@ struct TopArgs {
     delay: Duration,
 }
 
+/// The names a value enum's variants take on the command line.
+fn value_names<T: ValueEnum>() -> Vec<String> {
+    T::value_variants()
+        .iter()
+        .filter_map(|v| v.to_possible_value())
+        .map(|v| v.get_name().to_string())
+        .collect()
+}
+
+/// "a, b or c".
+fn or_list(names: &[String]) -> String {
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// The command line's definition, with the texts that name a value enum's
+/// values made from that enum: a format or shell added is listed everywhere.
+fn cli() -> clap::Command {
+    let formats = or_list(&value_names::<OutputFormat>());
+    let shells = or_list(&value_names::<clap_complete::Shell>());
+    Cli::command()
+        .mut_subcommand("record", |c| {
+            c.about(format!("Sample a process into a profile: {formats}"))
+        })
+        .mut_subcommand("completions", |c| {
+            c.about(format!("Print a shell completion script: {shells}"))
+        })
+}
+
 /// The rules between options, one check each (src/options.rs), before
 /// anything is opened, launched or drawn.
 fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
@@ -292,6 +381,10 @@ fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
         }
         Command::Record(RecordArgs { target, read, .. })
         | Command::Top(TopArgs { target, read, .. }) => {
+            check_target(target.pid.pid, &target.command)?;
+            check_read(read.native, read.nonblocking)
+        }
+        Command::Watch(WatchArgs { target, read, .. }) => {
             check_target(target.pid.pid, &target.command)?;
             check_read(read.native, read.nonblocking)
         }
@@ -329,7 +422,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
     let mode = match (a.mode, a.sample.idle, a.sample.gil) {
         (Some(m), _, _) => m,
         (None, _, true) => RecordMode::Gil,
-        (None, true, _) => RecordMode::Wall,
+        (None, true, _) => RecordMode::Idle,
         _ => RecordMode::Cpu,
     };
     let mut sampler = pyinspect::sampler::SamplerConfig {
@@ -349,6 +442,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             native: a.read.native,
             native_all: false,
             native_debug_info: false,
+            full_names: a.read.names.full_names,
             function_lines: a.function,
             locals: 0,
             statuses: false,
@@ -386,6 +480,46 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         gil: a.sample.gil,
         refresh: a.delay,
         full_filenames: a.sample.full_filenames,
+        full_names: a.read.names.full_names,
+    })
+}
+
+/// A trigger's threshold: "250ms", "1.5s", or plain seconds; 1 ms to an hour.
+fn parse_threshold(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let v = if let Some(ms) = t.strip_suffix("ms") {
+        ms.trim().parse::<f64>().map(|v| v / 1000.0)
+    } else {
+        t.strip_suffix('s').unwrap_or(t).trim().parse::<f64>()
+    };
+    match v {
+        Ok(v) if (0.001..=3600.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "'{s}' is not a threshold (\"250ms\", \"1.5s\" or seconds, 1 ms to an hour)"
+        )),
+    }
+}
+
+fn watch(a: WatchArgs) -> anyhow::Result<i32> {
+    use pyinspect::commands::watch;
+    watch::run(watch::WatchOptions {
+        pid: a.target.pid.pid,
+        command: a.target.command,
+        rate: a.rate.rate,
+        duration: a.duration.filter(|d| *d != Duration::MAX),
+        subprocesses: a.read.subprocesses,
+        nonblocking: a.read.nonblocking,
+        native: a.read.native,
+        thresholds: pyinspect::watch::Thresholds {
+            loop_blocked: a.loop_threshold,
+            gil_held: a.gil_threshold,
+            thread_stuck: a.stuck_threshold,
+            process_frozen: a.frozen_threshold,
+        },
+        json: a.json,
+        output: a.output,
+        incident_dir: a.incident_dir,
+        max_per_minute: a.max_incidents_per_minute,
     })
 }
 
@@ -401,10 +535,9 @@ fn parse_delay(s: &str) -> Result<Duration, String> {
 
 /// Print the completion script; a reader that stops early (`| head`) is not an error.
 fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
-    use clap::CommandFactory;
     use std::io::Write;
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "pyinspect", &mut script);
+    clap_complete::generate(shell, &mut cli(), "pyinspect", &mut script);
     let mut out = std::io::stdout().lock();
     match out.write_all(&script).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
@@ -415,7 +548,10 @@ fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
 }
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match cli()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
@@ -455,6 +591,7 @@ fn main() {
                 native,
                 native_all: a.native_all,
                 native_debug_info: a.native_debug_info,
+                full_names: a.read.names.full_names,
                 positions: a.positions,
                 asyncio: a.asyncio.mode(),
             })
@@ -463,6 +600,7 @@ fn main() {
         Command::Record(a) => record(a),
         Command::Top(a) => top(a).map(|()| 0),
         Command::Completions(a) => completions(a.shell),
+        Command::Watch(a) => watch(a),
         Command::Diff(a) => {
             pyinspect::commands::diff::run(pyinspect::commands::diff::DiffOptions {
                 before: a.before,
@@ -470,6 +608,7 @@ fn main() {
                 output: Some(a.output),
                 negate: a.negate,
                 top: a.top,
+                full_names: a.names.full_names,
             })
         }
     };

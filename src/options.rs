@@ -1,10 +1,16 @@
 //! The rules the options of `dump`, `record` and `top` follow, checked in
 //! one place each: every command that breaks a rule gets the same message
-//! (one [`Error`] variant per rule). The CLI edge checks them before anything
-//! is opened, launched or drawn; the library entry points check them again.
+//! (one [`Error`] variant per rule). The CLI edge checks each once, before
+//! anything is opened, launched or drawn (`--rate` as it is parsed, the
+//! rules between options right after); the commands and the sampler take
+//! their options as checked.
 
 use crate::error::Error;
-use crate::sampler::MAX_RATE;
+
+/// Highest rate accepted. A read of a small process takes some 10 µs, so
+/// far beyond 10 kHz the schedule is finer than a read: the summary then says
+/// what share of the asked rate was delivered and why.
+pub const MAX_RATE: f64 = 100_000.0;
 
 /// `--native` reads each thread's registers, which needs the thread paused.
 pub fn check_read(native: bool, nonblocking: bool) -> Result<(), Error> {
@@ -35,19 +41,46 @@ pub fn check_dump_target(pid: Option<i32>, core: bool, core_files: bool) -> Resu
     }
 }
 
+/// Parse a sampling rate in samples per second: a number with an optional
+/// `k` (thousands) and `hz` suffix (`100`, `2.5k`, `10khz`, `500Hz`), finite,
+/// above 0, at most [`MAX_RATE`]. The one parser of `--rate` for every command.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.strip_suffix("hz").unwrap_or(&t).trim_end();
+    let (num, scale) = match t.strip_suffix('k') {
+        Some(n) => (n.trim_end(), 1000.0),
+        None => (t, 1.0),
+    };
+    // Reject what f64 parsing accepts but no one means as a rate.
+    let plain = !num.is_empty()
+        && num
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'-' | b'+'));
+    match num.parse::<f64>().map(|r| r * scale) {
+        Ok(r) if plain => check_rate(r, s).map_err(|e| e.to_string()),
+        _ => Err(not_a_rate(s).to_string()),
+    }
+}
+
+fn not_a_rate(given: &str) -> Error {
+    Error::NotARate {
+        given: given.to_string(),
+        max: MAX_RATE,
+    }
+}
+
 /// Samples per second: finite, above 0, at most [`MAX_RATE`]. `given` is
 /// how the user wrote it, for the message.
-pub(crate) fn check_rate(rate: f64, given: &str) -> Result<f64, Error> {
+fn check_rate(rate: f64, given: &str) -> Result<f64, Error> {
     if rate.is_finite() && rate > MAX_RATE {
         Err(Error::RateTooHigh {
             given: given.to_string(),
+            max: MAX_RATE,
         })
     } else if rate.is_finite() && rate > 0.0 {
         Ok(rate)
     } else {
-        Err(Error::NotARate {
-            given: given.to_string(),
-        })
+        Err(not_a_rate(given))
     }
 }
 
@@ -93,5 +126,37 @@ mod tests {
             Err(Error::RateTooHigh { .. })
         ));
         assert_eq!(check_rate(MAX_RATE, "100k").ok(), Some(MAX_RATE));
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("100"), Ok(100.0));
+        assert_eq!(parse_rate("0.5"), Ok(0.5));
+        assert_eq!(parse_rate("10k"), Ok(10_000.0));
+        assert_eq!(parse_rate("10khz"), Ok(10_000.0));
+        assert_eq!(parse_rate("10 kHz"), Ok(10_000.0));
+        assert_eq!(parse_rate("2.5K"), Ok(2_500.0));
+        assert_eq!(parse_rate("500Hz"), Ok(500.0));
+        assert_eq!(parse_rate("100k"), Ok(100_000.0));
+        for bad in [
+            "0",
+            "-5",
+            "nan",
+            "inf",
+            "abc",
+            "",
+            "1e9",
+            "k",
+            "hz",
+            "khz",
+            "10kk",
+            "0x10",
+            "101k",
+            "10 k hz x",
+            "infk",
+        ] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+        assert!(parse_rate("200k").unwrap_err().contains("too high"));
     }
 }

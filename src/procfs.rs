@@ -3,36 +3,8 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// One line of /proc/PID/maps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapEntry {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) readable: bool,
-    pub(crate) writable: bool,
-    pub(crate) executable: bool,
-    /// File offset of `start`.
-    pub(crate) offset: u64,
-    pub(crate) inode: u64,
-    /// The path, or a pseudo name such as `[stack]`, `[vdso]`; empty for
-    /// anonymous memory.
-    pub(crate) path: String,
-}
-
-impl MapEntry {
-    pub(crate) fn contains(&self, addr: u64) -> bool {
-        addr >= self.start && addr < self.end
-    }
-    /// Backed by a file (as opposed to `[heap]`, `[vdso]`, anonymous memory).
-    pub(crate) fn is_file(&self) -> bool {
-        self.inode != 0 && self.path.starts_with('/')
-    }
-    /// The path as it names a file; a mapping whose file was deleted keeps
-    /// its old path with a " (deleted)" suffix.
-    pub(crate) fn file_path(&self) -> &str {
-        self.path.strip_suffix(" (deleted)").unwrap_or(&self.path)
-    }
-}
+// What /proc/PID/maps is parsed into (core.rs still names it from here).
+pub(crate) use crate::mapping::MapEntry;
 
 fn proc_path(pid: i32, rest: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/{rest}"))
@@ -423,9 +395,10 @@ pub(crate) fn fd_is_fifo(pid: i32, fd: i32) -> bool {
     std::fs::metadata(proc_path(pid, &format!("fd/{fd}"))).is_ok_and(|m| m.file_type().is_fifo())
 }
 
-/// `/proc/PID/fdinfo/FD` (an epoll set lists the fds it watches).
+/// `/proc/PID/fdinfo/FD` (an epoll set lists the fds it watches, ~80
+/// bytes each: 1 MiB counts some 13,000).
 pub(crate) fn fdinfo(pid: i32, fd: i32) -> Option<String> {
-    read_small(proc_path(pid, &format!("fdinfo/{fd}")), 64 << 10)
+    read_small(proc_path(pid, &format!("fdinfo/{fd}")), 1 << 20)
 }
 
 /// `/proc/PID/net/NAME` (tcp, tcp6, udp, udp6, unix): the target's own
@@ -438,6 +411,8 @@ pub(crate) fn net_table(pid: i32, name: &str) -> Option<String> {
 /// as (pid, fd), bounded: what holds the other end of a pipe or FIFO.
 pub(crate) fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, String)> {
     let mut out = Vec::new();
+    // A set: a select or epoll set's pipes are looked for in one scan.
+    let wanted: std::collections::HashSet<&str> = targets.iter().map(String::as_str).collect();
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return out;
     };
@@ -451,7 +426,7 @@ pub(crate) fn fd_holders(targets: &[String], limit: usize) -> Vec<(i32, i32, Str
         for f in fds.flatten() {
             if let Ok(t) = std::fs::read_link(f.path()) {
                 let t = t.to_string_lossy();
-                if targets.iter().any(|x| *x == t) {
+                if wanted.contains(t.as_ref()) {
                     if let Some(fd) = f.file_name().to_str().and_then(|s| s.parse().ok()) {
                         out.push((pid, fd, t.into_owned()));
                         if out.len() >= limit {

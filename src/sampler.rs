@@ -29,10 +29,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Highest rate accepted. A read of a small process takes some 10 µs, so
-/// far beyond 10 kHz the schedule is finer than a read: the summary then says
-/// what share of the asked rate was delivered and why.
-pub(crate) const MAX_RATE: f64 = 100_000.0;
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 const STARTUP_RETRY: Duration = Duration::from_millis(10);
@@ -110,6 +106,9 @@ pub struct ReadConfig {
     pub native_all: bool,
     /// With `native`: DWARF from separate debug files too.
     pub native_debug_info: bool,
+    /// With `native`: name native frames by their whole signature rather
+    /// than short (`--full-names`; JSON carries both either way).
+    pub full_names: bool,
     /// Report co_firstlineno instead of the current line (record -F).
     pub function_lines: bool,
     /// Arguments and locals of each frame (dump --locals): 0 for none, n
@@ -172,30 +171,6 @@ pub(crate) struct Tick {
     /// Processes no longer followed for a reason worth telling (pid reused,
     /// exec'd another program), once each.
     pub(crate) ended: Vec<Error>,
-}
-
-/// Parse a sampling rate in samples per second: a number with an optional
-/// `k` (thousands) and `hz` suffix (`100`, `2.5k`, `10khz`, `500Hz`), finite,
-/// above 0, at most [`MAX_RATE`]. The one parser of `--rate` for every command.
-pub fn parse_rate(s: &str) -> Result<f64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let t = t.strip_suffix("hz").unwrap_or(&t).trim_end();
-    let (num, scale) = match t.strip_suffix('k') {
-        Some(n) => (n.trim_end(), 1000.0),
-        None => (t, 1.0),
-    };
-    // Reject what f64 parsing accepts but no one means as a rate.
-    let plain = !num.is_empty()
-        && num
-            .bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'-' | b'+'));
-    match num.parse::<f64>().map(|r| r * scale) {
-        Ok(r) if plain => crate::options::check_rate(r, s).map_err(|e| e.to_string()),
-        _ => Err(Error::NotARate {
-            given: s.to_string(),
-        }
-        .to_string()),
-    }
 }
 
 /// Whether the asked rate was held, and if not, why.
@@ -498,6 +473,7 @@ impl Target {
                 source.clone(),
                 cfg.read.native_all,
                 cfg.read.native_debug_info,
+                cfg.read.full_names,
             )?)
         } else {
             None
@@ -1313,7 +1289,8 @@ fn asyncio_debug_sections(source: &dyn TargetSource) -> Vec<(String, crate::elf:
     }
     let mut out = Vec::new();
     for p in paths {
-        let file_maps: Vec<&procfs::MapEntry> = maps.iter().filter(|m| m.path == p).collect();
+        let file_maps: Vec<&crate::mapping::MapEntry> =
+            maps.iter().filter(|m| m.path == p).collect();
         let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
             continue;
         };
@@ -1378,8 +1355,7 @@ impl Sampler {
     /// wait up to a few seconds for its interpreter to come up; otherwise a
     /// process that cannot be read fails at once.
     pub(crate) fn new(root_pid: i32, cfg: SamplerConfig) -> Result<Sampler, Error> {
-        crate::options::check_read(cfg.read.native, cfg.pause.nonblocking)?;
-        let rate = crate::options::check_rate(cfg.schedule.rate, &cfg.schedule.rate.to_string())?;
+        let rate = cfg.schedule.rate;
         // Launched by us: our child, or the child of our launch keeper.
         let me = Some(std::process::id() as i32);
         let parent = procfs::ppid(root_pid);
@@ -1702,52 +1678,15 @@ impl Sampler {
         health
     }
 
-    /// Whether a sample this late counts as late in summaries: more than one
-    /// mean interval behind.
     /// Samples whose native and Python frames were merged by stack address,
     /// by eval-loop names, or fell back (see `--native`).
     pub(crate) fn merge_counts(&self) -> MergeCounts {
         self.merges
     }
 
+    /// Whether a sample this late counts as late in summaries: more than one
+    /// mean interval behind.
     pub(crate) fn is_late(&self, late: Duration) -> bool {
         late > self.mean
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates() {
-        assert_eq!(parse_rate("100"), Ok(100.0));
-        assert_eq!(parse_rate("0.5"), Ok(0.5));
-        assert_eq!(parse_rate("10k"), Ok(10_000.0));
-        assert_eq!(parse_rate("10khz"), Ok(10_000.0));
-        assert_eq!(parse_rate("10 kHz"), Ok(10_000.0));
-        assert_eq!(parse_rate("2.5K"), Ok(2_500.0));
-        assert_eq!(parse_rate("500Hz"), Ok(500.0));
-        assert_eq!(parse_rate("100k"), Ok(100_000.0));
-        for bad in [
-            "0",
-            "-5",
-            "nan",
-            "inf",
-            "abc",
-            "",
-            "1e9",
-            "k",
-            "hz",
-            "khz",
-            "10kk",
-            "0x10",
-            "101k",
-            "10 k hz x",
-            "infk",
-        ] {
-            assert!(parse_rate(bad).is_err(), "{bad}");
-        }
-        assert!(parse_rate("200k").unwrap_err().contains("too high"));
     }
 }

@@ -252,6 +252,11 @@ pub struct Frame {
     /// shows it without a compiler suffix (`.constprop.0`, `.cold`...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symbol: Option<String>,
+    /// Native frames with a symbol: the whole demangled name (return type,
+    /// template and function arguments, qualifiers) that `function` shows
+    /// short (`at::native::add_out`); see `native_unwind::short_name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Arc<str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inlined: Option<bool>,
     /// Native frames: a function that tail-called the frame before it, so
@@ -324,6 +329,7 @@ impl Frame {
             kind: FrameKind::Native,
             function: name.into(),
             symbol: None,
+            signature: None,
             file: None,
             line: None,
             module: None,
@@ -346,6 +352,7 @@ impl Frame {
             module: None,
             offset: None,
             symbol: None,
+            signature: None,
             inlined: None,
             tail_call: None,
             tag: None,
@@ -440,6 +447,9 @@ impl ThreadStack {
                         escape_shared(file);
                     }
                     opt(&mut f.module);
+                    if let Some(sig) = f.signature.as_mut() {
+                        escape_shared(sig);
+                    }
                 }
                 for l in f.locals.iter_mut().flatten() {
                     escape_in_place(&mut l.name);

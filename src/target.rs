@@ -10,8 +10,9 @@
 //! each thread's `NT_PRSTATUS`.
 
 use crate::error::{MemError, Result};
+use crate::mapping::MapEntry;
 use crate::memory::{Memory, ProcessMemory};
-use crate::procfs::{self, MapEntry};
+use crate::procfs;
 use crate::wait::SyscallLine;
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -10,8 +10,21 @@
 use crate::memory::{le_u64, Memory, MemoryExt};
 use serde::Serialize;
 
-/// Most fds listed from a select/poll set or an epoll set.
-pub(crate) const MAX_SET_FDS: usize = 64;
+/// Most fds listed from a select/poll set or an epoll set (select's own
+/// limit, `FD_SETSIZE`); the rest are counted, not listed.
+pub(crate) const MAX_SET_FDS: usize = 1024;
+/// Most characters of a wait's text form in a dump's thread header, with
+/// the thread's own words before it: a set of fds grows with the target,
+/// and past this it is summarised (JSON keeps every fd).
+pub(crate) const HEADER_MAX: usize = 200;
+/// Least room a wait's text is given, however long the words before it.
+const WAIT_TEXT_MIN: usize = 80;
+/// Most peers of a pipe or socket named in a text form.
+const TEXT_PEERS: usize = 2;
+/// Most examples a summarised group of fds names.
+const SUMMARY_EXAMPLES: usize = 3;
+/// Longest path or address a summarised text form shows (clipped in the middle).
+const TEXT_ITEM_MAX: usize = 48;
 /// Longest path read from a syscall's string argument.
 const MAX_PATH_ARG: usize = 4096;
 /// Most kernel stack lines kept.
@@ -37,6 +50,9 @@ pub struct Wait {
     /// The fds of a select/poll set, or those an epoll set watches.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) fds: Vec<FdDesc>,
+    /// How many more fds the set holds than `fds` lists (past [`MAX_SET_FDS`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) fds_unlisted: usize,
     /// A path argument (openat, stat, execve…).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) path: Option<String>,
@@ -119,6 +135,13 @@ pub(crate) struct FdDesc {
     /// An epoll set: the fds it watches.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) watches: Vec<i32>,
+    /// How many more fds it watches than `watches` lists.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) watches_unlisted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `/proc/PID/task/TID/syscall`, parsed.
@@ -412,13 +435,19 @@ pub(crate) fn parse_unix_table(text: &str) -> Vec<UnixSocket> {
         .collect()
 }
 
-/// The fds an epoll set watches, from its `/proc/PID/fdinfo/FD`.
-pub(crate) fn parse_epoll_fdinfo(text: &str) -> Vec<i32> {
-    text.lines()
+/// The fds an epoll set watches, from its `/proc/PID/fdinfo/FD` (as
+/// bounded as that text): the lowest [`MAX_SET_FDS`] in order (the kernel
+/// lists them in its own), and how many more it lists.
+pub(crate) fn parse_epoll_fdinfo(text: &str) -> (Vec<i32>, usize) {
+    let mut fds: Vec<i32> = text
+        .lines()
         .filter_map(|l| l.strip_prefix("tfd:"))
         .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .take(MAX_SET_FDS)
-        .collect()
+        .collect();
+    fds.sort_unstable();
+    let more = fds.len().saturating_sub(MAX_SET_FDS);
+    fds.truncate(MAX_SET_FDS);
+    (fds, more)
 }
 
 /// `socket:[123]` → ("socket", 123); also `pipe:[…]`.
@@ -524,8 +553,12 @@ impl FdDesc {
         }
     }
 
-    /// The long form: `fd 3: TCP 127.0.0.1:40412 → 127.0.0.1:8080 (ESTABLISHED)`.
-    pub(crate) fn long(&self) -> String {
+    /// The long form: `fd 3: TCP 127.0.0.1:40412 → 127.0.0.1:8080 (ESTABLISHED)`,
+    /// its paths and peers clipped to `item` characters each, at most
+    /// [`TEXT_PEERS`] peers named. An epoll set says how many fds it
+    /// watches (and which, when few).
+    pub(crate) fn long(&self, item: usize) -> String {
+        let c = |t: &str| clip(t, item);
         let mut s = format!("fd {}: ", self.fd);
         match self.kind.as_str() {
             "tcp" | "tcp6" | "udp" | "udp6" => {
@@ -543,26 +576,199 @@ impl FdDesc {
                 s += &format!(
                     "unix {} socket {}",
                     self.state.as_deref().unwrap_or(""),
-                    self.local.as_deref().unwrap_or("(unnamed)")
+                    c(self.local.as_deref().unwrap_or("(unnamed)"))
                 );
                 if let Some(t) = &self.target {
                     s += &format!(" {t}");
                 }
             }
-            "file" => s += self.target.as_deref().unwrap_or("?"),
-            "fifo" => s += &format!("FIFO {}", self.target.as_deref().unwrap_or("?")),
+            "file" => s += &c(self.target.as_deref().unwrap_or("?")),
+            "fifo" => s += &format!("FIFO {}", c(self.target.as_deref().unwrap_or("?"))),
             "closed" => s += "closed",
+            "epoll" => s += "epoll",
             UNRECORDED => s += "not recorded in a core",
-            _ => s += self.target.as_deref().unwrap_or(&self.kind),
+            _ => s += &c(self.target.as_deref().unwrap_or(&self.kind)),
         }
         if !self.peers.is_empty() {
-            s += &format!(" (other end: {})", self.peers.join(", "));
+            s += &format!(" (other end: {})", listed(&self.peers, TEXT_PEERS, item));
         }
-        if !self.watches.is_empty() {
-            let w: Vec<String> = self.watches.iter().map(|f| f.to_string()).collect();
-            s += &format!(" watching fds {}", w.join(", "));
+        let watched = self.watches.len() + self.watches_unlisted;
+        if watched > 0 {
+            if watched <= SUMMARY_EXAMPLES {
+                let w: Vec<String> = self.watches.iter().map(|f| f.to_string()).collect();
+                s += &format!(" watching fds {}", w.join(", "));
+            } else {
+                s += &format!(" watching {watched} fds");
+            }
         }
         s
+    }
+}
+
+/// `s` in at most `max` characters: clipped in the middle, where a path
+/// or an address says least.
+fn clip(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let keep = max.saturating_sub(1);
+    let head: String = s.chars().take(keep / 2).collect();
+    let tail: String = s.chars().skip(n - (keep - keep / 2)).collect();
+    format!("{head}…{tail}")
+}
+
+/// The first `most` of `items` (each clipped), then "and N more".
+fn listed(items: &[String], most: usize, item: usize) -> String {
+    let shown: Vec<String> = items.iter().take(most).map(|i| clip(i, item)).collect();
+    let mut s = shown.join(", ");
+    if items.len() > most {
+        s += &format!(" and {} more", items.len() - most);
+    }
+    s
+}
+
+/// The fds of a set that look alike, for a summary: `28 TCP to
+/// 127.0.0.1:51234, 127.0.0.1:51236 and 26 more`.
+struct FdGroup {
+    rank: u8,
+    one: String,
+    many: String,
+    /// Between the count and the examples.
+    sep: &'static str,
+    n: usize,
+    /// Distinct examples in the order met, with how many fds each names.
+    examples: Vec<(String, usize)>,
+}
+
+impl FdGroup {
+    fn text(&self, examples: usize, item: usize) -> String {
+        let label = if self.n == 1 { &self.one } else { &self.many };
+        let mut s = format!("{} {label}", self.n);
+        let shown = &self.examples[..examples.min(self.examples.len())];
+        if shown.is_empty() {
+            return s;
+        }
+        let whole = shown.len() == 1 && shown[0].1 == self.n;
+        let names: Vec<String> = shown
+            .iter()
+            .map(|(e, k)| {
+                if *k > 1 && !whole {
+                    format!("{} ×{k}", clip(e, item))
+                } else {
+                    clip(e, item)
+                }
+            })
+            .collect();
+        s += self.sep;
+        s += &names.join(", ");
+        let named: usize = shown.iter().map(|(_, k)| k).sum();
+        if named < self.n {
+            s += &format!(" and {} more", self.n - named);
+        }
+        s
+    }
+}
+
+/// The group an fd falls in: (rank, singular, plural, separator, example).
+fn fd_group(d: &FdDesc) -> (u8, String, String, &'static str, Option<String>) {
+    let same = |l: &str| (l.to_string(), l.to_string());
+    let plural = |l: &str| (l.to_string(), format!("{l}s"));
+    let (rank, (one, many), sep, example) = match d.kind.as_str() {
+        k @ ("tcp" | "tcp6" | "udp" | "udp6") => {
+            let k = k.to_uppercase();
+            let listening =
+                d.state.as_deref() == Some("LISTEN") || d.remote.as_deref().is_some_and(is_any);
+            if listening {
+                let word = if k.starts_with("TCP") {
+                    "listening"
+                } else {
+                    "bound"
+                };
+                (0, same(&format!("{word} {k}")), " ", d.local.clone())
+            } else {
+                (1, same(&k), " to ", d.remote.clone())
+            }
+        }
+        "unix" => (2, plural("unix socket"), " ", d.local.clone()),
+        "socket" => (3, plural("socket"), " ", None),
+        "fifo" => (4, plural("FIFO"), " ", d.target.clone()),
+        "pipe" => (5, plural("pipe"), " ", None),
+        "file" => (6, plural("file"), " ", d.target.clone()),
+        "closed" => (8, plural("closed fd"), " ", None),
+        UNRECORDED => (
+            9,
+            same("not recorded in a core"),
+            ": fds ",
+            Some(d.fd.to_string()),
+        ),
+        "anon" => (7, plural("anon inode"), " ", None),
+        "other" => (7, same("other"), " ", d.target.clone()),
+        k => (7, plural(k), " ", None),
+    };
+    (rank, one, many, sep, example)
+}
+
+/// A set of fds in few words: `31 fds: 1 listening TCP 127.0.0.1:8080; 30
+/// TCP to 127.0.0.1:51234, 127.0.0.1:51236 and 28 more`, naming at most
+/// `examples` of each kind; `groups` limits the kinds named (the rest
+/// counted as others). `count`: whether to begin with the total.
+fn set_summary(
+    fds: &[FdDesc],
+    unlisted: usize,
+    count: bool,
+    examples: usize,
+    groups: usize,
+    item: usize,
+) -> String {
+    let mut all: Vec<FdGroup> = Vec::new();
+    for d in fds {
+        let (rank, one, many, sep, example) = fd_group(d);
+        let at = match all.iter().position(|g| g.one == one) {
+            Some(i) => i,
+            None => {
+                all.push(FdGroup {
+                    rank,
+                    one,
+                    many,
+                    sep,
+                    n: 0,
+                    examples: Vec::new(),
+                });
+                all.len() - 1
+            }
+        };
+        let g = &mut all[at];
+        g.n += 1;
+        if let Some(e) = example {
+            match g.examples.iter().position(|(x, _)| *x == e) {
+                Some(i) => g.examples[i].1 += 1,
+                // Bounded: a summary names a few of them.
+                None if g.examples.len() < 64 => g.examples.push((e, 1)),
+                None => {}
+            }
+        }
+    }
+    all.sort_by_key(|g| g.rank);
+    let mut parts: Vec<String> = all
+        .iter()
+        .take(groups)
+        .map(|g| g.text(examples, item))
+        .collect();
+    let others: usize = all.iter().skip(groups).map(|g| g.n).sum::<usize>() + unlisted;
+    if others > 0 {
+        let what = if unlisted > 0 && others == unlisted {
+            "not listed"
+        } else {
+            "others"
+        };
+        parts.push(format!("{others} {what}"));
+    }
+    let body = parts.join("; ");
+    if count {
+        format!("{} fds: {body}", fds.len() + unlisted)
+    } else {
+        body
     }
 }
 
@@ -659,13 +865,17 @@ pub(crate) fn timeout_of(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Option<T
 }
 
 /// The fds a select (three bitmaps of `nfds` bits) or poll (an array of
-/// `struct pollfd`) waits on; bounded.
-pub(crate) fn set_fds(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Vec<i32> {
+/// `struct pollfd`) waits on, bounded; and how many more the set holds
+/// (poll entries past [`MAX_SET_FDS`], not read).
+pub(crate) fn set_fds(name: &str, a: &[u64; 6], mem: &dyn Memory) -> (Vec<i32>, usize) {
     let mut fds = Vec::new();
+    let mut more = 0;
     match name {
         "select" | "pselect6" => {
+            // At most FD_SETSIZE (1024, MAX_SET_FDS) bits: every fd set is listed.
             let nfds = (a[0] as u32).min(1024) as usize;
             let bytes = nfds.div_ceil(64) * 8;
+            let mut seen = [false; 1024];
             for set in [a[1], a[2], a[3]] {
                 if set == 0 || bytes == 0 {
                     continue;
@@ -674,29 +884,31 @@ pub(crate) fn set_fds(name: &str, a: &[u64; 6], mem: &dyn Memory) -> Vec<i32> {
                     continue;
                 };
                 for fd in 0..nfds {
-                    if bits[fd / 8] & (1 << (fd % 8)) != 0
-                        && !fds.contains(&(fd as i32))
-                        && fds.len() < MAX_SET_FDS
-                    {
+                    if bits[fd / 8] & (1 << (fd % 8)) != 0 && !seen[fd] && fds.len() < MAX_SET_FDS {
+                        seen[fd] = true;
                         fds.push(fd as i32);
                     }
                 }
             }
+            fds.sort_unstable();
         }
         "poll" | "ppoll" => {
-            let n = (a[1] as usize).min(MAX_SET_FDS);
+            let asked = a[1] as u32 as usize;
+            let n = asked.min(MAX_SET_FDS);
             if let Ok(raw) = mem.read_vec(a[0], n * 8, MAX_SET_FDS * 8) {
+                let mut seen = foldhash::HashSet::default();
                 for i in 0..n {
                     let fd = i32::from_le_bytes(raw[i * 8..i * 8 + 4].try_into().unwrap_or([0; 4]));
-                    if fd >= 0 && !fds.contains(&fd) {
+                    if fd >= 0 && seen.insert(fd) {
                         fds.push(fd);
                     }
                 }
+                more = asked - n;
             }
         }
         _ => {}
     }
-    fds
+    (fds, more)
 }
 
 /// A NUL-terminated string argument, bounded.
@@ -734,6 +946,8 @@ pub(crate) struct CallArgs {
     pub(crate) name: String,
     pub(crate) fd: Option<i32>,
     pub(crate) set: Vec<i32>,
+    /// Entries of the set past [`MAX_SET_FDS`], not read.
+    pub(crate) set_unlisted: usize,
     pub(crate) path: Option<String>,
     pub(crate) child: Option<i64>,
     pub(crate) futex: Option<u64>,
@@ -759,7 +973,7 @@ pub(crate) fn decode_call(nr: i64, a: &[u64; 6], mem: &dyn Memory, full: bool) -
     }
     if full {
         c.timeout = timeout_of(&name, a, mem);
-        c.set = set_fds(&name, a, mem);
+        (c.set, c.set_unlisted) = set_fds(&name, a, mem);
         c.path = path_arg(&name).and_then(|i| read_c_string(mem, a[i]));
     }
     c.name = name;
@@ -823,21 +1037,105 @@ impl Wait {
         short.to_string()
     }
 
-    /// The long form of dump's header: everything known, decoded.
+    /// The long form in at most [`HEADER_MAX`] characters.
+    #[cfg(test)]
     pub(crate) fn long(&self) -> String {
+        self.long_within(HEADER_MAX)
+    }
+
+    /// The long form of dump's header: everything known, decoded, in at
+    /// most `room` characters. What fits is shown whole; a set of fds that
+    /// does not is summarised (how many of each kind, the listening
+    /// sockets, the first few peers), then paths are clipped, and the
+    /// text itself last. JSON keeps everything.
+    pub(crate) fn long_within(&self, room: usize) -> String {
+        let room = room.max(WAIT_TEXT_MIN);
+        let set = !self.fds.is_empty() || self.fds_unlisted > 0;
+        let mut tries: Vec<(Option<(usize, usize)>, usize)> = vec![(None, usize::MAX)];
+        if set {
+            for examples in (0..=SUMMARY_EXAMPLES).rev() {
+                tries.push((Some((examples, usize::MAX)), TEXT_ITEM_MAX));
+            }
+            for groups in (0..4).rev() {
+                tries.push((Some((0, groups)), TEXT_ITEM_MAX / 2));
+            }
+        } else {
+            tries.push((None, TEXT_ITEM_MAX));
+            tries.push((None, TEXT_ITEM_MAX / 2));
+        }
+        let mut text = String::new();
+        for (summary, item) in tries {
+            text = self.long_form(summary, item);
+            if text.chars().count() <= room {
+                return text;
+            }
+        }
+        clip_end(&text, room)
+    }
+
+    /// The long form with the set of fds listed whole (`summary` None) or
+    /// summarised, naming (examples, groups) at most; paths and peers
+    /// clipped to `item` characters.
+    fn long_form(&self, summary: Option<(usize, usize)>, item: usize) -> String {
         let mut s = String::new();
         if let Some(name) = &self.syscall {
             s += name;
             let mut args = Vec::new();
-            if let Some(fd) = &self.fd {
-                args.push(fd.long());
-            }
-            if !self.fds.is_empty() {
-                let fds: Vec<String> = self.fds.iter().map(FdDesc::long).collect();
-                args.push(format!("{{{}}}", fds.join("; ")));
+            let epoll = self.fd.as_ref().filter(|fd| fd.kind == "epoll");
+            let set = if self.fds.is_empty() && self.fds_unlisted == 0 {
+                None
+            } else {
+                Some(match summary {
+                    None => {
+                        let fds: Vec<String> = self.fds.iter().map(|f| f.long(item)).collect();
+                        let mut all = fds.join("; ");
+                        if self.fds_unlisted > 0 {
+                            all += &format!("; {} not listed", self.fds_unlisted);
+                        }
+                        format!("{{{all}}}")
+                    }
+                    Some((examples, groups)) => {
+                        if groups == 0 && epoll.is_some() {
+                            String::new()
+                        } else if groups == 0 {
+                            format!("{{{} fds}}", self.fds.len() + self.fds_unlisted)
+                        } else {
+                            let sum = set_summary(
+                                &self.fds,
+                                self.fds_unlisted,
+                                epoll.is_none(),
+                                examples,
+                                groups,
+                                item,
+                            );
+                            format!("{{{sum}}}")
+                        }
+                    }
+                })
+            };
+            match (&self.fd, set) {
+                // The set an epoll fd watches follows it.
+                (Some(fd), Some(set)) if epoll.is_some() => {
+                    let mut fd = fd.clone();
+                    fd.watches.clear();
+                    fd.watches_unlisted = 0;
+                    let watched = self.fds.len() + self.fds_unlisted;
+                    let head = format!("{} watching {watched} fds", fd.long(item));
+                    args.push(if set.is_empty() {
+                        head
+                    } else {
+                        format!("{head} {set}")
+                    });
+                }
+                (fd, set) => {
+                    if let Some(fd) = fd {
+                        args.push(fd.long(item));
+                    }
+                    args.extend(set);
+                }
             }
             if let Some(p) = &self.path {
-                args.push(p.clone());
+                args.push(clip(p, item));
             }
             if let Some(c) = self.child {
                 args.push(if c < 0 {
@@ -864,7 +1162,7 @@ impl Wait {
         if let Some(g) = &self.gil {
             s += " waiting for the GIL";
             match (g.holder, &g.holder_name) {
-                (Some(h), Some(n)) => s += &format!(" (held by thread {h} \"{n}\")"),
+                (Some(h), Some(n)) => s += &format!(" (held by thread {h} \"{}\")", clip(n, item)),
                 (Some(h), None) => s += &format!(" (held by thread {h})"),
                 _ => s += " (no holder seen)",
             }
@@ -872,7 +1170,12 @@ impl Wait {
         if let Some(l) = &self.lock {
             s += &format!(
                 " waiting for {} '{}' at {} (local of {}, {}:{})",
-                l.kind, l.name, l.address, l.function, l.file, l.line
+                l.kind,
+                clip(&l.name, item),
+                l.address,
+                clip(&l.function, item),
+                clip(&l.file, item),
+                l.line
             );
         }
         if self.state == "D" {
@@ -886,6 +1189,22 @@ impl Wait {
         }
         s
     }
+}
+
+/// `s` in at most `max` characters, cut at the end.
+fn clip_end(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The room a wait's text has in a header whose words before it take
+/// `before` characters.
+pub(crate) fn header_room(before: usize) -> usize {
+    HEADER_MAX.saturating_sub(before).max(WAIT_TEXT_MIN)
 }
 
 /// How much a sampler learns about waits.
@@ -1123,12 +1442,84 @@ impl WaitReader {
     }
 
     fn describe(&mut self, fd: i32) -> FdDesc {
+        self.describe_all(&[fd]).pop().unwrap_or_default()
+    }
+
+    /// Describe fds (a call's, or a whole set's). With full detail, the
+    /// holders of the other ends of their pipes, FIFOs and unix sockets are
+    /// found in one scan of every process's fds, whatever the set's size.
+    fn describe_all(&mut self, fds: &[i32]) -> Vec<FdDesc> {
+        let mut out = Vec::with_capacity(fds.len());
+        // (index in out, the link whose holders are the other end, the fd
+        // itself to leave out, the link to show when nobody holds it).
+        let mut wanted: Vec<(usize, String, i32, Option<String>)> = Vec::new();
+        let mut fresh = Vec::new();
+        for &fd in fds {
+            let (d, cached) = self.describe_bare(fd);
+            if !cached && self.detail == WaitDetail::Full {
+                let target = d.target.clone().unwrap_or_default();
+                if matches!(d.kind.as_str(), "pipe" | "fifo") {
+                    wanted.push((out.len(), target.clone(), fd, None));
+                }
+                if d.kind == "unix" && crate::procfs::same_net_namespace(self.pid) {
+                    let peer =
+                        link_inode(&target, "socket").and_then(crate::procfs::unix_socket_peer);
+                    if let Some(peer) = peer {
+                        let link = format!("socket:[{peer}]");
+                        wanted.push((out.len(), link.clone(), -1, Some(link)));
+                    }
+                }
+            }
+            if !cached {
+                fresh.push(out.len());
+            }
+            out.push(d);
+        }
+        if !wanted.is_empty() {
+            let mut targets: Vec<String> = wanted.iter().map(|w| w.1.clone()).collect();
+            targets.sort();
+            targets.dedup();
+            let limit = (targets.len() * MAX_PEERS).min(MAX_HOLDERS);
+            let holders = crate::procfs::fd_holders(&targets, limit);
+            let mut named: foldhash::HashMap<(i32, i32), String> = Default::default();
+            for (i, link, own, fallback) in wanted {
+                let peers: Vec<String> = holders
+                    .iter()
+                    .filter(|(p, f, t)| *t == link && !(*p == self.pid && *f == own))
+                    .take(MAX_PEERS)
+                    .map(|(p, f, _)| {
+                        named
+                            .entry((*p, *f))
+                            .or_insert_with(|| holder(*p, *f))
+                            .clone()
+                    })
+                    .collect();
+                out[i].peers = if peers.is_empty() {
+                    fallback.into_iter().collect()
+                } else {
+                    peers
+                };
+            }
+        }
+        for i in fresh {
+            if let Some(t) = out[i].target.clone() {
+                self.fd_cache.insert(t, out[i].clone());
+            }
+        }
+        out
+    }
+
+    /// An fd described from its link, the socket tables and (full detail)
+    /// an epoll set's fdinfo, without the other ends; and whether it came
+    /// from the cache (then whole, other ends included).
+    fn describe_bare(&mut self, fd: i32) -> (FdDesc, bool) {
         if self.recorded.is_some() {
-            return FdDesc {
+            let d = FdDesc {
                 fd,
                 kind: UNRECORDED.into(),
                 ..Default::default()
             };
+            return (d, true);
         }
         let pid = self.pid;
         let target = crate::procfs::fd_target(pid, fd);
@@ -1136,7 +1527,7 @@ impl WaitReader {
             if let Some(d) = self.fd_cache.get(t) {
                 let mut d = d.clone();
                 d.fd = fd;
-                return d;
+                return (d, true);
             }
         }
         let tables = &mut self.tables;
@@ -1155,52 +1546,33 @@ impl WaitReader {
         if d.kind == "file" && crate::procfs::fd_is_fifo(pid, fd) {
             d.kind = "fifo".into();
         }
-        if self.detail == WaitDetail::Full {
-            if d.kind == "epoll" {
-                d.watches = crate::procfs::fdinfo(pid, fd)
-                    .map(|t| parse_epoll_fdinfo(&t))
-                    .unwrap_or_default();
-            }
-            if matches!(d.kind.as_str(), "pipe" | "fifo") {
-                d.peers = self.peers(fd, target.as_deref().unwrap_or(""));
-            }
-            if d.kind == "unix" && crate::procfs::same_net_namespace(pid) {
-                let peer = target
-                    .as_deref()
-                    .and_then(|t| link_inode(t, "socket"))
-                    .and_then(crate::procfs::unix_socket_peer);
-                if let Some(peer) = peer {
-                    let peer_link = format!("socket:[{peer}]");
-                    d.peers = self.peers(-1, &peer_link);
-                    if d.peers.is_empty() {
-                        d.peers.push(peer_link);
-                    }
-                }
-            }
+        if self.detail == WaitDetail::Full && d.kind == "epoll" {
+            (d.watches, d.watches_unlisted) = crate::procfs::fdinfo(pid, fd)
+                .map(|t| parse_epoll_fdinfo(&t))
+                .unwrap_or_default();
         }
-        if let Some(t) = target {
-            self.fd_cache.insert(t, d.clone());
-        }
-        d
+        (d, false)
     }
+}
 
-    /// Who else holds this pipe or FIFO (dump only: it lists every process's fds).
-    fn peers(&self, fd: i32, target: &str) -> Vec<String> {
-        crate::procfs::fd_holders(&[target.to_string()], 16)
-            .into_iter()
-            .filter(|(p, f, _)| !(*p == self.pid && *f == fd))
-            .map(|(p, f, _)| {
-                let name = crate::procfs::comm(p, p).unwrap_or_default();
-                let end = crate::procfs::fdinfo(p, f)
-                    .as_deref()
-                    .and_then(fdinfo_access)
-                    .map(|a| format!(" ({a})"))
-                    .unwrap_or_default();
-                format!("pid {p} \"{name}\" fd {f}{end}")
-            })
-            .collect()
-    }
+/// Most holders of the other end named per fd.
+const MAX_PEERS: usize = 16;
+/// Most holders looked for in one scan, whatever the number of fds.
+const MAX_HOLDERS: usize = 16 * 1024;
 
+/// A holder of the other end of a pipe, FIFO or socket, as dump names it:
+/// `pid 12 "name" fd 4 (write end)`.
+fn holder(p: i32, f: i32) -> String {
+    let name = crate::procfs::comm(p, p).unwrap_or_default();
+    let end = crate::procfs::fdinfo(p, f)
+        .as_deref()
+        .and_then(fdinfo_access)
+        .map(|a| format!(" ({a})"))
+        .unwrap_or_default();
+    format!("pid {p} \"{name}\" fd {f}{end}")
+}
+
+impl WaitReader {
     /// What thread `tid` (in scheduler state `state`, blocked in `line`)
     /// waits for. GIL and lock attribution are added by the caller, who
     /// knows the interpreter.
@@ -1260,11 +1632,14 @@ impl WaitReader {
             w.fd = c.fd.map(|fd| self.describe(fd));
             if let Some(epoll) = &w.fd {
                 if full && !epoll.watches.is_empty() {
-                    w.fds = epoll.watches.iter().map(|fd| self.describe(*fd)).collect();
+                    let watches = epoll.watches.clone();
+                    w.fds = self.describe_all(&watches);
+                    w.fds_unlisted = epoll.watches_unlisted;
                 }
             }
-            if !c.set.is_empty() {
-                w.fds = c.set.iter().map(|fd| self.describe(*fd)).collect();
+            if !c.set.is_empty() || c.set_unlisted > 0 {
+                w.fds = self.describe_all(&c.set);
+                w.fds_unlisted = c.set_unlisted;
             }
             w.path = c.path.clone();
             w.child = c.child;
@@ -1523,8 +1898,13 @@ mod tests {
         let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\n\
                     tfd:        5 events:       19 data:                5  pos:0 ino:3e8 sdev:d\n\
                     tfd:        7 events:        1 data:                7  pos:0 ino:3e9 sdev:d\n";
-        assert_eq!(parse_epoll_fdinfo(text), vec![5, 7]);
-        assert!(parse_epoll_fdinfo("pos: 0\n").is_empty());
+        assert_eq!(parse_epoll_fdinfo(text), (vec![5, 7], 0));
+        assert_eq!(parse_epoll_fdinfo("pos: 0\n"), (vec![], 0));
+        let many: String = (0..MAX_SET_FDS + 5)
+            .map(|fd| format!("tfd: {fd:8} events: 19 data: {fd} pos:0 ino:3e8 sdev:d\n"))
+            .collect();
+        let (fds, more) = parse_epoll_fdinfo(&many);
+        assert_eq!((fds.len(), more), (MAX_SET_FDS, 5));
     }
 
     #[test]
@@ -1539,7 +1919,7 @@ mod tests {
         assert_eq!(d.kind, "tcp");
         assert_eq!(d.short(), "127.0.0.1:41395");
         assert_eq!(
-            d.long(),
+            d.long(usize::MAX),
             "fd 3: TCP 127.0.0.1:40030 → 127.0.0.1:41395 (ESTABLISHED)"
         );
         let l = describe_fd(4, Some("socket:[419514]"), &mut get);
@@ -1795,5 +2175,156 @@ mod tests {
         };
         assert_eq!(wait.short(), "wait4 77");
         assert_eq!(wait.long(), "wait4(child 77)");
+    }
+
+    fn tcp(fd: i32, local: &str, remote: &str, state: &str) -> FdDesc {
+        FdDesc {
+            fd,
+            kind: "tcp".into(),
+            target: Some(format!("socket:[{}]", 1000 + fd)),
+            local: Some(local.into()),
+            remote: Some(remote.into()),
+            state: Some(state.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_large_set_is_summarised_in_the_header_and_kept_whole() {
+        let mut fds = vec![tcp(5, "127.0.0.1:8080", "0.0.0.0:0", "LISTEN")];
+        for i in 0..30 {
+            let port = 51000 + i;
+            fds.push(tcp(
+                6 + i,
+                "127.0.0.1:8080",
+                &format!("127.0.0.1:{port}"),
+                "ESTABLISHED",
+            ));
+        }
+        for fd in [40, 41] {
+            fds.push(FdDesc {
+                fd,
+                kind: "pipe".into(),
+                target: Some("pipe:[77]".into()),
+                peers: (0..16)
+                    .map(|p| format!("pid {p} \"worker\" fd 9 (write end)"))
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        let epoll = FdDesc {
+            fd: 4,
+            kind: "epoll".into(),
+            target: Some("anon_inode:[eventpoll]".into()),
+            watches: fds.iter().map(|d| d.fd).collect(),
+            ..Default::default()
+        };
+        let w = Wait {
+            state: "S".into(),
+            syscall: Some("epoll_wait".into()),
+            fd: Some(epoll),
+            fds: fds.clone(),
+            timeout: Some(Timeout::None),
+            ..Default::default()
+        };
+        let text = w.long_within(200);
+        assert_eq!(
+            text,
+            "epoll_wait(fd 4: epoll watching 33 fds {1 listening TCP 127.0.0.1:8080; \
+             30 TCP to 127.0.0.1:51000, 127.0.0.1:51001, 127.0.0.1:51002 and 27 more; \
+             2 pipes}, no timeout)"
+        );
+        // Less room: fewer examples, never more than the room.
+        for room in [0, 60, 80, 100, 120, 200, 400] {
+            let t = w.long_within(room);
+            assert!(t.chars().count() <= room.max(WAIT_TEXT_MIN), "{room}: {t}");
+            assert!(
+                t.starts_with("epoll_wait(fd 4: epoll watching 33 fds"),
+                "{t}"
+            );
+        }
+        // JSON lists every fd.
+        let json = serde_json::to_value(&w).unwrap();
+        assert_eq!(json["fds"].as_array().unwrap().len(), 33);
+        // A select set: the count first; past the bound, what was not listed.
+        let select = Wait {
+            state: "S".into(),
+            syscall: Some("select".into()),
+            fds,
+            fds_unlisted: 7,
+            timeout: Some(Timeout::Relative { seconds: 5.0 }),
+            ..Default::default()
+        };
+        assert_eq!(
+            select.long_within(200),
+            "select({40 fds: 1 listening TCP 127.0.0.1:8080; 30 TCP to 127.0.0.1:51000, \
+             127.0.0.1:51001, 127.0.0.1:51002 and 27 more; 2 pipes; 7 not listed}, timeout 5s)"
+        );
+        // A few fds fit whole, peers bounded.
+        let few = Wait {
+            state: "S".into(),
+            syscall: Some("poll".into()),
+            fds: select.fds[31..].to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(
+            few.long_within(400),
+            "poll({fd 40: pipe:[77] (other end: pid 0 \"worker\" fd 9 (write end), \
+             pid 1 \"worker\" fd 9 (write end) and 14 more); fd 41: pipe:[77] (other end: \
+             pid 0 \"worker\" fd 9 (write end), pid 1 \"worker\" fd 9 (write end) and 14 more)})"
+        );
+        assert_eq!(few.long_within(120), "poll({2 fds: 2 pipes})");
+        assert!(few.long_within(120).chars().count() <= 120);
+        // Many peers of one address: counted, not repeated.
+        let same: Vec<FdDesc> = (0..40)
+            .map(|i| {
+                tcp(
+                    10 + i,
+                    &format!("127.0.0.1:{}", 40000 + i),
+                    "10.0.0.1:5432",
+                    "ESTABLISHED",
+                )
+            })
+            .collect();
+        let db = Wait {
+            state: "S".into(),
+            syscall: Some("poll".into()),
+            fds: same,
+            ..Default::default()
+        };
+        assert_eq!(
+            db.long_within(200),
+            "poll({40 fds: 40 TCP to 10.0.0.1:5432})"
+        );
+        // A core's fds: named by number.
+        let core = Wait {
+            syscall: Some("select".into()),
+            fds: (3..43)
+                .map(|fd| FdDesc {
+                    fd,
+                    kind: UNRECORDED.into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        assert_eq!(
+            core.long_within(200),
+            "select({40 fds: 40 not recorded in a core: fds 3, 4, 5 and 37 more})"
+        );
+        // A long path is clipped in the middle.
+        let long_path = format!("/data/{}/x.bin", "d".repeat(4000));
+        let open = Wait {
+            state: "D".into(),
+            syscall: Some("openat".into()),
+            path: Some(long_path),
+            wchan: Some("nfs_wait".into()),
+            ..Default::default()
+        };
+        let t = open.long_within(150);
+        assert!(
+            t.chars().count() <= 150 && t.contains("…") && t.ends_with("nfs_wait"),
+            "{t}"
+        );
     }
 }

@@ -17,9 +17,7 @@ fn each_asyncio_interpreter(test: &str, check: impl Fn(&Interpreter) + Sync) {
 }
 
 fn pyenv_312() -> &'static Interpreter {
-    find_interpreter("pyenv 3.12", |i| {
-        i.version == (3, 12) && i.label.starts_with("pyenv")
-    })
+    common::pyenv((3, 12))
 }
 
 /// Debian sid's 3.14 release build (uvicorn and uvloop from sid's packages).

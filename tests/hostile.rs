@@ -34,10 +34,7 @@ fn subset(i: &Interpreter) -> bool {
 }
 
 fn py312() -> &'static Interpreter {
-    interpreters()
-        .iter()
-        .find(|i| i.version == (3, 12))
-        .expect("pyenv 3.12")
+    pyenv((3, 12))
 }
 
 /// Debian's static 3.11 release build, from the harness.
@@ -389,46 +386,14 @@ fn planted_symlinks_are_replaced_never_followed() {
 
 // ---------------------------------------------------------------- signals
 
-/// Starts `hostile.py signals` with its stdout readable line by line (the
-/// harness's Fixture keeps its lines to itself).
-fn spawn_counter(interp: &Interpreter) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(&interp.python)
-        .arg(fixture_path("hostile.py"))
-        .arg("signals")
-        .current_dir(fixture_path(""))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines() {
-            let Ok(l) = l else { break };
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    loop {
-        let l = rx.recv_timeout(Duration::from_secs(20)).expect("READY");
-        if l.starts_with("READY ") {
-            break;
-        }
-    }
-    (child, rx)
-}
-
 #[test]
 fn signal_storm_loses_none_doubles_none_holds_none() {
     let _serial = serial();
     for_each_interpreter("signal_storm", subset, |interp| {
         for native in [false, true] {
-            let (mut child, rx) = spawn_counter(interp);
-            let pid = child.id() as i32;
+            let fx = Fixture::spawn(interp, "hostile.py", &["signals"]);
+            let pid = fx.pid;
             let fx_pid = pid;
-            let mut lines = || rx.recv_timeout(Duration::from_secs(10)).ok();
             let watcher = Watcher::start(pid, vec![]);
             let ps = pid.to_string();
             let mut args = vec![
@@ -469,13 +434,13 @@ fn signal_storm_loses_none_doubles_none_holds_none() {
             let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
             // Every signal arrives once: the count settles at what was sent.
             let deadline = Instant::now() + Duration::from_secs(5);
-            let mut got = read_count_raw(pid, &mut lines);
+            let count = || -> u64 { fx.ask(libc::SIGUSR1, "COUNT ").parse().unwrap() };
+            let mut got = count();
             while got < sent && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
-                got = read_count_raw(pid, &mut lines);
+                got = count();
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            drop(fx);
             eprintln!(
                 "signal_storm [{}] native={native}: sent {sent}, counted {got}, longest ptrace stop {:?} over {} observations; {}",
                 interp.label,
@@ -493,17 +458,6 @@ fn signal_storm_loses_none_doubles_none_holds_none() {
             assert!(!stderr.contains("permission denied"), "{stderr}");
         }
     });
-}
-
-fn read_count_raw(pid: i32, lines: &mut dyn FnMut() -> Option<String>) -> u64 {
-    // SAFETY: kill(2) on the fixture.
-    unsafe { libc::kill(pid, libc::SIGUSR1) };
-    loop {
-        let l = lines().expect("the fixture answers COUNT");
-        if let Some(n) = l.strip_prefix("COUNT ") {
-            return n.trim().parse().unwrap();
-        }
-    }
 }
 
 // ---------------------------------------------------------------- spoofing
@@ -976,6 +930,8 @@ fn a_frozen_cgroup_is_bounded_and_interruptible() {
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
                 let mut rec = c.spawn().unwrap();
+                // Its handler set (else SIGINT kills it), then mid-recording.
+                common::wait_for_handler(rec.id() as i32, libc::SIGINT);
                 std::thread::sleep(Duration::from_millis(700));
                 // SAFETY: kill(2) on our child.
                 unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };

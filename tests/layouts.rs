@@ -313,7 +313,13 @@ fn probe(major: u8, minor: u8) -> Probe {
                 "frame.localsplus",
                 "offsetof(_PyInterpreterFrame, localsplus)",
             ),
-            ("frame.stack_chunk_data", "offsetof(_PyStackChunk, data)"),
+            (
+                "frame.stack_chunk.previous",
+                "offsetof(_PyStackChunk, previous)",
+            ),
+            ("frame.stack_chunk.size", "offsetof(_PyStackChunk, size)"),
+            ("frame.stack_chunk.top", "offsetof(_PyStackChunk, top)"),
+            ("frame.stack_chunk.data", "offsetof(_PyStackChunk, data)"),
             ("sizeof.frame", "sizeof(_PyInterpreterFrame)"),
         ]);
         match v {
@@ -404,6 +410,9 @@ fn probe(major: u8, minor: u8) -> Probe {
         ]);
     } else {
         e.push(("code.varnames", "offsetof(PyCodeObject, co_varnames)"));
+    }
+    if v >= (3, 12) {
+        e.push(("code.framesize", "offsetof(PyCodeObject, co_framesize)"));
     }
 
     // Numbers, strings, bytes.
@@ -724,8 +733,11 @@ fn table_fields(l: &Layout) -> BTreeMap<String, i64> {
             put("frame.shim_from", shim_from as i64);
         }
     }
-    if let Some(v) = f.stack_chunk_data {
-        put("frame.stack_chunk_data", v as i64);
+    if let Some(c) = &f.stack_chunk {
+        put("frame.stack_chunk.previous", c.previous as i64);
+        put("frame.stack_chunk.size", c.size as i64);
+        put("frame.stack_chunk.top", c.top as i64);
+        put("frame.stack_chunk.data", c.data as i64);
     }
     // Only 3.14+ tag their frame pointers; the probe asks the headers there.
     if f.pointer_tag_bits != 0 {
@@ -747,6 +759,7 @@ fn table_fields(l: &Layout) -> BTreeMap<String, i64> {
         ("code.localspluskinds", c.localspluskinds),
         ("code.qualname", c.qualname),
         ("code.code_adaptive", c.code_adaptive),
+        ("code.framesize", c.framesize),
     ] {
         if let Some(v) = v {
             put(k, v as i64);
@@ -895,7 +908,10 @@ fn check_sizes(
             l.frame.size,
             &[
                 "frame.shim_from",
-                "frame.stack_chunk_data",
+                "frame.stack_chunk.previous",
+                "frame.stack_chunk.size",
+                "frame.stack_chunk.top",
+                "frame.stack_chunk.data",
                 "frame.pointer_tag_bits",
             ],
             &["frame.localsplus"],

@@ -14,18 +14,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_one_clean_error_line, dump_json, for_each_interpreter, pyinspect, Fixture, Interpreter,
+    assert_one_clean_error_line, dump_json, for_each_interpreter, offline_name, pyinspect, Fixture,
+    Interpreter,
 };
 use serde_json::Value;
-
-const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
 
 /// Dumps per check before giving up: a thread may still be on its way from
 /// announcing itself into the call it parks in.
@@ -48,15 +46,9 @@ use common::run_build_tool as run;
 
 /// Build the C fixtures once per test binary.
 fn built() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("native-dump-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("tempdir")
-            .keep();
+    common::built_fixtures("native-dump-", |dir| {
         let d = |n: &str| dir.join(n).to_str().unwrap().to_string();
-        let s = |n: &str| format!("{SRC}/{n}");
+        let s = |n: &str| common::native_source(n);
         let gcc = |out: &str, extra: &[&str], sources: &[&str]| {
             let mut c = Command::new("gcc");
             c.args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
@@ -88,31 +80,7 @@ fn built() -> &'static Path {
         // Loaded only when the test says so: a copy under another name.
         std::fs::copy(d("libfixture.so"), d("liblate.so")).unwrap();
         std::fs::write(d("blob.bin"), BLOB).unwrap();
-        dir
     })
-}
-
-/// The function of `lib` (an unstripped build) containing `offset`, from nm.
-fn offline_name(lib: &Path, offset: u64) -> String {
-    let out = Command::new("nm").arg(lib).output().expect("nm");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut best: Option<(u64, String)> = None;
-    for l in text.lines() {
-        let mut it = l.split_whitespace();
-        let (Some(a), Some(k), Some(n)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if !matches!(k, "t" | "T") {
-            continue;
-        }
-        let Ok(a) = u64::from_str_radix(a, 16) else {
-            continue;
-        };
-        if a <= offset && best.as_ref().is_none_or(|(b, _)| a > *b) {
-            best = Some((a, n.to_string()));
-        }
-    }
-    best.map(|b| b.1).unwrap_or_default()
 }
 
 // ---------------------------------------------------------------- frames
@@ -1162,7 +1130,7 @@ fn debuginfod_cache_names_stripped_functions() {
         .arg("-o")
         .arg(&other);
     for src in ["fixture.c", "fixture_asm.s", "fixture_threads.c"] {
-        c.arg(format!("{SRC}/{src}"));
+        c.arg(common::native_source(src));
     }
     run(&mut c);
     let wrong = tmp.path().join("wrong");

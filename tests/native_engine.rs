@@ -7,30 +7,22 @@
 use std::io::{BufRead, BufReader, Write};
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use pyinspect::memory::ProcessMemory;
 use pyinspect::native_unwind::{native_entry, NativeFrame, NativeUnwinder, UnwindMethod};
 use pyinspect::pause::PauseGuard;
 
-const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
-
+use common::offline_name;
 use common::run_build_tool as run;
 
 /// Build the fixtures once per test binary.
 fn built() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("pyinspect-native-")
-            .tempdir()
-            .expect("tempdir")
-            .keep();
+    common::built_fixtures("pyinspect-native-", |dir| {
         let d = |n: &str| dir.join(n);
-        let s = |n: &str| format!("{SRC}/{n}");
+        let s = |n: &str| common::native_source(n);
         for (name, stripped) in [("libfixture_full.so", false), ("libfixture.so", true)] {
             run(Command::new("gcc").args([
                 "-O2",
@@ -73,7 +65,6 @@ fn built() -> &'static Path {
             d("nosym").to_str().unwrap(),
             d("nosym_full").to_str().unwrap(),
         ]));
-        dir
     })
 }
 
@@ -167,28 +158,6 @@ fn show(frames: &[NativeFrame]) -> String {
 
 fn names(frames: &[NativeFrame]) -> Vec<String> {
     frames.iter().map(NativeFrame::name).collect()
-}
-
-/// Function names of the unstripped build by offset, to check that the
-/// stripped frames' module+offset names point at the right code.
-fn offline_name(lib: &Path, offset: u64) -> String {
-    let out = Command::new("nm").arg(lib).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut best: Option<(u64, String)> = None;
-    for l in text.lines() {
-        let mut it = l.split_whitespace();
-        let (Some(a), Some(k), Some(n)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if !matches!(k, "t" | "T") {
-            continue;
-        }
-        let a = u64::from_str_radix(a, 16).unwrap();
-        if a < offset && best.as_ref().is_none_or(|(b, _)| a > *b) {
-            best = Some((a, n.to_string()));
-        }
-    }
-    best.map(|b| b.1).unwrap_or_default()
 }
 
 fn is_blocked_in(frames: &[NativeFrame], syscall_fn: &str) -> bool {

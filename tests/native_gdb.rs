@@ -21,13 +21,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{dump_json, Fixture, Interpreter};
 use serde_json::Value;
 
-const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/native");
 const SID: &str = "/opt/pyinspect-sid/root";
 /// Dumps per workload for the merge check ($PYINSPECT_ORACLE_REPEATS
 /// while working on it).
@@ -44,15 +42,9 @@ use common::run_build_tool as run;
 /// segment starting mid-page), the deadlock (stripped, with MiniDebugInfo)
 /// and the C++ fixture.
 fn built() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("native-gdb-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("tempdir")
-            .keep();
+    common::built_fixtures("native-gdb-", |dir| {
         let d = |n: &str| dir.join(n).to_str().unwrap().to_string();
-        let s = |n: &str| format!("{SRC}/{n}");
+        let s = |n: &str| common::native_source(n);
         run(Command::new("gcc").args([
             "-O1",
             "-g",
@@ -74,7 +66,7 @@ fn built() -> &'static Path {
             &s("deadlock.c"),
             "-lpthread",
         ]));
-        minidebuginfo(&d("libdeadlock_full.so"), &d("libdeadlock.so"), &dir);
+        minidebuginfo(&d("libdeadlock_full.so"), &d("libdeadlock.so"), dir);
         run(Command::new("g++").args([
             "-O2",
             "-g",
@@ -84,7 +76,6 @@ fn built() -> &'static Path {
             &d("libcxx.so"),
             &s("cxx_fixture.cpp"),
         ]));
-        dir
     })
 }
 
@@ -443,7 +434,11 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
         let mut frames: Vec<Frame> = Vec::new();
         for f in t["frames"].as_array().into_iter().flatten() {
             if f["kind"] == "native" {
-                let func = f["function"].as_str().unwrap_or("");
+                // gdb prints whole signatures: compared with pyinspect's.
+                let func = f["signature"]
+                    .as_str()
+                    .or(f["function"].as_str())
+                    .unwrap_or("");
                 let raw = f["module"].as_str().unwrap_or("");
                 let unnamed = func.starts_with(&format!("{raw}+0x"));
                 let name = (!unnamed).then(|| normalise(func));

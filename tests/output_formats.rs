@@ -111,7 +111,7 @@ fn fixture(timeline: bool) -> Fixture {
 
 fn render(p: &Profile, format: OutputFormat) -> Vec<u8> {
     let mut out = Vec::new();
-    p.write(format, &mut out, TITLE).unwrap();
+    format.write(p, &mut out, TITLE).unwrap();
     out
 }
 
@@ -578,7 +578,9 @@ fn timeline_formats_need_the_timeline() {
         OutputFormat::Chrometrace,
         OutputFormat::Gecko,
     ] {
-        let err = f.profile.write(format, &mut Vec::new(), TITLE).unwrap_err();
+        let err = format
+            .write(&f.profile, &mut Vec::new(), TITLE)
+            .unwrap_err();
         assert!(matches!(err, OutputError::NoTimeline(_)), "{err}");
     }
 }

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command, Fixture, Interpreter,
+    fixture, fixture_path, for_each_interpreter, pyinspect, pyinspect_bin, run_command,
+    until_ready_before_the_end, Fixture, Interpreter, ReadyFile,
 };
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -15,18 +16,40 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-fn fixture(name: &str) -> String {
-    fixture_path(name).to_str().unwrap().to_string()
-}
-
 /// `pyinspect record -f raw -o <tmp> ARGS`: the output, the profile's text, the time it took.
 fn record_raw(args: &[&str]) -> (common::Output, String, Duration) {
+    record_as_telling("raw", args, None)
+}
+
+/// [`record_raw`], the launched fixture told to write its READY to `ready`.
+fn record_raw_telling(
+    args: &[&str],
+    ready: Option<&ReadyFile>,
+) -> (common::Output, String, Duration) {
+    record_as_telling("raw", args, ready)
+}
+
+/// `pyinspect record -f FORMAT -o <tmp> ARGS`: the output, the profile, the time it took.
+fn record_as(format: &str, args: &[&str]) -> (common::Output, String, Duration) {
+    record_as_telling(format, args, None)
+}
+
+/// [`record_as`], a launched fixture told to write its READY to `ready`.
+fn record_as_telling(
+    format: &str,
+    args: &[&str],
+    ready: Option<&ReadyFile>,
+) -> (common::Output, String, Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("profile.txt");
+    let path = dir.path().join("profile");
     let mut cmd = Command::new(pyinspect_bin());
-    cmd.args(["record", "-f", "raw", "-o", path.to_str().unwrap()])
+    cmd.args(["record", "-f", format, "-o", path.to_str().unwrap()])
         .args(args)
         .current_dir(fixture_path(""));
+    if let Some(ready) = ready {
+        let (name, value) = ready.env();
+        cmd.env(name, value);
+    }
     let started = Instant::now();
     let out = run_command(cmd, Duration::from_secs(60));
     let took = started.elapsed();
@@ -46,10 +69,14 @@ fn record_duration_ends_a_launched_program_with_sigint() {
         "record -d ends the program",
         |_| true,
         |i| {
-            let (out, text, took) = record_raw(&["-d", "1", "-i", "--", py(i), &script, "wait"]);
+            // The SIGINT at the end finds the fixture READY (else, again).
+            let ((out, text, took), d) = until_ready_before_the_end(1.0, |ready, d| {
+                let d = d.to_string();
+                record_raw_telling(&["-d", &d, "-i", "--", py(i), &script, "wait"], Some(ready))
+            });
             out.assert_success();
             assert!(
-                took < Duration::from_secs(8),
+                took < Duration::from_secs_f64(d + 7.0),
                 "took {took:?}\n{}",
                 out.describe()
             );
@@ -76,12 +103,16 @@ fn record_duration_terms_a_program_that_ignores_sigint() {
         "record -d, SIGINT ignored",
         |_| true,
         |i| {
-            let (out, text, took) =
-                record_raw(&["-d", "1", "-i", "--", py(i), &script, "ignore-int"]);
+            // The SIGINT at the end finds SIGINT ignored (else, again).
+            let ((out, text, took), d) = until_ready_before_the_end(1.0, |ready, d| {
+                let d = d.to_string();
+                let args = ["-d", &d, "-i", "--", py(i), &script, "ignore-int"];
+                record_raw_telling(&args, Some(ready))
+            });
             out.assert_success();
-            // 1 s of recording, 2 s of grace after SIGINT, then SIGTERM ends it.
+            // d s of recording, 2 s of grace after SIGINT, then SIGTERM ends it.
             assert!(
-                took < Duration::from_secs(10),
+                took < Duration::from_secs_f64(d + 9.0),
                 "took {took:?}\n{}",
                 out.describe()
             );
@@ -396,6 +427,119 @@ fn threads_threading_does_not_name_get_their_os_name() {
     );
 }
 
+/// A raw profile's stacks with their counts, the most frequent first.
+fn raw_stacks(raw: &str) -> Vec<(String, u64)> {
+    let mut stacks: Vec<(String, u64)> = raw
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack.to_string(), n.parse().ok()?))
+        })
+        .collect();
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
+    stacks
+}
+
+/// py-spy's longsleep case: with py-spy's `--idle`, a sleeping thread's
+/// samples are its two Python frames (py-spy's test: at least 95% of them
+/// one stack, `<module>` then `longsleep`); `--mode wall` keeps the same
+/// stack and ends it in a leaf naming the wait.
+#[test]
+fn record_idle_gives_a_sleeping_thread_its_python_stack_alone() {
+    for_each_interpreter(
+        "record --idle, a sleeping thread",
+        |_| true,
+        |i| {
+            let mut f = Fixture::spawn(i, "longsleep.py", &[]);
+            let pid = f.pid.to_string();
+            let want = format!(
+                "<module> (longsleep.py:{});longsleep (longsleep.py:{})",
+                f.ready["module_line"], f.ready["sleep_line"]
+            );
+            let (out, raw, _) = record_raw(&["-d", "1", "-i", "--pid", &pid]);
+            out.assert_success();
+            let stacks = raw_stacks(&raw);
+            let total: u64 = stacks.iter().map(|s| s.1).sum();
+            assert!(
+                total >= 20 && stacks[0].0 == want && stacks[0].1 * 100 >= total * 95,
+                "{}: want {want} in 95% of {total}:\n{raw}",
+                i.label
+            );
+
+            let (out, raw, _) = record_raw(&["-d", "1", "-m", "wall", "--pid", &pid]);
+            out.assert_success();
+            let stacks = raw_stacks(&raw);
+            let total: u64 = stacks.iter().map(|s| s.1).sum();
+            let (top, n) = &stacks[0];
+            let leaf = top.strip_prefix(&format!("{want};")).unwrap_or("");
+            assert!(
+                leaf.starts_with('[') && leaf.ends_with(']') && n * 100 >= total * 95,
+                "{}: want {want};[wait] in 95% of {total}:\n{raw}",
+                i.label
+            );
+            f.assert_alive();
+        },
+    );
+}
+
+/// The name in a thread's label (`thread 42 "name"`), or "None" (as
+/// py-spy's test reads a profile named by no thread name) when it has none.
+fn quoted_name(label: &str) -> String {
+    match label.split_once('"').and_then(|(_, r)| r.rsplit_once('"')) {
+        Some((name, _)) => name.to_string(),
+        None => "None".to_string(),
+    }
+}
+
+/// py-spy's thread-name case: `record --threads --idle` of a program that
+/// starts ten named threads gives exactly their names and MainThread, in
+/// speedscope's thread profiles and in the raw stacks' thread roots: no
+/// nameless thread state that its thread has not taken up yet (3.12+
+/// makes it first), and one root per thread even where samples came
+/// before `threading` named the thread (the kernel's name then).
+#[test]
+fn record_threads_idle_names_every_thread_and_only_those() {
+    let script = fixture("thread_names.py");
+    for_each_interpreter(
+        "record --threads --idle, thread names",
+        |_| true,
+        |i| {
+            let mut want: std::collections::BTreeSet<String> =
+                (0..10).map(|n| format!("CustomThreadName-{n}")).collect();
+            want.insert("MainThread".to_string());
+            // 3 s: a debug build on a loaded machine takes over 1.5 s to start.
+            let args = ["-d", "3", "-t", "-i", "--", py(i), &script];
+            let (out, json, _) = record_as("speedscope", &args);
+            out.assert_success();
+            let profile: Value = serde_json::from_str(&json).unwrap();
+            let names: std::collections::BTreeSet<String> = profile["profiles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| quoted_name(p["name"].as_str().unwrap()))
+                .collect();
+            assert_eq!(names, want, "{}: speedscope", i.label);
+
+            let (out, raw, _) = record_as("raw", &args);
+            out.assert_success();
+            let stacks = raw_stacks(&raw);
+            let mut roots: Vec<&str> = stacks
+                .iter()
+                .filter_map(|(stack, _)| stack.split(';').next())
+                .collect();
+            roots.sort();
+            roots.dedup();
+            let names: std::collections::BTreeSet<String> =
+                roots.iter().map(|r| quoted_name(r)).collect();
+            assert!(
+                names == want && roots.len() == want.len(),
+                "{}: raw roots {roots:#?}",
+                i.label
+            );
+        },
+    );
+}
+
 /// The locals of the fixture's `values` frame, by name.
 fn values_locals(pid: i32, extra: &[&str]) -> std::collections::HashMap<String, Value> {
     let mut args = vec!["--locals"];
@@ -441,12 +585,31 @@ fn locals_render_like_repr_numpy_nesting_truncation_cycles_invalid() {
                     wrong.push(format!("{name}: {}, want {want}", locals[name]));
                 }
             }
-            // Cut values end in "..." and say how much was left out.
-            for (name, total) in [("big_dict", 50), ("long_list", 100), ("long_str", 500)] {
+            // Cut values: at most 80 characters (pystack's cut) with a
+            // "..." where the cut is, before the closing bracket of a
+            // container; the JSON says how much was left out.
+            for (name, total) in [
+                ("big_dict", 50),
+                ("long_list", 100),
+                ("big_tuple", 50),
+                ("long_strs", 20),
+                ("long_str", 500),
+            ] {
                 let got = &locals[name];
                 let text = got["repr"].as_str().unwrap();
                 let left = got["left_out"].as_u64().unwrap_or(0);
-                if !text.ends_with("...") || left == 0 || left >= total {
+                let end = match name {
+                    "long_str" => "...",
+                    "big_dict" => ", ...}",
+                    "big_tuple" => ", ...)",
+                    _ => ", ...]",
+                };
+                if text.chars().count() > 80
+                    || !text.ends_with(end)
+                    || text.matches("...").count() != 1
+                    || left == 0
+                    || left >= total
+                {
                     wrong.push(format!("{name}: {got}"));
                 }
                 if name == "long_str" {
@@ -458,13 +621,18 @@ fn locals_render_like_repr_numpy_nesting_truncation_cycles_invalid() {
             }
             assert!(wrong.is_empty(), "{}: {wrong:#?}", i.label);
 
-            // A longer limit (-ll) shows more of the same value.
+            // A longer limit (-ll, 160 characters) shows more of the same value.
             let longer = values_locals(f.pid, &["-l"]);
-            let (a, b) = (&locals["big_dict"], &longer["big_dict"]);
-            assert!(
-                b["left_out"].as_u64().unwrap() < a["left_out"].as_u64().unwrap(),
-                "{a} vs {b}"
-            );
+            for name in ["big_dict", "long_list", "big_tuple", "long_str"] {
+                let (a, b) = (&locals[name], &longer[name]);
+                let text = b["repr"].as_str().unwrap().chars().count();
+                assert!(
+                    b["left_out"].as_u64().unwrap() < a["left_out"].as_u64().unwrap()
+                        && (120..=160).contains(&text),
+                    "{}: {a} vs {b}",
+                    i.label
+                );
+            }
             f.assert_alive();
         },
     );
@@ -600,17 +768,14 @@ fn record_duration_ends_what_a_launched_shell_started_too() {
                 format!("'{}' '{}' wait '{token}'\n", py(i), fixture("launched.py")),
             )
             .unwrap();
-            let (out, text, took) = record_raw(&[
-                "-s",
-                "-i",
-                "-d",
-                "1.5",
-                "--",
-                "bash",
-                script.to_str().unwrap(),
-            ]);
+            // The SIGINT at the end finds the script's Python READY (else, again).
+            let ((out, text, took), d) = until_ready_before_the_end(1.5, |ready, d| {
+                let d = d.to_string();
+                let args = ["-s", "-i", "-d", &d, "--", "bash", script.to_str().unwrap()];
+                record_raw_telling(&args, Some(ready))
+            });
             out.assert_success();
-            assert!(took < Duration::from_secs(10), "took {took:?}");
+            assert!(took < Duration::from_secs_f64(d + 8.5), "took {took:?}");
             assert!(text.contains("waiting"), "{text}\n{}", out.describe());
             assert!(
                 out.stderr.contains("sent SIGINT to the program"),

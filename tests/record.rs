@@ -7,22 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
+use common::{fixture, BIN};
 
-fn fixture(name: &str) -> String {
-    format!("{}/python_fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The matrix's interpreter of `version` (the pyenv build, or Debian's
-/// static one): the harness finds them, and fails when one is missing.
-fn python(what: &str, select: impl Fn(&common::Interpreter) -> bool) -> PathBuf {
-    common::find_interpreter(what, select).python.clone()
-}
-
+/// pyenv's build of `version`: the harness finds it, and fails when it is
+/// missing.
 fn pyenv(version: (u32, u32)) -> PathBuf {
-    python(&format!("pyenv's {}.{}", version.0, version.1), |i| {
-        i.version == version && i.label.starts_with("pyenv ")
-    })
+    common::pyenv(version).python.clone()
 }
 
 /// The newest release builds of the matrix (sid's 3.14 and 3.15), for the
@@ -237,9 +227,11 @@ fn launched_program_exit_status_is_passed_on() {
     let mut pythons = vec![
         py312(),
         pyenv((2, 7)),
-        python("Debian's static 3.11 release build", |i| {
+        common::find_interpreter("Debian's static 3.11 release build", |i| {
             i.label.starts_with("debian ") && i.static_build && !i.debug
-        }),
+        })
+        .python
+        .clone(),
     ];
     pythons.extend(newest_pythons());
     for python in pythons {
@@ -320,6 +312,9 @@ fn ctrl_c_writes_the_profile_and_leaves_the_target_running() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Its SIGINT handler set (sent before, SIGINT would kill it), a second
+    // of samples.
+    common::wait_for_handler(rec.id() as i32, libc::SIGINT);
     std::thread::sleep(Duration::from_millis(1000));
     sigint(rec.id());
     let out = rec.wait_with_output().unwrap();

@@ -12,29 +12,15 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/top_hot.py");
+use common::{fixture, pyenv, Fixture, BIN};
+
 /// pyenv's 2.7, 3.9, 3.12, 3.13, and sid's 3.14 and 3.15 release builds.
 const VERSIONS: &[(u32, u32)] = &[(2, 7), (3, 9), (3, 12), (3, 13), (3, 14), (3, 15)];
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// pyenv's build of `version` ("3.12"), found by the harness (which fails
-/// when one of the matrix is missing).
-fn python(version: &str) -> PathBuf {
-    let (major, minor) = version.split_once('.').expect("MAJOR.MINOR");
-    let v = (major.parse().unwrap(), minor.parse().unwrap());
-    common::find_interpreter(&format!("pyenv's {version}"), |i| {
-        i.version == v && i.label.starts_with("pyenv ")
-    })
-    .python
-    .clone()
-}
 
 fn require_tmux() {
     let ok = Command::new("tmux")
@@ -111,31 +97,6 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.cmd().arg("kill-server").status();
-    }
-}
-
-struct Fixture(Child);
-
-impl Fixture {
-    fn start(python: &Path) -> Fixture {
-        let mut child = Command::new(python)
-            .arg(FIXTURE)
-            .arg("120")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start fixture");
-        let mut line = String::new();
-        let stdout = child.stdout.take().unwrap();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
-        Fixture(child)
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -266,8 +227,8 @@ fn top_shows_the_hot_function_and_busy_thread() {
         let interp = common::find_interpreter(&format!("{major}.{minor} (release build)"), |i| {
             i.version == (major, minor) && !i.debug && !i.label.starts_with("debian")
         });
-        let fixture = Fixture::start(&interp.python);
-        let cmd = format!("{BIN} top --pid {}", fixture.0.id());
+        let fixture = Fixture::spawn(interp, "top_hot.py", &["120"]);
+        let cmd = format!("{BIN} top --pid {}", fixture.pid);
         problems.extend(check_screen(&format!("{major}.{minor}"), &cmd));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
@@ -276,10 +237,14 @@ fn top_shows_the_hot_function_and_busy_thread() {
 #[test]
 fn top_launches_a_program_and_ends_it_on_quit() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let py = python("3.12");
+    let py = &pyenv((3, 12)).python;
     // A marker argument finds the launched program afterwards.
     let marker = format!("{}", 900_000 + std::process::id() % 90_000);
-    let cmd = format!("{BIN} top -- {} {FIXTURE} {marker}", py.display());
+    let cmd = format!(
+        "{BIN} top -- {} {} {marker}",
+        py.display(),
+        fixture("top_hot.py")
+    );
     let problems = check_screen("3.12", &cmd);
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
     let left = Command::new("pgrep")
@@ -311,8 +276,8 @@ fn top_refuses_a_stdout_that_is_not_a_terminal() {
 #[test]
 fn top_on_a_small_terminal_says_so() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let fixture = Fixture::start(&python("3.12"));
-    let tmux = Tmux::start("small", &format!("{BIN} top --pid {}", fixture.0.id()));
+    let fixture = Fixture::spawn(pyenv((3, 12)), "top_hot.py", &["120"]);
+    let tmux = Tmux::start("small", &format!("{BIN} top --pid {}", fixture.pid));
     tmux.cmd()
         .args(["resize-window", "-t", "t", "-x", "40", "-y", "8"])
         .status()
@@ -328,28 +293,21 @@ fn top_on_a_small_terminal_says_so() {
 fn top_shows_what_each_thread_waits_for() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut problems = Vec::new();
-    for v in ["2.7", "3.13"] {
+    for (v, version) in [("2.7", (2, 7)), ("3.13", (3, 13))] {
         let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = server.local_addr().unwrap().port();
         let dir = tempfile::tempdir().unwrap();
-        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures/waits.py");
-        let mut child = Command::new(python(v))
-            .arg(fixture)
-            .args(["blocked", &port.to_string(), dir.path().to_str().unwrap()])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/python_fixtures"))
-            .stdout(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("start fixture");
+        // Its connection waits in the listener's backlog until accepted.
+        let fx = Fixture::spawn(
+            pyenv(version),
+            "waits.py",
+            &["blocked", &port.to_string(), dir.path().to_str().unwrap()],
+        );
         let _conn = server.accept().unwrap();
-        let mut line = String::new();
-        let stdout = child.stdout.take().unwrap();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
-        let ready: serde_json::Value =
-            serde_json::from_str(line.trim().strip_prefix("READY ").expect("READY")).unwrap();
+        let ready = &fx.ready;
         let tmux = Tmux::start(
             &format!("waits{}", v.replace('.', "_")),
-            &format!("{BIN} top --pid {}; sleep 60", child.id()),
+            &format!("{BIN} top --pid {}; sleep 60", fx.pid),
         );
         let expect = [
             ("recv", format!("recv 127.0.0.1:{port}")),
@@ -379,11 +337,49 @@ fn top_shows_what_each_thread_waits_for() {
             ));
         }
         tmux.keys("q");
-        // SAFETY: kill(2) on the fixture's own process group (its forked child too).
-        unsafe {
-            libc::kill(-(child.id() as i32), libc::SIGKILL);
+        // Killed with its process group (its forked child too).
+        drop(fx);
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// Native frames by their short names (python_fixtures/native/names.py: a
+/// thread parked in C++ whose demangled names run to hundreds of
+/// characters); with --full-names, by their signatures.
+#[test]
+fn top_names_native_frames_short() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let interp = common::find_interpreter("pyenv's 3.12", |i| {
+        i.version == (3, 12) && i.label.starts_with("pyenv ")
+    });
+    let lib = common::names_fixture_lib().to_str().unwrap().to_string();
+    let fixture = common::Fixture::spawn(interp, "native/names.py", &[&lib]);
+    let mut problems = Vec::new();
+    for (session, extra) in [("names", ""), ("fullnames", " --full-names")] {
+        let tmux = Tmux::start(
+            session,
+            &format!(
+                "{BIN} top --native --idle{extra} --pid {}; sleep 60",
+                fixture.pid
+            ),
+        );
+        let (ok, screen) = tmux.wait_for(Duration::from_secs(30), |s| {
+            s.contains("addmm_impl_cpu_") && s.contains("names_block")
+        });
+        let row = |name: &str| screen.lines().find(|l| l.contains(name)).unwrap_or("");
+        let addmm = row("addmm_impl_cpu_");
+        let lambda = row("names_block::{lambda");
+        let good = if extra.is_empty() {
+            addmm.contains("pyinspect_fixture::(anonymous namespace)::addmm_impl_cpu_ (")
+                && lambda.contains("names_block::{lambda#1}::operator() (")
+                && !screen.contains("std::allocator")
+        } else {
+            addmm.contains("addmm_impl_cpu_(std::vector<double, std::allocator<double> >&")
+        };
+        if !ok || !good {
+            problems.push(format!("top{extra}:\n{screen}"));
         }
-        let _ = child.wait();
+        tmux.keys("q");
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }

@@ -250,6 +250,110 @@ fn dump_names_each_wait() {
     );
 }
 
+/// Connections in the many-fds fixture: past the 30 sockets of the issue.
+const MANY: usize = 32;
+
+#[test]
+fn a_large_fd_set_is_summarised_in_text_and_whole_in_json() {
+    for_each_interpreter(
+        "a_large_fd_set_is_summarised_in_text_and_whole_in_json",
+        |_| true,
+        |interp| {
+            let mut fx = Fixture::spawn(interp, "waits.py", &["manyfds", &MANY.to_string()]);
+            let r = fx.ready.clone();
+            let pid = fx.pid;
+            let tid = |n: &str| r["tids"][n].as_i64().unwrap_or(-1);
+            let mut want_fds: Vec<i64> = r["fds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_i64)
+                .collect();
+            want_fds.sort_unstable();
+            assert_eq!(want_fds.len(), MANY + 2, "{}: {r}", fx.label);
+            let listen = s(&r["listen"]).to_string();
+            let mut peers: Vec<String> = r["peers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| s(p).to_string())
+                .collect();
+            peers.sort();
+            until_ok(&format!("{}: JSON lists every fd", fx.label), || {
+                let d = dump_json(pid, &[]);
+                let by_tid = threads_by_tid(&d[0]);
+                let mut p = Vec::new();
+                for name in ["epoll", "select", "poll"] {
+                    let w = by_tid
+                        .get(&tid(name))
+                        .map(|t| t["wait"].clone())
+                        .unwrap_or(Value::Null);
+                    let fds = w["fds"].as_array().cloned().unwrap_or_default();
+                    let mut got: Vec<i64> = fds.iter().filter_map(|f| f["fd"].as_i64()).collect();
+                    got.sort_unstable();
+                    let listening = fds
+                        .iter()
+                        .filter(|f| s(&f["state"]) == "LISTEN" && s(&f["local"]) == listen)
+                        .count();
+                    let mut remotes: Vec<String> = fds
+                        .iter()
+                        .filter(|f| s(&f["state"]) == "ESTABLISHED")
+                        .map(|f| s(&f["remote"]).to_string())
+                        .collect();
+                    remotes.sort();
+                    if got != want_fds || listening != 1 || remotes != peers {
+                        p.push(format!("{name}: fds {got:?}, want {want_fds:?}: {w}"));
+                    }
+                    if name == "epoll"
+                        && (w["fd"]["fd"] != r["epoll_fd"] || s(&w["fd"]["kind"]) != "epoll")
+                    {
+                        p.push(format!("epoll: fd {}, want {}", w["fd"], r["epoll_fd"]));
+                    }
+                }
+                p
+            });
+            until_ok(&format!("{}: text headers summarised", fx.label), || {
+                let out = pyinspect(&["dump", "--pid", &pid.to_string()]);
+                out.assert_success();
+                let mut p = Vec::new();
+                for line in out.stdout.lines().filter(|l| l.starts_with("Thread ")) {
+                    let n = line.chars().count();
+                    if n > 200 {
+                        p.push(format!("a header of {n} characters: {line}"));
+                    }
+                }
+                let total = MANY + 2;
+                for (name, set) in [
+                    ("epoll", format!("watching {total} fds {{")),
+                    ("select", format!("({{{total} fds: ")),
+                    ("poll", format!("({{{total} fds: ")),
+                ] {
+                    let start = format!("Thread {} \"{name}\" (idle, S): ", tid(name));
+                    let header = out
+                        .stdout
+                        .lines()
+                        .find(|l| l.starts_with(&start))
+                        .unwrap_or_default();
+                    for needle in [
+                        set,
+                        format!("1 listening TCP {listen}; {MANY} TCP to "),
+                        " more; 1 pipe}".to_string(),
+                    ] {
+                        if !header.contains(&needle) {
+                            p.push(format!("{name}: {header:?} lacks {needle:?}"));
+                        }
+                    }
+                }
+                if !p.is_empty() {
+                    p.push(out.stdout.clone());
+                }
+                p
+            });
+            fx.assert_alive();
+        },
+    );
+}
+
 #[test]
 fn dump_names_the_gil_holder() {
     for_each_interpreter(
@@ -526,7 +630,7 @@ fn offcpu_record_gives_the_shares_of_each_wait() {
 
 #[test]
 fn record_mode_flags() {
-    // --idle and --gil are py-spy's aliases of --mode wall and --mode gil: not both.
+    // --idle and --gil are py-spy's flags, beside --mode (wall and gil): not both.
     for args in [
         &["record", "--mode", "wall", "--idle", "--pid", "1"][..],
         &["record", "--mode", "cpu", "--gil", "--pid", "1"][..],

@@ -13,6 +13,10 @@ pub struct DiffOptions {
     pub negate: bool,
     /// Rows of the table of changed functions (0: no table).
     pub top: usize,
+    /// Keep native frames' whole signatures (`--full-names`); by default
+    /// they are shortened as `record` names them, so that recordings of
+    /// other tools (or with `--full-names`) compare with ours.
+    pub full_names: bool,
 }
 
 fn load(path: &Path) -> anyhow::Result<crate::output::Recording> {
@@ -33,8 +37,12 @@ fn signed_pct(delta: f64) -> String {
 }
 
 pub fn run(opts: DiffOptions) -> anyhow::Result<i32> {
-    let before = load(&opts.before)?;
-    let after = load(&opts.after)?;
+    let mut before = load(&opts.before)?;
+    let mut after = load(&opts.after)?;
+    if !opts.full_names {
+        before.shorten_names();
+        after.shorten_names();
+    }
     let path = opts
         .output
         .clone()

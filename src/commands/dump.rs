@@ -28,6 +28,8 @@ pub struct DumpOptions {
     pub native: bool,
     pub native_all: bool,
     pub native_debug_info: bool,
+    /// Native frames by their whole signature (`--full-names`).
+    pub full_names: bool,
     /// Text output: `file:line:column` where the location table has columns.
     pub positions: bool,
     /// asyncio tasks under their loop's thread (default: on, bounded).
@@ -53,6 +55,7 @@ fn config(opts: &DumpOptions) -> SamplerConfig {
             native: opts.native,
             native_all: opts.native_all,
             native_debug_info: opts.native_debug_info,
+            full_names: opts.full_names,
             function_lines: false,
             locals: opts.locals,
             statuses: true,
@@ -159,7 +162,6 @@ pub fn run(opts: &DumpOptions) -> anyhow::Result<()> {
         out.flush()?;
         return Ok(());
     }
-    crate::options::check_read(opts.native, opts.nonblocking)?;
     pause::install_signal_flag();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let root = read_process(opts.pid, opts)?;
@@ -251,24 +253,26 @@ pub(crate) fn write_text(
         } else if several {
             status.push_str(&format!(", interpreter {}", t.interpreter));
         }
-        write!(out, "\nThread {id}")?;
+        // The header, built whole: the wait's text gets the room its words leave.
+        let mut head = format!("Thread {id}");
         if let Some(n) = &t.name {
-            write!(out, " \"{n}\"")?;
+            head += &format!(" \"{n}\"");
             if t.name_source == Some(crate::stack::NameSource::Os) && t.interpreter >= 0 {
-                write!(out, " (OS name)")?;
+                head += " (OS name)";
             }
         }
-        write!(out, " ({status})")?;
+        head += &format!(" ({status})");
         if let Some(e) = &t.native_entry {
-            write!(out, " in {e}")?;
+            head += &format!(" in {e}");
         }
         if let Some(w) = &t.wait {
-            let long = w.long();
+            let room = crate::wait::header_room(head.chars().count() + 2);
+            let long = w.long_within(room);
             if !long.is_empty() {
-                write!(out, ": {long}")?;
+                head += &format!(": {long}");
             }
         }
-        writeln!(out)?;
+        writeln!(out, "\n{head}")?;
         if let Some(c) = p
             .crash
             .as_ref()

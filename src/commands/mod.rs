@@ -4,3 +4,4 @@ pub mod diff;
 pub mod dump;
 pub mod record;
 pub mod top;
+pub mod watch;

@@ -19,6 +19,10 @@ pub enum RecordMode {
     /// Every thread, running or not; off-CPU samples end in a leaf frame
     /// naming the wait (py-spy's --idle, plus the leaf).
     Wall,
+    /// Every thread, running or not, each sample its Python stack alone:
+    /// py-spy's --idle (no `--mode` value: the flag's own).
+    #[value(skip)]
+    Idle,
     /// Only threads off the CPU, each sample ending in its wait: an
     /// off-CPU flame graph.
     Offcpu,
@@ -32,6 +36,7 @@ impl RecordMode {
         match self {
             RecordMode::Cpu => {}
             RecordMode::Gil => cfg.filter.gil_only = true,
+            RecordMode::Idle => cfg.filter.include_idle = true,
             RecordMode::Wall | RecordMode::Offcpu => {
                 cfg.filter.include_idle = true;
                 cfg.read.waits = crate::wait::WaitDetail::Short;
@@ -197,8 +202,6 @@ fn terminal_columns() -> usize {
 /// Record; returns the exit code for pyinspect.
 pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     pause::install_signal_flag();
-    crate::options::check_target(opts.pid, &opts.command)?;
-    crate::options::check_read(opts.sampler.read.native, opts.sampler.pause.nonblocking)?;
     let path = opts.output.clone().unwrap_or_else(|| default_output(&opts));
     // Opened before sampling, so that an unwritable path fails at once.
     let out = OutputFile::create(&path)?;
@@ -217,7 +220,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let root = match (&launched, opts.pid) {
         (Some(l), _) => l.pid(),
         (None, Some(p)) => p,
-        (None, None) => unreachable!("checked above"),
+        (None, None) => unreachable!("checked at the CLI edge (options::check_target)"),
     };
     let mut sampler = match Sampler::new(root, opts.sampler.clone()) {
         Ok(s) => s,
@@ -311,7 +314,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     };
     let title = crate::stack::escape_controls(&title).into_owned();
     let shown = out.shown().to_string();
-    let written = out.write_with(|w| profile.write(opts.format, w, &title));
+    let written = out.write_with(|w| opts.format.write(&profile, w, &title));
     summary(&stats, &profile, elapsed, &health);
     if m.address + m.name + m.fallback > 0 {
         eprintln!(

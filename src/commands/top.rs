@@ -42,6 +42,8 @@ pub struct TopOptions {
     /// How often the tables refresh (py-spy's `--delay`).
     pub refresh: Duration,
     pub full_filenames: bool,
+    /// Native frames by their whole signature (`--full-names`).
+    pub full_names: bool,
 }
 
 /// The first refresh comes sooner, so the screen is not empty for a second.
@@ -66,11 +68,8 @@ enum Msg {
 static OTHER_PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 pub fn run(opts: TopOptions) -> anyhow::Result<()> {
-    // Checked first: nothing is launched or attached for a run that cannot
-    // go on (the options' rules, then a terminal to draw on).
-    crate::options::check_target(opts.pid, &opts.command)?;
-    crate::options::check_read(opts.native, opts.nonblocking)?;
-    crate::options::check_rate(opts.rate, &opts.rate.to_string())?;
+    // Checked first (the options' rules were, at the CLI edge): nothing is
+    // launched or attached for a run that cannot go on.
     if !std::io::stdout().is_terminal() {
         bail!("top needs a terminal (stdout is not a tty)");
     }
@@ -208,6 +207,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             native: opts.native,
             native_all: false,
             native_debug_info: false,
+            full_names: opts.full_names,
             function_lines: false,
             locals: 0,
             statuses: true,

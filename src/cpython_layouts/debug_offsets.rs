@@ -819,6 +819,7 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
             v.map(shift)
         });
         o.update("code.nlocals", &mut c.nlocals, |v| shift(*v));
+        o.update("code.framesize", &mut c.framesize, |v| v.map(shift));
         o.update("code.flags", &mut c.flags, |v| shift(*v));
         if let StringLayout::Pep393 {
             compact_size,
@@ -981,6 +982,7 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
     .chain(c.localspluskinds)
     .chain(c.qualname)
     .chain(c.code_adaptive)
+    .chain(c.framesize)
     .max()
     .unwrap_or(0)
         + 8;

@@ -149,11 +149,24 @@ pub struct FrameLayout {
     /// Start of `f_localsplus` / `localsplus`.
     pub localsplus: u64,
     pub entry: EntryMarker,
-    /// Offset of `data` in `_PyStackChunk` (3.11+), so a whole chunk of frames can be copied at once.
-    pub stack_chunk_data: Option<u64>,
+    /// `_PyStackChunk` (3.11+): a piece of the data stack the thread's
+    /// frames are pushed on.
+    pub stack_chunk: Option<StackChunkLayout>,
     /// Low bits to clear from `f_executable` and `localsplus` slots: 3.14+
     /// stores them as tagged `_PyStackRef`s; 0 before.
     pub pointer_tag_bits: u64,
+}
+
+/// `_PyStackChunk`: `size` bytes from the chunk's own address; its frames
+/// lie one after another from `data` (from the second word of `data` in the
+/// first chunk, whose `previous` is NULL) up to `top` words into `data` (the
+/// chunk the thread state names runs to `datastack_top` instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackChunkLayout {
+    pub previous: u64,
+    pub size: u64,
+    pub top: u64,
+    pub data: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +215,9 @@ pub struct CodeLayout {
     pub linetable_format: LineTableFormat,
     /// `co_code_adaptive` (3.11+): the bytecode lives inline in the code object.
     pub code_adaptive: Option<u64>,
+    /// `co_framesize` (int, 3.12+): the words a frame of this code takes on
+    /// the data stack, so the data stack can be walked frame by frame.
+    pub framesize: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

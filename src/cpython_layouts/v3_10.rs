@@ -34,7 +34,7 @@ pub(crate) static LAYOUT: Layout = Layout {
         position: InstrPosition::LastiCodeUnits(96),
         localsplus: 352,
         entry: EntryMarker::EveryFrame,
-        stack_chunk_data: None,
+        stack_chunk: None,
         pointer_tag_bits: 0,
     },
     code: CodeLayout {
@@ -53,6 +53,7 @@ pub(crate) static LAYOUT: Layout = Layout {
         linetable: 120,
         linetable_format: LineTableFormat::Linetable310,
         code_adaptive: None,
+        framesize: None,
     },
     object: ObjectLayout {
         ob_type: 8,

@@ -38,7 +38,12 @@ pub(crate) static LAYOUT: Layout = Layout {
         position: InstrPosition::InstrPointer(56),
         localsplus: 72,
         entry: EntryMarker::IsEntry(68),
-        stack_chunk_data: Some(24),
+        stack_chunk: Some(StackChunkLayout {
+            previous: 0,
+            size: 8,
+            top: 16,
+            data: 24,
+        }),
         pointer_tag_bits: 0,
     },
     code: CodeLayout {
@@ -57,6 +62,7 @@ pub(crate) static LAYOUT: Layout = Layout {
         linetable: 136,
         linetable_format: LineTableFormat::Locations311,
         code_adaptive: Some(184),
+        framesize: None,
     },
     object: ObjectLayout {
         ob_type: 8,

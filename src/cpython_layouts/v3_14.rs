@@ -41,7 +41,12 @@ pub(crate) static LAYOUT: Layout = Layout {
             owner: 74,
             shim_from: 3,
         },
-        stack_chunk_data: Some(24),
+        stack_chunk: Some(StackChunkLayout {
+            previous: 0,
+            size: 8,
+            top: 16,
+            data: 24,
+        }),
         pointer_tag_bits: 3,
     },
     code: CodeLayout {
@@ -60,6 +65,7 @@ pub(crate) static LAYOUT: Layout = Layout {
         linetable: 136,
         linetable_format: LineTableFormat::Locations311,
         code_adaptive: Some(208),
+        framesize: Some(76),
     },
     object: ObjectLayout {
         ob_type: 8,

@@ -419,16 +419,24 @@ pub(crate) fn is_runtime_module(module: &str) -> bool {
 /// (libcuda.so.1)`: the outermost exported function of the innermost library
 /// on the (innermost-first) stack that is neither the C runtime nor the
 /// interpreter; failing that, the C runtime's own entry (`read (libc.so.6)`)
-/// when the thread is inside it.
+/// when the thread is inside it. Named by its symbol (see
+/// [`native_entry_frame`] for the frame).
 pub fn native_entry(frames: &[NativeFrame]) -> Option<String> {
+    let f = &frames[native_entry_frame(frames)?];
+    Some(format!("{} ({})", f.name(), f.module))
+}
+
+/// The index in `frames` of the [`native_entry`] frame, which has a symbol.
+pub(crate) fn native_entry_frame(frames: &[NativeFrame]) -> Option<usize> {
     let entry_of = |start: usize| {
         let module = &frames[start].module;
         frames[start..]
             .iter()
-            .take_while(|f| &f.module == module)
-            .filter(|f| f.exported && !f.inlined)
+            .enumerate()
+            .take_while(|(_, f)| &f.module == module)
+            .filter(|(_, f)| f.exported && !f.inlined && f.function.is_some())
             .last()
-            .and_then(|f| Some(format!("{} ({})", f.function.as_ref()?, f.module)))
+            .map(|(i, _)| start + i)
     };
     let library = frames.iter().position(|f| {
         !is_runtime_module(&f.module) && !is_python_module(&f.module) && !f.module.starts_with('[')

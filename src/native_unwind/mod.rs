@@ -12,6 +12,7 @@
 mod callsites;
 mod merge;
 mod module;
+mod names;
 pub(crate) mod pools;
 pub(crate) mod scan;
 mod symbols;
@@ -23,16 +24,18 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::error::Error;
+use crate::mapping::MapEntry as Mapping;
 use crate::memory::{Memory, MemoryExt};
-use crate::procfs::MapEntry as Mapping;
 use crate::target::TargetSource;
 use module::{Backing, LoadedModule, SectionData};
 use std::rc::Rc;
 
+pub(crate) use merge::native_entry_frame;
 pub use merge::{
     display_name, is_eval_frame, is_interpreter_plumbing, is_python_module, merge, native_entry,
     MergeMethod, Merged, PyFrameForMerge,
 };
+pub(crate) use names::short_name;
 
 /// Deepest stack we walk; deeper ones are cut (and the cut is visible as a
 /// stack that does not end in a thread entry point).

@@ -25,6 +25,66 @@ impl Recording {
     pub(crate) fn total(&self) -> u64 {
         self.stacks.iter().map(|(_, c)| *c).sum()
     }
+
+    /// Native frames named short, as `record` names them (see
+    /// `native_unwind::short_name`); stacks that become one are added up.
+    pub(crate) fn shorten_names(&mut self) {
+        let mut counts: HashMap<String, u64> = HashMap::with_capacity(self.stacks.len());
+        let mut order = Vec::with_capacity(self.stacks.len());
+        for (stack, count) in std::mem::take(&mut self.stacks) {
+            let short: Vec<std::borrow::Cow<'_, str>> = stack.split(';').map(short_label).collect();
+            let short = short.join(";");
+            match counts.get_mut(&short) {
+                Some(c) => *c = c.saturating_add(count),
+                None => {
+                    order.push(short.clone());
+                    counts.insert(short, count);
+                }
+            }
+        }
+        self.stacks = order
+            .into_iter()
+            .map(|s| {
+                let c = counts[&s];
+                (s, c)
+            })
+            .collect();
+    }
+}
+
+/// A frame's label with a native name made short: `name (where)` or
+/// `name`, where the name is C++ or Rust (it has `::`; Python's names,
+/// thread and process roots and wait leaves are left as they are).
+fn short_label(label: &str) -> std::borrow::Cow<'_, str> {
+    if !label.contains("::") || label.contains('"') {
+        return label.into();
+    }
+    // The trailing ` (libfoo.so)` / ` (file.cpp:12)`, if any: the `(`
+    // matching the last `)`, after a space.
+    let mut split = label.len();
+    if label.ends_with(')') {
+        let mut depth = 0usize;
+        for (i, c) in label.char_indices().rev() {
+            match c {
+                ')' => depth += 1,
+                '(' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        if label[..i].ends_with(' ') {
+                            split = i - 1;
+                        }
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let (name, place) = label.split_at(split);
+    match crate::native_unwind::short_name(name) {
+        std::borrow::Cow::Borrowed(n) if n.len() == name.len() => label.into(),
+        short => format!("{short}{place}").into(),
+    }
 }
 
 #[derive(Debug, Error)]
@@ -103,14 +163,15 @@ fn collapsed(text: &str) -> Result<Recording, ReadError> {
     Ok(Recording { stacks })
 }
 
-/// protobuf's wire format, read defensively: every length is checked.
-mod wire {
-    pub(crate) enum Value<'a> {
+/// protobuf's wire format, read defensively: every length is checked. The
+/// one reader of it: the tests read the pprof files back with it too.
+pub mod wire {
+    pub enum Value<'a> {
         Varint(u64),
         Bytes(&'a [u8]),
     }
 
-    pub(crate) fn varint(b: &[u8], i: &mut usize) -> Result<u64, String> {
+    fn varint(b: &[u8], i: &mut usize) -> Result<u64, String> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = *b.get(*i).ok_or("a varint runs past the end")?;
@@ -123,7 +184,7 @@ mod wire {
         Err("a varint is too long".into())
     }
 
-    pub(crate) fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
+    pub fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < b.len() {
@@ -163,7 +224,7 @@ mod wire {
     }
 
     /// A repeated integer field, packed or not.
-    pub(crate) fn ints(b: &[u8], number: u64) -> Result<Vec<u64>, String> {
+    pub fn ints(b: &[u8], number: u64) -> Result<Vec<u64>, String> {
         let mut out = Vec::new();
         for (n, v) in fields(b)? {
             if n != number {
@@ -182,8 +243,20 @@ mod wire {
         Ok(out)
     }
 
-    pub(crate) fn int(b: &[u8], number: u64) -> Result<u64, String> {
+    /// A singular integer field (the last one, as protobuf reads it; 0 when absent).
+    pub fn int(b: &[u8], number: u64) -> Result<u64, String> {
         Ok(ints(b, number)?.last().copied().unwrap_or(0))
+    }
+
+    /// The embedded messages (or strings) of a repeated field.
+    pub fn messages(b: &[u8], number: u64) -> Result<Vec<&[u8]>, String> {
+        Ok(fields(b)?
+            .into_iter()
+            .filter_map(|(n, v)| match v {
+                Value::Bytes(m) if n == number => Some(m),
+                _ => None,
+            })
+            .collect())
     }
 }
 
@@ -444,6 +517,35 @@ mod tests {
         assert!((c[1].own_delta() + 0.25).abs() < 1e-9);
         // main is on every stack in both: no change, not listed.
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn native_names_are_read_short() {
+        let mut r = rec(
+            "main (app.py:3);ns::f(std::vector<int, std::allocator<int> > const&) (libx.so);read (libc.so.6) 2\n\
+             main (app.py:3);ns::f (libx.so);read (libc.so.6) 3\n\
+             thread 1 \"a::b(c)\";<module> (x.py:1);f.<locals>.g (x.py:2);ns::g(int) 1\n",
+        );
+        r.shorten_names();
+        assert_eq!(
+            r.stacks,
+            vec![
+                (
+                    "main (app.py:3);ns::f (libx.so);read (libc.so.6)".to_string(),
+                    5
+                ),
+                (
+                    "thread 1 \"a::b(c)\";<module> (x.py:1);f.<locals>.g (x.py:2);ns::g"
+                        .to_string(),
+                    1
+                ),
+            ]
+        );
+        assert_eq!(short_label("a::b() (x.so)"), "a::b (x.so)");
+        assert_eq!(short_label("a::operator() (x.so)"), "a::operator() (x.so)");
+        assert_eq!(short_label("a::b<int>"), "a::b<int>");
+        assert_eq!(short_label("f (x.py:1)"), "f (x.py:1)");
+        assert_eq!(short_label("a::b ((x.so)"), "a::b ((x.so)");
     }
 
     #[test]

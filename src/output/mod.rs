@@ -10,6 +10,9 @@
 //! consecutive samples of a thread with the same stack are merged into one
 //! run. Ask for it with [`ProfileOptions::timeline`] only when the chosen
 //! format needs it ([`OutputFormat::needs_timeline`]).
+//!
+//! [`OutputFormat::write`] hands a profile to its format's writer: the
+//! writers know the profile, the profile knows none of them.
 
 mod chrometrace;
 mod collapsed;
@@ -23,8 +26,10 @@ mod profile;
 pub(crate) mod sink;
 mod speedscope;
 
+use std::io::Write;
 use thiserror::Error;
 
+pub use diff::wire;
 pub(crate) use diff::{read_recording, share_changes, write_differential, Recording};
 pub(crate) use filenames::shorten as short_filename;
 pub use profile::Profile;
@@ -89,6 +94,32 @@ impl OutputFormat {
             self,
             OutputFormat::Speedscope | OutputFormat::Chrometrace | OutputFormat::Gecko
         )
+    }
+
+    /// Write `profile` in this format. `title` (usually the profiled command
+    /// line) heads the flame graph and names the speedscope file.
+    pub fn write(
+        &self,
+        profile: &Profile,
+        out: &mut dyn Write,
+        title: &str,
+    ) -> Result<(), OutputError> {
+        if self.needs_timeline() && !profile.keeps_timeline() {
+            return Err(OutputError::NoTimeline(self.name()));
+        }
+        let mut out = std::io::BufWriter::new(out);
+        match self {
+            OutputFormat::Flamegraph => collapsed::write_flamegraph(profile, &mut out, title)?,
+            OutputFormat::Raw => collapsed::write_raw(profile, &mut out)?,
+            OutputFormat::Speedscope => speedscope::write(profile, &mut out, title)?,
+            OutputFormat::Chrometrace => chrometrace::write(profile, &mut out, title)?,
+            OutputFormat::Pprof => pprof::write(profile, &mut out, title)?,
+            OutputFormat::Gecko => gecko::write(profile, &mut out, title)?,
+            OutputFormat::Html => html::write(profile, &mut out, title)?,
+            OutputFormat::Heatmap => heatmap::write(profile, &mut out, title)?,
+        }
+        out.flush()?;
+        Ok(())
     }
 
     fn name(&self) -> &'static str {

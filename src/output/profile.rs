@@ -3,12 +3,11 @@
 use foldhash::{HashMap, HashMapExt};
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{filenames, OutputError, OutputFormat, ProfileOptions};
-use crate::stack::{Frame, FrameKind, ThreadStack, ThreadStatus};
+use super::{filenames, ProfileOptions};
+use crate::stack::{Frame, FrameKind, NameSource, ThreadStack, ThreadStatus};
 
 /// Values stored once and referred to by a dense `u32` id. `Arc` lets the
 /// map key and the id-indexed list share one allocation.
@@ -105,9 +104,14 @@ pub(super) struct ThreadInfo {
     pub(crate) ident: u64,
     pub(crate) os_tid: Option<u32>,
     /// The latest name seen: threads are often named after they start.
+    /// One from `threading` outranks the kernel's, which a thread shows
+    /// before `threading` registers it and after it leaves.
     pub(crate) name: Option<u32>,
-    /// (name it was made for, frame id) of the `thread` root.
-    root: Option<(Option<u32>, u32)>,
+    /// The name is the kernel's (see [`crate::stack::NameSource`]).
+    name_from_os: bool,
+    /// (name it was made for, whether that was the kernel's, frame id) of
+    /// the `thread` root.
+    root: Option<(Option<u32>, bool, u32)>,
     /// Index in `runs` of this thread's latest run.
     last_run: Option<usize>,
     last_end_ns: u64,
@@ -283,30 +287,9 @@ impl Profile {
         self.threads.len()
     }
 
-    /// Write the profile in `format`. `title` (usually the profiled command
-    /// line) heads the flame graph and names the speedscope file.
-    pub fn write(
-        &self,
-        format: OutputFormat,
-        out: &mut dyn Write,
-        title: &str,
-    ) -> Result<(), OutputError> {
-        if format.needs_timeline() && !self.opts.timeline {
-            return Err(OutputError::NoTimeline(format.name()));
-        }
-        let mut out = std::io::BufWriter::new(out);
-        match format {
-            OutputFormat::Flamegraph => super::collapsed::write_flamegraph(self, &mut out, title)?,
-            OutputFormat::Raw => super::collapsed::write_raw(self, &mut out)?,
-            OutputFormat::Speedscope => super::speedscope::write(self, &mut out, title)?,
-            OutputFormat::Chrometrace => super::chrometrace::write(self, &mut out, title)?,
-            OutputFormat::Pprof => super::pprof::write(self, &mut out, title)?,
-            OutputFormat::Gecko => super::gecko::write(self, &mut out, title)?,
-            OutputFormat::Html => super::html::write(self, &mut out, title)?,
-            OutputFormat::Heatmap => super::heatmap::write(self, &mut out, title)?,
-        }
-        out.flush()?;
-        Ok(())
+    /// Whether it keeps the timeline ([`ProfileOptions::timeline`]).
+    pub(super) fn keeps_timeline(&self) -> bool {
+        self.opts.timeline
     }
 
     pub(super) fn label(&self, frame: u32) -> &str {
@@ -381,6 +364,7 @@ impl Profile {
                     ident: thread.thread_id,
                     os_tid: None,
                     name: None,
+                    name_from_os: false,
                     root: None,
                     last_run: None,
                     last_end_ns: 0,
@@ -390,14 +374,28 @@ impl Profile {
             }
         };
         let info = &mut self.threads[t as usize];
-        if thread.os_thread_id.is_some() {
-            info.os_tid = thread.os_thread_id;
+        if let Some(tid) = thread.os_thread_id {
+            if info.os_tid.is_some_and(|old| old != tid) {
+                // Another thread with the ident of one that ended: its name
+                // and root are its own.
+                info.name = None;
+                info.name_from_os = false;
+                info.root = None;
+            }
+            info.os_tid = Some(tid);
         }
         if let Some(n) = thread.name.as_deref() {
+            let from_os = thread.name_source == Some(NameSource::Os);
+            let outranked = from_os && info.name.is_some() && !info.name_from_os;
             // Interned only when it changed: names are compared, not hashed.
-            if info.name.is_none_or(|id| self.strings.get(id) != n) {
+            if !outranked
+                && (info.name_from_os != from_os
+                    || info.name.is_none_or(|id| self.strings.get(id) != n))
+            {
                 let id = self.strings.intern(n);
-                self.threads[t as usize].name = Some(id);
+                let info = &mut self.threads[t as usize];
+                info.name = Some(id);
+                info.name_from_os = from_os;
             }
         }
         t
@@ -418,21 +416,39 @@ impl Profile {
         frame
     }
 
+    /// The root frame of thread `t`'s stacks, labelled with its name. A
+    /// thread first seen nameless or under the kernel's name keeps one root
+    /// when `threading` names it: the root takes the name, for the samples
+    /// before too (the thread is one thread, as `dump` shows it). Renamed
+    /// by `threading`, its later samples go under a root of the new name.
     fn thread_root(&mut self, t: u32) -> u32 {
         let info = &self.threads[t as usize];
-        if let Some((name, frame)) = info.root {
-            if name == info.name {
+        let (name, from_os) = (info.name, info.name_from_os);
+        if let Some((made_for, _, frame)) = info.root {
+            if made_for == name {
                 return frame;
             }
         }
-        let name = info.name;
         let label = match name {
             Some(n) => format!("thread {} \"{}\"", info.display_id(), self.strings.get(n)),
             None => format!("thread {}", info.display_id()),
         };
         let label = self.strings.intern(&label);
-        let frame = self.synthetic_frame(label);
-        self.threads[t as usize].root = Some((name, frame));
+        let frame = match info.root {
+            Some((made_for, made_from_os, frame)) if made_for.is_none() || made_from_os => {
+                let old = self.frames[frame as usize].label;
+                self.frame_ids.remove(&FrameKey::Synthetic { label: old });
+                self.frame_ids
+                    .entry(FrameKey::Synthetic { label })
+                    .or_insert(frame);
+                let f = &mut self.frames[frame as usize];
+                f.label = label;
+                f.function = label;
+                frame
+            }
+            _ => self.synthetic_frame(label),
+        };
+        self.threads[t as usize].root = Some((name, from_os, frame));
         frame
     }
 
@@ -671,9 +687,6 @@ mod tests {
         t.frames.insert(0, native);
         t.frames.insert(0, unknown);
         p.add(9, "python -c 'x'", &t, Duration::ZERO, MS);
-        t.name = Some("Wörker".into());
-        t.truncated = Some("too deep".into());
-        p.add(9, "python -c 'x'", &t, MS, MS);
         assert_eq!(
             labels(&p, 0),
             [
@@ -684,10 +697,75 @@ mod tests {
                 "libc.so.6+0x1234"
             ]
         );
-        // The thread got its name later; the truncated stack is kept apart.
+        t.name = Some("Wörker".into());
+        t.name_source = Some(NameSource::Threading);
+        t.truncated = Some("too deep".into());
+        p.add(9, "python -c 'x'", &t, MS, MS);
+        // The thread got its name later: its one root takes it, for the
+        // first sample too; the truncated stack is kept apart.
+        assert_eq!(labels(&p, 0)[1], "thread 42 \"Wörker\"");
         assert_eq!(labels(&p, 1)[1..3], ["thread 42 \"Wörker\"", "[truncated]"]);
         assert_eq!(p.threads_seen(), 1);
         assert_eq!(p.samples(), 2);
+    }
+
+    #[test]
+    fn a_thread_keeps_one_root_named_by_threading_over_the_kernel() {
+        let mut p = Profile::new(ProfileOptions {
+            threads: true,
+            ..opts()
+        });
+        let named = |name: &str, source: NameSource, frames: Vec<Frame>| {
+            let mut t = thread(5, frames);
+            t.name = Some(name.into());
+            t.name_source = Some(source);
+            t
+        };
+        let os = NameSource::Os;
+        let py_name = NameSource::Threading;
+        // The kernel's name first, threading's once it registers the
+        // thread, the kernel's again once it left: one root, threading's name.
+        p.add(
+            1,
+            "python",
+            &named("python3", os, vec![py("boot", 1)]),
+            MS,
+            MS,
+        );
+        p.add(
+            1,
+            "python",
+            &named("worker", py_name, vec![py("run", 2)]),
+            MS,
+            MS,
+        );
+        p.add(
+            1,
+            "python",
+            &named("python3", os, vec![py("end", 3)]),
+            MS,
+            MS,
+        );
+        for s in 0..3 {
+            assert_eq!(labels(&p, s)[0], "thread 5 \"worker\"");
+        }
+        // Renamed by threading: later samples under the new name, earlier
+        // ones keep theirs.
+        p.add(
+            1,
+            "python",
+            &named("renamed", py_name, vec![py("run", 2)]),
+            MS,
+            MS,
+        );
+        assert_eq!(labels(&p, 3)[0], "thread 5 \"renamed\"");
+        assert_eq!(labels(&p, 1)[0], "thread 5 \"worker\"");
+        // The ident taken up by another kernel thread: a thread of its own.
+        let mut other = named("python3", os, vec![py("other", 4)]);
+        other.os_thread_id = Some(6);
+        p.add(1, "python", &other, MS, MS);
+        assert_eq!(labels(&p, 4)[0], "thread 6 \"python3\"");
+        assert_eq!(labels(&p, 3)[0], "thread 5 \"renamed\"");
     }
 
     #[test]

@@ -23,6 +23,63 @@ pub(crate) struct NativeStacks {
     /// Why the unwind of a thread (by tid) stopped short, since its unwind.
     ended: HashMap<i32, String>,
     counts: MergeCounts,
+    names: Names,
+}
+
+/// The names a native frame is shown by, made once per symbol: its
+/// demangled name (without compiler suffixes) is the `signature`, and
+/// `function` is that name short (`native_unwind::short_name`), or the
+/// signature itself with `--full-names`.
+struct Names {
+    full: bool,
+    /// By the symbol's demangled name; started again once it holds
+    /// [`MAX_NAME_BYTES`], so that a process with millions of (long)
+    /// symbols sampled for hours stays bounded.
+    made: HashMap<String, (Arc<str>, Arc<str>)>,
+    /// The bytes of the names in `made`.
+    bytes: usize,
+}
+
+/// Bytes of names kept in [`Names`] before it starts again: some thousands
+/// of PyTorch's longest.
+const MAX_NAME_BYTES: usize = 16 << 20;
+
+impl Names {
+    /// (function, signature) of `f`; no signature without a symbol.
+    fn of(&mut self, f: &NativeFrame) -> (Arc<str>, Option<Arc<str>>) {
+        let Some(symbol) = f.function.as_deref() else {
+            return (f.name().into(), None);
+        };
+        if let Some((function, signature)) = self.made.get(symbol) {
+            return (function.clone(), Some(signature.clone()));
+        }
+        let signature: Arc<str> = native_unwind::display_name(symbol).into();
+        let function: Arc<str> = if self.full {
+            signature.clone()
+        } else {
+            match native_unwind::short_name(&signature) {
+                std::borrow::Cow::Borrowed(b) if b.len() == signature.len() => signature.clone(),
+                short => short.into(),
+            }
+        };
+        let size = symbol.len() + signature.len() + function.len();
+        if self.bytes + size > MAX_NAME_BYTES {
+            self.made.clear();
+            self.bytes = 0;
+        }
+        self.bytes += size;
+        self.made
+            .insert(symbol.to_string(), (function.clone(), signature.clone()));
+        (function, Some(signature))
+    }
+
+    /// The thread header's `in cuStreamSynchronize (libcuda.so.1)`, named
+    /// as its frames are.
+    fn entry(&mut self, native: &[NativeFrame]) -> Option<String> {
+        let f = &native[native_unwind::native_entry_frame(native)?];
+        let (function, _) = self.of(f);
+        Some(format!("{function} ({})", f.module))
+    }
 }
 
 /// How many samples each merge method put together (see [`MergeMethod`]).
@@ -38,6 +95,7 @@ impl NativeStacks {
         source: Rc<dyn TargetSource>,
         keep_all: bool,
         debug_info: bool,
+        full_names: bool,
     ) -> Result<NativeStacks> {
         let mut unwinder = NativeUnwinder::new(source)?;
         // DWARF from separate debug files (libc6-dbg, python3.X-dbg): the
@@ -55,6 +113,11 @@ impl NativeStacks {
             notes: Vec::new(),
             ended: HashMap::new(),
             counts: MergeCounts::default(),
+            names: Names {
+                full: full_names,
+                made: HashMap::new(),
+                bytes: 0,
+            },
         })
     }
 
@@ -120,7 +183,7 @@ impl NativeStacks {
                 "native and Python frames could not be matched ({r}); showing the Python frames below the innermost native ones"
             ));
         }
-        snap.stack.native_entry = native_unwind::native_entry(native);
+        snap.stack.native_entry = self.names.entry(native);
         snap.stack.frames = self.output_frames(merged, native);
     }
 
@@ -140,7 +203,13 @@ impl NativeStacks {
                 Merged::Python(f) => out.push(f),
                 Merged::EvalInlined(nf) => {
                     let lines = self.unwinder.add_lines(&nf);
-                    out.extend(lines.iter().filter(|f| f.inlined).map(native_frame));
+                    let names = &mut self.names;
+                    out.extend(
+                        lines
+                            .iter()
+                            .filter(|f| f.inlined)
+                            .map(|f| native_frame(f, names)),
+                    );
                 }
                 Merged::Native(nf) => {
                     for f in self.unwinder.add_lines(&nf) {
@@ -154,7 +223,7 @@ impl NativeStacks {
                                 .as_deref()
                                 .is_some_and(|n| native_unwind::is_interpreter_plumbing(n, true));
                         if self.keep_all || !inlined_plumbing {
-                            out.push(native_frame(&f));
+                            out.push(native_frame(&f, &mut self.names));
                         }
                     }
                     let Some(&i) = at.get(&(nf.ip, nf.sp, nf.cfa)) else {
@@ -173,7 +242,7 @@ impl NativeStacks {
                             )
                         });
                         if self.keep_all || !plumbing {
-                            out.push(native_frame(t));
+                            out.push(native_frame(t, &mut self.names));
                         }
                     }
                 }
@@ -199,7 +268,9 @@ impl NativeStacks {
         let pool = native_unwind::pools::pool_worker(native).filter(|_| {
             native_unwind::pools::generic_thread_name(os_name.as_deref(), process.as_deref())
         });
-        let entry = native_unwind::native_entry(native)
+        let entry = self
+            .names
+            .entry(native)
             .or_else(|| pool.and_then(|_| native_unwind::pools::waiting_in(native)));
         ThreadStack {
             thread_id: 0,
@@ -239,10 +310,12 @@ impl NativeStacks {
     }
 }
 
-fn native_frame(f: &NativeFrame) -> Frame {
+fn native_frame(f: &NativeFrame, names: &mut Names) -> Frame {
+    let (function, signature) = names.of(f);
     Frame {
         kind: FrameKind::Native,
-        function: f.name().into(),
+        function,
+        signature,
         file: f.file.as_deref().map(Arc::from),
         line: f.line,
         module: Some(f.module.clone()),

@@ -498,19 +498,26 @@ impl<'a> ObjReader<'a> {
         self.dict_items(dict, MAX_DICT_ENTRIES)
     }
 
-    /// A bounded, repr()-like rendering of any object: nested containers in
-    /// full while they fit `max_chars`, then `...`; recursive containers as
+    /// A bounded, repr()-like rendering of any object, at most `max_chars`
+    /// characters with its `...`: nested containers in full while they fit,
+    /// then `...` and the closing brackets; recursive containers as
     /// `[...]`/`{...}`, like `repr`; numpy scalars by value.
     pub(crate) fn repr(&self, obj: u64, max_chars: usize) -> Repr {
         let mut st = ReprState {
             out: String::new(),
-            budget: max_chars,
+            max: max_chars,
+            tail: 0,
+            full: false,
+            bare: false,
             stack: Vec::new(),
         };
         let left_out = self.repr_into(obj, &mut st);
         let mut text = st.out;
+        // Only a value that is not a container (a huge int) or containers
+        // nested deeper than their closing brackets fit get here.
         if text.chars().count() > max_chars {
-            text = text.chars().take(max_chars).collect::<String>() + "...";
+            let keep = max_chars.saturating_sub(3);
+            text = text.chars().take(keep).collect::<String>() + "...";
         }
         Repr { text, left_out }
     }
@@ -539,7 +546,7 @@ impl<'a> ObjReader<'a> {
     fn repr_known(&self, obj: u64, tn: &str, st: &mut ReprState) -> R<Option<u64>> {
         let o = &self.layout.object;
         let py2 = o.int_value.is_some();
-        let room = st.budget.saturating_sub(st.chars());
+        let room = st.room();
         match tn {
             "NoneType" => st.out.push_str("None"),
             "bool" => st.out.push_str(if self.int_u64(obj)? != 0 {
@@ -561,21 +568,23 @@ impl<'a> ObjReader<'a> {
                 let (s, _) = self.string(obj, room as u64 + 1)?;
                 let (r, used) = strings::repr_str_counted(&s, room);
                 st.out.push_str(&r);
-                return Ok(self.chars_left_out(obj, used));
+                return Ok(st.cut(self.chars_left_out(obj, used), used));
             }
             "str" | "bytes" => {
                 let (b, _) = self.bytes(obj, room as u64 + 1)?;
-                let (r, used) = strings::repr_bytes_counted(&b, room + 1);
+                // Python 2's str drops the `b` prefix the rendering counts.
+                let limit = if py2 { room + 1 } else { room };
+                let (r, used) = strings::repr_bytes_counted(&b, limit);
                 st.out.push_str(if py2 { &r[1..] } else { &r });
                 let len = self.ob_size(obj)?.max(0) as u64;
-                return Ok((used < len).then(|| len - used));
+                return Ok(st.cut((used < len).then(|| len - used), used));
             }
             "unicode" => {
                 let (s, _) = self.string(obj, room as u64 + 1)?;
                 st.out.push('u');
-                let (r, used) = strings::repr_str_counted(&s, room);
+                let (r, used) = strings::repr_str_counted(&s, room.saturating_sub(1));
                 st.out.push_str(&r);
-                return Ok(self.chars_left_out(obj, used));
+                return Ok(st.cut(self.chars_left_out(obj, used), used));
             }
             "list" | "tuple" => {
                 let (open, close) = if tn == "list" { ("[", "]") } else { ("(", ")") };
@@ -590,9 +599,9 @@ impl<'a> ObjReader<'a> {
                     self.tuple_items(obj, want)?
                 };
                 st.out.push_str(open);
-                st.stack.push(obj);
+                st.open(obj, close.len());
                 let shown = self.seq_into(&items, st);
-                st.stack.pop();
+                st.close(close.len());
                 let left = total.saturating_sub(shown);
                 if left > 0 {
                     st.out.push_str(if shown > 0 { ", ..." } else { "..." });
@@ -612,9 +621,10 @@ impl<'a> ObjReader<'a> {
                 }
                 st.out.push_str(if frozen { "frozenset({" } else { "{" });
                 // Members are hashable, so a set never contains itself.
-                st.stack.push(obj);
+                let close = if frozen { 2 } else { 1 };
+                st.open(obj, close);
                 let shown = self.seq_into(&items, st);
-                st.stack.pop();
+                st.close(close);
                 let left = total.saturating_sub(shown);
                 if left > 0 {
                     st.out.push_str(if shown > 0 { ", ..." } else { "..." });
@@ -629,21 +639,25 @@ impl<'a> ObjReader<'a> {
                 }
                 let (items, total) = self.dict_items_counted(obj, items_wanted(room) / 2 + 1)?;
                 st.out.push('{');
-                st.stack.push(obj);
+                st.open(obj, 1);
                 let mut shown = 0u64;
                 for (k, v) in &items {
-                    if st.chars() > st.budget {
+                    if st.full {
                         break;
                     }
+                    let mark = st.out.len();
                     if shown > 0 {
                         st.out.push_str(", ");
                     }
                     self.repr_into(*k, st);
                     st.out.push_str(": ");
                     self.repr_into(*v, st);
+                    if !st.fits(mark) {
+                        break;
+                    }
                     shown += 1;
                 }
-                st.stack.pop();
+                st.close(1);
                 let left = total.saturating_sub(shown);
                 if left > 0 {
                     st.out.push_str(if shown > 0 { ", ..." } else { "..." });
@@ -676,13 +690,17 @@ impl<'a> ObjReader<'a> {
     fn seq_into(&self, items: &[u64], st: &mut ReprState) -> u64 {
         let mut shown = 0;
         for it in items {
-            if st.chars() > st.budget {
+            if st.full {
                 break;
             }
+            let mark = st.out.len();
             if shown > 0 {
                 st.out.push_str(", ");
             }
             self.repr_into(*it, st);
+            if !st.fits(mark) {
+                break;
+            }
             shown += 1;
         }
         shown
@@ -769,7 +787,15 @@ pub(crate) struct Repr {
 
 struct ReprState {
     out: String,
-    budget: usize,
+    /// The most characters of the whole rendering, its `...` included.
+    max: usize,
+    /// Characters kept for the containers open now to end cut short: each
+    /// its `, ...` and its closing bracket.
+    tail: usize,
+    /// An item did not fit: every open container ends here.
+    full: bool,
+    /// The string just rendered had no room for any of its characters.
+    bare: bool,
     /// Containers being rendered, outermost first: one met again is a cycle.
     stack: Vec<u64>,
 }
@@ -777,6 +803,42 @@ struct ReprState {
 impl ReprState {
     fn chars(&self) -> usize {
         self.out.chars().count()
+    }
+
+    /// Characters a string here may show before its own `...`.
+    fn room(&self) -> usize {
+        self.max.saturating_sub(self.chars() + self.tail + 3)
+    }
+
+    /// A string cut to the room left fills the rendering: the containers
+    /// around it end after it (or instead, when none of it was shown).
+    fn cut(&mut self, left_out: Option<u64>, used: u64) -> Option<u64> {
+        self.full |= left_out.is_some();
+        self.bare = left_out.is_some() && used == 0;
+        left_out
+    }
+
+    fn open(&mut self, obj: u64, close: usize) {
+        self.stack.push(obj);
+        self.tail += ", ...".len() + close;
+    }
+
+    fn close(&mut self, close: usize) {
+        self.stack.pop();
+        self.tail -= ", ...".len() + close;
+    }
+
+    /// Whether the item rendered since `mark` (a byte offset of `out`)
+    /// leaves room for the open containers to end; if not, it is taken
+    /// back and the rendering is full: no further item is tried.
+    fn fits(&mut self, mark: usize) -> bool {
+        if !self.bare && self.chars() + self.tail <= self.max {
+            return true;
+        }
+        self.out.truncate(mark);
+        self.full = true;
+        self.bare = false;
+        false
     }
 }
 

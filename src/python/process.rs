@@ -4,8 +4,8 @@
 use crate::cpython_layouts::{self, debug_offsets, GilLocation, GilSync, Layout};
 use crate::elf::{self, BinaryInfo};
 use crate::error::{Error, Result};
+use crate::mapping::MapEntry;
 use crate::memory::{Memory, MemoryExt};
-use crate::procfs::MapEntry;
 use crate::target::TargetSource;
 use std::fmt;
 

@@ -1,6 +1,7 @@
 //! Snapshots of every thread of every interpreter: the frame walk, code
 //! objects (cached), line numbers, thread names, GIL, locals.
 
+use super::datastack::{DataStack, Under};
 use super::linetable::{LineTable, Positions};
 use super::objects::ObjReader;
 use super::pagecache::{PageCache, PageStore};
@@ -25,9 +26,11 @@ const MAX_CODE_CACHE: usize = 100_000;
 const MAX_CODE_TYPES: usize = 1024;
 /// Longest line table we decode; CPython's own are far smaller.
 const MAX_LINETABLE: u64 = 1 << 20;
-/// Most locals shown per frame, and the length of each repr.
+/// Most locals shown per frame.
 const MAX_LOCALS: u64 = 256;
-const LOCAL_REPR_CHARS: usize = 128;
+/// The longest repr of a local, its `...` included, per `-l` given: 80, as
+/// pystack cuts them; `-ll` 160, and so on.
+const LOCAL_REPR_CHARS: usize = 80;
 /// A thread name missing from the cache triggers a rescan at most this often.
 const NAME_RESCAN: Duration = Duration::from_millis(500);
 
@@ -191,6 +194,8 @@ struct RawThread {
     /// state, walked once the kernel tid is known.
     top: u64,
     cframe: u64,
+    /// Its data stack's newest chunk (3.11+).
+    datastack: u64,
     frames: Vec<RawFrame>,
     anchors: Vec<(u64, u64)>,
     truncated: Option<String>,
@@ -233,6 +238,7 @@ impl RawThread {
                 .filter(|t| *t != 0),
             top,
             cframe,
+            datastack: l.thread.datastack_chunk.map_or(0, |o| le_u64(buf, o)),
             frames: Vec::new(),
             anchors: Vec::new(),
             truncated: None,
@@ -441,39 +447,86 @@ impl Reader {
         // frame, moved to the current one at each power of two of steps, and
         // a loop shows as meeting it again (Brent), at no cost per frame.
         let (mut mark, mut steps) = (0u64, 0usize);
-        while f != 0 {
-            if f == mark {
-                t.truncated = Some(format!("frame chain loops back at 0x{f:x}"));
-                return;
+        // Read once a chain ends: whether it ended early (see `datastack`).
+        let mut data_stack: Option<Option<DataStack>> = None;
+        // The latest frame read that held a code object, and the latest
+        // frame read (or not readable), which ended the chain.
+        let (mut passed, mut broken, mut broken_shim) = (0u64, 0u64, false);
+        loop {
+            while f != 0 {
+                if f == mark {
+                    t.truncated = Some(format!("frame chain loops back at 0x{f:x}"));
+                    return;
+                }
+                steps += 1;
+                if steps.is_power_of_two() {
+                    mark = f;
+                }
+                if t.frames.len() >= MAX_FRAMES || steps > 2 * MAX_FRAMES {
+                    t.truncated = Some(format!("more than {MAX_FRAMES} frames"));
+                    return;
+                }
+                (broken, broken_shim) = (f, false);
+                if let Err(e) = mem.read(f, buf) {
+                    t.truncated = Some(format!("frame at 0x{f:x} unreadable: {e}"));
+                    break;
+                }
+                let (code, instr, shim, entry) = self.frame_fields(buf);
+                if shim {
+                    broken_shim = true;
+                    // The frame inside this shim was the first one of its eval-loop call.
+                    if let Some(last) = t.frames.last_mut() {
+                        last.is_entry = true;
+                        t.anchors.push((f, last.addr));
+                    }
+                } else if code != 0 {
+                    t.frames.push(RawFrame {
+                        addr: f,
+                        code,
+                        instr,
+                        is_entry: entry,
+                    });
+                }
+                if code != 0 {
+                    passed = f;
+                }
+                f = le_u64(buf, l.previous);
             }
-            steps += 1;
-            if steps.is_power_of_two() {
-                mark = f;
-            }
-            if t.frames.len() >= MAX_FRAMES {
-                t.truncated = Some(format!("more than {MAX_FRAMES} frames"));
-                return;
-            }
-            if let Err(e) = mem.read(f, buf) {
-                t.truncated = Some(format!("frame at 0x{f:x} unreadable: {e}"));
-                return;
-            }
-            let (code, instr, shim, entry) = self.frame_fields(buf);
-            if shim {
-                // The frame inside this shim was the first one of its eval-loop call.
+            // The chain ended: where frames remain on the data stack under
+            // the last one it passed, it goes on with the next of them.
+            let stack = data_stack
+                .get_or_insert_with(|| DataStack::read(&self.process.layout, mem, t.datastack));
+            let Some(stack) = stack else { break };
+            let above = if stack.holds(passed).is_some() {
+                Some(passed)
+            } else {
+                t.frames
+                    .iter()
+                    .rev()
+                    .map(|r| r.addr)
+                    .find(|a| stack.holds(*a).is_some())
+            };
+            let under = match above.map(|a| stack.frame_under(mem, a)) {
+                Some(Under::Frame(under)) => Some(under),
+                // Ended at the first frame the thread pushed: an entry frame
+                // (not on the data stack) it could not read can only have
+                // ended the chain.
+                Some(Under::Bottom) if stack.holds(broken).is_none() => None,
+                _ => break,
+            };
+            // What ended it was the entry frame of the eval-loop call that
+            // ran the frame before it, unless already taken as one.
+            if !broken_shim && stack.holds(broken).is_none() {
                 if let Some(last) = t.frames.last_mut() {
                     last.is_entry = true;
-                    t.anchors.push((f, last.addr));
+                    t.anchors.push((broken, last.addr));
                 }
-            } else if code != 0 {
-                t.frames.push(RawFrame {
-                    addr: f,
-                    code,
-                    instr,
-                    is_entry: entry,
-                });
             }
-            f = le_u64(buf, l.previous);
+            t.truncated = None;
+            match under {
+                Some(under) => f = under,
+                None => break,
+            }
         }
         if let Some(last) = t.frames.last_mut() {
             last.is_entry = true;
@@ -765,6 +818,13 @@ impl Reader {
         let mut gil_sync_by_interp: FastMap<u64, Vec<(u64, u64)>> = FastMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for mut t in raw {
+            // A thread state no thread has taken up yet: from 3.12 `threading`
+            // makes a new thread's state before the thread runs, which binds
+            // it (thread_id 0 until then). No thread, no stack: not listed,
+            // so a profile has no nameless "thread 0x0" beside the real one.
+            if t.thread_id == 0 && t.native_tid.is_none() && t.frames.is_empty() && !t.kept {
+                continue;
+            }
             let holds_gil = gil_by_interp
                 .get(&t.interp)
                 .copied()
@@ -1319,6 +1379,85 @@ mod tests {
         assert!(r.stood_still(&after));
         // A frame appeared.
         assert!(!r.stood_still(&before));
+    }
+
+    /// A 3.14 thread of three frames pushed one after another on its data
+    /// stack (10, 12 and 10 words; the first one's code object says
+    /// `first_size`), the innermost run by an
+    /// eval-loop call whose entry frame (on the C stack, at 0x5000) holds
+    /// `entry`: zeros, as a core without the thread's stack gives it, or a
+    /// shim that links to the frame under; the outermost frame's entry
+    /// frame is not in memory at all. The walk's frames and anchors.
+    fn walk_314(first_size: u64, entry: Option<u64>) -> RawThread {
+        use crate::cpython_layouts::{for_version, CurrentFrame, EntryMarker};
+        let layout = for_version(3, 14).unwrap();
+        let chunk = layout.frame.stack_chunk.clone().unwrap();
+        let (ts, stack, e) = (0x3000u64, 0x2000u64, 0x5000u64);
+        let mut words = Vec::new();
+        let mut put = |addr: u64, v: u64| words.push((addr, v));
+        put(stack + chunk.previous, 0);
+        put(stack + chunk.size, 0x1000);
+        // The first chunk leaves its first word free.
+        let f1 = stack + chunk.data + 8;
+        let f2 = f1 + 10 * 8;
+        let f3 = f2 + 12 * 8;
+        for (i, f) in [f1, f2, f3].into_iter().enumerate() {
+            let code = 0x4000 + i as u64 * 0x100;
+            put(f + layout.frame.code, code);
+            put(
+                code + layout.code.framesize.unwrap(),
+                [first_size, 12, 10][i],
+            );
+        }
+        put(f3 + layout.frame.previous, e);
+        put(f2 + layout.frame.previous, f1);
+        // The outermost entry frame, on a C stack the memory lacks.
+        put(f1 + layout.frame.previous, 0x9000);
+        if let Some(previous) = entry {
+            let EntryMarker::OwnerShim { owner, shim_from } = layout.frame.entry else {
+                panic!("3.14 marks entry frames by owner")
+            };
+            put(
+                e + owner - owner % 8,
+                (shim_from as u64) << (8 * (owner % 8)),
+            );
+            put(e + layout.frame.previous, previous);
+        }
+        let CurrentFrame::Direct(cur) = layout.thread.current_frame else {
+            panic!("3.14 keeps the frame in the thread state")
+        };
+        put(ts + cur, f3);
+        put(ts + layout.thread.datastack_chunk.unwrap(), stack);
+        let mem = memory_of_words(0x5000, &words);
+        let r = Reader::new(process(layout, 0x1000));
+        let mut buf = vec![0u8; layout.thread.size as usize];
+        mem.read(ts, &mut buf).unwrap();
+        let mut t = RawThread::from_state(layout, &buf, ts);
+        r.walk_thread(&mem, &mut t);
+        t
+    }
+
+    #[test]
+    fn a_chain_cut_at_an_entry_frame_goes_on_along_the_data_stack() {
+        let addrs = |t: &RawThread| t.frames.iter().map(|f| f.addr).collect::<Vec<_>>();
+        let (f1, f2, f3) = (0x2020, 0x2020 + 10 * 8, 0x2020 + 10 * 8 + 12 * 8);
+        // The entry frame linked: the chain as it is.
+        let whole = walk_314(10, Some(f2));
+        assert_eq!(addrs(&whole), [f3, f2, f1]);
+        // The outermost frame is the first the thread pushed: the entry
+        // frame under it, unreadable, can only have ended the chain.
+        assert_eq!(whole.anchors, [(0x5000, f3), (0x9000, f1)]);
+        assert_eq!(whole.truncated, None);
+        // Its memory zeros: the same frames, by the data stack, and the
+        // same anchor.
+        let cut = walk_314(10, None);
+        assert_eq!(addrs(&cut), addrs(&whole));
+        assert_eq!(cut.anchors, whole.anchors);
+        assert!(cut.frames[0].is_entry && cut.frames[2].is_entry);
+        assert_eq!(cut.truncated, None);
+        // Frames that do not lie end to end: the chain ends where it did.
+        let gap = walk_314(9, None);
+        assert_eq!(addrs(&gap), [f3]);
     }
 
     proptest! {

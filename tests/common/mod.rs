@@ -276,6 +276,13 @@ pub fn interpreters() -> &'static [Interpreter] {
     ALL.get_or_init(discover)
 }
 
+/// pyenv's build of `version` (its shared libpython, with symbols).
+pub fn pyenv(version: (u32, u32)) -> &'static Interpreter {
+    find_interpreter(&format!("pyenv's {}.{}", version.0, version.1), |i| {
+        i.version == version && i.label.starts_with("pyenv ")
+    })
+}
+
 /// The first interpreter of the matrix that `select` keeps; fails when none.
 pub fn find_interpreter(what: &str, select: impl Fn(&Interpreter) -> bool) -> &'static Interpreter {
     interpreters()
@@ -358,10 +365,16 @@ where
     );
 }
 
+/// `python_fixtures/<name>` (the C fixtures' sources are under `native/`).
 pub fn fixture_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("python_fixtures")
         .join(name)
+}
+
+/// [`fixture_path`] as a command-line argument.
+pub fn fixture(name: &str) -> String {
+    fixture_path(name).display().to_string()
 }
 
 /// A running fixture, killed with its whole process group (children included)
@@ -549,6 +562,100 @@ impl Drop for Fixture {
     }
 }
 
+/// A fixture's READY for a test that cannot read its stdout: a program that
+/// `pyinspect record -- ...` launches, or that a shell script starts.
+/// `fixture_util.ready()` also writes its READY line into the file that
+/// the environment variable [`ReadyFile::ENV`] names; give the fixture that
+/// variable with [`ReadyFile::env`].
+pub struct ReadyFile {
+    dir: tempfile::TempDir,
+}
+
+impl ReadyFile {
+    pub const ENV: &'static str = "PYINSPECT_READY_FILE";
+
+    pub fn new() -> ReadyFile {
+        ReadyFile {
+            dir: tempfile::tempdir().expect("a directory for the ready file"),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("ready")
+    }
+
+    /// The variable to set in the fixture's environment.
+    pub fn env(&self) -> (&'static str, PathBuf) {
+        (Self::ENV, self.path())
+    }
+}
+
+/// Seconds a launched fixture is READY before its recording's end, at the
+/// least, in a run that [`until_ready_before_the_end`] keeps: 25 samples at
+/// the default rate.
+pub const READY_MARGIN: f64 = 0.25;
+
+/// Runs `attempt(ready_file, seconds)`, a run that ends a fixture it
+/// launched after `seconds` (`record -d SECONDS -- python fixture.py`, which
+/// then sends SIGINT), until the fixture was READY [`READY_MARGIN`] before
+/// the end; returns that run's result and its seconds. Such a test cannot
+/// wait for READY before the end comes: a cold interpreter (a debug build's
+/// first start, 1 to 4 s on a loaded machine) may still be importing, its
+/// handlers not set. The end comes `seconds` after the launch or later, so
+/// a READY that the margin's time is left to is sampled as READY says. A
+/// fixture that is not ready when the end comes writes no ready file
+/// (SIGINT ends it on the way). A run that is not so proves nothing of what
+/// the test checks, and runs again with twice the seconds (four times at
+/// most).
+pub fn until_ready_before_the_end<T>(
+    first: f64,
+    mut attempt: impl FnMut(&ReadyFile, f64) -> T,
+) -> (T, f64) {
+    let mut seconds = first;
+    for _ in 0..5 {
+        let ready = ReadyFile::new();
+        let started = std::time::SystemTime::now();
+        let result = attempt(&ready, seconds);
+        let after = std::fs::metadata(ready.path())
+            .and_then(|m| m.modified())
+            .ok()
+            .map(|at| at.duration_since(started).unwrap_or_default().as_secs_f64());
+        match after {
+            Some(after) if after + READY_MARGIN <= seconds => return (result, seconds),
+            Some(after) => eprintln!(
+                "the fixture was READY only {after:.2} s after its launch, for a run of {seconds} s: again, twice as long"
+            ),
+            None => eprintln!("the fixture was not READY within {seconds} s: again, twice as long"),
+        }
+        seconds *= 2.0;
+    }
+    panic!(
+        "the fixture was never READY {READY_MARGIN} s before the end of {} s",
+        seconds / 2.0
+    );
+}
+
+/// Waits (bounded) until process `pid` handles `signal` itself (SigCgt in
+/// its /proc status): sent before, the signal meets its default action,
+/// which ends the process. For signalling pyinspect (its SIGINT handler) or
+/// a process whose READY the test cannot read.
+pub fn wait_for_handler(pid: i32, signal: i32) {
+    let caught = || -> Option<bool> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+        let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
+        Some(mask & (1u64 << (signal - 1)) != 0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while caught() != Some(true) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} never set a handler for signal {signal}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The scheduler state letter of thread `tid` of `pid` (R, S, D, T, t, Z…),
 /// or None when it is gone: pyinspect's own stat parser.
 pub fn stat_state(pid: i32, tid: i32) -> Option<char> {
@@ -608,8 +715,11 @@ impl Output {
     }
 }
 
+/// The pyinspect binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
+
 pub fn pyinspect_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_pyinspect")
+    BIN
 }
 
 /// Runs a command to completion with a time limit, capturing its output.
@@ -715,6 +825,27 @@ pub fn assert_one_clean_error_line(out: &Output) -> String {
     lines[0].to_string()
 }
 
+/// A C fixture's source: `python_fixtures/native/<name>`.
+pub fn native_source(name: &str) -> String {
+    fixture(&format!("native/{name}"))
+}
+
+/// This test binary's built C fixtures: a directory under the target's
+/// tmp dir, made and filled by `build` once per test binary (the first
+/// caller builds, the others wait), and kept for a look after a failure.
+pub fn built_fixtures(prefix: &str, build: impl FnOnce(&Path)) -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a directory for the built fixtures")
+            .keep();
+        build(&dir);
+        dir
+    })
+}
+
 /// Run a build tool (gcc, strip, objcopy, ...) for a fixture; a failure
 /// fails the test with the tool's own message.
 pub fn run_build_tool(cmd: &mut Command) {
@@ -724,4 +855,58 @@ pub fn run_build_tool(cmd: &mut Command) {
         "{cmd:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The directory holding libnames.so (python_fixtures/native/names_fixture.cpp:
+/// C++ frames with long demangled names), built once per test binary for
+/// python_fixtures/native/names.py. Symbols and DWARF kept; no sibling
+/// calls, so that each of its functions keeps its frame.
+pub fn names_fixture_lib() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("native-names-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir")
+            .keep();
+        run_build_tool(
+            Command::new("g++")
+                .args([
+                    "-O2",
+                    "-g",
+                    "-fno-optimize-sibling-calls",
+                    "-shared",
+                    "-fPIC",
+                    "-o",
+                ])
+                .arg(dir.join("libnames.so"))
+                .arg(fixture_path("native/names_fixture.cpp")),
+        );
+        dir
+    })
+}
+
+/// The function of `lib` (an unstripped build) whose code holds `offset`,
+/// by its symbol table (nm): what a stripped build's module+offset frame
+/// should be.
+pub fn offline_name(lib: &Path, offset: u64) -> String {
+    let out = Command::new("nm").arg(lib).output().expect("nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut best: Option<(u64, String)> = None;
+    for l in text.lines() {
+        let mut it = l.split_whitespace();
+        let (Some(a), Some(k), Some(n)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if !matches!(k, "t" | "T") {
+            continue;
+        }
+        let Ok(a) = u64::from_str_radix(a, 16) else {
+            continue;
+        };
+        if a <= offset && best.as_ref().is_none_or(|(b, _)| a > *b) {
+            best = Some((a, n.to_string()));
+        }
+    }
+    best.map(|b| b.1).unwrap_or_default()
 }

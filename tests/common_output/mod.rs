@@ -7,76 +7,21 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::io::Read;
 
-/// Just enough of protobuf's wire format to read a pprof profile back.
+/// The pprof tests' view of the crate's own protobuf reader
+/// (`pyinspect::output::wire`): a malformed file fails the test.
 pub mod pb {
-    pub enum Field<'a> {
-        Varint(u64),
-        Bytes(&'a [u8]),
-    }
+    use pyinspect::output::wire;
 
-    fn varint(b: &[u8], i: &mut usize) -> u64 {
-        let mut v = 0u64;
-        let mut shift = 0;
-        loop {
-            let byte = b[*i];
-            *i += 1;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return v;
-            }
-            shift += 7;
-        }
-    }
-
-    pub fn fields(b: &[u8]) -> Vec<(u64, Field<'_>)> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < b.len() {
-            let key = varint(b, &mut i);
-            let field = match key & 7 {
-                0 => Field::Varint(varint(b, &mut i)),
-                2 => {
-                    let len = varint(b, &mut i) as usize;
-                    i += len;
-                    Field::Bytes(&b[i - len..i])
-                }
-                w => panic!("unexpected wire type {w}"),
-            };
-            out.push((key >> 3, field));
-        }
-        out
-    }
-
-    /// A repeated varint field, packed or not.
     pub fn varints(b: &[u8], number: u64) -> Vec<u64> {
-        let mut out = Vec::new();
-        for (n, f) in fields(b) {
-            match f {
-                Field::Varint(v) if n == number => out.push(v),
-                Field::Bytes(p) if n == number => {
-                    let mut i = 0;
-                    while i < p.len() {
-                        out.push(varint(p, &mut i));
-                    }
-                }
-                _ => {}
-            }
-        }
-        out
+        wire::ints(b, number).expect("a well-formed protobuf message")
     }
 
     pub fn one(b: &[u8], number: u64) -> u64 {
-        varints(b, number).first().copied().unwrap_or(0)
+        wire::int(b, number).expect("a well-formed protobuf message")
     }
 
     pub fn messages(b: &[u8], number: u64) -> Vec<&[u8]> {
-        fields(b)
-            .into_iter()
-            .filter_map(|(n, f)| match f {
-                Field::Bytes(p) if n == number => Some(p),
-                _ => None,
-            })
-            .collect()
+        wire::messages(b, number).expect("a well-formed protobuf message")
     }
 }
 

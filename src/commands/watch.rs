@@ -1,0 +1,444 @@
+//! `pyinspect watch`: sample at low cost and, when a trigger fires, write an
+//! incident (src/watch), then keep watching.
+
+use crate::error::Error;
+use crate::launch::{Launched, Stop};
+use crate::output::sink::OutputFile;
+use crate::output::{OutputFormat, Profile, ProfileOptions};
+use crate::pause;
+use crate::sampler::{AsyncMode, Sampler, SamplerConfig, Target};
+use crate::stack::ProcessStacks;
+use crate::watch::incident::{self, Incident, Opening, RateLimit, Summary};
+use crate::watch::{ProcessWatch, Streak, Thresholds, Trigger};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+pub struct WatchOptions {
+    pub pid: Option<i32>,
+    pub command: Vec<String>,
+    pub rate: f64,
+    pub duration: Option<Duration>,
+    pub subprocesses: bool,
+    pub nonblocking: bool,
+    /// Native frames in the incidents' thread reads (never in the steady sampling).
+    pub native: bool,
+    pub thresholds: Thresholds,
+    /// Incidents as JSON lines on standard output rather than text.
+    pub json: bool,
+    /// Append each incident as one JSON line to this file.
+    pub output: Option<PathBuf>,
+    /// Write a flame graph of each incident's samples here.
+    pub incident_dir: Option<PathBuf>,
+    pub max_per_minute: u32,
+}
+
+/// Longest a launched program gets to exit after Ctrl-C before it is ended.
+const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
+const CHILD_GRACE_AT_END: Duration = Duration::from_secs(2);
+
+/// What the steady sampling reads: every thread, the call each waits in
+/// (short detail: the GIL's waiters, the fd), nothing costly.
+fn steady_config(o: &WatchOptions) -> SamplerConfig {
+    SamplerConfig {
+        schedule: crate::sampler::Schedule {
+            rate: o.rate,
+            duration: o.duration,
+            subprocesses: o.subprocesses,
+        },
+        pause: crate::sampler::PausePolicy {
+            nonblocking: o.nonblocking,
+        },
+        filter: crate::sampler::Filters {
+            gil_only: false,
+            include_idle: true,
+        },
+        read: crate::sampler::ReadConfig {
+            native: false,
+            native_all: false,
+            native_debug_info: false,
+            function_lines: false,
+            locals: 0,
+            statuses: false,
+            gc_frames: false,
+            positions: false,
+            waits: crate::wait::WaitDetail::Short,
+            asyncio: AsyncMode::Off,
+        },
+    }
+}
+
+/// What is read once when an incident opens: what `dump` reads.
+fn detail_config(o: &WatchOptions) -> SamplerConfig {
+    let mut cfg = steady_config(o);
+    cfg.read.native = o.native;
+    cfg.read.statuses = true;
+    cfg.read.positions = true;
+    cfg.read.waits = crate::wait::WaitDetail::Full;
+    cfg.read.asyncio = AsyncMode::Tree {
+        forced: false,
+        limit: 100,
+    };
+    cfg
+}
+
+/// Where incidents go.
+struct Sinks {
+    json: bool,
+    file: Option<std::fs::File>,
+    dir: Option<PathBuf>,
+    rate: f64,
+    summary: Summary,
+    written: u64,
+    failed: Option<String>,
+}
+
+impl Sinks {
+    fn emit(&mut self, mut i: Incident, process: Option<ProcessStacks>, s: &Streak, cmdline: &str) {
+        if let Some(dir) = &self.dir {
+            let path = dir.join(format!("incident-{}-{}.svg", i.pid, i.id));
+            match write_flamegraph(&path, s, i.pid, cmdline, self.rate, &i) {
+                Ok(()) => i.flamegraph = Some(path.display().to_string()),
+                Err(e) => eprintln!("pyinspect: {e}"),
+            }
+        }
+        let line = serde_json::to_string(&i).unwrap_or_default() + "\n";
+        if let Some(f) = &mut self.file {
+            // One write per incident: a reader never sees half a line.
+            if let Err(e) = f.write_all(line.as_bytes()) {
+                self.failed.get_or_insert(e.to_string());
+            }
+        } else {
+            let mut out = std::io::stdout().lock();
+            let r = if self.json {
+                out.write_all(line.as_bytes())
+            } else {
+                let mut buf = Vec::new();
+                incident::write_text(&mut buf, &i, process.as_ref())
+                    .and_then(|()| out.write_all(&buf))
+            };
+            if let Err(e) = r.and_then(|()| out.flush()) {
+                self.failed.get_or_insert(e.to_string());
+            }
+        }
+        self.written += 1;
+        eprintln!("{}", incident::closed_line(&i));
+    }
+}
+
+fn write_flamegraph(
+    path: &std::path::Path,
+    s: &Streak,
+    pid: i32,
+    cmdline: &str,
+    rate: f64,
+    i: &Incident,
+) -> Result<(), String> {
+    let mut profile = Profile::new(ProfileOptions {
+        threads: false,
+        nolineno: false,
+        full_filenames: false,
+        subprocesses: false,
+        rate,
+        timeline: false,
+    });
+    let weight = Duration::from_secs_f64(1.0 / rate);
+    let mut t = s.start.clone();
+    for (frames, n) in &s.during.stacks {
+        t.frames.clone_from(frames);
+        for _ in 0..*n {
+            profile.add(pid, cmdline, &t, Duration::ZERO, weight);
+        }
+    }
+    let title = format!(
+        "incident {}: {} for {:.0} ms",
+        i.id,
+        i.trigger.describe(),
+        i.duration_ms
+    );
+    let out = OutputFile::create(path).map_err(|e| e.to_string())?;
+    out.write_with(|w| profile.write(OutputFormat::Flamegraph, w, &title))
+}
+
+/// Every thread of `pid` once, as dump reads it, through a target kept
+/// for the incidents (its caches, and native symbols, are loaded once).
+fn read_detail(
+    details: &mut HashMap<i32, Target>,
+    pid: i32,
+    cfg: &SamplerConfig,
+) -> Result<ProcessStacks, Error> {
+    let t = match details.entry(pid) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Target::open(pid, cfg)?),
+    };
+    let r = t.sample(cfg);
+    if r.is_err() {
+        details.remove(&pid);
+    }
+    let threads = r?;
+    let t = details.get_mut(&pid).ok_or(Error::ProcessExited { pid })?;
+    Ok(ProcessStacks {
+        pid,
+        command_line: t.cmdline.to_string(),
+        python_version: t.version.clone(),
+        executable: crate::stack::escape_controls(&t.exe).into_owned(),
+        gc_collecting: t.gc_collecting(),
+        threads,
+        warnings: Vec::new(),
+        parent_pid: None,
+        crash: None,
+        not_recorded: Vec::new(),
+    })
+}
+
+/// A stuck thread, or a frozen process, whose threads the full read finds
+/// at rest (a sleep that the steady read cannot tell from a wait on fds).
+fn at_rest(s: &Streak, p: Option<&ProcessStacks>) -> bool {
+    let Some(p) = p else {
+        return false;
+    };
+    match s.trigger {
+        Trigger::ThreadStuck => {
+            // A select or poll is a wait on fds only if the full read
+            // shows them.
+            let select = s.start.wait.as_ref().is_some_and(|w| {
+                matches!(
+                    w.syscall.as_deref(),
+                    Some("select" | "pselect6" | "poll" | "ppoll")
+                )
+            });
+            match p.threads.iter().find(|t| t.os_thread_id == Some(s.tid)) {
+                Some(t) => {
+                    let on_fds = t
+                        .wait
+                        .as_ref()
+                        .is_some_and(|w| w.fd.is_some() || !w.fds.is_empty());
+                    crate::watch::at_rest(t) || (select && !on_fds)
+                }
+                None => select,
+            }
+        }
+        Trigger::ProcessFrozen => p.threads.iter().all(crate::watch::at_rest),
+        _ => false,
+    }
+}
+
+fn ms(d: Duration) -> String {
+    incident::human(d)
+}
+
+pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
+    pause::install_signal_flag();
+    crate::options::check_target(opts.pid, &opts.command)?;
+    crate::options::check_read(opts.native, opts.nonblocking)?;
+    // Outputs first, so that a bad path fails before anything starts.
+    let file = match &opts.output {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    if let Some(d) = &opts.incident_dir {
+        std::fs::create_dir_all(d)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", d.display()))?;
+    }
+    let launched = if opts.command.is_empty() {
+        None
+    } else {
+        Some(Launched::spawn(&opts.command)?)
+    };
+    let root = match (&launched, opts.pid) {
+        (Some(l), _) => l.pid(),
+        (None, Some(p)) => p,
+        (None, None) => unreachable!("checked above"),
+    };
+    let steady = steady_config(&opts);
+    let detail = detail_config(&opts);
+    let mut sampler = match Sampler::new(root, steady) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(l) = launched {
+                eprintln!("pyinspect: {e}");
+                let done = l.finish(Stop::Interrupt {
+                    grace: CHILD_GRACE_AT_END,
+                })?;
+                eprintln!("pyinspect: nothing to watch: {}", done.describe());
+                return Ok(1);
+            }
+            return Err(e.into());
+        }
+    };
+    // Tick timestamps count from the sampler's start, which is now.
+    let started_wall = SystemTime::now();
+    let started = Instant::now();
+    let th = opts.thresholds;
+    eprintln!(
+        "pyinspect: watching process {root} at {} (loop blocked > {}, GIL held > {}, thread stuck > {}, process frozen > {})",
+        crate::sampler::format_rate(opts.rate),
+        ms(th.loop_blocked),
+        ms(th.gil_held),
+        ms(th.thread_stuck),
+        ms(th.process_frozen)
+    );
+    let mut sinks = Sinks {
+        json: opts.json,
+        file,
+        dir: opts.incident_dir.clone(),
+        rate: opts.rate,
+        summary: Summary::default(),
+        written: 0,
+        failed: None,
+    };
+    let mut limit = RateLimit::new(opts.max_per_minute);
+    let mut watches: HashMap<i32, ProcessWatch> = HashMap::new();
+    let mut cmdlines: HashMap<i32, std::sync::Arc<str>> = HashMap::new();
+    let mut openings: HashMap<u64, Opening> = HashMap::new();
+    let mut details: HashMap<i32, Target> = HashMap::new();
+    let mut next_id = 1u64;
+    let mut counted = 0u64;
+    let mut close = |s: Streak,
+                     pid: i32,
+                     ongoing: bool,
+                     openings: &mut HashMap<u64, Opening>,
+                     sinks: &mut Sinks,
+                     cmdline: &str| {
+        let opening = openings.remove(&s.id).unwrap_or_default();
+        let shown = opening.shown;
+        let process = if shown && !sinks.json && sinks.file.is_none() {
+            opening.process.clone()
+        } else {
+            None
+        };
+        let i = incident::build(&s, opening, pid, started_wall, th.of(s.trigger), ongoing);
+        sinks.summary.add(&i);
+        counted += 1;
+        if shown {
+            sinks.emit(i, process, &s, cmdline);
+        }
+    };
+    while let Some(tick) = sampler.next_tick() {
+        for p in &tick.processes {
+            cmdlines.entry(p.pid).or_insert_with(|| p.cmdline.clone());
+            let w = watches
+                .entry(p.pid)
+                .or_insert_with(|| ProcessWatch::new(th));
+            let mut tick_read: Option<Result<ProcessStacks, String>> = None;
+            for e in w.observe(tick.timestamp, &p.threads) {
+                match e {
+                    crate::watch::Event::Opened(i) => {
+                        // One full read per process per tick, shared by
+                        // the incidents that open together.
+                        let tid = w.streaks[i].tid;
+                        let lacks = |r: &Result<ProcessStacks, String>| {
+                            r.as_ref().is_ok_and(|ps| {
+                                !ps.threads.iter().any(|t| t.os_thread_id == Some(tid))
+                            })
+                        };
+                        if tick_read.as_ref().is_none_or(lacks) {
+                            let mut r = read_detail(&mut details, p.pid, &detail)
+                                .map_err(|e| e.to_string());
+                            if lacks(&r) {
+                                // A kept target's thread list can lag behind
+                                // threads that just started: a fresh one.
+                                details.remove(&p.pid);
+                                r = read_detail(&mut details, p.pid, &detail)
+                                    .map_err(|e| e.to_string());
+                            }
+                            tick_read = Some(r);
+                        }
+                        let Some(read) = tick_read.as_ref() else {
+                            continue;
+                        };
+                        let mut opening = Opening::default();
+                        match read {
+                            Ok(ps) => opening.process = Some(ps.clone()),
+                            Err(e) => opening.error = Some(e.clone()),
+                        }
+                        if at_rest(&w.streaks[i], opening.process.as_ref()) {
+                            w.veto(i);
+                            continue;
+                        }
+                        let s = &mut w.streaks[i];
+                        s.id = next_id;
+                        next_id += 1;
+                        opening.shown = limit.allow(Instant::now());
+                        if opening.shown {
+                            let c = incident::culprit_of(s, &opening);
+                            eprintln!("{}", incident::opened_line(s, &c, p.pid));
+                        } else {
+                            opening.process = None;
+                        }
+                        openings.insert(s.id, opening);
+                    }
+                    crate::watch::Event::Closed(s) => {
+                        close(*s, p.pid, false, &mut openings, &mut sinks, &p.cmdline)
+                    }
+                }
+            }
+        }
+        for e in &tick.ended {
+            eprintln!("pyinspect: {e}");
+        }
+    }
+    let stopped = pause::interrupted();
+    let by_duration = !stopped && sampler.duration_over();
+    drop(sampler);
+    drop(details);
+    pause::release_lingering(Duration::from_millis(200));
+    let mut pids: Vec<i32> = watches.keys().copied().collect();
+    pids.sort_unstable();
+    for pid in pids {
+        let cmdline = cmdlines.get(&pid).cloned().unwrap_or_default();
+        if let Some(w) = watches.get_mut(&pid) {
+            for s in w.finish() {
+                close(s, pid, true, &mut openings, &mut sinks, &cmdline);
+            }
+        }
+    }
+    eprintln!(
+        "pyinspect: {} incidents in {:.1} s{}",
+        counted,
+        started.elapsed().as_secs_f64(),
+        if limit.held_back > 0 {
+            format!(
+                ", {} not written (more than {} a minute)",
+                limit.held_back, opts.max_per_minute
+            )
+        } else {
+            String::new()
+        }
+    );
+    for line in sinks.summary.lines() {
+        eprintln!("pyinspect:   {line}");
+    }
+    let mut code = 0;
+    if let Some(e) = &sinks.failed {
+        eprintln!("pyinspect: writing incidents failed: {e}");
+        code = 1;
+    }
+    if let Some(l) = launched {
+        let how = if stopped {
+            Stop::Signalled {
+                grace: CHILD_GRACE_ON_STOP,
+            }
+        } else if by_duration {
+            Stop::Interrupt {
+                grace: CHILD_GRACE_AT_END,
+            }
+        } else {
+            Stop::Wait
+        };
+        let done = l.finish(how)?;
+        if stopped || by_duration {
+            eprintln!("pyinspect: {}", done.describe());
+        } else if code == 0 {
+            code = done.code;
+        }
+    }
+    Ok(code)
+}

@@ -1,0 +1,781 @@
+//! `pyinspect watch`: triggers that turn a stream of samples into
+//! incidents (a loop blocked, the GIL held, a thread stuck, the process
+//! frozen), each with what stalled, for how long, and the stacks that
+//! explain it.
+//!
+//! Everything here is pure: the samples come in from the sampler (the same
+//! one `record` and `top` use), one [`ProcessWatch::observe`] per process
+//! per tick, and the events it returns are turned into output by
+//! [`incident`]. Memory is bounded: a few streaks per thread, each with a
+//! bounded aggregation of the stacks seen during it.
+
+pub(crate) mod incident;
+
+use crate::stack::{Frame, ThreadStack};
+use foldhash::{HashMap, HashMapExt};
+use serde::Serialize;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+/// What fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// An asyncio loop ran one callback (a task step) longer than the threshold.
+    LoopBlocked,
+    /// One thread held the GIL longer than the threshold while others waited for it.
+    GilHeld,
+    /// A thread sat in the same wait, with the same stack, longer than the threshold.
+    ThreadStuck,
+    /// No Python stack of the process changed for longer than the threshold.
+    ProcessFrozen,
+}
+
+impl Trigger {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Trigger::LoopBlocked => "event loop blocked",
+            Trigger::GilHeld => "GIL held",
+            Trigger::ThreadStuck => "thread stuck",
+            Trigger::ProcessFrozen => "process frozen",
+        }
+    }
+}
+
+/// How long each stall must last to make an incident.
+#[derive(Debug, Clone, Copy)]
+pub struct Thresholds {
+    pub loop_blocked: Duration,
+    pub gil_held: Duration,
+    pub thread_stuck: Duration,
+    pub process_frozen: Duration,
+}
+
+impl Thresholds {
+    pub(crate) fn of(&self, t: Trigger) -> Duration {
+        match t {
+            Trigger::LoopBlocked => self.loop_blocked,
+            Trigger::GilHeld => self.gil_held,
+            Trigger::ThreadStuck => self.thread_stuck,
+            Trigger::ProcessFrozen => self.process_frozen,
+        }
+    }
+}
+
+/// Distinct stacks kept per streak; the samples of any other are counted
+/// as "other".
+pub(crate) const MAX_DURING_STACKS: usize = 64;
+/// Threads followed per process (beyond it, new threads are not watched).
+const MAX_THREADS: usize = 4096;
+
+/// The samples of the culprit thread during a stall, aggregated by stack.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct During {
+    /// Each distinct stack (innermost first) and how many samples had it.
+    pub(crate) stacks: Vec<(Vec<Frame>, u64)>,
+    index: HashMap<u64, usize>,
+    pub(crate) other: u64,
+}
+
+impl During {
+    fn add(&mut self, hash: u64, frames: &[Frame]) {
+        if let Some(&i) = self.index.get(&hash) {
+            self.stacks[i].1 += 1;
+        } else if self.stacks.len() < MAX_DURING_STACKS {
+            self.index.insert(hash, self.stacks.len());
+            self.stacks.push((frames.to_vec(), 1));
+        } else {
+            self.other += 1;
+        }
+    }
+}
+
+/// Who and what a stall is about.
+#[derive(Debug, Clone)]
+pub(crate) struct Culprit {
+    /// The frame named as the culprit: the loop callback's coroutine (the
+    /// task's outermost frame), the GIL holder's or stuck thread's
+    /// innermost Python frame.
+    pub(crate) frame: Option<Frame>,
+    /// The thread's wait, short form (stuck, frozen).
+    pub(crate) wait: Option<String>,
+}
+
+/// A stall being followed: from its first sample until a sample shows it over.
+#[derive(Debug)]
+pub(crate) struct Streak {
+    pub(crate) trigger: Trigger,
+    /// The thread it is about (for a frozen process, the thread stuck longest).
+    pub(crate) tid: u32,
+    key: u64,
+    /// The last sample before the stall was seen, and its first and last.
+    pub(crate) before: Option<Duration>,
+    pub(crate) first: Duration,
+    pub(crate) last: Duration,
+    /// The first sample that no longer showed it.
+    pub(crate) after: Option<Duration>,
+    pub(crate) samples: u64,
+    /// The culprit thread as the first sample saw it.
+    pub(crate) start: ThreadStack,
+    pub(crate) culprit: Culprit,
+    pub(crate) during: During,
+    /// The GIL's waiters at the first sample (GIL held).
+    pub(crate) waiters: Vec<u32>,
+    /// Samples in which some thread waited for the GIL (GIL held).
+    waited: u64,
+    /// Set once the threshold was passed: the incident is open.
+    pub(crate) opened: bool,
+    /// Found at rest when it was to open (see [`ProcessWatch::veto`]): it
+    /// does not open, however long it lasts.
+    vetoed: bool,
+    /// The command's state of an open incident (detail read, rate limit).
+    pub(crate) id: u64,
+}
+
+impl Streak {
+    /// When it began: halfway between the last sample without it and the
+    /// first with it (the first sample, when there was none before).
+    pub(crate) fn began(&self) -> Duration {
+        match self.before {
+            Some(b) => b + (self.first.saturating_sub(b)) / 2,
+            None => self.first,
+        }
+    }
+
+    /// When it ended, the same way; the last sample while it goes on.
+    pub(crate) fn ended(&self) -> Duration {
+        match self.after {
+            Some(a) => self.last + (a.saturating_sub(self.last)) / 2,
+            None => self.last,
+        }
+    }
+
+    pub(crate) fn duration(&self) -> Duration {
+        self.ended().saturating_sub(self.began())
+    }
+
+    /// How long it has lasted so far, by its samples.
+    fn so_far(&self) -> Duration {
+        self.last.saturating_sub(self.began())
+    }
+}
+
+/// What one tick did to the streaks of a process.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A streak passed its threshold (index into [`ProcessWatch::streaks`]).
+    Opened(usize),
+    /// An open streak ended (or the watch did, with `after` None).
+    Closed(Box<Streak>),
+}
+
+/// One thread's stack identity over time.
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    hash: u64,
+    /// The first sample with this stack, and the sample before it.
+    since: Duration,
+    before: Option<Duration>,
+}
+
+/// The state of one watched process.
+pub(crate) struct ProcessWatch {
+    thresholds: Thresholds,
+    last: Option<Duration>,
+    tracks: HashMap<u32, Track>,
+    pub(crate) streaks: Vec<Streak>,
+}
+
+/// The part of a thread a tick's triggers look at.
+struct View<'a> {
+    t: &'a ThreadStack,
+    tid: u32,
+    hash: u64,
+    idle: bool,
+    in_loop: Option<LoopState>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoopState {
+    /// In its selector, waiting for events: not blocked.
+    Selecting,
+    /// Between callbacks (the loop's own bookkeeping).
+    Between,
+    /// Running a callback whose outermost own frame is `frames[i]`.
+    Running(usize),
+}
+
+fn file_ends(f: &Frame, suffix: &str) -> bool {
+    f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
+}
+
+/// asyncio's own frames between the loop and a callback's code.
+fn asyncio_internal(f: &Frame) -> bool {
+    ["events.py", "tasks.py", "futures.py", "base_events.py"]
+        .iter()
+        .any(|s| file_ends(f, &format!("asyncio/{s}")))
+}
+
+/// Where an event loop's thread is, from its Python frames (innermost
+/// first): in asyncio's `_run_once`, either in the selector or in a
+/// callback. uvloop's loop has no Python frames of its own: a thread inside
+/// `run_until_complete`/`run_forever`/`asyncio.run` without `_run_once` is
+/// taken to be in a uvloop callback when any frame of its own is above it.
+fn loop_state(frames: &[Frame]) -> Option<LoopState> {
+    let run_once = frames
+        .iter()
+        .position(|f| f.function.ends_with("_run_once") && file_ends(f, "asyncio/base_events.py"));
+    let (r, uv) = match run_once {
+        Some(r) => (r, false),
+        None => {
+            let r = frames.iter().position(|f| {
+                f.function.ends_with("run_until_complete")
+                    || f.function.ends_with("run_forever")
+                    || (f.function.ends_with("run") && file_ends(f, "asyncio/runners.py"))
+            })?;
+            (r, true)
+        }
+    };
+    if r == 0 {
+        return Some(if uv {
+            LoopState::Selecting
+        } else {
+            LoopState::Between
+        });
+    }
+    let inner = &frames[..r];
+    if inner
+        .last()
+        .is_some_and(|f| f.function.ends_with("select") && file_ends(f, "selectors.py"))
+    {
+        return Some(LoopState::Selecting);
+    }
+    match inner.iter().rposition(|f| !asyncio_internal(f)) {
+        Some(i) => Some(LoopState::Running(i)),
+        None => Some(LoopState::Between),
+    }
+}
+
+/// Waits that are a thread's normal rest rather than a stall: an event
+/// loop's selector, a pool worker or consumer waiting for work, a thread
+/// waiting for others to finish, a sleep, a listening socket. These never
+/// make a stuck thread, and a process whose threads are all in them is idle,
+/// not frozen.
+fn idle(t: &ThreadStack) -> bool {
+    const SITES: &[(&str, &str)] = &[
+        ("selectors.py", "select"),
+        ("threading.py", "wait"),
+        ("threading.py", "join"),
+        ("threading.py", "_wait_for_tstate_lock"),
+        ("queue.py", "get"),
+        ("socketserver.py", "serve_forever"),
+        ("concurrent/futures/thread.py", "_worker"),
+    ];
+    if t.frames.is_empty() {
+        return true;
+    }
+    let at_site = t.frames.iter().any(|f| {
+        SITES
+            .iter()
+            .any(|(file, func)| file_ends(f, file) && f.function.ends_with(func))
+    });
+    if at_site {
+        return true;
+    }
+    if let Some(w) = &t.wait {
+        if !w.off_cpu() {
+            return false;
+        }
+        const RESTING: &[&str] = &[
+            "nanosleep",
+            "clock_nanosleep",
+            "accept",
+            "accept4",
+            "epoll_wait",
+            "epoll_pwait",
+            "epoll_pwait2",
+            "pause",
+            "rt_sigsuspend",
+        ];
+        if w.syscall.as_deref().is_some_and(|s| RESTING.contains(&s)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a thread read in full detail is at rest: [`idle`], or asleep in
+/// a `select`/`poll` that watches no fd (`time.sleep` before 3.11).
+pub(crate) fn at_rest(t: &ThreadStack) -> bool {
+    let sleeping = t.wait.as_ref().is_some_and(|w| {
+        matches!(
+            w.syscall.as_deref(),
+            Some("select" | "pselect6" | "poll" | "ppoll")
+        ) && w.fd.is_none()
+            && w.fds.is_empty()
+    });
+    sleeping || idle(t)
+}
+
+fn frame_hash<H: Hasher>(f: &Frame, h: &mut H) {
+    f.function.hash(h);
+    f.file.hash(h);
+    f.line.hash(h);
+}
+
+fn stack_hash(frames: &[Frame]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in frames {
+        frame_hash(f, &mut h);
+    }
+    h.finish()
+}
+
+fn hash_of(v: impl Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
+}
+
+/// The innermost Python frame.
+fn innermost_python(frames: &[Frame]) -> Option<&Frame> {
+    frames
+        .iter()
+        .find(|f| f.kind == crate::stack::FrameKind::Python)
+}
+
+/// One tick's observation of a stall: which slot, its identity, and the culprit.
+struct Obs {
+    trigger: Trigger,
+    /// The thread the slot is keyed by (0 for the process-wide triggers).
+    slot: u32,
+    key: u64,
+    culprit: Culprit,
+    tid: u32,
+    waiters: Vec<u32>,
+}
+
+impl ProcessWatch {
+    pub(crate) fn new(thresholds: Thresholds) -> ProcessWatch {
+        ProcessWatch {
+            thresholds,
+            last: None,
+            tracks: HashMap::new(),
+            streaks: Vec::new(),
+        }
+    }
+
+    fn slot_of(s: &Streak) -> (Trigger, u32) {
+        match s.trigger {
+            Trigger::LoopBlocked | Trigger::ThreadStuck => (s.trigger, s.tid),
+            Trigger::GilHeld | Trigger::ProcessFrozen => (s.trigger, 0),
+        }
+    }
+
+    /// Take one tick's threads of this process (sampled at `ts`); returns
+    /// the incidents that opened and closed.
+    pub(crate) fn observe(&mut self, ts: Duration, threads: &[ThreadStack]) -> Vec<Event> {
+        let views: Vec<View> = threads
+            .iter()
+            .filter_map(|t| {
+                let tid = t.os_thread_id?;
+                Some(View {
+                    t,
+                    tid,
+                    hash: stack_hash(&t.frames),
+                    idle: idle(t),
+                    in_loop: loop_state(&t.frames),
+                })
+            })
+            .take(MAX_THREADS)
+            .collect();
+        // Each thread's stack: since when it has been the same.
+        let mut tracks = HashMap::with_capacity(views.len());
+        for v in &views {
+            let (since, before) = match self.tracks.get(&v.tid) {
+                Some(tr) if tr.hash == v.hash => (tr.since, tr.before),
+                _ => (ts, self.last),
+            };
+            tracks.insert(
+                v.tid,
+                Track {
+                    hash: v.hash,
+                    since,
+                    before,
+                },
+            );
+        }
+        self.tracks = tracks;
+
+        let mut obs: Vec<Obs> = Vec::new();
+        // Event loop blocked: a loop thread inside a callback.
+        for v in &views {
+            if let Some(LoopState::Running(i)) = v.in_loop {
+                let f = &v.t.frames[i];
+                // The coroutine's frame lives in the coroutine (3.11+), so
+                // its address tells two tasks of one coroutine apart.
+                let addr = f.mark.map(|m| m.addr).unwrap_or(0);
+                obs.push(Obs {
+                    trigger: Trigger::LoopBlocked,
+                    slot: v.tid,
+                    key: hash_of((&f.function, &f.file, addr)),
+                    culprit: Culprit {
+                        frame: Some(f.clone()),
+                        wait: None,
+                    },
+                    tid: v.tid,
+                    waiters: Vec::new(),
+                });
+            }
+        }
+        let loop_busy: Vec<u32> = obs.iter().map(|o| o.tid).collect();
+        // GIL held: one holder, unchanged stack, while others wait for it.
+        let waiters: Vec<u32> = views
+            .iter()
+            .filter(|v| v.t.wait.as_ref().is_some_and(|w| w.gil.is_some()))
+            .map(|v| v.tid)
+            .collect();
+        let holder = views.iter().find(|v| v.t.holds_gil);
+        // A waiter is not seen in every sample (on 3.2+ it wakes every
+        // switch interval to ask for the GIL again): a hold that began with
+        // waiters goes on while the holder holds it in the same place.
+        let holding = |h: &View| {
+            let key = hash_of((h.tid, h.hash));
+            self.streaks
+                .iter()
+                .any(|s| s.trigger == Trigger::GilHeld && s.key == key)
+        };
+        if let Some(h) = holder.filter(|h| !waiters.is_empty() || holding(h)) {
+            obs.push(Obs {
+                trigger: Trigger::GilHeld,
+                slot: 0,
+                key: hash_of((h.tid, h.hash)),
+                culprit: Culprit {
+                    frame: innermost_python(&h.t.frames).cloned(),
+                    wait: None,
+                },
+                tid: h.tid,
+                waiters: waiters.clone(),
+            });
+        }
+        // Thread stuck: the same wait and stack, in a wait that is not rest.
+        for v in &views {
+            let Some(w) = v.t.wait.as_ref().filter(|w| w.off_cpu() && w.gil.is_none()) else {
+                continue;
+            };
+            if v.idle || loop_busy.contains(&v.tid) {
+                continue;
+            }
+            let short = w.short();
+            // The call and its fd: the fd's description may be learnt a
+            // few samples into the wait.
+            let call = (&w.syscall, w.fd.as_ref().map(|f| f.fd), &w.futex);
+            obs.push(Obs {
+                trigger: Trigger::ThreadStuck,
+                slot: v.tid,
+                key: hash_of((v.hash, call)),
+                culprit: Culprit {
+                    frame: innermost_python(&v.t.frames).cloned(),
+                    wait: Some(short),
+                },
+                tid: v.tid,
+                waiters: Vec::new(),
+            });
+        }
+        // Process frozen: no stack changed, and some thread neither at rest
+        // nor merely waiting for a CPU: one in a wait that is not rest (a
+        // lock, a socket), or one holding the GIL (a stuck C call). A thread
+        // that is runnable without the GIL, with its stack unchanged, is
+        // one a busy machine keeps off a CPU: not a freeze of the process.
+        let stalled =
+            |v: &View| !v.idle && (v.t.holds_gil || v.t.wait.as_ref().is_some_and(|w| w.off_cpu()));
+        if views.iter().any(stalled) {
+            let key = hash_of(views.iter().map(|v| (v.tid, v.hash)).collect::<Vec<_>>());
+            // The culprit: the thread not at rest whose stack has stood
+            // still longest.
+            // A select or poll may be a sleep (before 3.11): a thread in
+            // any other wait comes first.
+            let maybe_asleep = |v: &View| {
+                v.t.wait.as_ref().is_some_and(|w| {
+                    matches!(
+                        w.syscall.as_deref(),
+                        Some("select" | "pselect6" | "poll" | "ppoll")
+                    )
+                })
+            };
+            let c = views.iter().filter(|v| stalled(v)).min_by_key(|v| {
+                (
+                    maybe_asleep(v),
+                    self.tracks.get(&v.tid).map(|t| t.since),
+                    v.tid,
+                )
+            });
+            if let Some(c) = c {
+                obs.push(Obs {
+                    trigger: Trigger::ProcessFrozen,
+                    slot: 0,
+                    key,
+                    culprit: Culprit {
+                        frame: innermost_python(&c.t.frames).cloned(),
+                        wait: c
+                            .t
+                            .wait
+                            .as_ref()
+                            .map(|w| w.short())
+                            .filter(|s| !s.is_empty()),
+                    },
+                    tid: c.tid,
+                    waiters: Vec::new(),
+                });
+            }
+        }
+
+        let mut events = Vec::new();
+        // Streaks that go on, and those that end.
+        let mut kept = Vec::with_capacity(self.streaks.len());
+        let mut taken = vec![false; obs.len()];
+        for mut s in std::mem::take(&mut self.streaks) {
+            let slot = Self::slot_of(&s);
+            // Samples further apart than half the threshold cannot tell a
+            // still process from one that moved and came back (the sampler
+            // was held up, and a thread's loop shows the same stack at each
+            // sample): a frozen streak not yet open starts again after one.
+            // Only the frozen trigger needs it: the others' identities (a
+            // coroutine's frame, a holder in one place, one call on one fd)
+            // rarely repeat across a gap by chance.
+            let gap_ok = s.opened
+                || s.trigger != Trigger::ProcessFrozen
+                || ts.saturating_sub(s.last) <= self.thresholds.of(s.trigger) / 2;
+            let hit = obs.iter().enumerate().find(|(i, o)| {
+                gap_ok && !taken[*i] && (o.trigger, o.slot) == slot && o.key == s.key
+            });
+            match hit {
+                Some((i, o)) => {
+                    taken[i] = true;
+                    s.waited += u64::from(!o.waiters.is_empty());
+                    s.last = ts;
+                    s.samples += 1;
+                    if let Some(v) = views.iter().find(|v| v.tid == s.tid) {
+                        s.during.add(v.hash, &v.t.frames);
+                    }
+                    kept.push(s);
+                }
+                None => {
+                    s.after = Some(ts);
+                    if s.opened {
+                        events.push(Event::Closed(Box::new(s)));
+                    }
+                }
+            }
+        }
+        for (o, _) in obs.into_iter().zip(taken).filter(|(_, t)| !t) {
+            let Some(v) = views.iter().find(|v| v.tid == o.tid) else {
+                continue;
+            };
+            let mut during = During::default();
+            during.add(v.hash, &v.t.frames);
+            // The GIL is held from when its holder came to where it holds
+            // it (the waiters may take a while to be seen waiting).
+            let (before, first) = match (o.trigger, self.tracks.get(&o.tid)) {
+                (Trigger::GilHeld, Some(t)) => (t.before, t.since),
+                _ => (self.last, ts),
+            };
+            kept.push(Streak {
+                trigger: o.trigger,
+                tid: o.tid,
+                key: o.key,
+                before,
+                first,
+                last: ts,
+                after: None,
+                samples: 1,
+                start: v.t.clone(),
+                culprit: o.culprit,
+                during,
+                waited: u64::from(!o.waiters.is_empty()),
+                waiters: o.waiters,
+                opened: false,
+                vetoed: false,
+                id: 0,
+            });
+        }
+        self.streaks = kept;
+        self.last = Some(ts);
+
+        // Which pass their threshold now, in precedence: a loop blocked
+        // explains its thread's GIL and its process's stillness; a GIL held
+        // explains the stillness of the threads waiting for it; a thread is
+        // stuck only while other threads of its process go on (else the
+        // process is frozen).
+        let loop_on: Vec<u32> = self
+            .streaks
+            .iter()
+            .filter(|s| s.trigger == Trigger::LoopBlocked)
+            .map(|s| s.tid)
+            .collect();
+        let gil_on = self.streaks.iter().any(|s| s.trigger == Trigger::GilHeld);
+        if gil_on || !loop_on.is_empty() {
+            // What the GIL or a loop holds up is not a frozen process: a
+            // stillness counts from when they let go.
+            self.streaks
+                .retain(|s| s.trigger != Trigger::ProcessFrozen || s.opened);
+        }
+        let frozen_open = self
+            .streaks
+            .iter()
+            .any(|s| s.trigger == Trigger::ProcessFrozen && s.opened);
+        if frozen_open {
+            // The threads stuck in a frozen process are the freeze's: not
+            // reported again as it thaws (however long they go on).
+            for s in &mut self.streaks {
+                if s.trigger == Trigger::ThreadStuck && !s.opened {
+                    s.vetoed = true;
+                }
+            }
+        }
+        for i in 0..self.streaks.len() {
+            let s = &self.streaks[i];
+            if s.opened || s.vetoed || s.so_far() < self.thresholds.of(s.trigger) {
+                continue;
+            }
+            let allowed = match s.trigger {
+                Trigger::LoopBlocked => true,
+                // Waiters seen in a quarter of the samples at least: a
+                // hold that others contend for.
+                Trigger::GilHeld => !loop_on.contains(&s.tid) && s.waited * 4 >= s.samples,
+                Trigger::ThreadStuck => {
+                    // Another thread moved since this one stopped, and
+                    // lately (within half the frozen threshold): else the
+                    // whole process may be still, which is the frozen
+                    // trigger's to report.
+                    let lately = ts.saturating_sub(self.thresholds.process_frozen / 2);
+                    !frozen_open
+                        && self
+                            .tracks
+                            .iter()
+                            .any(|(tid, t)| *tid != s.tid && t.since > s.first && t.since >= lately)
+                }
+                Trigger::ProcessFrozen => loop_on.is_empty() && !gil_on,
+            };
+            if allowed {
+                self.streaks[i].opened = true;
+                events.push(Event::Opened(i));
+            }
+        }
+        events
+    }
+
+    /// The streak `i` that just opened is not a stall after all (the
+    /// thread read in full detail is at rest: a sleep that older versions
+    /// make with `select`): it is closed without an incident, and does not
+    /// open again while it lasts.
+    pub(crate) fn veto(&mut self, i: usize) {
+        if let Some(s) = self.streaks.get_mut(i) {
+            s.opened = false;
+            s.vetoed = true;
+        }
+    }
+
+    /// The process is gone, or the watch is over: every open incident
+    /// closes as it stands (still going on).
+    pub(crate) fn finish(&mut self) -> Vec<Streak> {
+        std::mem::take(&mut self.streaks)
+            .into_iter()
+            .filter(|s| s.opened)
+            .collect()
+    }
+}
+
+/// `function (file:line)` of a frame.
+pub(crate) fn frame_label(f: &Frame) -> String {
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => format!("{} ({}:{})", f.function, file, line),
+        (Some(file), None) => format!("{} ({})", f.function, file),
+        _ => f.function.to_string(),
+    }
+}
+
+/// Shared names of a frame, for building stacks in tests.
+#[cfg(test)]
+fn py(function: &str, file: &str, line: u32) -> Frame {
+    Frame::python(function, file, line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loop_states() {
+        let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
+        let select = py("EpollSelector.select", "/x/selectors.py", 2);
+        let handle = py("Handle._run", "/x/asyncio/events.py", 3);
+        let coro = py("handler", "app.py", 42);
+        assert_eq!(
+            loop_state(&[select, run_once.clone()]),
+            Some(LoopState::Selecting)
+        );
+        assert_eq!(
+            loop_state(&[coro, handle.clone(), run_once.clone()]),
+            Some(LoopState::Running(0))
+        );
+        assert_eq!(
+            loop_state(&[handle, run_once.clone()]),
+            Some(LoopState::Between)
+        );
+        assert_eq!(loop_state(&[py("f", "a.py", 1)]), None);
+    }
+
+    fn thread(tid: u32, frames: Vec<Frame>) -> ThreadStack {
+        ThreadStack {
+            thread_id: tid as u64,
+            os_thread_id: Some(tid),
+            name: None,
+            name_source: None,
+            interpreter: 0,
+            status: crate::stack::ThreadStatus::Active,
+            holds_gil: true,
+            frames,
+            truncated: None,
+            native_entry: None,
+            wait: None,
+            asyncio: None,
+        }
+    }
+
+    #[test]
+    fn a_blocked_loop_opens_once_and_closes_with_its_duration() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_millis(100),
+            gil_held: Duration::from_secs(10),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let mut w = ProcessWatch::new(th);
+        let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
+        let select = py("EpollSelector.select", "/x/selectors.py", 2);
+        let idle = thread(7, vec![select, run_once.clone()]);
+        let busy = thread(7, vec![py("handler", "app.py", 42), run_once]);
+        let ms = Duration::from_millis;
+        let mut opened = 0;
+        let mut closed = Vec::new();
+        for i in 0..60u64 {
+            let t = if (10..40).contains(&i) { &busy } else { &idle };
+            for e in w.observe(ms(i * 10), std::slice::from_ref(t)) {
+                match e {
+                    Event::Opened(_) => opened += 1,
+                    Event::Closed(s) => closed.push(*s),
+                }
+            }
+        }
+        assert_eq!(opened, 1);
+        assert_eq!(closed.len(), 1);
+        // From 95 ms to 395 ms.
+        assert_eq!(closed[0].duration(), ms(300));
+        assert_eq!(closed[0].trigger, Trigger::LoopBlocked);
+        assert_eq!(
+            closed[0].culprit.frame.as_ref().map(|f| &*f.function),
+            Some("handler")
+        );
+    }
+}

@@ -1,0 +1,425 @@
+//! `pyinspect watch`: stalls of known culprit and length (the fixture
+//! measures each), each reported once, with the right culprit and a
+//! duration within the larger of 20 ms and two sampling periods.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+const RATE: f64 = 250.0;
+
+/// The tests here run one at a time: each times stalls against a clock,
+/// and another's fixtures would hold the sampler up on this 2-core machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running `pyinspect watch`, its stderr read line by line.
+struct Watcher {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: Vec<String>,
+    stdout: std::thread::JoinHandle<String>,
+}
+
+impl Watcher {
+    fn start(args: &[&str]) -> Watcher {
+        let mut child = Command::new(pyinspect_bin())
+            .arg("watch")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pyinspect watch");
+        let (tx, lines) = channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        Watcher {
+            child,
+            lines,
+            stderr: Vec::new(),
+            stdout,
+        }
+    }
+
+    /// Wait (bounded) for a stderr line containing `what`.
+    fn wait_for(&mut self, what: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = l.contains(what);
+                    self.stderr.push(l);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "no `{what}` from pyinspect watch within {within:?}; stderr:\n{}",
+                        self.stderr.join("\n")
+                    )
+                }
+            }
+        }
+    }
+
+    /// Wait (bounded) for it to exit; its stdout and whole stderr.
+    fn finish(mut self, within: Duration) -> (String, String) {
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "pyinspect watch did not end within {within:?}; stderr:\n{}",
+                    self.stderr.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self.stdout.join().unwrap();
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            self.stderr.push(l);
+        }
+        let stderr = self.stderr.join("\n");
+        assert!(
+            status.success(),
+            "watch exited with {status}; stderr:\n{stderr}"
+        );
+        (stdout, stderr)
+    }
+}
+
+/// Within the larger of 20 ms and two sampling periods, plus the
+/// uncertainty the incident states (half the gaps between the samples
+/// around its start and end: a loaded machine holds the sampler up for tens
+/// of milliseconds now and then, and the fixture's own clock reads then
+/// wait for a CPU and the GIL too).
+fn close_enough(got_ms: f64, want_s: f64, uncertainty_ms: f64) -> bool {
+    let tolerance = 0.020f64.max(2.0 / RATE) + uncertainty_ms / 1000.0;
+    (got_ms / 1000.0 - want_s).abs() <= tolerance
+}
+
+#[test]
+fn each_stall_is_one_incident_with_its_culprit_and_length() {
+    // One interpreter at a time: the stalls' lengths are measured against
+    // the fixture's own clock, and a second fixture's CPU-bound stalls on
+    // this 2-core machine hold the sampler up. Set before any thread of
+    // this test binary reads it.
+    std::env::set_var("PYINSPECT_TEST_JOBS", "1");
+    let _one_at_a_time = serial();
+    for_each_interpreter(
+        "watch stalls",
+        |_| true,
+        |interp| {
+            let fixture = Fixture::spawn(interp, "watch_stalls.py", &[]);
+            let pid = fixture.pid.to_string();
+            let mut w = Watcher::start(&[
+                "--pid",
+                &pid,
+                "--rate",
+                "250",
+                "--json",
+                "--loop-threshold",
+                "150ms",
+                "--gil-threshold",
+                "150ms",
+                "--stuck-threshold",
+                "250ms",
+                "--frozen-threshold",
+                "150ms",
+            ]);
+            w.wait_for("pyinspect: watching", Duration::from_secs(30));
+            let stalls: Value =
+                serde_json::from_str(&fixture.ask(libc::SIGUSR2, "STALLS ")).expect("STALLS json");
+            let (stdout, stderr) = w.finish(Duration::from_secs(30));
+            let incidents: Vec<Value> = stdout
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect();
+            let stalls = stalls.as_array().unwrap();
+            let mut problems = Vec::new();
+            for s in stalls {
+                let trigger = s["trigger"].as_str().unwrap();
+                let function = s["function"].as_str().unwrap();
+                let other = &s["other"];
+                let found: Vec<&Value> = incidents
+                    .iter()
+                    .filter(|i| {
+                        let f = i["culprit"]["function"].as_str();
+                        i["trigger"] == trigger
+                            && (f == Some(function) || f == other["function"].as_str())
+                    })
+                    .collect();
+                if found.len() != 1 {
+                    problems.push(format!(
+                        "{trigger} in {function}: {} incidents",
+                        found.len()
+                    ));
+                    continue;
+                }
+                let i = found[0];
+                let line = i["culprit"]["line"].as_u64();
+                let lines: Vec<u64> = match s["lines"].as_array() {
+                    Some(l) => l.iter().filter_map(Value::as_u64).collect(),
+                    None => vec![s["line"].as_u64().unwrap()],
+                };
+                let line_ok = match i["culprit"]["function"].as_str() {
+                    f if f == other["function"].as_str() => line == other["line"].as_u64(),
+                    _ => line.is_some_and(|l| lines.contains(&l)),
+                };
+                if !line_ok {
+                    problems.push(format!(
+                        "{trigger} in {function}: culprit line {line:?}, expected {lines:?}"
+                    ));
+                }
+                let want = s["duration"].as_f64().unwrap();
+                let got = i["duration_ms"].as_f64().unwrap();
+                let uncertainty = i["uncertainty_ms"].as_f64().unwrap();
+                if !close_enough(got, want, uncertainty) {
+                    problems.push(format!(
+                        "{trigger} in {function}: {got:.1} ms (± {uncertainty} ms), the fixture measured {:.1} ms",
+                        want * 1000.0
+                    ));
+                }
+                if let (Some(task), true) = (s["task"].as_str(), interp.at_least(3, 8)) {
+                    if i["culprit"]["task"].as_str() != Some(task) {
+                        problems.push(format!(
+                            "{trigger} in {function}: task {:?}, expected {task}",
+                            i["culprit"]["task"]
+                        ));
+                    }
+                }
+                if i["stack"].as_array().is_none_or(|f| f.is_empty()) || i["threads"].is_null() {
+                    problems.push(format!("{trigger} in {function}: no stack or threads"));
+                }
+            }
+            if incidents.len() != stalls.len() {
+                problems.push(format!(
+                    "{} incidents for {} stalls",
+                    incidents.len(),
+                    stalls.len()
+                ));
+            }
+            assert!(
+                problems.is_empty(),
+                "{}:\n  {}\nincidents:\n{}\nstalls: {}\nstderr:\n{stderr}",
+                interp.label,
+                problems.join("\n  "),
+                incidents
+                    .iter()
+                    .map(|i| format!(
+                        "  {} {} ms {}",
+                        i["trigger"], i["duration_ms"], i["culprit"]
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                serde_json::to_string(stalls).unwrap()
+            );
+        },
+    );
+}
+
+/// One HTTP/1.1 GET, answered 200.
+fn get(port: u16, path: &str) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "GET {path}: {answer}");
+}
+
+/// asyncio's own account (debug mode): each "Executing <Task ...
+/// name='Task-5' ...> took 0.251 seconds" as (task name, seconds, when it
+/// ended); a callback that is not a task ("<Handle cb(...)") by its name.
+fn asyncio_slow_callbacks(stderr: &str) -> Vec<(String, f64, f64)> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("Executing <") && l.contains(" took "))
+        .map(|l| {
+            let ended = l
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no time in {l}"));
+            let name = match l.split("name='").nth(1) {
+                Some(r) => r.split('\'').next().unwrap_or("").to_string(),
+                None => l
+                    .split("<Handle ")
+                    .nth(1)
+                    .and_then(|r| r.split('(').next())
+                    .unwrap_or("")
+                    .to_string(),
+            };
+            let secs = l
+                .rsplit(" took ")
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no duration in {l}"));
+            (name, secs, ended)
+        })
+        .collect()
+}
+
+/// The service in its interpreter (uvicorn and Starlette: .ci/asyncio-deps).
+fn service() -> Fixture {
+    let interp = find_interpreter("pyenv 3.12 (with .ci/asyncio-deps)", |i| {
+        i.label.starts_with("pyenv 3.12")
+    });
+    Fixture::spawn(interp, "asyncio_service.py", &[])
+}
+
+/// Loop incidents only: the other triggers' thresholds out of reach.
+const LOOP_ONLY: &[&str] = &[
+    "--rate",
+    "250",
+    "--json",
+    "--loop-threshold",
+    "100ms",
+    "--gil-threshold",
+    "3600",
+    "--stuck-threshold",
+    "3600",
+    "--frozen-threshold",
+    "3600",
+    "--max-incidents-per-minute",
+    "1000",
+];
+
+/// Every slow callback asyncio reports has one incident naming its task,
+/// within 20 ms of asyncio's own duration, and no incident is not one of
+/// them.
+fn check_against_asyncio(incidents: &[Value], slow: &[(String, f64, f64)], context: &str) {
+    let mut problems = Vec::new();
+    // The incident of a slow callback: the same task (or callback), ending
+    // within 50 ms of when asyncio logged it.
+    let same = |i: &Value, name: &str, ended: f64| {
+        let end = i["start_unix"].as_f64().unwrap() + i["duration_ms"].as_f64().unwrap() / 1000.0;
+        let named = match i["culprit"]["task"].as_str() {
+            Some(t) => t == name,
+            None => i["culprit"]["function"]
+                .as_str()
+                .is_some_and(|f| !name.is_empty() && f.ends_with(name)),
+        };
+        named && (end - ended).abs() < 0.050
+    };
+    for (name, secs, ended) in slow {
+        let found: Vec<&Value> = incidents.iter().filter(|i| same(i, name, *ended)).collect();
+        match found.as_slice() {
+            [i] => {
+                let got = i["duration_ms"].as_f64().unwrap() / 1000.0;
+                let unc = i["uncertainty_ms"].as_f64().unwrap() / 1000.0;
+                if (got - secs).abs() > 0.020f64.max(unc + 0.002) {
+                    problems.push(format!(
+                        "{name}: {:.1} ms (± {:.1}), asyncio says {:.1} ms",
+                        got * 1000.0,
+                        unc * 1000.0,
+                        secs * 1000.0
+                    ));
+                }
+            }
+            _ => problems.push(format!("{name}: {} incidents", found.len())),
+        }
+    }
+    for i in incidents {
+        if !slow.iter().any(|(n, _, e)| same(i, n, *e)) {
+            problems.push(format!("an incident asyncio did not report: {i}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\nasyncio: {slow:?}\n{context}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn loop_incidents_are_what_asyncio_debug_mode_reports() {
+    let _one_at_a_time = serial();
+    let fixture = service();
+    let port = fixture.ready["port"].as_u64().unwrap() as u16;
+    let pid = fixture.pid.to_string();
+    let mut args = vec!["--pid", pid.as_str()];
+    args.extend_from_slice(LOOP_ONLY);
+    let mut w = Watcher::start(&args);
+    w.wait_for("pyinspect: watching", Duration::from_secs(30));
+    let attached = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    // Lengths from 150 to 500 ms (a fixed pseudo-random sequence).
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let lengths: Vec<u64> = (0..8)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            150 + (x >> 33) % 350
+        })
+        .collect();
+    for ms in &lengths {
+        get(port, "/fast");
+        get(port, &format!("/block?ms={ms}"));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let stderr = fixture.stderr();
+    drop(fixture);
+    let (stdout, werr) = w.finish(Duration::from_secs(30));
+    let incidents: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // What asyncio reports once watch is attached (the server's own start
+    // can be slow on a loaded machine).
+    let slow: Vec<(String, f64, f64)> = asyncio_slow_callbacks(&stderr)
+        .into_iter()
+        .filter(|(_, secs, ended)| ended - secs > attached)
+        .collect();
+    let handlers = stderr
+        .lines()
+        .filter(|l| l.contains("run_asgi") && l.contains(" took "))
+        .count();
+    // Each blocking handler at least (on a loaded machine a fast one can
+    // be slow too, and then watch must report it as well).
+    assert!(
+        handlers >= lengths.len(),
+        "asyncio's warnings: {slow:?}\nservice stderr:\n{stderr}"
+    );
+    check_against_asyncio(&incidents, &slow, &werr);
+    for i in &incidents {
+        assert_eq!(i["trigger"], "loop_blocked", "{i}");
+    }
+}
