@@ -33,6 +33,8 @@ FIXTURES = ROOT / "bench" / "fixtures"
 PYINSPECT = ROOT / "target" / "release" / "pyinspect"
 PYSPY_VERSION = "0.4.3"
 DEFAULT_PYTHON = "/root/.pyenv/versions/3.12.1/bin/python"
+# .ci/torch-workload's venv (torch from PyPI, CUDA wheel) for torch-native.
+TORCH_PYTHON = os.path.join(os.environ.get("PYINSPECT_TORCH_VENV", "/opt/pyinspect-torch/venv"), "bin", "python")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -153,7 +155,7 @@ class Target:
     """A fixture program; it prints "ready" when set up and may answer
     requests written to its stdin, one line each."""
 
-    def __init__(self, python, script, *args):
+    def __init__(self, python, script, *args, ready_timeout=30):
         self.proc = subprocess.Popen(
             [python, str(FIXTURES / script), *map(str, args)],
             stdin=subprocess.PIPE,
@@ -161,7 +163,7 @@ class Target:
             text=True,
         )
         self.pid = self.proc.pid
-        line = self.read_line(30)
+        line = self.read_line(ready_timeout)
         if line != "ready":
             self.stop()
             raise RuntimeError(f"fixture {script} did not start (said {line!r})")
@@ -467,6 +469,134 @@ class Bench:
                          f"{med['idle']:.1f} ms without a dump",
                          {"gap_ms": {"pyinspect": results["ours"], "py-spy": results["theirs"],
                                      "no dump": results["idle"]}})
+
+    def evict(self, pid):
+        """Drop what the page cache holds of the files `pid` maps and no
+        process has mapped (symbol tables, string tables, debug files'
+        sections): what a first dump after boot, or after the cache went
+        to other work, reads from disk."""
+        paths = set()
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    paths.add(parts[5].strip())
+        for p in paths:
+            try:
+                fd = os.open(p, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+    def record_over_time(self, cmd, secs):
+        """Run a record to its end, its RSS polled every second; (RSS MiB
+        over time, CPU seconds, peak RSS MiB, exit status, stderr)."""
+        err = tempfile.TemporaryFile()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        rss = []
+        deadline = time.monotonic() + secs + 120
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            rss.append(int(line.split()[1]) / 1024)
+            except OSError:
+                pass
+            done, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if done:
+                break
+        else:
+            proc.kill()
+            done, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+        return rss, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode, text
+
+    def torch_native(self):
+        """--native at inference scale (issue 20): a PyTorch worker
+        (bench/fixtures/torch_native.py) under .ci/torch-workload's venv.
+        dump --native cold (page cache of the mapped files evicted before
+        each run) and warm: wall and peak RSS; record --native at 100 Hz
+        (10 min, 1 with --quick): RSS over time, CPU per scheduled tick,
+        and the target's longest hold (largest tick gap of a 0.5 ms ticker
+        thread during the record, less the largest over as long a window
+        without one). pyinspect and py-spy side by side."""
+        if not Path(TORCH_PYTHON).exists():
+            raise Skip(f"{TORCH_PYTHON} is missing: run .ci/torch-workload")
+        cold_runs, warm_runs = (2, 3) if self.quick else (3, 10)
+        secs = 60 if self.quick else 600
+        try:
+            t = Target(TORCH_PYTHON, "torch_native.py", ready_timeout=300)
+        except RuntimeError as e:
+            raise Skip(str(e))
+        r = self.results
+        names = {"ours": "pyinspect", "theirs": "py-spy"}
+        with t:
+            args = ["dump", "--native", "--pid", t.pid]
+            self.probe(self.ours(*args), "pyinspect dump --native")
+            for label, runs, cold in (("cold", cold_runs, True), ("warm", warm_runs, False)):
+                walls = {"ours": [], "theirs": []}
+                rss = {"ours": [], "theirs": []}
+                for _ in range(runs):
+                    for who in ("ours", "theirs"):
+                        if cold:
+                            self.evict(t.pid)
+                        cmd = self.ours(*args) if who == "ours" else self.theirs(*args)
+                        m = run_measured(cmd, timeout=300)
+                        if m.rc != 0:
+                            raise Skip(f"{names[who]} dump --native failed: {first_line(m.err)}")
+                        walls[who].append(m.wall * 1000)
+                        rss[who].append(m.rss_mib)
+                wall = {k: statistics.median(v) for k, v in walls.items()}
+                mem = {k: statistics.median(v) for k, v in rss.items()}
+                note = f"median of {runs}" + (", page cache of the mapped files evicted" if cold else "")
+                r.add(f"torch-native dump {label} wall", wall["ours"], wall["theirs"], "<= 300 ms",
+                      verdict(wall["ours"] <= 300), "ms", note, {names[k]: v for k, v in walls.items()})
+                r.add(f"torch-native dump {label} peak RSS", mem["ours"], mem["theirs"], "<= 100 MiB",
+                      verdict(mem["ours"] <= 100), "MiB", note, {names[k]: v for k, v in rss.items()})
+            # The ticker's own noise over a window as long as a record.
+            t.ask("reset", 5)
+            time.sleep(min(secs, 30))
+            idle_gap = float(t.ask("max", 5) or "nan")
+            rec = {}
+            for who in ("ours", "theirs"):
+                out = self.tmp / f"torch-rec-{who}.txt"
+                if who == "ours":
+                    cmd = self.ours("record", "--native", "--rate", 100, "-d", secs, "-f", "raw",
+                                    "-o", out, "--pid", t.pid)
+                else:
+                    cmd = self.theirs("record", "--native", "-r", 100, "-d", secs, "-f", "raw",
+                                      "-o", out, "--pid", t.pid)
+                t.ask("reset", 5)
+                rss, cpu, peak, rc, err = self.record_over_time(cmd, secs)
+                gap = float(t.ask("max", 5) or "nan")
+                if rc != 0 and who == "ours":
+                    raise Skip(f"pyinspect record --native failed: {first_line(err)}")
+                rec[who] = {"rss": rss, "cpu": cpu, "peak": peak, "gap": gap, "rc": rc}
+        ticks = 100 * secs
+        ours, theirs = rec["ours"], rec["theirs"]
+        # RSS once warmed up: at 60 s (at half time in a --quick record of a minute).
+        settle = min(60, secs // 2)
+        minute = lambda v: v[min(settle - 1, len(v) - 1)] if v else float("nan")  # noqa: E731
+        detail = {names[k]: v["rss"] for k, v in rec.items()}
+        r.add("torch-native record peak RSS", ours["peak"], theirs["peak"], "<= 150 MiB",
+              verdict(ours["peak"] <= 150), "MiB", f"record --native at 100 Hz for {secs} s", detail)
+        growth = (ours["rss"][-1] - minute(ours["rss"])) if ours["rss"] else float("nan")
+        their_growth = (theirs["rss"][-1] - minute(theirs["rss"])) if theirs["rss"] else float("nan")
+        r.add("torch-native record RSS growth", growth, their_growth, "flat after 1 min",
+              verdict(growth <= 5), "MiB", f"last RSS less the RSS at {settle} s (polled every second)")
+        r.add("torch-native record CPU/tick", ours["cpu"] / ticks * 1e6, theirs["cpu"] / ticks * 1e6,
+              "for reading", "-", "us", f"whole-run CPU / (100 Hz x {secs} s)")
+        r.add("torch-native record longest hold", ours["gap"] - idle_gap, theirs["gap"] - idle_gap,
+              "<= 20 ms", verdict(ours["gap"] - idle_gap <= 20), "ms",
+              f"largest tick gap during the record less {idle_gap:.1f} ms without one",
+              {"gap_ms": {"pyinspect": ours["gap"], "py-spy": theirs["gap"], "no record": idle_gap}})
 
     def native_gdb_agreement(self):
         """The gdb oracle (tests/native_gdb.rs): its agreement table."""
@@ -1046,6 +1176,7 @@ SCENARIOS = [
     ("dump-10k-tasks", Bench.dump_10k_tasks),
     ("dump-native-3threads", Bench.dump_native_3threads),
     ("dump-native-pause", Bench.dump_native_pause),
+    ("torch-native", Bench.torch_native),
     ("dump-core", Bench.dump_core),
     ("native-gdb-agreement", Bench.native_gdb_agreement),
     ("machine-floor", Bench.machine_floor),
@@ -1121,7 +1252,8 @@ def find_pystack():
 def find_pyspy(python):
     """py-spy 0.4.3 from PATH or next to the target Python; else pip-install
     it into that Python (pyenv's, so no system packages are touched)."""
-    candidates = [shutil.which("py-spy"), str(Path(python).parent / "py-spy")]
+    candidates = [shutil.which("py-spy"), str(Path(python).parent / "py-spy"),
+                  str(Path(TORCH_PYTHON).parent / "py-spy")]
     candidates += sorted(str(p) for p in Path("/root/.pyenv/versions").glob("*/bin/py-spy"))
     for c in candidates:
         if c and Path(c).exists() and pyspy_version(c) == PYSPY_VERSION:

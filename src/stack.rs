@@ -223,6 +223,10 @@ pub enum NameSource {
     /// `/proc/PID/task/TID/comm`: what the program (or, on 3.14+, Python
     /// itself) set with `pthread_setname_np`, else the process's name.
     Os,
+    /// The thread pool whose worker loop the native stack starts in
+    /// (`OpenMP worker (libgomp)`), for a thread Python does not know whose
+    /// OS name is only the process's.
+    Stack,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

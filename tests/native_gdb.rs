@@ -12,7 +12,8 @@
 //! thread's start excepted), merges right in at least 99% of the dumps.
 //!
 //! The wheels (numpy, scipy, tokenizers, onnx, onnxruntime) come from
-//! `.ci/native-workloads`; Debian sid's interpreters from `.ci/sid-pythons`.
+//! `.ci/native-workloads`; torch (in a venv of pyenv's 3.12) from
+//! `.ci/torch-workload`; Debian sid's interpreters from `.ci/sid-pythons`.
 
 mod common;
 
@@ -835,11 +836,14 @@ fn debian_without_dbg() -> Interpreter {
 
 fn spawn(interp: &Interpreter, mode: &str) -> Fixture {
     let dir = built().to_str().unwrap().to_string();
+    // Importing torch and running the model once takes a while on a
+    // loaded machine.
+    let ready = if mode == "torch" { 300 } else { 90 };
     Fixture::spawn_with_timeout(
         interp,
         "native/gdb_workloads.py",
         &[mode, &dir],
-        Duration::from_secs(90),
+        Duration::from_secs(ready),
     )
 }
 
@@ -881,5 +885,46 @@ fn wheel_workloads_agree_with_gdb() {
         .iter()
         .map(|m| oracle(&format!("{m} on {}", i.label), &spawn(&i, m), repeats()))
         .collect();
+    check(&rows);
+}
+
+/// PyTorch at inference scale (issue 20) on pyenv's 3.12, from
+/// `.ci/torch-workload`'s venv: python_fixtures/torch_worker.py's worker in
+/// libtorch_cpu (448 MB, some 450,000 C++ function symbols, named through
+/// the lean symbol index), its OpenMP worker and XNNPACK's pthreadpool
+/// threads, with libtorch_cuda and the nvidia libraries mapped.
+#[test]
+fn torch_worker_agrees_with_gdb() {
+    let mut i = matrix("pyenv's 3.12", (3, 12), "pyenv");
+    let venv = std::env::var("PYINSPECT_TORCH_VENV")
+        .unwrap_or_else(|_| "/opt/pyinspect-torch/venv".to_string());
+    let python = Path::new(&venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run .ci/torch-workload",
+        python.display()
+    );
+    i.python = python;
+    i.label = "pyenv's 3.12 (torch venv)".to_string();
+    let fixture = spawn(&i, "torch");
+    let rows = vec![oracle(
+        &format!("torch on {}", i.label),
+        &fixture,
+        repeats(),
+    )];
+    // The pool threads, which all carry the process's name, named by their
+    // worker loop.
+    let dump = dump_json(fixture.pid, &["--native-all"]).remove(0);
+    let pools: Vec<String> = dump["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| t["name_source"] == "stack")
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        pools.iter().any(|n| n == "OpenMP worker (libgomp)"),
+        "pool threads named {pools:?}"
+    );
     check(&rows);
 }

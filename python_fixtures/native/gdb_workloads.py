@@ -15,6 +15,9 @@ MODE:
               (Rust, rayon)
   onnx        onnxruntime running a tiny model built with onnx.helper
               (C++ thread pool)
+  torch       python_fixtures/torch_worker.py's PyTorch worker (run with
+              .ci/torch-workload's venv): libtorch_cpu's C++, OpenMP and
+              pthreadpool threads
 
 Prints `READY {...}` once every thread is in place; lives until killed.
 """
@@ -122,6 +125,16 @@ def run_onnx():
     loop_in_thread(lambda: sess.run(None, {"X": x}))
 
 
+def run_torch():
+    import torch_worker
+
+    # Importing torch, gdb reading libtorch's symbols and the dumps take
+    # longer than the default lifetime on a loaded machine (the test kills
+    # the fixture when it is done).
+    fu.LIFETIME_SECONDS = 900.0
+    torch_worker.start_worker()
+
+
 def main():
     fu.install_ping()
     {
@@ -130,6 +143,7 @@ def main():
         "svd": run_svd,
         "tokenizers": run_tokenizers,
         "onnx": run_onnx,
+        "torch": run_torch,
     }[MODE]()
     fu.ready({"mode": MODE})
     while not fu.expired():

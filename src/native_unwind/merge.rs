@@ -400,7 +400,7 @@ fn drop_outer_start<F>(mut frames: Vec<Merged<F>>, keep_all: bool) -> Vec<Merged
 }
 
 /// Modules of the C runtime, which every stack passes through.
-fn is_runtime_module(module: &str) -> bool {
+pub(crate) fn is_runtime_module(module: &str) -> bool {
     [
         "libc.so",
         "libc-",

@@ -13,7 +13,9 @@ mod callsites;
 mod merge;
 mod module;
 mod names;
+pub(crate) mod pools;
 pub(crate) mod scan;
+mod symbols;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -312,14 +314,6 @@ impl NativeUnwinder {
         r
     }
 
-    /// Load every module now, while no thread is stopped: a first unwind
-    /// would otherwise read and parse them with the threads held.
-    pub(crate) fn preload(&mut self) {
-        for i in 0..self.modules.len() {
-            let _ = self.loaded(i);
-        }
-    }
-
     /// Load module `i` on first use; None when it cannot be used.
     fn loaded(&mut self, i: usize) -> Option<&mut LoadedModule> {
         if matches!(self.modules[i].state, LoadState::NotLoaded) {
@@ -526,6 +520,12 @@ impl NativeUnwinder {
         // code without DWARF: no tail call in between. So is a call to
         // H's PLT stub from another library.
         let c_lm = self.loaded(ci)?;
+        // Without the caller's DWARF there are no call-site records to
+        // find a chain in: nothing more to look at (and no need to index a
+        // big library's names for the stub check below).
+        if !c_lm.may_have_lines(debug_files) {
+            return None;
+        }
         let ret = caller.ip.wrapping_sub(c_lm.bias);
         let called = c_lm.direct_call_target(ret);
         if ci == hi && called == Some(h) {

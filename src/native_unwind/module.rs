@@ -10,7 +10,8 @@ use std::sync::Arc;
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
 
 use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, SymbolKind};
+use super::symbols::SymbolIndex;
+use object::{Object, ObjectSection, ObjectSegment};
 
 /// The bytes of a module or debug file: a copy read from the file (never a
 /// mapping: a file truncated under a mapping faults with SIGBUS), or from the
@@ -67,7 +68,7 @@ impl Backing {
 
     /// The file bytes at `off..off + len`: borrowed when present, else read
     /// from the file (a lazily read section); None when out of bounds.
-    fn range(&self, off: u64, len: u64) -> Option<Cow<'_, [u8]>> {
+    pub(super) fn range(&self, off: u64, len: u64) -> Option<Cow<'_, [u8]>> {
         let end = off.checked_add(len)?;
         let present = |r: &Range<u64>| r.start <= off && end <= r.end;
         match self {
@@ -85,8 +86,11 @@ impl Backing {
     }
 }
 
-/// Whether a section is read when its file is opened: all but code, data
-/// and DWARF (read on first use; `.debug_frame` is CFI and needed at once).
+/// Whether a section is read when its file is opened: headers, notes (the
+/// build id), `.gnu_debuglink`, CFI and the PLT. Symbol, string and
+/// relocation tables are streamed from the file while the symbol index is
+/// built, and names read from it on lookup (see [`super::symbols`]); code,
+/// data and DWARF are read on first use.
 fn wanted_eagerly(name: &[u8], kind: u32, flags: u64) -> bool {
     use object::elf::*;
     // (GNU-style `.zdebug_*`, from old toolchains, are read at once:
@@ -94,25 +98,13 @@ fn wanted_eagerly(name: &[u8], kind: u32, flags: u64) -> bool {
     if name.starts_with(b".debug_") {
         return name == b".debug_frame";
     }
-    if flags & u64::from(SHF_ALLOC) == 0 {
-        return true;
-    }
-    matches!(
-        kind,
-        SHT_NOTE
-            | SHT_DYNSYM
-            | SHT_DYNAMIC
-            | SHT_RELA
-            | SHT_REL
-            | SHT_HASH
-            | SHT_GNU_HASH
-            | SHT_GNU_VERSYM
-            | SHT_GNU_VERDEF
-            | SHT_GNU_VERNEED
-    ) || (kind == SHT_STRTAB && flags & u64::from(SHF_EXECINSTR) == 0)
+    kind == SHT_NOTE
+        || kind == SHT_DYNAMIC
+        || name == b".gnu_debuglink"
+        || name.starts_with(b".zdebug_")
         || name == b".eh_frame"
         || name == b".eh_frame_hdr"
-        || name.starts_with(b".plt")
+        || (name.starts_with(b".plt") && flags & u64::from(SHF_ALLOC) != 0)
 }
 
 /// A section inside a [`Backing`], handed to framehop without copying.
@@ -142,197 +134,6 @@ enum CfiCoverage {
     /// FDE ranges (svma, sorted) for `.eh_frame` without a header or `.debug_frame`.
     Ranges(Vec<(u64, u64)>),
     None,
-}
-
-struct Sym {
-    start: u64,
-    size: u64,
-    name: Range<u32>,
-    exported: bool,
-}
-
-/// Function symbols of `.symtab` and `.dynsym` (and the debug file's `.symtab`),
-/// sorted by address; names live in one arena.
-#[derive(Default)]
-struct Symbols {
-    syms: Vec<Sym>,
-    names: String,
-}
-
-impl Symbols {
-    fn add_from(&mut self, file: &object::File, want_static: bool) {
-        let mut push = |sym: object::Symbol, exported: bool| {
-            if !matches!(sym.kind(), SymbolKind::Text) || !sym.is_definition() {
-                return;
-            }
-            let Ok(name) = sym.name() else { return };
-            if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
-                return;
-            }
-            let start = self.names.len() as u32;
-            self.names.push_str(name);
-            self.syms.push(Sym {
-                start: sym.address(),
-                size: sym.size(),
-                name: start..self.names.len() as u32,
-                exported,
-            });
-        };
-        for s in file.dynamic_symbols() {
-            let exported = s.is_global() || s.is_weak();
-            push(s, exported);
-        }
-        if want_static {
-            for s in file.symbols() {
-                push(s, false);
-            }
-        }
-    }
-
-    fn push_named(&mut self, start: u64, size: u64, name: &str) {
-        if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
-            return;
-        }
-        let b = self.names.len() as u32;
-        self.names.push_str(name);
-        self.syms.push(Sym {
-            start,
-            size,
-            name: b..self.names.len() as u32,
-            exported: false,
-        });
-    }
-
-    /// PLT stubs as `func@plt`, as gdb names them: each stub's
-    /// `jmp *GOT(%rip)` names its GOT slot, whose dynamic relocation names
-    /// the function; a lazy-binding stub without one (`push index`) is named
-    /// by its index into `.rela.plt`.
-    fn add_plt(&mut self, file: &object::File) {
-        let Some(dynsyms) = file.dynamic_symbol_table() else {
-            return;
-        };
-        let mut by_slot: HashMap<u64, String> = HashMap::new();
-        let mut jump_slots: Vec<String> = Vec::new();
-        if let Some(relocs) = file.dynamic_relocations() {
-            for (offset, r) in relocs.take(1 << 20) {
-                let object::RelocationTarget::Symbol(idx) = r.target() else {
-                    continue;
-                };
-                let Some(name) = dynsyms
-                    .symbol_by_index(idx)
-                    .ok()
-                    .and_then(|s| s.name().ok().map(str::to_string))
-                else {
-                    continue;
-                };
-                if matches!(
-                    r.flags(),
-                    object::RelocationFlags::Elf {
-                        r_type: object::elf::R_X86_64_JUMP_SLOT
-                    }
-                ) {
-                    jump_slots.push(name.clone());
-                }
-                by_slot.insert(offset, name);
-            }
-        }
-        if by_slot.is_empty() {
-            return;
-        }
-        for sec_name in [".plt", ".plt.sec", ".plt.got"] {
-            let Some(sec) = file.section_by_name(sec_name) else {
-                continue;
-            };
-            let Ok(data) = sec.data() else { continue };
-            let base = sec.address();
-            let ibt = data.starts_with(&[0xF3, 0x0F, 0x1E, 0xFA]);
-            let entsize = if sec_name == ".plt.got" && !ibt {
-                8
-            } else {
-                16
-            };
-            for (i, entry) in data.chunks_exact(entsize).enumerate().take(1 << 20) {
-                let at = base + (i * entsize) as u64;
-                let jmp = entry.windows(2).position(|w| w == [0xFF, 0x25]);
-                let name = match jmp {
-                    Some(p) if p + 6 <= entry.len() => {
-                        let disp = i32::from_le_bytes([
-                            entry[p + 2],
-                            entry[p + 3],
-                            entry[p + 4],
-                            entry[p + 5],
-                        ]) as i64;
-                        let slot = at.wrapping_add((p + 6) as u64).wrapping_add(disp as u64);
-                        by_slot.get(&slot).cloned()
-                    }
-                    _ => entry
-                        .iter()
-                        .position(|&b| b == 0x68)
-                        .filter(|&p| p + 5 <= entry.len())
-                        .and_then(|p| {
-                            let n = u32::from_le_bytes([
-                                entry[p + 1],
-                                entry[p + 2],
-                                entry[p + 3],
-                                entry[p + 4],
-                            ]) as usize;
-                            jump_slots.get(n).cloned()
-                        }),
-                };
-                if let Some(n) = name {
-                    let n = n.split('@').next().unwrap_or(&n).to_string();
-                    self.push_named(at, entsize as u64, &format!("{n}@plt"));
-                }
-            }
-        }
-    }
-
-    /// Sort so that, among symbols at one address, the best name comes first:
-    /// exported (the public name of an aliased function), then fewer leading
-    /// underscores (`read` over `__libc_read`), then a known size.
-    fn finish(&mut self) {
-        let names = &self.names;
-        self.syms.sort_by_cached_key(|s| {
-            let n = &names[s.name.start as usize..s.name.end as usize];
-            let underscores = n.bytes().take_while(|&b| b == b'_').count();
-            (s.start, !s.exported, underscores, s.size == 0)
-        });
-        // Keep the best name per address, with the largest size any alias
-        // declares (they all describe the same function).
-        let mut out: Vec<Sym> = Vec::with_capacity(self.syms.len());
-        for s in self.syms.drain(..) {
-            match out.last_mut() {
-                Some(l) if l.start == s.start => l.size = l.size.max(s.size),
-                _ => out.push(s),
-            }
-        }
-        self.syms = out;
-    }
-
-    /// The function containing `svma`. A symbol without a size only counts
-    /// when it is the nearest one below and nothing else intervenes; a sized
-    /// symbol must contain the address, so that a stripped static function
-    /// is shown as module+offset rather than as its exported neighbour.
-    fn lookup(&self, svma: u64) -> Option<&Sym> {
-        let i = self
-            .syms
-            .partition_point(|s| s.start <= svma)
-            .checked_sub(1)?;
-        let s = &self.syms[i];
-        if s.size != 0 && svma >= s.start.saturating_add(s.size) {
-            return None;
-        }
-        // An unsized marker such as `_init` would otherwise swallow the PLT
-        // and everything up to the next symbol: cover a page at most.
-        if s.size == 0 && svma - s.start >= UNSIZED_SYMBOL_SPAN {
-            return None;
-        }
-        Some(s)
-    }
-
-    fn name(&self, s: &Sym) -> &str {
-        &self.names[s.name.start as usize..s.name.end as usize]
-    }
 }
 
 /// Demangle C++ (Itanium) and Rust names; C names come back unchanged.
@@ -523,8 +324,9 @@ pub(crate) struct LoadedModule {
     /// Paths tried for a separate debug file (computed at load, opened lazily).
     debug_candidates: Vec<(String, Option<Vec<u8>>)>,
     has_symtab: bool,
+    has_dwarf: bool,
     debug: Option<Option<Arc<Backing>>>,
-    symbols: Option<Symbols>,
+    symbols: Option<SymbolIndex>,
     names: HashMap<u64, Option<(Arc<str>, bool)>>,
     dwarf: Option<Option<DwarfCtx>>,
     lines: HashMap<u64, Arc<[LineFrame]>>,
@@ -544,8 +346,6 @@ const UNITS_MAX: usize = 1024;
 /// Bound on per-address caches, so a long `record` over code that keeps
 /// moving cannot grow them without limit.
 pub(crate) const CACHE_MAX: usize = 1 << 16;
-/// How far past an unsized symbol an address may still be named after it.
-const UNSIZED_SYMBOL_SPAN: u64 = 4096;
 
 impl LoadedModule {
     /// Parse `bytes` (the module's file) mapped with file offset `map_offset`
@@ -682,6 +482,7 @@ impl LoadedModule {
                 expr_cache: HashMap::new(),
                 debug_candidates,
                 has_symtab,
+                has_dwarf,
                 debug: None,
                 symbols: None,
                 names: HashMap::new(),
@@ -840,47 +641,43 @@ impl LoadedModule {
         found
     }
 
-    /// (demangled name, exported) of the function containing `svma`; cached.
-    fn symbols(&mut self) -> &Symbols {
+    /// The module's symbol index, built on first use: its own `.dynsym`,
+    /// `.symtab` and PLT; without `.symtab`, MiniDebugInfo's and the
+    /// separate debug file's `.symtab` too.
+    fn symbols(&mut self) -> &SymbolIndex {
         if self.symbols.is_none() {
-            let mut s = Symbols::default();
-            let mut minidebug = None;
-            if let Ok(obj) = object::File::parse(&**self.bytes) {
-                s.add_from(&obj, true);
-                s.add_plt(&obj);
-                if !self.has_symtab {
-                    minidebug = obj
-                        .section_by_name(".gnu_debugdata")
-                        .and_then(|sec| sec.data().ok().and_then(unxz));
-                }
-            }
-            // MiniDebugInfo: an xz-compressed ELF file holding the static
-            // function symbols that stripping removed (Fedora, RHEL, some
-            // wheels' bundled libraries).
-            if let Some(bytes) = minidebug {
-                if let Ok(obj) = object::File::parse(&bytes[..]) {
-                    s.add_from(&obj, true);
-                }
-            }
+            let mut s = SymbolIndex::default();
+            s.add_file(&self.bytes, true, true);
             if !self.has_symtab {
+                // MiniDebugInfo: an xz-compressed ELF file holding the
+                // static function symbols that stripping removed (Fedora,
+                // RHEL, some wheels' bundled libraries).
+                let minidebug = object::File::parse(&**self.bytes).ok().and_then(|obj| {
+                    let sec = obj.section_by_name(".gnu_debugdata")?;
+                    let (off, len) = sec.file_range()?;
+                    self.bytes.range(off, len).and_then(|b| unxz(&b))
+                });
+                if let Some(bytes) = minidebug {
+                    s.add_file(&Arc::new(Backing::Owned(bytes)), true, false);
+                }
                 if let Some(d) = self.debug_file() {
-                    if let Ok(obj) = object::File::parse(&**d) {
-                        s.add_from(&obj, true);
-                    }
+                    s.add_file(&d, true, false);
                 }
             }
             s.finish();
             self.symbols = Some(s);
         }
-        self.symbols.get_or_insert_with(Symbols::default)
+        self.symbols.get_or_insert_with(SymbolIndex::default)
     }
 
     /// Start (svma) of the sized or nearest function symbol covering `svma`.
     pub(crate) fn function_start(&mut self, svma: u64) -> Option<u64> {
-        self.symbols().lookup(svma).map(|s| s.start)
+        self.symbols().lookup(svma).map(|f| f.start)
     }
 
     /// (demangled name, exported) of the function containing `svma`; cached.
+    /// The name is read from the file and demangled here, on the first
+    /// lookup of the address: only frames that are unwound ask.
     pub(crate) fn symbol(&mut self, svma: u64) -> Option<(Arc<str>, bool)> {
         if let Some(n) = self.names.get(&svma) {
             return n.clone();
@@ -888,12 +685,19 @@ impl LoadedModule {
         let syms = self.symbols();
         let r = syms
             .lookup(svma)
-            .map(|s| (Arc::<str>::from(demangle(syms.name(s))), s.exported));
+            .and_then(|f| syms.name(&f))
+            .map(|(n, exported)| (Arc::<str>::from(demangle(&n)), exported));
         if self.names.len() >= CACHE_MAX {
             self.names.clear();
         }
         self.names.insert(svma, r.clone());
         r
+    }
+
+    /// Whether DWARF may be found for this module: its own, or with
+    /// `debug_files`, a separate debug file's (not opened here).
+    pub(crate) fn may_have_lines(&self, debug_files: bool) -> bool {
+        self.has_dwarf || (debug_files && !self.debug_candidates.is_empty())
     }
 
     /// Drop DWARF state so the next lookup decides afresh where DWARF comes from.
@@ -1040,46 +844,8 @@ impl LoadedModule {
     /// or several at different addresses, have that name. The table is
     /// built on first use (only the tail-call search asks).
     pub(crate) fn function_by_name(&mut self, name: &str) -> Option<u64> {
-        // Most targets are a function's shown name (the exported one): the
-        // table the module has already built, without building another.
-        let syms = self.symbols();
-        let mut hits = syms.syms.iter().filter(|s| syms.name(s) == name);
-        if let Some(first) = hits.next() {
-            let start = first.start;
-            return hits.all(|s| s.start == start).then_some(start);
-        }
         if self.by_name.is_none() {
-            let mut map: HashMap<Box<str>, Option<u64>> = HashMap::new();
-            let mut add = |obj: &object::File| {
-                for s in obj.dynamic_symbols().chain(obj.symbols()) {
-                    if !matches!(s.kind(), SymbolKind::Text) || !s.is_definition() {
-                        continue;
-                    }
-                    let (Ok(n), a) = (s.name(), s.address()) else {
-                        continue;
-                    };
-                    if n.is_empty() || a == 0 {
-                        continue;
-                    }
-                    map.entry(n.into())
-                        .and_modify(|v| {
-                            if *v != Some(a) {
-                                *v = None
-                            }
-                        })
-                        .or_insert(Some(a));
-                }
-            };
-            if let Ok(obj) = object::File::parse(&**self.bytes) {
-                add(&obj);
-            }
-            if !self.has_symtab {
-                if let Some(d) = self.debug_file() {
-                    if let Ok(obj) = object::File::parse(&**d) {
-                        add(&obj);
-                    }
-                }
-            }
+            let map = self.symbols().by_name();
             self.by_name = Some(map);
         }
         self.by_name.as_ref()?.get(name).copied().flatten()
@@ -1266,7 +1032,203 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::super::symbols::UNSIZED_SYMBOL_SPAN;
     use super::*;
+    use object::{ObjectSymbol, ObjectSymbolTable, SymbolKind};
+
+    // The symbol table as it was built before the lean index: every name
+    // copied into an arena, sorted, the best alias kept per address. The
+    // reference the index is checked against.
+    struct Sym {
+        start: u64,
+        size: u64,
+        name: Range<u32>,
+        exported: bool,
+    }
+
+    /// Function symbols of `.symtab` and `.dynsym` (and the debug file's `.symtab`),
+    /// sorted by address; names live in one arena.
+    #[derive(Default)]
+    struct Symbols {
+        syms: Vec<Sym>,
+        names: String,
+    }
+
+    impl Symbols {
+        fn add_from(&mut self, file: &object::File, want_static: bool) {
+            let mut push = |sym: object::Symbol, exported: bool| {
+                if !matches!(sym.kind(), SymbolKind::Text) || !sym.is_definition() {
+                    return;
+                }
+                let Ok(name) = sym.name() else { return };
+                if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
+                    return;
+                }
+                let start = self.names.len() as u32;
+                self.names.push_str(name);
+                self.syms.push(Sym {
+                    start: sym.address(),
+                    size: sym.size(),
+                    name: start..self.names.len() as u32,
+                    exported,
+                });
+            };
+            for s in file.dynamic_symbols() {
+                let exported = s.is_global() || s.is_weak();
+                push(s, exported);
+            }
+            if want_static {
+                for s in file.symbols() {
+                    push(s, false);
+                }
+            }
+        }
+
+        fn push_named(&mut self, start: u64, size: u64, name: &str) {
+            if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
+                return;
+            }
+            let b = self.names.len() as u32;
+            self.names.push_str(name);
+            self.syms.push(Sym {
+                start,
+                size,
+                name: b..self.names.len() as u32,
+                exported: false,
+            });
+        }
+
+        /// PLT stubs as `func@plt`, as gdb names them: each stub's
+        /// `jmp *GOT(%rip)` names its GOT slot, whose dynamic relocation names
+        /// the function; a lazy-binding stub without one (`push index`) is named
+        /// by its index into `.rela.plt`.
+        fn add_plt(&mut self, file: &object::File) {
+            let Some(dynsyms) = file.dynamic_symbol_table() else {
+                return;
+            };
+            let mut by_slot: HashMap<u64, String> = HashMap::new();
+            let mut jump_slots: Vec<String> = Vec::new();
+            if let Some(relocs) = file.dynamic_relocations() {
+                for (offset, r) in relocs.take(1 << 20) {
+                    let object::RelocationTarget::Symbol(idx) = r.target() else {
+                        continue;
+                    };
+                    let Some(name) = dynsyms
+                        .symbol_by_index(idx)
+                        .ok()
+                        .and_then(|s| s.name().ok().map(str::to_string))
+                    else {
+                        continue;
+                    };
+                    if matches!(
+                        r.flags(),
+                        object::RelocationFlags::Elf {
+                            r_type: object::elf::R_X86_64_JUMP_SLOT
+                        }
+                    ) {
+                        jump_slots.push(name.clone());
+                    }
+                    by_slot.insert(offset, name);
+                }
+            }
+            if by_slot.is_empty() {
+                return;
+            }
+            for sec_name in [".plt", ".plt.sec", ".plt.got"] {
+                let Some(sec) = file.section_by_name(sec_name) else {
+                    continue;
+                };
+                let Ok(data) = sec.data() else { continue };
+                let base = sec.address();
+                let ibt = data.starts_with(&[0xF3, 0x0F, 0x1E, 0xFA]);
+                let entsize = if sec_name == ".plt.got" && !ibt {
+                    8
+                } else {
+                    16
+                };
+                for (i, entry) in data.chunks_exact(entsize).enumerate().take(1 << 20) {
+                    let at = base + (i * entsize) as u64;
+                    let jmp = entry.windows(2).position(|w| w == [0xFF, 0x25]);
+                    let name = match jmp {
+                        Some(p) if p + 6 <= entry.len() => {
+                            let disp = i32::from_le_bytes([
+                                entry[p + 2],
+                                entry[p + 3],
+                                entry[p + 4],
+                                entry[p + 5],
+                            ]) as i64;
+                            let slot = at.wrapping_add((p + 6) as u64).wrapping_add(disp as u64);
+                            by_slot.get(&slot).cloned()
+                        }
+                        _ => entry
+                            .iter()
+                            .position(|&b| b == 0x68)
+                            .filter(|&p| p + 5 <= entry.len())
+                            .and_then(|p| {
+                                let n = u32::from_le_bytes([
+                                    entry[p + 1],
+                                    entry[p + 2],
+                                    entry[p + 3],
+                                    entry[p + 4],
+                                ]) as usize;
+                                jump_slots.get(n).cloned()
+                            }),
+                    };
+                    if let Some(n) = name {
+                        let n = n.split('@').next().unwrap_or(&n).to_string();
+                        self.push_named(at, entsize as u64, &format!("{n}@plt"));
+                    }
+                }
+            }
+        }
+
+        /// Sort so that, among symbols at one address, the best name comes first:
+        /// exported (the public name of an aliased function), then fewer leading
+        /// underscores (`read` over `__libc_read`), then a known size.
+        fn finish(&mut self) {
+            let names = &self.names;
+            self.syms.sort_by_cached_key(|s| {
+                let n = &names[s.name.start as usize..s.name.end as usize];
+                let underscores = n.bytes().take_while(|&b| b == b'_').count();
+                (s.start, !s.exported, underscores, s.size == 0)
+            });
+            // Keep the best name per address, with the largest size any alias
+            // declares (they all describe the same function).
+            let mut out: Vec<Sym> = Vec::with_capacity(self.syms.len());
+            for s in self.syms.drain(..) {
+                match out.last_mut() {
+                    Some(l) if l.start == s.start => l.size = l.size.max(s.size),
+                    _ => out.push(s),
+                }
+            }
+            self.syms = out;
+        }
+
+        /// The function containing `svma`. A symbol without a size only counts
+        /// when it is the nearest one below and nothing else intervenes; a sized
+        /// symbol must contain the address, so that a stripped static function
+        /// is shown as module+offset rather than as its exported neighbour.
+        fn lookup(&self, svma: u64) -> Option<&Sym> {
+            let i = self
+                .syms
+                .partition_point(|s| s.start <= svma)
+                .checked_sub(1)?;
+            let s = &self.syms[i];
+            if s.size != 0 && svma >= s.start.saturating_add(s.size) {
+                return None;
+            }
+            // An unsized marker such as `_init` would otherwise swallow the PLT
+            // and everything up to the next symbol: cover a page at most.
+            if s.size == 0 && svma - s.start >= UNSIZED_SYMBOL_SPAN {
+                return None;
+            }
+            Some(s)
+        }
+
+        fn name(&self, s: &Sym) -> &str {
+            &self.names[s.name.start as usize..s.name.end as usize]
+        }
+    }
 
     #[test]
     fn demangles_cpp_rust_and_keeps_c() {
@@ -1285,10 +1247,11 @@ mod tests {
         // A system library with a lazy-binding .plt (Debian's zlib), checked
         // against objdump's own `name@plt` labels.
         let path = "/lib/x86_64-linux-gnu/libz.so.1";
-        let bytes = std::fs::read(path).expect("zlib is installed");
-        let obj = object::File::parse(&bytes[..]).unwrap();
-        let mut s = Symbols::default();
-        s.add_plt(&obj);
+        let bytes = Arc::new(Backing::Owned(
+            std::fs::read(path).expect("zlib is installed"),
+        ));
+        let mut s = SymbolIndex::default();
+        s.add_file(&bytes, false, true);
         s.finish();
         let out = std::process::Command::new("objdump")
             .args(["-d", "-j", ".plt", path])
@@ -1300,7 +1263,7 @@ mod tests {
             let (addr, rest) = l.split_once(' ').unwrap();
             let addr = u64::from_str_radix(addr, 16).unwrap();
             let want = rest.trim_start_matches('<').trim_end_matches(">:");
-            let got = s.lookup(addr + 4).map(|x| s.name(x).to_string());
+            let got = s.at(addr + 4).map(|x| x.2);
             assert_eq!(got.as_deref(), Some(want), "at 0x{addr:x}");
             checked += 1;
         }
@@ -1352,19 +1315,28 @@ mod tests {
             let sparse = Arc::new(Backing::open(std::path::Path::new(path)).unwrap());
             assert!(matches!(*sparse, Backing::Sparse { .. }), "{path}");
             let whole = Arc::new(Backing::Owned(std::fs::read(path).unwrap()));
-            let syms = |b: &Backing| {
-                let mut s = Symbols::default();
-                let obj = object::File::parse(&b[..]).unwrap();
-                s.add_from(&obj, true);
-                s.add_plt(&obj);
-                s.finish();
-                s
-            };
-            let (a, b) = (syms(&sparse), syms(&whole));
-            assert!(a.syms.len() > 1000, "{path}: {} symbols", a.syms.len());
-            assert_eq!(a.syms.len(), b.syms.len(), "{path}");
-            for (x, y) in a.syms.iter().zip(&b.syms) {
-                assert_eq!((x.start, x.size, a.name(x)), (y.start, y.size, b.name(y)));
+            // The reference: every name copied, from the whole file.
+            let mut b = Symbols::default();
+            let obj = object::File::parse(&whole[..]).unwrap();
+            b.add_from(&obj, true);
+            b.add_plt(&obj);
+            b.finish();
+            // The index, from the sparse read (tables streamed, names read
+            // on lookup).
+            let mut a = SymbolIndex::default();
+            a.add_file(&sparse, true, true);
+            a.finish();
+            assert!(b.syms.len() > 1000, "{path}: {} symbols", b.syms.len());
+            let starts: Vec<u64> = b.syms.iter().map(|x| x.start).collect();
+            assert_eq!(a.starts(), starts, "{path}");
+            for y in &b.syms {
+                let want = |at: u64| {
+                    b.lookup(at)
+                        .map(|z| (z.start, z.size, b.name(z).to_string()))
+                };
+                for at in [y.start, y.start + y.size / 2, y.start + y.size] {
+                    assert_eq!(a.at(at), want(at), "{path} at {at:#x}");
+                }
             }
             let eh = |bk: &Backing| {
                 let obj = object::File::parse(&bk[..]).unwrap();
@@ -1378,7 +1350,7 @@ mod tests {
                 continue;
             };
             let mut lines = 0;
-            for s in a.syms.iter().step_by(97) {
+            for s in b.syms.iter().step_by(97) {
                 let frames = |d: &DwarfCtx| {
                     let mut v = Vec::new();
                     if let Ok(mut it) = d.ctx.find_frames(s.start + 1).skip_all_loads() {

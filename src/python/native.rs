@@ -103,8 +103,10 @@ impl NativeStacks {
         // are resumed, once per module, and cached; off by default for its
         // cost (libc's: ~0.15 s and 70 MB).
         unwinder.set_debug_file_lines(debug_info);
-        // Pauses are kept short: no module is read while threads are stopped.
-        unwinder.preload();
+        // Modules are read on their first use, by the unwind that needs
+        // them: that runs on a copy of the stack after the threads are
+        // resumed, so reading never lengthens a pause, and of a PyTorch
+        // process's 80 code files only the dozen on its stacks are read.
         Ok(NativeStacks {
             unwinder,
             keep_all,
@@ -249,7 +251,10 @@ impl NativeStacks {
         out
     }
 
-    /// A thread Python does not know (--native-all), named from the kernel.
+    /// A thread Python does not know (--native-all), named from the kernel,
+    /// or, where that name is only the process's, from the thread pool its
+    /// stack starts in; with what it waits in when no library entry point
+    /// says (`gomp_barrier_wait_end (libgomp.so.1)`).
     pub(crate) fn foreign_thread(
         &mut self,
         source: &dyn TargetSource,
@@ -258,10 +263,19 @@ impl NativeStacks {
         native: &[NativeFrame],
     ) -> ThreadStack {
         let merged: Vec<Merged<Frame>> = native_unwind::merge::<Frame>(native, &[], &[], true).0;
+        let os_name = source.thread_name(tid);
+        let process = source.thread_name(source.pid());
+        let pool = native_unwind::pools::pool_worker(native).filter(|_| {
+            native_unwind::pools::generic_thread_name(os_name.as_deref(), process.as_deref())
+        });
+        let entry = self
+            .names
+            .entry(native)
+            .or_else(|| pool.and_then(|_| native_unwind::pools::waiting_in(native)));
         ThreadStack {
             thread_id: 0,
             os_thread_id: Some(tid as u32),
-            name: source.thread_name(tid),
+            name: pool.map(str::to_string).or(os_name),
             interpreter: -1,
             status: if matches!(state, Some('R' | 'D')) {
                 ThreadStatus::Active
@@ -269,8 +283,12 @@ impl NativeStacks {
                 ThreadStatus::Idle
             },
             holds_gil: false,
-            native_entry: self.names.entry(native),
-            name_source: Some(NameSource::Os),
+            native_entry: entry,
+            name_source: Some(if pool.is_some() {
+                NameSource::Stack
+            } else {
+                NameSource::Os
+            }),
             asyncio: None,
             frames: self.output_frames(merged, native),
             truncated: None,

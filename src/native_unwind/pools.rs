@@ -1,0 +1,226 @@
+//! Threads of native thread pools (OpenMP, BLAS, rayon, onnxruntime, ...):
+//! threads Python does not know, which `--native-all` shows. Their OS name
+//! is often just the process's (`python3`); the function their thread
+//! starts in says which pool they serve.
+
+use super::NativeFrame;
+
+/// A pool's worker loop: the function a worker thread runs (matched on the
+/// demangled name, `contains`), the library it must be in when the name
+/// alone is too common (prefix of the module's file name), and the name
+/// shown.
+struct Pool {
+    function: &'static str,
+    module: Option<&'static str>,
+    name: &'static str,
+}
+
+const POOLS: &[Pool] = &[
+    Pool {
+        function: "gomp_thread_start",
+        module: None,
+        name: "OpenMP worker (libgomp)",
+    },
+    Pool {
+        function: "__kmp_launch_worker",
+        module: None,
+        name: "OpenMP worker (libiomp)",
+    },
+    Pool {
+        function: "__kmp_launch_thread",
+        module: None,
+        name: "OpenMP worker (libiomp)",
+    },
+    Pool {
+        function: "blas_thread_server",
+        module: None,
+        name: "OpenBLAS worker",
+    },
+    Pool {
+        function: "mkl_serv_thread",
+        module: None,
+        name: "MKL worker",
+    },
+    Pool {
+        function: "rml::private_worker::thread_routine",
+        module: None,
+        name: "TBB worker",
+    },
+    Pool {
+        function: "rayon_core::registry::main_loop",
+        module: None,
+        name: "rayon worker",
+    },
+    Pool {
+        function: "rayon_core::registry::ThreadBuilder::run",
+        module: None,
+        name: "rayon worker",
+    },
+    Pool {
+        function: "onnxruntime::concurrency::ThreadPoolTempl",
+        module: None,
+        name: "onnxruntime pool worker",
+    },
+    Pool {
+        function: "Eigen::ThreadPoolTempl<tsl::",
+        module: None,
+        name: "XLA (TSL) pool worker",
+    },
+    Pool {
+        function: "Eigen::ThreadPoolTempl<tensorflow::",
+        module: None,
+        name: "TensorFlow pool worker",
+    },
+    Pool {
+        function: "Eigen::ThreadPoolTempl<",
+        module: None,
+        name: "Eigen pool worker",
+    },
+    Pool {
+        function: "c10::ThreadPool::main_loop",
+        module: None,
+        name: "PyTorch pool worker (c10)",
+    },
+    Pool {
+        function: "torch::autograd::Engine::thread_init",
+        module: None,
+        name: "PyTorch autograd worker",
+    },
+    // XNNPACK's pthreadpool, bundled into libtorch_cpu with a plain name.
+    Pool {
+        function: "thread_main",
+        module: Some("libtorch_cpu"),
+        name: "pthreadpool worker (XNNPACK)",
+    },
+];
+
+/// The pool whose worker loop the thread runs (`frames` innermost first),
+/// by the outermost frame that names one; a thread started by the CUDA
+/// driver (its outermost frame past the thread start in `libcuda`) is a
+/// "CUDA driver thread".
+pub(crate) fn pool_worker(frames: &[NativeFrame]) -> Option<&'static str> {
+    for f in frames.iter().rev() {
+        let Some(function) = f.function.as_deref() else {
+            continue;
+        };
+        let hit = POOLS.iter().find(|p| {
+            let named = if p.module.is_some() {
+                super::display_name(function) == p.function
+            } else {
+                function.contains(p.function)
+            };
+            named && p.module.is_none_or(|m| f.module.starts_with(m))
+        });
+        if let Some(p) = hit {
+            return Some(p.name);
+        }
+    }
+    let base = frames.iter().rev().find(|f| {
+        !f.function
+            .as_deref()
+            .is_some_and(super::merge::is_start_frame)
+    })?;
+    base.module
+        .starts_with("libcuda.")
+        .then_some("CUDA driver thread")
+}
+
+/// Whether a thread's OS name says nothing of its own: empty, the
+/// process's name (what a thread inherits), or an interpreter's
+/// (`python3.12`, which some runtimes set for every thread).
+pub(crate) fn generic_thread_name(name: Option<&str>, process: Option<&str>) -> bool {
+    match name {
+        None => true,
+        Some(n) => n.is_empty() || Some(n) == process || n.starts_with("python"),
+    }
+}
+
+/// What a pool worker is doing, for the thread's header when no library
+/// entry point names it: its innermost named frame outside the C runtime
+/// (`gomp_barrier_wait_end (libgomp.so.1)`), else the innermost
+/// (`syscall (libc.so.6)`: a futex, most often).
+pub(crate) fn waiting_in(frames: &[NativeFrame]) -> Option<String> {
+    let named = |f: &&NativeFrame| f.function.is_some();
+    let f = frames
+        .iter()
+        .filter(named)
+        .find(|f| !super::merge::is_runtime_module(&f.module))
+        .or_else(|| frames.iter().find(named))?;
+    Some(format!(
+        "{} ({})",
+        super::display_name(f.function.as_deref()?),
+        f.module
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native_unwind::UnwindMethod;
+
+    fn nf(function: &str, module: &str) -> NativeFrame {
+        NativeFrame {
+            ip: 0x1000,
+            function: (!function.is_empty()).then(|| function.to_string()),
+            range_start: None,
+            module: module.to_string(),
+            module_path: format!("/lib/{module}"),
+            offset: 0x10,
+            file: None,
+            line: None,
+            inlined: false,
+            tail_call: false,
+            tag: None,
+            how: UnwindMethod::Cfi,
+            exported: false,
+            return_address: true,
+            sp: 0,
+            cfa: 0,
+        }
+    }
+
+    #[test]
+    fn pools_are_named_by_their_worker_loop() {
+        let gomp = [
+            nf("gomp_barrier_wait_end", "libgomp.so.1"),
+            nf("gomp_thread_start", "libgomp.so.1"),
+            nf("start_thread", "libc.so.6"),
+            nf("clone3", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&gomp), Some("OpenMP worker (libgomp)"));
+        assert_eq!(
+            waiting_in(&gomp).as_deref(),
+            Some("gomp_barrier_wait_end (libgomp.so.1)")
+        );
+        let xnn = [
+            nf("syscall", "libc.so.6"),
+            nf("thread_main", "libtorch_cpu.so"),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&xnn), Some("pthreadpool worker (XNNPACK)"));
+        assert_eq!(
+            waiting_in(&xnn).as_deref(),
+            Some("thread_main (libtorch_cpu.so)")
+        );
+        // A plain `thread_main` elsewhere names no pool.
+        assert_eq!(pool_worker(&[nf("thread_main", "libfoo.so")]), None);
+        let ort = [
+            nf(
+                "onnxruntime::concurrency::ThreadPoolTempl<onnxruntime::Env>::WorkerLoop(int)",
+                "libonnxruntime.so",
+            ),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&ort), Some("onnxruntime pool worker"));
+        let cuda = [
+            nf("poll", "libc.so.6"),
+            nf("", "libcuda.so.1"),
+            nf("start_thread", "libc.so.6"),
+            nf("clone3", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&cuda), Some("CUDA driver thread"));
+        assert!(generic_thread_name(Some("python3"), Some("python3")));
+        assert!(generic_thread_name(Some("python3.12"), Some("pytest")));
+        assert!(!generic_thread_name(Some("torch-worker"), Some("python3")));
+    }
+}
