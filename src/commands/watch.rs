@@ -65,6 +65,7 @@ fn steady_config(o: &WatchOptions) -> SamplerConfig {
             positions: false,
             waits: crate::wait::WaitDetail::Short,
             asyncio: AsyncMode::Off,
+            full_names: false,
         },
     }
 }
@@ -158,7 +159,7 @@ fn write_flamegraph(
         i.duration_ms
     );
     let out = OutputFile::create(path).map_err(|e| e.to_string())?;
-    out.write_with(|w| profile.write(OutputFormat::Flamegraph, w, &title))
+    out.write_with(|w| OutputFormat::Flamegraph.write(&profile, w, &title))
 }
 
 /// Every thread of `pid` once, as dump reads it, through a target kept

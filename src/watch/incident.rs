@@ -177,7 +177,7 @@ pub(crate) fn culprit_of(s: &Streak, opening: &Opening) -> CulpritOut {
         Trigger::ThreadStuck | Trigger::ProcessFrozen => thread
             .and_then(|t| t.wait.as_ref())
             .filter(|w| Some(w.short()) == s.culprit.wait)
-            .map(|w| w.long())
+            .map(|w| w.long_within(usize::MAX))
             .filter(|l| !l.is_empty()),
         _ => None,
     };
