@@ -510,6 +510,7 @@ fn watch(a: WatchArgs) -> anyhow::Result<i32> {
         subprocesses: a.read.subprocesses,
         nonblocking: a.read.nonblocking,
         native: a.read.native,
+        full_names: a.read.names.full_names,
         thresholds: pyinspect::watch::Thresholds {
             loop_blocked: a.loop_threshold,
             gil_held: a.gil_threshold,

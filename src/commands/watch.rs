@@ -24,6 +24,8 @@ pub struct WatchOptions {
     pub nonblocking: bool,
     /// Native frames in the incidents' thread reads (never in the steady sampling).
     pub native: bool,
+    /// Native frames by their whole signature (`--full-names`).
+    pub full_names: bool,
     pub thresholds: Thresholds,
     /// Incidents as JSON lines on standard output rather than text.
     pub json: bool,
@@ -65,7 +67,7 @@ fn steady_config(o: &WatchOptions) -> SamplerConfig {
             positions: false,
             waits: crate::wait::WaitDetail::Short,
             asyncio: AsyncMode::Off,
-            full_names: false,
+            full_names: o.full_names,
         },
     }
 }
