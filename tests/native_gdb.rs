@@ -598,6 +598,11 @@ struct Row {
     gdb_frames: usize,
     matched: usize,
     extra: usize,
+    /// Frames pyinspect shows outer to where gdb gave up (gdb's stack
+    /// matched whole but ended before the thread's start, e.g. inside a
+    /// hand-written BLAS kernel without CFI): gdb cannot vouch for them,
+    /// nor deny them.
+    past_gdb: usize,
     merges_ok: usize,
     merges: usize,
     /// gdb frames left out: pc outside all code.
@@ -671,7 +676,17 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
         }
         row.gdb_frames += g.len();
         row.matched += m;
-        row.extra += p.len() - m;
+        let gdb_whole = g
+            .last()
+            .and_then(|f| f.name.as_deref())
+            .is_some_and(is_start);
+        let past = if !gdb_whole && m == g.len() {
+            p.len() - m
+        } else {
+            0
+        };
+        row.past_gdb += past;
+        row.extra += p.len() - m - past;
         if m < g.len() || m < p.len() {
             let _ = writeln!(
                 row.detail,
@@ -704,13 +719,13 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
 
 fn print_table(rows: &[Row]) -> (f64, usize, f64) {
     let mut s = String::from(
-        "\ngdb oracle: workload/interpreter          threads  gdb frames  agree  extra  merged right  gdb junk  tail calls missed/gdb's\n",
+        "\ngdb oracle: workload/interpreter          threads  gdb frames  agree  extra  merged right  gdb junk  tail calls missed/gdb's  past gdb's end\n",
     );
     let (mut g, mut m, mut x, mut mo, mut ma, mut tc, mut tm) = (0, 0, 0, 0, 0, 0, 0);
     for r in rows {
         let _ = writeln!(
             s,
-            "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>6}/{:<6} {:>4} {:>9}/{}",
+            "  {:<40} {:>5} {:>10} {:>6.1}% {:>6} {:>6}/{:<6} {:>4} {:>9}/{:<6} {:>6}",
             r.label,
             r.threads,
             r.gdb_frames,
@@ -720,7 +735,8 @@ fn print_table(rows: &[Row]) -> (f64, usize, f64) {
             r.merges,
             r.gdb_junk,
             r.tail_calls_missed,
-            r.tail_calls
+            r.tail_calls,
+            r.past_gdb
         );
         g += r.gdb_frames;
         m += r.matched;
