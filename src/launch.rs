@@ -160,6 +160,48 @@ fn signal_tree(pid: Pid, sig: Signal) {
     let _ = kill(pid, sig);
 }
 
+/// Longest a launched program gets to exit after Ctrl-C before it is ended.
+pub(crate) const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
+/// When sampling ends (its duration is over, or the program is not
+/// Python): how long the launched program gets after SIGINT before SIGTERM.
+pub(crate) const CHILD_GRACE_AT_END: Duration = Duration::from_secs(2);
+
+impl Launched {
+    /// End a program launched to be sampled once the sampling is over:
+    /// `stopped` when a stop signal reached pyinspect (and the program),
+    /// `by_duration` when the duration ran out (the program does not
+    /// outlive it); otherwise it runs to its own end. Returns the exit code
+    /// to report: `code` where it already says a failure or the program was
+    /// ended by us (then how is said), else the program's own.
+    pub(crate) fn end_sampling(
+        self,
+        stopped: bool,
+        by_duration: bool,
+        code: i32,
+    ) -> Result<i32, Error> {
+        let how = if stopped {
+            Stop::Signalled {
+                grace: CHILD_GRACE_ON_STOP,
+            }
+        } else if by_duration {
+            Stop::Interrupt {
+                grace: CHILD_GRACE_AT_END,
+            }
+        } else {
+            Stop::Wait
+        };
+        let done = self.finish(how)?;
+        if stopped || by_duration {
+            eprintln!("pyinspect: {}", done.describe());
+            Ok(code)
+        } else if code == 0 {
+            Ok(done.code)
+        } else {
+            Ok(code)
+        }
+    }
+}
+
 /// How [`Launched::finish`] ends the program.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Stop {

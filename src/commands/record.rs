@@ -1,6 +1,6 @@
 //! `pyinspect record`: sample a running or launched process into a profile.
 
-use crate::launch::{Launched, Stop};
+use crate::launch::{Launched, Stop, CHILD_GRACE_AT_END};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
@@ -87,11 +87,6 @@ pub struct RecordOptions {
     pub mode: RecordMode,
 }
 
-/// Longest a launched program gets to exit after Ctrl-C before it is ended.
-const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
-/// When the recording ends (its duration is over, or the program is not
-/// Python): how long the launched program gets after SIGINT before SIGTERM.
-const CHILD_GRACE_AT_END: Duration = Duration::from_secs(2);
 /// How often the progress line is redrawn.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
@@ -336,27 +331,10 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
             code = 1;
         }
     }
-    if let Some(l) = launched {
-        let how = if stopped {
-            Stop::Signalled {
-                grace: CHILD_GRACE_ON_STOP,
-            }
-        } else if by_duration {
-            // The recording is over; the launched program does not outlive it.
-            Stop::Interrupt {
-                grace: CHILD_GRACE_AT_END,
-            }
-        } else {
-            Stop::Wait
-        };
-        let done = l.finish(how)?;
-        if stopped || by_duration {
-            eprintln!("pyinspect: {}", done.describe());
-        } else if code == 0 {
-            code = done.code;
-        }
+    match launched {
+        Some(l) => Ok(l.end_sampling(stopped, by_duration, code)?),
+        None => Ok(code),
     }
-    Ok(code)
 }
 
 fn format_name(f: OutputFormat) -> &'static str {

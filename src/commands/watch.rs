@@ -2,7 +2,7 @@
 //! incident (src/watch), then keep watching.
 
 use crate::error::Error;
-use crate::launch::{Launched, Stop};
+use crate::launch::{Launched, Stop, CHILD_GRACE_AT_END};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
@@ -35,10 +35,6 @@ pub struct WatchOptions {
     pub incident_dir: Option<PathBuf>,
     pub max_per_minute: u32,
 }
-
-/// Longest a launched program gets to exit after Ctrl-C before it is ended.
-const CHILD_GRACE_ON_STOP: Duration = Duration::from_secs(3);
-const CHILD_GRACE_AT_END: Duration = Duration::from_secs(2);
 
 /// What the steady sampling reads: every thread, the call each waits in
 /// (short detail: the GIL's waiters, the fd), nothing costly.
@@ -424,24 +420,8 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
         eprintln!("pyinspect: writing incidents failed: {e}");
         code = 1;
     }
-    if let Some(l) = launched {
-        let how = if stopped {
-            Stop::Signalled {
-                grace: CHILD_GRACE_ON_STOP,
-            }
-        } else if by_duration {
-            Stop::Interrupt {
-                grace: CHILD_GRACE_AT_END,
-            }
-        } else {
-            Stop::Wait
-        };
-        let done = l.finish(how)?;
-        if stopped || by_duration {
-            eprintln!("pyinspect: {}", done.describe());
-        } else if code == 0 {
-            code = done.code;
-        }
+    match launched {
+        Some(l) => Ok(l.end_sampling(stopped, by_duration, code)?),
+        None => Ok(code),
     }
-    Ok(code)
 }
