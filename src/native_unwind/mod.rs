@@ -1105,6 +1105,30 @@ impl<'m> StackReader<'m> {
     }
 }
 
+/// A native frame for unit tests: `function` (none if empty) in `module`,
+/// unwound by CFI, a return address.
+#[cfg(test)]
+pub(crate) fn test_frame(function: &str, module: &str) -> NativeFrame {
+    NativeFrame {
+        ip: 0x1000,
+        function: (!function.is_empty()).then(|| function.to_string()),
+        range_start: None,
+        module: module.to_string(),
+        module_path: format!("/lib/{module}"),
+        offset: 0x10,
+        file: None,
+        line: None,
+        inlined: false,
+        tail_call: false,
+        tag: None,
+        how: UnwindMethod::Cfi,
+        exported: false,
+        return_address: true,
+        sp: 0,
+        cfa: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1123,21 +1147,9 @@ mod tests {
     fn unnamed_frames_show_module_and_offset() {
         let f = NativeFrame {
             ip: 0x7f00_0000_1234,
-            function: None,
-            range_start: None,
-            module: "libfoo.so".into(),
             module_path: "/x/libfoo.so".into(),
             offset: 0x1234,
-            file: None,
-            line: None,
-            inlined: false,
-            tail_call: false,
-            tag: None,
-            how: UnwindMethod::Cfi,
-            exported: false,
-            return_address: true,
-            sp: 0,
-            cfa: 0,
+            ..test_frame("", "libfoo.so")
         };
         assert_eq!(f.name(), "libfoo.so+0x1234");
         assert_eq!(f.lookup_ip(), 0x7f00_0000_1233);

@@ -156,28 +156,7 @@ pub(crate) fn waiting_in(frames: &[NativeFrame]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native_unwind::UnwindMethod;
-
-    fn nf(function: &str, module: &str) -> NativeFrame {
-        NativeFrame {
-            ip: 0x1000,
-            function: (!function.is_empty()).then(|| function.to_string()),
-            range_start: None,
-            module: module.to_string(),
-            module_path: format!("/lib/{module}"),
-            offset: 0x10,
-            file: None,
-            line: None,
-            inlined: false,
-            tail_call: false,
-            tag: None,
-            how: UnwindMethod::Cfi,
-            exported: false,
-            return_address: true,
-            sp: 0,
-            cfa: 0,
-        }
-    }
+    use crate::native_unwind::test_frame as nf;
 
     #[test]
     fn pools_are_named_by_their_worker_loop() {
