@@ -341,20 +341,18 @@ fn read_upto(f: &File, off: u64, len: usize) -> Vec<u8> {
     v
 }
 
-impl CoreFile {
-    pub(crate) fn open(path: &Path, opts: &CoreOptions) -> Result<CoreFile> {
-        let file = File::open(path).map_err(|e| {
-            bad(
-                path,
-                CoreProblem::Unreadable(format!("cannot open it: {e}")),
-            )
-        })?;
-        let meta = file
-            .metadata()
-            .map_err(|e| bad(path, CoreProblem::Unreadable(e.to_string())))?;
-        let size = meta.len();
-        let core_file_time = meta.modified().ok();
-        let head = read_upto(&file, 0, 64);
+/// A core's program headers, checked against its size.
+struct ProgramHeaders {
+    bytes: Vec<u8>,
+    num: usize,
+    entsize: usize,
+}
+
+impl ProgramHeaders {
+    /// The ELF header (a 64-bit little-endian x86-64 core, or a typed
+    /// error saying what the file is instead) and the program headers.
+    fn read(path: &Path, file: &File, size: u64) -> Result<ProgramHeaders> {
+        let head = read_upto(file, 0, 64);
         if head.len() < 4 || head[..4] != elf::ELFMAG {
             return Err(bad(path, CoreProblem::NotElf));
         }
@@ -405,7 +403,7 @@ impl CoreFile {
         if phnum == elf::PN_XNUM as usize {
             // The real count is in section header 0's sh_info.
             let shoff = u64_at(&head, 0x28);
-            let sh0 = read_upto(&file, shoff, 64);
+            let sh0 = read_upto(file, shoff, 64);
             if sh0.len() < 64 {
                 return Err(bad(
                     path,
@@ -432,14 +430,24 @@ impl CoreFile {
                 )),
             ));
         }
-        let phdrs = read_upto(&file, phoff, ph_len);
+        let phdrs = read_upto(file, phoff, ph_len);
         if phdrs.len() < ph_len {
             return Err(bad(
                 path,
                 CoreProblem::Truncated("its program headers cannot be read".into()),
             ));
         }
+        Ok(ProgramHeaders {
+            bytes: phdrs,
+            num: phnum,
+            entsize: phentsize,
+        })
+    }
 
+    /// The notes of every `PT_NOTE` segment, each padded to 4 bytes; every
+    /// `PT_LOAD` checked to lie in the file.
+    fn notes(&self, path: &Path, file: &File, size: u64) -> Result<Vec<u8>> {
+        let (phdrs, phnum, phentsize) = (&self.bytes, self.num, self.entsize);
         let mut note_bytes: Vec<u8> = Vec::new();
         for i in 0..phnum {
             let ph = &phdrs[i * phentsize..(i + 1) * phentsize];
@@ -484,7 +492,7 @@ impl CoreFile {
                             CoreProblem::Corrupt(format!("more than {MAX_NOTES} bytes of notes")),
                         ));
                     }
-                    let b = read_upto(&file, offset, filesz as usize);
+                    let b = read_upto(file, offset, filesz as usize);
                     // Each segment's notes stand alone: pad to 4 between them.
                     note_bytes.extend_from_slice(&b);
                     while !note_bytes.len().is_multiple_of(4) {
@@ -500,13 +508,81 @@ impl CoreFile {
                 CoreProblem::Corrupt("no notes: no threads or registers recorded".into()),
             ));
         }
+        Ok(note_bytes)
+    }
 
+    /// The memory segments with their flags, by address, checked not to
+    /// overlap; gdb's unrecorded tails found.
+    fn segments(&self, path: &Path, file: &File) -> Result<Vec<(Segment, u32)>> {
+        let (phdrs, phnum, phentsize) = (&self.bytes, self.num, self.entsize);
+        // The memory segments, with their flags, by address.
+        let mut seg_flags: Vec<(Segment, u32)> = Vec::new();
+        {
+            for i in 0..phnum {
+                let ph = &phdrs[i * phentsize..(i + 1) * phentsize];
+                if u32_at(ph, 0) != elf::PT_LOAD || u64_at(ph, 40) == 0 {
+                    continue;
+                }
+                seg_flags.push((
+                    Segment {
+                        vaddr: u64_at(ph, 16),
+                        memsz: u64_at(ph, 40),
+                        offset: u64_at(ph, 8),
+                        filesz: u64_at(ph, 32),
+                        recorded: u64_at(ph, 32),
+                        file: None,
+                    },
+                    u32_at(ph, 4),
+                ));
+            }
+        }
+        seg_flags.sort_by_key(|(s, _)| s.vaddr);
+        // gdb packs segments in the file; the kernel places each at a page.
+        let by_gdb = seg_flags
+            .iter()
+            .any(|(s, _)| s.filesz > 0 && s.offset % PAGE != s.vaddr % PAGE);
+        if by_gdb {
+            for (s, _) in &mut seg_flags {
+                if s.filesz > 0 {
+                    s.recorded = unrecorded_tail(file, s.offset, s.filesz);
+                }
+            }
+        }
+        for w in seg_flags.windows(2) {
+            if w[0].0.vaddr + w[0].0.memsz > w[1].0.vaddr {
+                return Err(bad(
+                    path,
+                    CoreProblem::Corrupt(format!(
+                        "memory segments overlap at 0x{:x}",
+                        w[1].0.vaddr
+                    )),
+                ));
+            }
+        }
+        Ok(seg_flags)
+    }
+}
+
+/// What a core's `CORE` notes record.
+struct CoreNotes<'a> {
+    threads: Vec<CoreThread>,
+    prpsinfo: Option<&'a [u8]>,
+    nt_file: Option<&'a [u8]>,
+    auxv: Vec<(u64, u64)>,
+    /// The notes end in the middle of one.
+    torn: bool,
+}
+
+impl<'a> CoreNotes<'a> {
+    /// The threads (`NT_PRSTATUS`, with their `NT_SIGINFO`), the process
+    /// (`NT_PRPSINFO`), the auxiliary vector and the mapped files' table.
+    fn parse(path: &Path, note_bytes: &'a [u8]) -> Result<CoreNotes<'a>> {
         let mut torn = false;
         let mut threads: Vec<CoreThread> = Vec::new();
         let mut prpsinfo: Option<&[u8]> = None;
         let mut nt_file: Option<&[u8]> = None;
         let mut auxv: Vec<(u64, u64)> = Vec::new();
-        let all = notes(&note_bytes, &mut torn);
+        let all = notes(note_bytes, &mut torn);
         for n in &all {
             if n.name != b"CORE" {
                 continue;
@@ -578,49 +654,76 @@ impl CoreFile {
                 },
             ));
         }
-        let mut warnings = Vec::new();
-        if torn {
-            warnings.push(format!(
-                "the core's notes are cut short after {} threads; later ones are missing",
-                threads.len()
-            ));
-        }
+        Ok(CoreNotes {
+            threads,
+            prpsinfo,
+            nt_file,
+            auxv,
+            torn,
+        })
+    }
+}
 
-        // Mapped files: (start, end, file offset, name index).
-        let mut names: Vec<String> = Vec::new();
-        let mut file_maps: Vec<(u64, u64, u64, usize)> = Vec::new();
-        if let Some(d) = nt_file {
-            let count = u64_at(d, 0) as usize;
-            let page = u64_at(d, 8);
-            let table = 16usize;
-            if count > d.len().saturating_sub(table) / 24 || page == 0 || page > 1 << 30 {
-                return Err(bad(
-                    path,
-                    CoreProblem::Corrupt(format!(
-                        "NT_FILE lists {count} files in {} bytes",
-                        d.len()
-                    )),
-                ));
-            }
-            let mut strings = d[table + count * 24..].split(|&c| c == 0);
-            let mut by_name: HashMap<String, usize> = HashMap::new();
-            for i in 0..count {
-                let e = table + i * 24;
-                let (start, end, pgoff) = (u64_at(d, e), u64_at(d, e + 8), u64_at(d, e + 16));
-                let Some(name) = strings.next() else { break };
-                let name = String::from_utf8_lossy(name).into_owned();
-                if end <= start {
-                    continue;
-                }
-                let idx = *by_name.entry(name.clone()).or_insert_with(|| {
-                    names.push(name);
-                    names.len() - 1
-                });
-                file_maps.push((start, end, pgoff.saturating_mul(page), idx));
-            }
-        }
+/// An auxiliary vector's value for key `k`.
+fn auxv_value(auxv: &[(u64, u64)], k: u64) -> Option<u64> {
+    auxv.iter().find(|(t, _)| *t == k).map(|&(_, v)| v)
+}
 
-        let at = |k: u64| auxv.iter().find(|(t, _)| *t == k).map(|&(_, v)| v);
+/// `NT_FILE`: the mapped files' names, and their mappings as (start, end,
+/// file offset, name index).
+#[allow(clippy::type_complexity)]
+fn mapped_files(path: &Path, d: &[u8]) -> Result<(Vec<String>, Vec<(u64, u64, u64, usize)>)> {
+    let mut names: Vec<String> = Vec::new();
+    let mut file_maps: Vec<(u64, u64, u64, usize)> = Vec::new();
+    let count = u64_at(d, 0) as usize;
+    let page = u64_at(d, 8);
+    let table = 16usize;
+    if count > d.len().saturating_sub(table) / 24 || page == 0 || page > 1 << 30 {
+        return Err(bad(
+            path,
+            CoreProblem::Corrupt(format!("NT_FILE lists {count} files in {} bytes", d.len())),
+        ));
+    }
+    let mut strings = d[table + count * 24..].split(|&c| c == 0);
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    for i in 0..count {
+        let e = table + i * 24;
+        let (start, end, pgoff) = (u64_at(d, e), u64_at(d, e + 8), u64_at(d, e + 16));
+        let Some(name) = strings.next() else { break };
+        let name = String::from_utf8_lossy(name).into_owned();
+        if end <= start {
+            continue;
+        }
+        let idx = *by_name.entry(name.clone()).or_insert_with(|| {
+            names.push(name);
+            names.len() - 1
+        });
+        file_maps.push((start, end, pgoff.saturating_mul(page), idx));
+    }
+    Ok((names, file_maps))
+}
+
+/// The files behind a core's mappings, as found on this host.
+struct FileBacking {
+    files: Vec<MappedFile>,
+    /// The main program as the target named it.
+    exe: String,
+    root: PathBuf,
+}
+
+impl FileBacking {
+    /// Opens each mapped file under `--root` (or `--executable` for the main
+    /// program, the file mapped at the entry point); an error if the main
+    /// program is not found.
+    fn find(
+        path: &Path,
+        opts: &CoreOptions,
+        names: &[String],
+        file_maps: &[(u64, u64, u64, usize)],
+        auxv: &[(u64, u64)],
+        prpsinfo: Option<&[u8]>,
+    ) -> Result<FileBacking> {
+        let at = |k: u64| auxv_value(auxv, k);
         // The main program: the file mapped at the entry point.
         let exe_idx = at(libc::AT_ENTRY)
             .or(at(libc::AT_PHDR))
@@ -677,131 +780,144 @@ impl CoreFile {
                 ));
             }
         }
+        Ok(FileBacking { files, exe, root })
+    }
+}
 
-        // The memory segments, with their flags, by address.
-        let mut seg_flags: Vec<(Segment, u32)> = Vec::new();
-        {
-            for i in 0..phnum {
-                let ph = &phdrs[i * phentsize..(i + 1) * phentsize];
-                if u32_at(ph, 0) != elf::PT_LOAD || u64_at(ph, 40) == 0 {
-                    continue;
-                }
-                seg_flags.push((
-                    Segment {
-                        vaddr: u64_at(ph, 16),
-                        memsz: u64_at(ph, 40),
-                        offset: u64_at(ph, 8),
-                        filesz: u64_at(ph, 32),
-                        recorded: u64_at(ph, 32),
-                        file: None,
-                    },
-                    u32_at(ph, 4),
-                ));
-            }
+/// The memory map of a core: each segment with the file mapped there
+/// (from `NT_FILE`), and the file mappings the core has no segment for.
+fn mappings(
+    seg_flags: Vec<(Segment, u32)>,
+    file_maps: Vec<(u64, u64, u64, usize)>,
+    names: &[String],
+    files: &[MappedFile],
+    vdso: Option<u64>,
+) -> (Vec<Segment>, Vec<FileMap>, Vec<MapEntry>) {
+    let mut file_maps: Vec<FileMap> = file_maps
+        .into_iter()
+        .map(|(start, end, foff, idx)| FileMap {
+            start,
+            end,
+            foff,
+            idx,
+        })
+        .collect();
+    file_maps.sort_by_key(|m| m.start);
+    let file_map_at = |a: u64| {
+        let i = file_maps.partition_point(|m| m.start <= a);
+        file_maps.get(i.checked_sub(1)?).filter(|m| a < m.end)
+    };
+    let mut maps = Vec::with_capacity(seg_flags.len() + file_maps.len());
+    let mut segments = Vec::with_capacity(seg_flags.len());
+    for (mut s, f) in seg_flags {
+        let fm = file_map_at(s.vaddr);
+        if let Some(m) = fm {
+            s.file = Some((m.idx, m.foff + (s.vaddr - m.start)));
         }
-        seg_flags.sort_by_key(|(s, _)| s.vaddr);
-        // gdb packs segments in the file; the kernel places each at a page.
-        let by_gdb = seg_flags
-            .iter()
-            .any(|(s, _)| s.filesz > 0 && s.offset % PAGE != s.vaddr % PAGE);
-        if by_gdb {
-            for (s, _) in &mut seg_flags {
-                if s.filesz > 0 {
-                    s.recorded = unrecorded_tail(&file, s.offset, s.filesz);
-                }
-            }
-        }
-        for w in seg_flags.windows(2) {
-            if w[0].0.vaddr + w[0].0.memsz > w[1].0.vaddr {
-                return Err(bad(
-                    path,
-                    CoreProblem::Corrupt(format!(
-                        "memory segments overlap at 0x{:x}",
-                        w[1].0.vaddr
-                    )),
-                ));
-            }
-        }
-        let vdso = at(libc::AT_SYSINFO_EHDR);
-        let mut file_maps: Vec<FileMap> = file_maps
-            .into_iter()
-            .map(|(start, end, foff, idx)| FileMap {
-                start,
-                end,
-                foff,
-                idx,
-            })
-            .collect();
-        file_maps.sort_by_key(|m| m.start);
-        let file_map_at = |a: u64| {
-            let i = file_maps.partition_point(|m| m.start <= a);
-            file_maps.get(i.checked_sub(1)?).filter(|m| a < m.end)
+        let path_name = match fm {
+            Some(m) => names[m.idx].clone(),
+            None if Some(s.vaddr) == vdso => "[vdso]".to_string(),
+            None => String::new(),
         };
-        let mut maps = Vec::with_capacity(seg_flags.len() + file_maps.len());
-        let mut segments = Vec::with_capacity(seg_flags.len());
-        for (mut s, f) in seg_flags {
-            let fm = file_map_at(s.vaddr);
-            if let Some(m) = fm {
-                s.file = Some((m.idx, m.foff + (s.vaddr - m.start)));
+        maps.push(MapEntry {
+            start: s.vaddr,
+            end: s.vaddr + s.memsz,
+            readable: f & elf::PF_R != 0,
+            writable: f & elf::PF_W != 0,
+            executable: f & elf::PF_X != 0,
+            offset: s.file.map(|(_, o)| o).unwrap_or(0),
+            // NT_FILE records no inode: any nonzero one marks a file.
+            inode: fm.map(|m| m.idx as u64 + 1).unwrap_or(0),
+            path: path_name,
+        });
+        segments.push(s);
+    }
+    // File mappings the core has no segment for at all (gdb leaves out
+    // unmodified file mappings): their permissions are those of the
+    // file's own segment at that offset.
+    let mut file_flags: HashMap<usize, Vec<(u64, u64, u32)>> = HashMap::new();
+    for m in &file_maps {
+        let mut at = m.start;
+        while at < m.end {
+            let i = segments.partition_point(|s| s.vaddr + s.memsz <= at);
+            let next = segments.get(i).map(|s| s.vaddr).unwrap_or(u64::MAX);
+            if next <= at {
+                at = segments[i].vaddr + segments[i].memsz;
+                continue;
             }
-            let path_name = match fm {
-                Some(m) => names[m.idx].clone(),
-                None if Some(s.vaddr) == vdso => "[vdso]".to_string(),
-                None => String::new(),
-            };
+            let gap_end = next.min(m.end);
+            let foff = m.foff + (at - m.start);
+            let loads = file_flags
+                .entry(m.idx)
+                .or_insert_with(|| match &files[m.idx].handle {
+                    Some(h) => file_loads(&read_upto(h, 0, 64 << 10)),
+                    None => Vec::new(),
+                });
+            let f = loads
+                .iter()
+                .find(|(lo, hi, _)| foff >= lo & !(PAGE - 1) && foff < *hi)
+                .map(|l| l.2)
+                .unwrap_or(elf::PF_R);
             maps.push(MapEntry {
-                start: s.vaddr,
-                end: s.vaddr + s.memsz,
+                start: at,
+                end: gap_end,
                 readable: f & elf::PF_R != 0,
                 writable: f & elf::PF_W != 0,
                 executable: f & elf::PF_X != 0,
-                offset: s.file.map(|(_, o)| o).unwrap_or(0),
-                // NT_FILE records no inode: any nonzero one marks a file.
-                inode: fm.map(|m| m.idx as u64 + 1).unwrap_or(0),
-                path: path_name,
+                offset: foff,
+                inode: m.idx as u64 + 1,
+                path: names[m.idx].clone(),
             });
-            segments.push(s);
+            at = gap_end;
         }
-        // File mappings the core has no segment for at all (gdb leaves out
-        // unmodified file mappings): their permissions are those of the
-        // file's own segment at that offset.
-        let mut file_flags: HashMap<usize, Vec<(u64, u64, u32)>> = HashMap::new();
-        for m in &file_maps {
-            let mut at = m.start;
-            while at < m.end {
-                let i = segments.partition_point(|s| s.vaddr + s.memsz <= at);
-                let next = segments.get(i).map(|s| s.vaddr).unwrap_or(u64::MAX);
-                if next <= at {
-                    at = segments[i].vaddr + segments[i].memsz;
-                    continue;
-                }
-                let gap_end = next.min(m.end);
-                let foff = m.foff + (at - m.start);
-                let loads = file_flags
-                    .entry(m.idx)
-                    .or_insert_with(|| match &files[m.idx].handle {
-                        Some(h) => file_loads(&read_upto(h, 0, 64 << 10)),
-                        None => Vec::new(),
-                    });
-                let f = loads
-                    .iter()
-                    .find(|(lo, hi, _)| foff >= lo & !(PAGE - 1) && foff < *hi)
-                    .map(|l| l.2)
-                    .unwrap_or(elf::PF_R);
-                maps.push(MapEntry {
-                    start: at,
-                    end: gap_end,
-                    readable: f & elf::PF_R != 0,
-                    writable: f & elf::PF_W != 0,
-                    executable: f & elf::PF_X != 0,
-                    offset: foff,
-                    inode: m.idx as u64 + 1,
-                    path: names[m.idx].clone(),
-                });
-                at = gap_end;
-            }
+    }
+    maps.sort_by_key(|m| m.start);
+    (segments, file_maps, maps)
+}
+
+impl CoreFile {
+    pub(crate) fn open(path: &Path, opts: &CoreOptions) -> Result<CoreFile> {
+        let file = File::open(path).map_err(|e| {
+            bad(
+                path,
+                CoreProblem::Unreadable(format!("cannot open it: {e}")),
+            )
+        })?;
+        let meta = file
+            .metadata()
+            .map_err(|e| bad(path, CoreProblem::Unreadable(e.to_string())))?;
+        let size = meta.len();
+        let core_file_time = meta.modified().ok();
+        let phdrs = ProgramHeaders::read(path, &file, size)?;
+        let note_bytes = phdrs.notes(path, &file, size)?;
+        let notes = CoreNotes::parse(path, &note_bytes)?;
+        let CoreNotes {
+            threads,
+            prpsinfo,
+            nt_file,
+            auxv,
+            torn,
+        } = notes;
+        let mut warnings = Vec::new();
+        if torn {
+            warnings.push(format!(
+                "the core's notes are cut short after {} threads; later ones are missing",
+                threads.len()
+            ));
         }
-        maps.sort_by_key(|m| m.start);
+        let (names, file_maps) = match nt_file {
+            Some(d) => mapped_files(path, d)?,
+            None => (Vec::new(), Vec::new()),
+        };
+        let backing = FileBacking::find(path, opts, &names, &file_maps, &auxv, prpsinfo)?;
+        let seg_flags = phdrs.segments(path, &file)?;
+        let (segments, file_maps, maps) = mappings(
+            seg_flags,
+            file_maps,
+            &names,
+            &backing.files,
+            auxv_value(&auxv, libc::AT_SYSINFO_EHDR),
+        );
 
         let pid = prpsinfo
             .map(|p| u32_at(p, 24) as i32)
@@ -818,14 +934,14 @@ impl CoreFile {
             file,
             segments,
             file_maps,
-            files,
+            files: backing.files,
             maps,
             threads,
             pid,
             command_line: psargs.trim_end().to_string(),
             fname,
-            exe,
-            root,
+            exe: backing.exe,
+            root: backing.root,
             warnings,
             written: core_file_time,
         };
