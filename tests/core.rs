@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::json_str as s;
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -946,10 +947,6 @@ fn a_core_names_the_waits_the_live_dump_names() {
             }
         },
     );
-}
-
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
 }
 
 /// A core's event-loop deadlines count from when the core was written, not

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{dump_json, for_each_interpreter, pyinspect, Fixture};
+use common::{dump_json, for_each_interpreter, json_str as s, pyinspect, Fixture};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -59,10 +59,6 @@ fn until_ok(what: &str, mut check: impl FnMut() -> Vec<String>) {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
 }
 
 #[test]

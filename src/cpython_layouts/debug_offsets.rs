@@ -45,89 +45,262 @@ pub(crate) const MAX_STRUCT_SIZE: u64 = 1 << 20;
 /// cookie, version, free_threaded.
 const HEADER_LEN: u64 = 24;
 
+/// Declares each sub-struct of `_Py_DebugOffsets` as an enum of its
+/// members (every member any known version has), with their C names: code
+/// names a member by its variant, so a misspelt member does not compile.
+macro_rules! groups {
+    ($($group:ident = $section:literal { $($member:ident = $c:literal,)* })*) => {
+        $(
+            #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+            pub enum $group {
+                $($member,)*
+            }
+            impl $group {
+                /// The sub-struct's name in C.
+                pub const SECTION: &'static str = $section;
+                /// Every member, for tests that check the names.
+                #[cfg(test)]
+                const ALL: &'static [$group] = &[$($group::$member,)*];
+                /// The member's name in C.
+                pub const fn c_name(self) -> &'static str {
+                    match self {
+                        $($group::$member => $c,)*
+                    }
+                }
+            }
+            impl From<$group> for Member {
+                fn from(m: $group) -> Member {
+                    Member::$group(m)
+                }
+            }
+        )*
+        /// One `uint64_t` member of `_Py_DebugOffsets`: its sub-struct and
+        /// which member of it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Member {
+            $($group($group),)*
+        }
+        impl Member {
+            /// The sub-struct's name in C, e.g. `interpreter_frame`.
+            pub const fn section(self) -> &'static str {
+                match self {
+                    $(Member::$group(_) => $group::SECTION,)*
+                }
+            }
+            /// The member's name in C, e.g. `stackpointer`.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Member::$group(m) => m.c_name(),)*
+                }
+            }
+            #[cfg(test)]
+            fn all() -> Vec<Member> {
+                let mut all = Vec::new();
+                $(all.extend($group::ALL.iter().map(|&m| Member::$group(m)));)*
+                all
+            }
+        }
+    };
+}
+
+groups! {
+    RuntimeState = "runtime_state" {
+        Size = "size",
+        Finalizing = "finalizing",
+        InterpretersHead = "interpreters_head",
+    }
+    InterpreterState = "interpreter_state" {
+        Size = "size",
+        Id = "id",
+        Next = "next",
+        ThreadsHead = "threads_head",
+        Gc = "gc",
+        ImportsModules = "imports_modules",
+        Sysdict = "sysdict",
+        Builtins = "builtins",
+        CevalGil = "ceval_gil",
+        GilRuntimeState = "gil_runtime_state",
+        GilRuntimeStateEnabled = "gil_runtime_state_enabled",
+        GilRuntimeStateLocked = "gil_runtime_state_locked",
+        GilRuntimeStateHolder = "gil_runtime_state_holder",
+        ThreadsMain = "threads_main",
+        CodeObjectGeneration = "code_object_generation",
+        TlbcGeneration = "tlbc_generation",
+    }
+    ThreadState = "thread_state" {
+        Size = "size",
+        Prev = "prev",
+        Next = "next",
+        Interp = "interp",
+        CurrentFrame = "current_frame",
+        ThreadId = "thread_id",
+        NativeThreadId = "native_thread_id",
+        DatastackChunk = "datastack_chunk",
+        Status = "status",
+        BaseFrame = "base_frame",
+        LastProfiledFrame = "last_profiled_frame",
+        LastProfiledFrameSeq = "last_profiled_frame_seq",
+        HoldsGil = "holds_gil",
+        GilRequested = "gil_requested",
+        CurrentException = "current_exception",
+        ExcState = "exc_state",
+    }
+    InterpreterFrame = "interpreter_frame" {
+        Size = "size",
+        Previous = "previous",
+        Executable = "executable",
+        InstrPtr = "instr_ptr",
+        Localsplus = "localsplus",
+        Owner = "owner",
+        Stackpointer = "stackpointer",
+        TlbcIndex = "tlbc_index",
+    }
+    CodeObject = "code_object" {
+        Size = "size",
+        Filename = "filename",
+        Name = "name",
+        Qualname = "qualname",
+        Linetable = "linetable",
+        Firstlineno = "firstlineno",
+        Argcount = "argcount",
+        Localsplusnames = "localsplusnames",
+        Localspluskinds = "localspluskinds",
+        CoCodeAdaptive = "co_code_adaptive",
+        CoTlbc = "co_tlbc",
+    }
+    Pyobject = "pyobject" {
+        Size = "size",
+        ObType = "ob_type",
+    }
+    TypeObject = "type_object" {
+        Size = "size",
+        TpName = "tp_name",
+        TpRepr = "tp_repr",
+        TpFlags = "tp_flags",
+        TpBasicsize = "tp_basicsize",
+        TpDictoffset = "tp_dictoffset",
+    }
+    TupleObject = "tuple_object" {
+        Size = "size",
+        ObItem = "ob_item",
+        ObSize = "ob_size",
+    }
+    ListObject = "list_object" {
+        Size = "size",
+        ObItem = "ob_item",
+        ObSize = "ob_size",
+    }
+    DictObject = "dict_object" {
+        Size = "size",
+        MaKeys = "ma_keys",
+        MaValues = "ma_values",
+    }
+    FloatObject = "float_object" {
+        Size = "size",
+        ObFval = "ob_fval",
+    }
+    LongObject = "long_object" {
+        Size = "size",
+        LvTag = "lv_tag",
+        ObDigit = "ob_digit",
+    }
+    BytesObject = "bytes_object" {
+        Size = "size",
+        ObSize = "ob_size",
+        ObSval = "ob_sval",
+    }
+    UnicodeObject = "unicode_object" {
+        Size = "size",
+        State = "state",
+        Length = "length",
+        AsciiobjectSize = "asciiobject_size",
+        CompactunicodeobjectSize = "compactunicodeobject_size",
+    }
+    Gc = "gc" {
+        Size = "size",
+        Collecting = "collecting",
+        Frame = "frame",
+        GenerationStatsSize = "generation_stats_size",
+        GenerationStats = "generation_stats",
+    }
+    SetObject = "set_object" {
+        Size = "size",
+        Used = "used",
+        Table = "table",
+        Mask = "mask",
+    }
+    GenObject = "gen_object" {
+        Size = "size",
+        GiName = "gi_name",
+        GiIframe = "gi_iframe",
+        GiFrameState = "gi_frame_state",
+    }
+    LlistNode = "llist_node" {
+        Next = "next",
+        Prev = "prev",
+    }
+    DebuggerSupport = "debugger_support" {
+        EvalBreaker = "eval_breaker",
+        RemoteDebuggerSupport = "remote_debugger_support",
+        RemoteDebuggingEnabled = "remote_debugging_enabled",
+        DebuggerPendingCall = "debugger_pending_call",
+        DebuggerScriptPath = "debugger_script_path",
+        DebuggerScriptPathSize = "debugger_script_path_size",
+    }
+    ErrStackitem = "err_stackitem" {
+        ExcValue = "exc_value",
+    }
+    HeapTypeObject = "heap_type_object" {
+        Size = "size",
+        HtCachedKeys = "ht_cached_keys",
+    }
+}
+
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One version's member list: each sub-struct and its members in
+/// declaration order, e.g. `members![RuntimeState [Size, Finalizing]]`.
+macro_rules! members {
+    ($($group:ident [$($member:ident),* $(,)?],)*) => {
+        &[$(($group::SECTION, &[$(Member::$group($group::$member)),*])),*]
+    };
+}
+
 /// One sub-struct of `_Py_DebugOffsets`: its name and its `uint64_t`
 /// members in declaration order. When the first member is `size`, every
 /// other member is an offset inside a struct of that size.
-type Section = (&'static str, &'static [&'static str]);
+type Section = (&'static str, &'static [Member]);
 
 /// `Include/internal/pycore_runtime.h` of 3.13.0: `tests/layouts.rs` proves
 /// each member's offset against that header and reads a live 3.13.0.
-pub(crate) const V3_13: &[Section] = &[
-    (
-        "runtime_state",
-        &["size", "finalizing", "interpreters_head"],
-    ),
-    (
-        "interpreter_state",
-        &[
-            "size",
-            "id",
-            "next",
-            "threads_head",
-            "gc",
-            "imports_modules",
-            "sysdict",
-            "builtins",
-            "ceval_gil",
-            "gil_runtime_state",
-            "gil_runtime_state_enabled",
-            "gil_runtime_state_locked",
-            "gil_runtime_state_holder",
-        ],
-    ),
-    (
-        "thread_state",
-        &[
-            "size",
-            "prev",
-            "next",
-            "interp",
-            "current_frame",
-            "thread_id",
-            "native_thread_id",
-            "datastack_chunk",
-            "status",
-        ],
-    ),
-    (
-        "interpreter_frame",
-        &[
-            "size",
-            "previous",
-            "executable",
-            "instr_ptr",
-            "localsplus",
-            "owner",
-        ],
-    ),
-    (
-        "code_object",
-        &[
-            "size",
-            "filename",
-            "name",
-            "qualname",
-            "linetable",
-            "firstlineno",
-            "argcount",
-            "localsplusnames",
-            "localspluskinds",
-            "co_code_adaptive",
-        ],
-    ),
-    ("pyobject", &["size", "ob_type"]),
-    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
-    ("tuple_object", &["size", "ob_item", "ob_size"]),
-    ("list_object", &["size", "ob_item", "ob_size"]),
-    ("dict_object", &["size", "ma_keys", "ma_values"]),
-    ("float_object", &["size", "ob_fval"]),
-    ("long_object", &["size", "lv_tag", "ob_digit"]),
-    ("bytes_object", &["size", "ob_size", "ob_sval"]),
-    (
-        "unicode_object",
-        &["size", "state", "length", "asciiobject_size"],
-    ),
-    ("gc", &["size", "collecting"]),
+pub(crate) const V3_13: &[Section] = members![
+    RuntimeState [Size, Finalizing, InterpretersHead],
+    InterpreterState [
+        Size, Id, Next, ThreadsHead, Gc, ImportsModules, Sysdict, Builtins, CevalGil,
+        GilRuntimeState, GilRuntimeStateEnabled, GilRuntimeStateLocked, GilRuntimeStateHolder
+    ],
+    ThreadState [
+        Size, Prev, Next, Interp, CurrentFrame, ThreadId, NativeThreadId, DatastackChunk, Status
+    ],
+    InterpreterFrame [Size, Previous, Executable, InstrPtr, Localsplus, Owner],
+    CodeObject [
+        Size, Filename, Name, Qualname, Linetable, Firstlineno, Argcount, Localsplusnames,
+        Localspluskinds, CoCodeAdaptive
+    ],
+    Pyobject [Size, ObType],
+    TypeObject [Size, TpName, TpRepr, TpFlags],
+    TupleObject [Size, ObItem, ObSize],
+    ListObject [Size, ObItem, ObSize],
+    DictObject [Size, MaKeys, MaValues],
+    FloatObject [Size, ObFval],
+    LongObject [Size, LvTag, ObDigit],
+    BytesObject [Size, ObSize, ObSval],
+    UnicodeObject [Size, State, Length, AsciiobjectSize],
+    Gc [Size, Collecting],
 ];
 
 /// `Include/internal/pycore_debug_offsets.h` of 3.14 (proven against
@@ -135,105 +308,40 @@ pub(crate) const V3_13: &[Section] = &[
 /// `stackpointer`, `tlbc_index`, `co_tlbc`, and the `set_object`,
 /// `gen_object`, `llist_node`, `debugger_support` sections (the last two
 /// without a `size`).
-pub(crate) const V3_14: &[Section] = &[
-    (
-        "runtime_state",
-        &["size", "finalizing", "interpreters_head"],
-    ),
-    (
-        "interpreter_state",
-        &[
-            "size",
-            "id",
-            "next",
-            "threads_head",
-            "threads_main",
-            "gc",
-            "imports_modules",
-            "sysdict",
-            "builtins",
-            "ceval_gil",
-            "gil_runtime_state",
-            "gil_runtime_state_enabled",
-            "gil_runtime_state_locked",
-            "gil_runtime_state_holder",
-            "code_object_generation",
-            "tlbc_generation",
-        ],
-    ),
-    (
-        "thread_state",
-        &[
-            "size",
-            "prev",
-            "next",
-            "interp",
-            "current_frame",
-            "thread_id",
-            "native_thread_id",
-            "datastack_chunk",
-            "status",
-        ],
-    ),
-    (
-        "interpreter_frame",
-        &[
-            "size",
-            "previous",
-            "executable",
-            "instr_ptr",
-            "localsplus",
-            "owner",
-            "stackpointer",
-            "tlbc_index",
-        ],
-    ),
-    (
-        "code_object",
-        &[
-            "size",
-            "filename",
-            "name",
-            "qualname",
-            "linetable",
-            "firstlineno",
-            "argcount",
-            "localsplusnames",
-            "localspluskinds",
-            "co_code_adaptive",
-            "co_tlbc",
-        ],
-    ),
-    ("pyobject", &["size", "ob_type"]),
-    ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
-    ("tuple_object", &["size", "ob_item", "ob_size"]),
-    ("list_object", &["size", "ob_item", "ob_size"]),
-    ("set_object", &["size", "used", "table", "mask"]),
-    ("dict_object", &["size", "ma_keys", "ma_values"]),
-    ("float_object", &["size", "ob_fval"]),
-    ("long_object", &["size", "lv_tag", "ob_digit"]),
-    ("bytes_object", &["size", "ob_size", "ob_sval"]),
-    (
-        "unicode_object",
-        &["size", "state", "length", "asciiobject_size"],
-    ),
-    ("gc", &["size", "collecting"]),
-    (
-        "gen_object",
-        &["size", "gi_name", "gi_iframe", "gi_frame_state"],
-    ),
-    ("llist_node", &["next", "prev"]),
-    (
-        "debugger_support",
-        &[
-            "eval_breaker",
-            "remote_debugger_support",
-            "remote_debugging_enabled",
-            "debugger_pending_call",
-            "debugger_script_path",
-            "debugger_script_path_size",
-        ],
-    ),
+pub(crate) const V3_14: &[Section] = members![
+    RuntimeState [Size, Finalizing, InterpretersHead],
+    InterpreterState [
+        Size, Id, Next, ThreadsHead, ThreadsMain, Gc, ImportsModules, Sysdict, Builtins, CevalGil,
+        GilRuntimeState, GilRuntimeStateEnabled, GilRuntimeStateLocked, GilRuntimeStateHolder,
+        CodeObjectGeneration, TlbcGeneration
+    ],
+    ThreadState [
+        Size, Prev, Next, Interp, CurrentFrame, ThreadId, NativeThreadId, DatastackChunk, Status
+    ],
+    InterpreterFrame [
+        Size, Previous, Executable, InstrPtr, Localsplus, Owner, Stackpointer, TlbcIndex
+    ],
+    CodeObject [
+        Size, Filename, Name, Qualname, Linetable, Firstlineno, Argcount, Localsplusnames,
+        Localspluskinds, CoCodeAdaptive, CoTlbc
+    ],
+    Pyobject [Size, ObType],
+    TypeObject [Size, TpName, TpRepr, TpFlags],
+    TupleObject [Size, ObItem, ObSize],
+    ListObject [Size, ObItem, ObSize],
+    SetObject [Size, Used, Table, Mask],
+    DictObject [Size, MaKeys, MaValues],
+    FloatObject [Size, ObFval],
+    LongObject [Size, LvTag, ObDigit],
+    BytesObject [Size, ObSize, ObSval],
+    UnicodeObject [Size, State, Length, AsciiobjectSize],
+    Gc [Size, Collecting],
+    GenObject [Size, GiName, GiIframe, GiFrameState],
+    LlistNode [Next, Prev],
+    DebuggerSupport [
+        EvalBreaker, RemoteDebuggerSupport, RemoteDebuggingEnabled, DebuggerPendingCall,
+        DebuggerScriptPath, DebuggerScriptPathSize
+    ],
 ];
 
 /// `Include/internal/pycore_debug_offsets.h` of 3.15 (proven against
@@ -242,139 +350,44 @@ pub(crate) const V3_14: &[Section] = &[
 /// `err_stackitem` section (no `size`), `tp_basicsize`/`tp_dictoffset`, a
 /// `heap_type_object` section, `compactunicodeobject_size`, and three `gc`
 /// members.
-pub(crate) const V3_15: &[Section] = &[
-    (
-        "runtime_state",
-        &["size", "finalizing", "interpreters_head"],
-    ),
-    (
-        "interpreter_state",
-        &[
-            "size",
-            "id",
-            "next",
-            "threads_head",
-            "threads_main",
-            "gc",
-            "imports_modules",
-            "sysdict",
-            "builtins",
-            "ceval_gil",
-            "gil_runtime_state",
-            "gil_runtime_state_enabled",
-            "gil_runtime_state_locked",
-            "gil_runtime_state_holder",
-            "code_object_generation",
-            "tlbc_generation",
-        ],
-    ),
-    (
-        "thread_state",
-        &[
-            "size",
-            "prev",
-            "next",
-            "interp",
-            "current_frame",
-            "base_frame",
-            "last_profiled_frame",
-            "last_profiled_frame_seq",
-            "thread_id",
-            "native_thread_id",
-            "datastack_chunk",
-            "status",
-            "holds_gil",
-            "gil_requested",
-            "current_exception",
-            "exc_state",
-        ],
-    ),
-    ("err_stackitem", &["exc_value"]),
-    (
-        "interpreter_frame",
-        &[
-            "size",
-            "previous",
-            "executable",
-            "instr_ptr",
-            "localsplus",
-            "owner",
-            "stackpointer",
-            "tlbc_index",
-        ],
-    ),
-    (
-        "code_object",
-        &[
-            "size",
-            "filename",
-            "name",
-            "qualname",
-            "linetable",
-            "firstlineno",
-            "argcount",
-            "localsplusnames",
-            "localspluskinds",
-            "co_code_adaptive",
-            "co_tlbc",
-        ],
-    ),
-    ("pyobject", &["size", "ob_type"]),
-    (
-        "type_object",
-        &[
-            "size",
-            "tp_name",
-            "tp_repr",
-            "tp_flags",
-            "tp_basicsize",
-            "tp_dictoffset",
-        ],
-    ),
-    ("heap_type_object", &["size", "ht_cached_keys"]),
-    ("tuple_object", &["size", "ob_item", "ob_size"]),
-    ("list_object", &["size", "ob_item", "ob_size"]),
-    ("set_object", &["size", "used", "table", "mask"]),
-    ("dict_object", &["size", "ma_keys", "ma_values"]),
-    ("float_object", &["size", "ob_fval"]),
-    ("long_object", &["size", "lv_tag", "ob_digit"]),
-    ("bytes_object", &["size", "ob_size", "ob_sval"]),
-    (
-        "unicode_object",
-        &[
-            "size",
-            "state",
-            "length",
-            "asciiobject_size",
-            "compactunicodeobject_size",
-        ],
-    ),
-    (
-        "gc",
-        &[
-            "size",
-            "collecting",
-            "frame",
-            "generation_stats_size",
-            "generation_stats",
-        ],
-    ),
-    (
-        "gen_object",
-        &["size", "gi_name", "gi_iframe", "gi_frame_state"],
-    ),
-    ("llist_node", &["next", "prev"]),
-    (
-        "debugger_support",
-        &[
-            "eval_breaker",
-            "remote_debugger_support",
-            "remote_debugging_enabled",
-            "debugger_pending_call",
-            "debugger_script_path",
-            "debugger_script_path_size",
-        ],
-    ),
+pub(crate) const V3_15: &[Section] = members![
+    RuntimeState [Size, Finalizing, InterpretersHead],
+    InterpreterState [
+        Size, Id, Next, ThreadsHead, ThreadsMain, Gc, ImportsModules, Sysdict, Builtins, CevalGil,
+        GilRuntimeState, GilRuntimeStateEnabled, GilRuntimeStateLocked, GilRuntimeStateHolder,
+        CodeObjectGeneration, TlbcGeneration
+    ],
+    ThreadState [
+        Size, Prev, Next, Interp, CurrentFrame, BaseFrame, LastProfiledFrame, LastProfiledFrameSeq,
+        ThreadId, NativeThreadId, DatastackChunk, Status, HoldsGil, GilRequested, CurrentException,
+        ExcState
+    ],
+    ErrStackitem [ExcValue],
+    InterpreterFrame [
+        Size, Previous, Executable, InstrPtr, Localsplus, Owner, Stackpointer, TlbcIndex
+    ],
+    CodeObject [
+        Size, Filename, Name, Qualname, Linetable, Firstlineno, Argcount, Localsplusnames,
+        Localspluskinds, CoCodeAdaptive, CoTlbc
+    ],
+    Pyobject [Size, ObType],
+    TypeObject [Size, TpName, TpRepr, TpFlags, TpBasicsize, TpDictoffset],
+    HeapTypeObject [Size, HtCachedKeys],
+    TupleObject [Size, ObItem, ObSize],
+    ListObject [Size, ObItem, ObSize],
+    SetObject [Size, Used, Table, Mask],
+    DictObject [Size, MaKeys, MaValues],
+    FloatObject [Size, ObFval],
+    LongObject [Size, LvTag, ObDigit],
+    BytesObject [Size, ObSize, ObSval],
+    UnicodeObject [Size, State, Length, AsciiobjectSize, CompactunicodeobjectSize],
+    Gc [Size, Collecting, Frame, GenerationStatsSize, GenerationStats],
+    GenObject [Size, GiName, GiIframe, GiFrameState],
+    LlistNode [Next, Prev],
+    DebuggerSupport [
+        EvalBreaker, RemoteDebuggerSupport, RemoteDebuggingEnabled, DebuggerPendingCall,
+        DebuggerScriptPath, DebuggerScriptPathSize
+    ],
 ];
 
 /// Every known member list, oldest first: (major, minor, members).
@@ -382,13 +395,13 @@ pub const KNOWN: &[(u8, u8, &[Section])] = &[(3, 13, V3_13), (3, 14, V3_14), (3,
 
 /// Members that hold a size, not an offset into their section's struct
 /// (they may equal the struct size).
-const SIZE_LIKE: &[(&str, &str)] = &[
-    ("unicode_object", "asciiobject_size"),
-    ("unicode_object", "compactunicodeobject_size"),
+const SIZE_LIKE: &[Member] = &[
+    Member::UnicodeObject(UnicodeObject::AsciiobjectSize),
+    Member::UnicodeObject(UnicodeObject::CompactunicodeobjectSize),
 ];
 
 /// Members that hold the size of some other struct: bounded like a size.
-const OTHER_SIZE: &[(&str, &str)] = &[("gc", "generation_stats_size")];
+const OTHER_SIZE: &[Member] = &[Member::Gc(Gc::GenerationStatsSize)];
 
 /// Parsed from the first bytes of `_PyRuntime` (3.13+).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -401,8 +414,8 @@ pub struct DebugOffsets {
     /// own, or for a newer target the newest known (then unproven until the
     /// caller validates the result on the live interpreter).
     pub members_of: (u8, u8),
-    /// (section, member, value) in declaration order.
-    fields: Vec<(&'static str, &'static str, u64)>,
+    /// (member, value) in declaration order.
+    fields: Vec<(Member, u64)>,
 }
 
 impl DebugOffsets {
@@ -412,24 +425,27 @@ impl DebugOffsets {
     pub fn minor(&self) -> u8 {
         (self.version_hex >> 16) as u8
     }
-    /// A member by its C names, e.g. `get("interpreter_frame", "stackpointer")`;
-    /// `None` if this version's `_Py_DebugOffsets` has no such member.
-    pub(crate) fn get(&self, section: &str, member: &str) -> Option<u64> {
+    /// A member, e.g. `get(InterpreterFrame::Stackpointer)`; `None` if this
+    /// version's `_Py_DebugOffsets` has no such member.
+    pub(crate) fn get(&self, member: impl Into<Member>) -> Option<u64> {
+        let member = member.into();
         self.fields
             .iter()
-            .find(|(s, m, _)| *s == section && *m == member)
-            .map(|&(_, _, v)| v)
+            .find(|(m, _)| *m == member)
+            .map(|&(_, v)| v)
     }
     /// Like [`get`](Self::get) for members every supported version has.
-    fn need(&self, section: &str, member: &str) -> Result<u64, Error> {
-        self.get(section, member)
-            .ok_or_else(|| Error::BadDebugOffsets {
-                why: format!(
-                    "_Py_DebugOffsets of Python {}.{} has no {section}.{member}",
-                    self.major(),
-                    self.minor()
-                ),
-            })
+    fn need(&self, member: impl Into<Member>) -> Result<u64, Error> {
+        let member = member.into();
+        self.get(member).ok_or_else(|| Error::BadDebugOffsets {
+            why: format!(
+                "_Py_DebugOffsets of Python {}.{} has no {}.{}",
+                self.major(),
+                self.minor(),
+                member.section(),
+                member.name(),
+            ),
+        })
     }
 }
 
@@ -515,7 +531,7 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
     let mut fields = Vec::with_capacity(count);
     for &(section, members) in sections {
         let values: Vec<u64> = words.by_ref().take(members.len()).collect();
-        let size = (members.first() == Some(&"size"))
+        let size = (members.first().map(|m| m.name()) == Some("size"))
             .then(|| values.first().copied())
             .flatten();
         if let Some(size) = size {
@@ -526,8 +542,8 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
         for (i, (&member, &v)) in members.iter().zip(&values).enumerate() {
             let ok = match size {
                 _ if i == 0 && size.is_some() => true,
-                _ if OTHER_SIZE.contains(&(section, member)) => v <= MAX_STRUCT_SIZE,
-                Some(size) if SIZE_LIKE.contains(&(section, member)) => v <= size,
+                _ if OTHER_SIZE.contains(&member) => v <= MAX_STRUCT_SIZE,
+                Some(size) if SIZE_LIKE.contains(&member) => v <= size,
                 Some(size) => v < size,
                 None => v < MAX_STRUCT_SIZE,
             };
@@ -536,9 +552,9 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
                     Some(size) => format!("outside its struct of {size} bytes"),
                     None => "larger than 1 MiB".to_string(),
                 };
-                return Err(implausible(section, member, v, &why));
+                return Err(implausible(section, member.name(), v, &why));
             }
-            fields.push((section, member, v));
+            fields.push((member, v));
         }
     }
     let d = DebugOffsets {
@@ -549,7 +565,7 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
     };
     // The object header is 16 bytes (32 free-threaded) with `ob_type` last:
     // a list read at the wrong positions rarely gets this right.
-    let header_ok = match (d.get("pyobject", "size"), d.get("pyobject", "ob_type")) {
+    let header_ok = match (d.get(Pyobject::Size), d.get(Pyobject::ObType)) {
         (Some(size), Some(ob_type)) => (size == 16 || size == 32) && ob_type == size - 8,
         _ => false,
     };
@@ -559,17 +575,21 @@ pub fn read(mem: &dyn Memory, runtime_addr: u64) -> Result<DebugOffsets, Error> 
             "_Py_DebugOffsets of Python {} read with the {members_major}.{members_minor} member \
              list: pyobject.size/ob_type = {:?}/{:?} is not a CPython object header",
             version_string(version_hex),
-            d.get("pyobject", "size"),
-            d.get("pyobject", "ob_type"),
+            d.get(Pyobject::Size),
+            d.get(Pyobject::ObType),
         ),
         });
     }
     Ok(d)
 }
 
-fn implausible(section: &str, member: &str, value: u64, why: &str) -> Error {
+fn implausible(member: Member, value: u64, why: &str) -> Error {
     Error::BadDebugOffsets {
-        why: format!("_Py_DebugOffsets looks corrupt: {section}.{member} = {value} is {why}"),
+        why: format!(
+            "_Py_DebugOffsets looks corrupt: {}.{} = {value} is {why}",
+            member.section(),
+            member.name()
+        ),
     }
 }
 
@@ -631,13 +651,30 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
     l.minor = d.minor();
     // Frames that hold a stack pointer (3.14+) hold `_PyStackRef`s: tagged
     // pointers in `f_executable` and in `localsplus`.
-    if d.get("interpreter_frame", "stackpointer").is_some() {
+    if d.get(InterpreterFrame::Stackpointer).is_some() {
         o.set("frame.pointer_tag_bits", &mut l.frame.pointer_tag_bits, 3);
     }
 
+    runtime(d, base, &mut l, &mut o)?;
+    interpreter(d, &mut l, &mut o)?;
+    thread_state(d, &mut l, &mut o)?;
+    frames(d, &mut l, &mut o)?;
+    object_header(d, &mut l, &mut o)?;
+    objects(d, &mut l, &mut o)?;
+    code_objects(d, &mut l, &mut o)?;
+    strings_and_dicts(d, &mut l, &mut o)?;
+    Ok(Overlaid {
+        layout: l,
+        table: (base.major, base.minor),
+        diffs: o.diffs,
+    })
+}
+
+/// The runtime: where the interpreters list starts, and the GIL.
+fn runtime(d: &DebugOffsets, base: &Layout, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // Runtime. `interpreters.main` directly follows `head` in `struct
     // pyinterpreters`, so keep the table's distance between them.
-    let head = d.need("runtime_state", "interpreters_head")?;
+    let head = d.need(RuntimeState::InterpretersHead)?;
     if let (Some(old_head), Some(old_main)) = (
         base.runtime.interpreters_head,
         base.runtime.interpreters_main,
@@ -658,57 +695,62 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
     // The reader follows `interp->ceval.gil` to a `_gil_runtime_state`;
     // `_Py_DebugOffsets` gives holder/locked as offsets of the interpreter's
     // embedded `_gil`, so make them relative to that struct.
-    let gil = d.need("interpreter_state", "gil_runtime_state")?;
-    let relative = |member: &str| -> Result<u64, Error> {
-        let v = d.need("interpreter_state", member)?;
+    let gil = d.need(InterpreterState::GilRuntimeState)?;
+    let relative = |member: InterpreterState| -> Result<u64, Error> {
+        let v = d.need(member)?;
         v.checked_sub(gil).filter(|r| *r < 4096).ok_or_else(|| {
             implausible(
-                "interpreter_state",
-                member,
+                member.into(),
                 v,
                 &format!("not inside the embedded _gil at {gil}"),
             )
         })
     };
     let new_gil = GilLocation::InterpGil {
-        ceval_gil: d.need("interpreter_state", "ceval_gil")?,
-        last_holder: relative("gil_runtime_state_holder")?,
-        locked: relative("gil_runtime_state_locked")?,
+        ceval_gil: d.need(InterpreterState::CevalGil)?,
+        last_holder: relative(InterpreterState::GilRuntimeStateHolder)?,
+        locked: relative(InterpreterState::GilRuntimeStateLocked)?,
     };
     o.set("runtime.gil", &mut l.runtime.gil, new_gil);
+    Ok(())
+}
 
+/// The interpreter state.
+fn interpreter(d: &DebugOffsets, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // Interpreter.
     o.set(
         "interp.next",
         &mut l.interp.next,
-        d.need("interpreter_state", "next")?,
+        d.need(InterpreterState::Next)?,
     );
     o.set(
         "interp.tstate_head",
         &mut l.interp.tstate_head,
-        d.need("interpreter_state", "threads_head")?,
+        d.need(InterpreterState::ThreadsHead)?,
     );
     o.set(
         "interp.id",
         &mut l.interp.id,
-        Some(d.need("interpreter_state", "id")?),
+        Some(d.need(InterpreterState::Id)?),
     );
     o.set(
         "interp.modules",
         &mut l.interp.modules,
-        d.need("interpreter_state", "imports_modules")?,
+        d.need(InterpreterState::ImportsModules)?,
     );
     // `interp->gc` is a `struct _gc_runtime_state`; each offset was checked
     // to lie inside its own struct when read. A field list without them
     // keeps the table's value.
-    if let (Some(gc), Some(collecting)) =
-        (d.get("interpreter_state", "gc"), d.get("gc", "collecting"))
-    {
+    if let (Some(gc), Some(collecting)) = (d.get(InterpreterState::Gc), d.get(Gc::Collecting)) {
         let at = gc
             .checked_add(collecting)
             .filter(|v| *v < 2 * MAX_STRUCT_SIZE)
             .ok_or_else(|| {
-                implausible("gc", "collecting", collecting, "past the interpreter state")
+                implausible(
+                    Gc::Collecting.into(),
+                    collecting,
+                    "past the interpreter state",
+                )
             })?;
         o.set(
             "interp.gc_collecting",
@@ -716,16 +758,16 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
             Some(at),
         );
     }
+    Ok(())
+}
 
+/// The thread state.
+fn thread_state(d: &DebugOffsets, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // Thread state.
     let t = &mut l.thread;
-    o.set("thread.next", &mut t.next, d.need("thread_state", "next")?);
-    o.set(
-        "thread.interp",
-        &mut t.interp,
-        d.need("thread_state", "interp")?,
-    );
-    let cf = d.need("thread_state", "current_frame")?;
+    o.set("thread.next", &mut t.next, d.need(ThreadState::Next)?);
+    o.set("thread.interp", &mut t.interp, d.need(ThreadState::Interp)?);
+    let cf = d.need(ThreadState::CurrentFrame)?;
     o.set(
         "thread.current_frame",
         &mut t.current_frame,
@@ -734,17 +776,17 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
     o.set(
         "thread.thread_id",
         &mut t.thread_id,
-        d.need("thread_state", "thread_id")?,
+        d.need(ThreadState::ThreadId)?,
     );
     o.set(
         "thread.native_thread_id",
         &mut t.native_thread_id,
-        Some(d.need("thread_state", "native_thread_id")?),
+        Some(d.need(ThreadState::NativeThreadId)?),
     );
     o.set(
         "thread.datastack_chunk",
         &mut t.datastack_chunk,
-        Some(d.need("thread_state", "datastack_chunk")?),
+        Some(d.need(ThreadState::DatastackChunk)?),
     );
     let need = [t.next, t.interp, cf, t.thread_id]
         .into_iter()
@@ -753,36 +795,36 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
         .max()
         .unwrap_or(0)
         + 8;
-    let thread_size = need.min(d.need("thread_state", "size")?);
+    let thread_size = need.min(d.need(ThreadState::Size)?);
     o.set("thread.size", &mut t.size, thread_size);
+    Ok(())
+}
 
+/// Frames.
+fn frames(d: &DebugOffsets, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // Frames. The shim threshold is not in `_Py_DebugOffsets`; it is 3 on
     // 3.12–3.14 (CSTACK, then INTERPRETER), kept from the table.
     let f = &mut l.frame;
-    o.set(
-        "frame.size",
-        &mut f.size,
-        d.need("interpreter_frame", "size")?,
-    );
+    o.set("frame.size", &mut f.size, d.need(InterpreterFrame::Size)?);
     o.set(
         "frame.previous",
         &mut f.previous,
-        d.need("interpreter_frame", "previous")?,
+        d.need(InterpreterFrame::Previous)?,
     );
     o.set(
         "frame.code",
         &mut f.code,
-        d.need("interpreter_frame", "executable")?,
+        d.need(InterpreterFrame::Executable)?,
     );
     o.set(
         "frame.position",
         &mut f.position,
-        InstrPosition::InstrPointer(d.need("interpreter_frame", "instr_ptr")?),
+        InstrPosition::InstrPointer(d.need(InterpreterFrame::InstrPtr)?),
     );
     o.set(
         "frame.localsplus",
         &mut f.localsplus,
-        d.need("interpreter_frame", "localsplus")?,
+        d.need(InterpreterFrame::Localsplus)?,
     );
     let shim_from = match f.entry {
         EntryMarker::OwnerShim { shim_from, .. } => shim_from,
@@ -792,15 +834,19 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
         "frame.entry",
         &mut f.entry,
         EntryMarker::OwnerShim {
-            owner: d.need("interpreter_frame", "owner")?,
+            owner: d.need(InterpreterFrame::Owner)?,
             shim_from,
         },
     );
+    Ok(())
+}
 
+/// The object header, and what a larger (free-threaded) one moves.
+fn object_header(d: &DebugOffsets, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // Objects. In a free-threaded build the object header is larger; the
     // table's object fields that `_Py_DebugOffsets` does not give sit behind
     // that header, so they move by the same amount.
-    let ob_size = d.need("pyobject", "size")?;
+    let ob_size = d.need(Pyobject::Size)?;
     let delta = ob_size as i64 - 16;
     if delta != 0 {
         let shift = |v: u64| v.wrapping_add_signed(delta);
@@ -846,16 +892,21 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
             o.set("object.instance_dict", &mut l.object.instance_dict, new);
         }
     }
+    Ok(())
+}
+
+/// Type, tuple, list, float, int and bytes objects.
+fn objects(d: &DebugOffsets, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // 3.15+ also give the type and heap-type fields and the compact string
     // header size; older versions keep the table's (shifted) values.
     let ob = &mut l.object;
-    if let Some(v) = d.get("type_object", "tp_basicsize") {
+    if let Some(v) = d.get(TypeObject::TpBasicsize) {
         o.set("object.tp_basicsize", &mut ob.tp_basicsize, v);
     }
-    if let Some(v) = d.get("type_object", "tp_dictoffset") {
+    if let Some(v) = d.get(TypeObject::TpDictoffset) {
         o.set("object.tp_dictoffset", &mut ob.tp_dictoffset, v);
     }
-    if let Some(v) = d.get("heap_type_object", "ht_cached_keys") {
+    if let Some(v) = d.get(HeapTypeObject::HtCachedKeys) {
         o.set("object.ht_cached_keys", &mut ob.ht_cached_keys, Some(v));
     }
     if let (
@@ -866,7 +917,7 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
             ..
         },
     ) = (
-        d.get("unicode_object", "compactunicodeobject_size"),
+        d.get(UnicodeObject::CompactunicodeobjectSize),
         &mut l.string,
     ) {
         // `PyUnicodeObject.data` directly follows its compact header.
@@ -874,97 +925,97 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
         o.set("string.data_ptr", data_ptr, v);
     }
     let ob = &mut l.object;
-    o.set(
-        "object.ob_type",
-        &mut ob.ob_type,
-        d.need("pyobject", "ob_type")?,
-    );
+    o.set("object.ob_type", &mut ob.ob_type, d.need(Pyobject::ObType)?);
     o.set(
         "object.ob_size",
         &mut ob.ob_size,
-        d.need("tuple_object", "ob_size")?,
+        d.need(TupleObject::ObSize)?,
     );
     o.set(
         "object.tp_name",
         &mut ob.tp_name,
-        d.need("type_object", "tp_name")?,
+        d.need(TypeObject::TpName)?,
     );
     o.set(
         "object.tp_flags",
         &mut ob.tp_flags,
-        d.need("type_object", "tp_flags")?,
+        d.need(TypeObject::TpFlags)?,
     );
     o.set(
         "object.tuple_items",
         &mut ob.tuple_items,
-        d.need("tuple_object", "ob_item")?,
+        d.need(TupleObject::ObItem)?,
     );
     o.set(
         "object.list_items",
         &mut ob.list_items,
-        d.need("list_object", "ob_item")?,
+        d.need(ListObject::ObItem)?,
     );
     o.set(
         "object.float_value",
         &mut ob.float_value,
-        d.need("float_object", "ob_fval")?,
+        d.need(FloatObject::ObFval)?,
     );
     o.set(
         "object.long",
         &mut ob.long,
         LongFormat::LvTag {
-            tag: d.need("long_object", "lv_tag")?,
-            digits: d.need("long_object", "ob_digit")?,
+            tag: d.need(LongObject::LvTag)?,
+            digits: d.need(LongObject::ObDigit)?,
         },
     );
     o.set(
         "object.bytes_data",
         &mut ob.bytes_data,
-        d.need("bytes_object", "ob_sval")?,
+        d.need(BytesObject::ObSval)?,
     );
+    Ok(())
+}
 
+/// Code objects.
+fn code_objects(d: &DebugOffsets, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // Code objects.
     let c = &mut l.code;
     o.set(
         "code.filename",
         &mut c.filename,
-        d.need("code_object", "filename")?,
+        d.need(CodeObject::Filename)?,
     );
-    o.set("code.name", &mut c.name, d.need("code_object", "name")?);
+    o.set("code.name", &mut c.name, d.need(CodeObject::Name)?);
     o.set(
         "code.qualname",
         &mut c.qualname,
-        Some(d.need("code_object", "qualname")?),
+        Some(d.need(CodeObject::Qualname)?),
     );
     o.set(
         "code.linetable",
         &mut c.linetable,
-        d.need("code_object", "linetable")?,
+        d.need(CodeObject::Linetable)?,
     );
     o.set(
         "code.firstlineno",
         &mut c.firstlineno,
-        d.need("code_object", "firstlineno")?,
+        d.need(CodeObject::Firstlineno)?,
     );
     o.set(
         "code.argcount",
         &mut c.argcount,
-        d.need("code_object", "argcount")?,
+        d.need(CodeObject::Argcount)?,
     );
     o.set(
         "code.varnames",
         &mut c.varnames,
-        d.need("code_object", "localsplusnames")?,
+        d.need(CodeObject::Localsplusnames)?,
     );
     o.set(
         "code.localspluskinds",
         &mut c.localspluskinds,
-        Some(d.need("code_object", "localspluskinds")?),
+        Some(d.need(CodeObject::Localspluskinds)?),
     );
     o.set(
         "code.code_adaptive",
         &mut c.code_adaptive,
-        Some(d.need("code_object", "co_code_adaptive")?),
+        Some(d.need(CodeObject::CoCodeAdaptive)?),
     );
     let need = [
         c.argcount,
@@ -986,9 +1037,13 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
     .max()
     .unwrap_or(0)
         + 8;
-    let code_size = need.min(d.need("code_object", "size")?);
+    let code_size = need.min(d.need(CodeObject::Size)?);
     o.set("code.size", &mut c.size, code_size);
+    Ok(())
+}
 
+/// Strings and dicts.
+fn strings_and_dicts(d: &DebugOffsets, l: &mut Layout, o: &mut Overlay) -> Result<(), Error> {
     // Strings and dicts.
     if let StringLayout::Pep393 {
         length,
@@ -997,30 +1052,22 @@ pub fn layout(d: &DebugOffsets) -> Result<Overlaid, Error> {
         ..
     } = &mut l.string
     {
-        o.set("string.length", length, d.need("unicode_object", "length")?);
-        o.set("string.state", state, d.need("unicode_object", "state")?);
+        o.set("string.length", length, d.need(UnicodeObject::Length)?);
+        o.set("string.state", state, d.need(UnicodeObject::State)?);
         o.set(
             "string.ascii_size",
             ascii_size,
-            d.need("unicode_object", "asciiobject_size")?,
+            d.need(UnicodeObject::AsciiobjectSize)?,
         );
     }
     if let super::DictLayout::Compact {
         ma_keys, ma_values, ..
     } = &mut l.dict
     {
-        o.set("dict.ma_keys", ma_keys, d.need("dict_object", "ma_keys")?);
-        o.set(
-            "dict.ma_values",
-            ma_values,
-            d.need("dict_object", "ma_values")?,
-        );
+        o.set("dict.ma_keys", ma_keys, d.need(DictObject::MaKeys)?);
+        o.set("dict.ma_values", ma_values, d.need(DictObject::MaValues)?);
     }
-    Ok(Overlaid {
-        layout: l,
-        table: (base.major, base.minor),
-        diffs: o.diffs,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1078,18 +1125,36 @@ mod tests {
         assert_eq!(words(V3_14) - words(V3_13), 3 + 2 + 1 + 4 + 4 + 2 + 6);
     }
 
+    /// Each member a version lists belongs to the sub-struct it is listed
+    /// under, and every member the code can name is in some version's list
+    /// (whose C names tests/layouts.rs proves against the headers).
+    #[test]
+    fn every_member_is_listed_under_its_section() {
+        for (_, _, sections) in KNOWN {
+            for (section, members) in *sections {
+                assert!(members.iter().all(|m| m.section() == *section));
+            }
+        }
+        for m in Member::all() {
+            assert!(
+                KNOWN
+                    .iter()
+                    .any(|(_, _, s)| s.iter().any(|(_, ms)| ms.contains(&m))),
+                "{}.{m} is in no member list",
+                m.section()
+            );
+        }
+    }
+
     #[test]
     fn parses_live_3_13_0() {
         let d = read(&mem(image(0x030d00f0, 0, &LIVE_3_13_0)), ADDR).unwrap();
         assert_eq!((d.major(), d.minor(), d.free_threaded), (3, 13, false));
-        assert_eq!(d.get("runtime_state", "interpreters_head"), Some(632));
-        assert_eq!(
-            d.get("interpreter_state", "gil_runtime_state_holder"),
-            Some(7760)
-        );
-        assert_eq!(d.get("thread_state", "current_frame"), Some(72));
-        assert_eq!(d.get("gc", "collecting"), Some(200));
-        assert_eq!(d.get("interpreter_frame", "stackpointer"), None);
+        assert_eq!(d.get(RuntimeState::InterpretersHead), Some(632));
+        assert_eq!(d.get(InterpreterState::GilRuntimeStateHolder), Some(7760));
+        assert_eq!(d.get(ThreadState::CurrentFrame), Some(72));
+        assert_eq!(d.get(Gc::Collecting), Some(200));
+        assert_eq!(d.get(InterpreterFrame::Stackpointer), None);
     }
 
     #[test]
@@ -1188,11 +1253,8 @@ mod tests {
         w.extend([0, 8]); // llist_node
         w.extend([32, 400, 5000, 0, 8, 512]); // debugger_support
         let d = read(&mem(image(0x030e00f0, 0, &w)), ADDR).unwrap();
-        assert_eq!(d.get("interpreter_frame", "stackpointer"), Some(64));
-        assert_eq!(
-            d.get("debugger_support", "debugger_script_path_size"),
-            Some(512)
-        );
+        assert_eq!(d.get(InterpreterFrame::Stackpointer), Some(64));
+        assert_eq!(d.get(DebuggerSupport::DebuggerScriptPathSize), Some(512));
         let o = layout(&d).unwrap();
         assert_eq!((o.layout.major, o.layout.minor), (3, 14));
         assert_eq!(o.layout.frame.localsplus, 80);

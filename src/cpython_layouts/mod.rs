@@ -372,7 +372,9 @@ pub(crate) fn test_override(var: &str) -> Option<(u8, u8)> {
     Some((a.parse().ok()?, b.parse().ok()?))
 }
 
-/// Every built-in table, oldest first.
+/// Every built-in table, oldest first. From 3.7 on each version's file
+/// writes its `TABLE` as the previous version's plus what it changed
+/// (`..super::v3_X::TABLE`), so its file shows just what that version moved.
 pub(crate) static ALL: &[&Layout] = &[
     &v2_7::LAYOUT,
     &v3_6::LAYOUT,

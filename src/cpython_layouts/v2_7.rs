@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
+pub(crate) const TABLE: Layout = Layout {
     major: 2,
     minor: 7,
     runtime: RuntimeLayout {
@@ -93,3 +93,5 @@ pub(crate) static LAYOUT: Layout = Layout {
         size: 32,
     }),
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

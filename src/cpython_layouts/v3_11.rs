@@ -1,27 +1,25 @@
-//! CPython 3.11 (x86-64), proven by tests/layouts.rs against the 3.11 headers.
+//! CPython 3.11 (x86-64): the 3.10 table and what 3.11 changed, proven by
+//! tests/layouts.rs against the 3.11 headers.
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
-    major: 3,
+pub(crate) const TABLE: Layout = Layout {
     minor: 11,
     runtime: RuntimeLayout {
         interpreters_head: Some(40),
         interpreters_main: Some(48),
-        gc_collecting: None,
         gil: GilLocation::RuntimeTstateCurrent(576),
+        ..super::v3_10::TABLE.runtime
     },
     interp: InterpLayout {
-        next: 0,
         tstate_head: 16,
         id: Some(48),
         modules: 888,
         gc_collecting: Some(848),
+        ..super::v3_10::TABLE.interp
     },
     thread: ThreadLayout {
         size: 304,
-        next: 8,
-        interp: 16,
         current_frame: CurrentFrame::ViaCFrame {
             cframe: 56,
             current_frame: 8,
@@ -30,11 +28,11 @@ pub(crate) static LAYOUT: Layout = Layout {
         thread_id: 152,
         native_thread_id: Some(160),
         datastack_chunk: Some(296),
+        ..super::v3_10::TABLE.thread
     },
     frame: FrameLayout {
         size: 80,
         previous: 48,
-        code: 32,
         position: InstrPosition::InstrPointer(56),
         localsplus: 72,
         entry: EntryMarker::IsEntry(68),
@@ -44,7 +42,7 @@ pub(crate) static LAYOUT: Layout = Layout {
             top: 16,
             data: 24,
         }),
-        pointer_tag_bits: 0,
+        ..super::v3_10::TABLE.frame
     },
     code: CodeLayout {
         size: 192,
@@ -62,40 +60,16 @@ pub(crate) static LAYOUT: Layout = Layout {
         linetable: 136,
         linetable_format: LineTableFormat::Locations311,
         code_adaptive: Some(184),
-        framesize: None,
+        ..super::v3_10::TABLE.code
     },
     object: ObjectLayout {
-        ob_type: 8,
-        ob_size: 16,
-        tp_name: 24,
-        tp_basicsize: 32,
-        tp_dictoffset: 288,
-        tp_flags: 168,
         ht_cached_keys: Some(872),
-        tuple_items: 24,
-        list_items: 24,
-        float_value: 16,
-        long: LongFormat::ObSize { digits: 24 },
-        int_value: None,
-        bytes_data: 32,
-        module_dict: 16,
-        set_mask: 32,
-        set_table: 40,
-        set_entry_key: 0,
-        set_entry_size: 16,
-        cell_ref: 16,
         instance_dict: InstanceDict::Managed311 {
             flag: 1 << 4,
             dict: -24,
             values: -32,
         },
-    },
-    string: StringLayout::Pep393 {
-        length: 16,
-        state: 32,
-        ascii_size: 48,
-        compact_size: 72,
-        data_ptr: 72,
+        ..super::v3_10::TABLE.object
     },
     dict: DictLayout::Compact {
         ma_keys: 32,
@@ -109,9 +83,11 @@ pub(crate) static LAYOUT: Layout = Layout {
         },
         values_array: 0,
     },
-    thread_name_attr: "_name",
     gil_sync: Some(GilSync::Runtime {
         start: 392,
         end: 568,
     }),
+    ..super::v3_10::TABLE
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

@@ -1,31 +1,27 @@
-//! CPython 3.12 (x86-64), proven by tests/layouts.rs against the 3.12 headers.
+//! CPython 3.12 (x86-64): the 3.11 table and what 3.12 changed, proven by
+//! tests/layouts.rs against the 3.12 headers.
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
-    major: 3,
+pub(crate) const TABLE: Layout = Layout {
     minor: 12,
     runtime: RuntimeLayout {
-        interpreters_head: Some(40),
-        interpreters_main: Some(48),
-        gc_collecting: None,
         gil: GilLocation::InterpGil {
             ceval_gil: 384,
             last_holder: 8,
             locked: 16,
         },
+        ..super::v3_11::TABLE.runtime
     },
     interp: InterpLayout {
-        next: 0,
         tstate_head: 72,
         id: Some(8),
         modules: 944,
         gc_collecting: Some(312),
+        ..super::v3_11::TABLE.interp
     },
     thread: ThreadLayout {
         size: 240,
-        next: 8,
-        interp: 16,
         current_frame: CurrentFrame::ViaCFrame {
             cframe: 56,
             current_frame: 0,
@@ -34,70 +30,38 @@ pub(crate) static LAYOUT: Layout = Layout {
         thread_id: 136,
         native_thread_id: Some(144),
         datastack_chunk: Some(232),
+        ..super::v3_11::TABLE.thread
     },
     frame: FrameLayout {
-        size: 80,
         previous: 8,
         code: 0,
-        position: InstrPosition::InstrPointer(56),
-        localsplus: 72,
         entry: EntryMarker::OwnerShim {
             owner: 70,
             shim_from: 3,
         },
-        stack_chunk: Some(StackChunkLayout {
-            previous: 0,
-            size: 8,
-            top: 16,
-            data: 24,
-        }),
-        pointer_tag_bits: 0,
+        ..super::v3_11::TABLE.frame
     },
     code: CodeLayout {
         size: 200,
         argcount: 52,
         posonlyargcount: Some(56),
         kwonlyargcount: Some(60),
-        nlocals: 80,
-        flags: 48,
         firstlineno: 68,
-        varnames: 96,
-        localspluskinds: Some(104),
-        filename: 112,
-        name: 120,
-        qualname: Some(128),
-        linetable: 136,
-        linetable_format: LineTableFormat::Locations311,
         code_adaptive: Some(192),
         framesize: Some(76),
+        ..super::v3_11::TABLE.code
     },
     object: ObjectLayout {
-        ob_type: 8,
-        ob_size: 16,
-        tp_name: 24,
-        tp_basicsize: 32,
-        tp_dictoffset: 288,
-        tp_flags: 168,
         ht_cached_keys: Some(880),
-        tuple_items: 24,
-        list_items: 24,
-        float_value: 16,
         long: LongFormat::LvTag {
             tag: 16,
             digits: 24,
         },
-        int_value: None,
-        bytes_data: 32,
-        module_dict: 16,
-        set_mask: 32,
-        set_table: 40,
-        set_entry_key: 0,
-        set_entry_size: 16,
-        cell_ref: 16,
         instance_dict: InstanceDict::Managed312 {
             flag: 1 << 4,
             dict_or_values: -24,
         },
+        ..super::v3_11::TABLE.object
     },
     string: StringLayout::Pep393 {
         length: 16,
@@ -106,21 +70,11 @@ pub(crate) static LAYOUT: Layout = Layout {
         compact_size: 56,
         data_ptr: 56,
     },
-    dict: DictLayout::Compact {
-        ma_keys: 32,
-        ma_values: 40,
-        keys: DictKeysLayout::Log2 {
-            dk_log2_size: 8,
-            dk_log2_index_bytes: 9,
-            dk_kind: 10,
-            dk_nentries: 24,
-            dk_indices: 32,
-        },
-        values_array: 0,
-    },
-    thread_name_attr: "_name",
     gil_sync: Some(GilSync::InterpGil {
         start: 32,
         end: 208,
     }),
+    ..super::v3_11::TABLE
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

@@ -1,19 +1,19 @@
-//! CPython 3.13 (x86-64), proven by tests/layouts.rs against the 3.13 headers.
+//! CPython 3.13 (x86-64): the 3.12 table and what 3.13 changed, proven by
+//! tests/layouts.rs against the 3.13 headers.
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
-    major: 3,
+pub(crate) const TABLE: Layout = Layout {
     minor: 13,
     runtime: RuntimeLayout {
         interpreters_head: Some(632),
         interpreters_main: Some(640),
-        gc_collecting: None,
         gil: GilLocation::InterpGil {
             ceval_gil: 16,
             last_holder: 8,
             locked: 16,
         },
+        ..super::v3_12::TABLE.runtime
     },
     interp: InterpLayout {
         next: 7264,
@@ -23,85 +23,23 @@ pub(crate) static LAYOUT: Layout = Layout {
         gc_collecting: Some(7600),
     },
     thread: ThreadLayout {
-        size: 240,
-        next: 8,
-        interp: 16,
         current_frame: CurrentFrame::Direct(72),
         thread_id: 152,
         native_thread_id: Some(160),
-        datastack_chunk: Some(232),
-    },
-    frame: FrameLayout {
-        size: 80,
-        previous: 8,
-        code: 0,
-        position: InstrPosition::InstrPointer(56),
-        localsplus: 72,
-        entry: EntryMarker::OwnerShim {
-            owner: 70,
-            shim_from: 3,
-        },
-        stack_chunk: Some(StackChunkLayout {
-            previous: 0,
-            size: 8,
-            top: 16,
-            data: 24,
-        }),
-        pointer_tag_bits: 0,
+        ..super::v3_12::TABLE.thread
     },
     code: CodeLayout {
         size: 208,
-        argcount: 52,
-        posonlyargcount: Some(56),
-        kwonlyargcount: Some(60),
-        nlocals: 80,
-        flags: 48,
-        firstlineno: 68,
-        varnames: 96,
-        localspluskinds: Some(104),
-        filename: 112,
-        name: 120,
-        qualname: Some(128),
-        linetable: 136,
-        linetable_format: LineTableFormat::Locations311,
         code_adaptive: Some(200),
-        framesize: Some(76),
+        ..super::v3_12::TABLE.code
     },
     object: ObjectLayout {
-        ob_type: 8,
-        ob_size: 16,
-        tp_name: 24,
-        tp_basicsize: 32,
-        tp_dictoffset: 288,
-        tp_flags: 168,
-        ht_cached_keys: Some(880),
-        tuple_items: 24,
-        list_items: 24,
-        float_value: 16,
-        long: LongFormat::LvTag {
-            tag: 16,
-            digits: 24,
-        },
-        int_value: None,
-        bytes_data: 32,
-        module_dict: 16,
-        set_mask: 32,
-        set_table: 40,
-        set_entry_key: 0,
-        set_entry_size: 16,
-        cell_ref: 16,
         instance_dict: InstanceDict::Inline313 {
             flag: 1 << 4,
             inline_flag: 1 << 2,
             dict: -24,
         },
-    },
-    string: StringLayout::Pep393 {
-        length: 16,
-        state: 32,
-        ascii_size: 40,
-        compact_size: 56,
-        data_ptr: 56,
+        ..super::v3_12::TABLE.object
     },
     dict: DictLayout::Compact {
         ma_keys: 32,
@@ -115,9 +53,7 @@ pub(crate) static LAYOUT: Layout = Layout {
         },
         values_array: 8,
     },
-    thread_name_attr: "_name",
-    gil_sync: Some(GilSync::InterpGil {
-        start: 32,
-        end: 208,
-    }),
+    ..super::v3_12::TABLE
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

@@ -1,19 +1,14 @@
-//! CPython 3.15 (x86-64), proven by tests/layouts.rs against the 3.15 headers.
+//! CPython 3.15 (x86-64): the 3.14 table and what 3.15 changed, proven by
+//! tests/layouts.rs against the 3.15 headers.
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
-    major: 3,
+pub(crate) const TABLE: Layout = Layout {
     minor: 15,
     runtime: RuntimeLayout {
         interpreters_head: Some(936),
         interpreters_main: Some(944),
-        gil: GilLocation::InterpGil {
-            ceval_gil: 16,
-            last_holder: 8,
-            locked: 16,
-        },
-        gc_collecting: None,
+        ..super::v3_14::TABLE.runtime
     },
     interp: InterpLayout {
         next: 7264,
@@ -24,100 +19,16 @@ pub(crate) static LAYOUT: Layout = Layout {
     },
     thread: ThreadLayout {
         size: 264,
-        next: 8,
-        interp: 16,
-        current_frame: CurrentFrame::Direct(72),
         thread_id: 176,
         native_thread_id: Some(184),
         datastack_chunk: Some(256),
-    },
-    frame: FrameLayout {
-        size: 88,
-        previous: 8,
-        code: 0,
-        position: InstrPosition::InstrPointer(56),
-        localsplus: 80,
-        entry: EntryMarker::OwnerShim {
-            owner: 74,
-            shim_from: 3,
-        },
-        stack_chunk: Some(StackChunkLayout {
-            previous: 0,
-            size: 8,
-            top: 16,
-            data: 24,
-        }),
-        pointer_tag_bits: 3,
-    },
-    code: CodeLayout {
-        size: 216,
-        argcount: 52,
-        posonlyargcount: Some(56),
-        kwonlyargcount: Some(60),
-        nlocals: 80,
-        flags: 48,
-        firstlineno: 68,
-        varnames: 96,
-        localspluskinds: Some(104),
-        filename: 112,
-        name: 120,
-        qualname: Some(128),
-        linetable: 136,
-        linetable_format: LineTableFormat::Locations311,
-        code_adaptive: Some(208),
-        framesize: Some(76),
+        ..super::v3_14::TABLE.thread
     },
     object: ObjectLayout {
-        ob_type: 8,
-        ob_size: 16,
-        tp_name: 24,
-        tp_basicsize: 32,
-        tp_dictoffset: 288,
-        tp_flags: 168,
         ht_cached_keys: Some(888),
-        tuple_items: 32,
-        list_items: 24,
-        float_value: 16,
-        long: LongFormat::LvTag {
-            tag: 16,
-            digits: 24,
-        },
-        int_value: None,
-        bytes_data: 32,
-        module_dict: 16,
-        set_mask: 32,
-        set_table: 40,
-        set_entry_key: 0,
-        set_entry_size: 16,
-        cell_ref: 16,
-        instance_dict: InstanceDict::Inline313 {
-            flag: 1 << 4,
-            inline_flag: 1 << 2,
-            dict: -24,
-        },
+        ..super::v3_14::TABLE.object
     },
-    string: StringLayout::Pep393 {
-        length: 16,
-        state: 32,
-        ascii_size: 40,
-        compact_size: 56,
-        data_ptr: 56,
-    },
-    dict: DictLayout::Compact {
-        ma_keys: 32,
-        ma_values: 40,
-        keys: DictKeysLayout::Log2 {
-            dk_log2_size: 8,
-            dk_log2_index_bytes: 9,
-            dk_kind: 10,
-            dk_nentries: 24,
-            dk_indices: 32,
-        },
-        values_array: 8,
-    },
-    gil_sync: Some(GilSync::InterpGil {
-        start: 32,
-        end: 208,
-    }),
-    thread_name_attr: "_name",
+    ..super::v3_14::TABLE
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

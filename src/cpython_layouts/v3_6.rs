@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
+pub(crate) const TABLE: Layout = Layout {
     major: 3,
     minor: 6,
     runtime: RuntimeLayout {
@@ -102,3 +102,5 @@ pub(crate) static LAYOUT: Layout = Layout {
         "switch_mutex",
     ])),
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

@@ -1,9 +1,9 @@
-//! CPython 3.7 (x86-64), proven by tests/layouts.rs against the 3.7 headers.
+//! CPython 3.7 (x86-64): the 3.6 table and what 3.7 changed, proven by
+//! tests/layouts.rs against the 3.7 headers.
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
-    major: 3,
+pub(crate) const TABLE: Layout = Layout {
     minor: 7,
     runtime: RuntimeLayout {
         interpreters_head: Some(24),
@@ -12,91 +12,26 @@ pub(crate) static LAYOUT: Layout = Layout {
         gil: GilLocation::RuntimeTstateCurrent(1480),
     },
     interp: InterpLayout {
-        next: 0,
-        tstate_head: 8,
         id: Some(16),
         modules: 40,
-        gc_collecting: None,
+        ..super::v3_6::TABLE.interp
     },
     thread: ThreadLayout {
         size: 184,
-        next: 8,
-        interp: 16,
-        current_frame: CurrentFrame::Direct(24),
         thread_id: 176,
-        native_thread_id: None,
-        datastack_chunk: None,
+        ..super::v3_6::TABLE.thread
     },
     frame: FrameLayout {
         size: 360,
-        previous: 24,
-        code: 32,
         position: InstrPosition::LastiBytes(104),
         localsplus: 360,
-        entry: EntryMarker::EveryFrame,
-        stack_chunk: None,
-        pointer_tag_bits: 0,
+        ..super::v3_6::TABLE.frame
     },
-    code: CodeLayout {
-        size: 120,
-        argcount: 16,
-        posonlyargcount: None,
-        kwonlyargcount: Some(20),
-        nlocals: 24,
-        flags: 32,
-        firstlineno: 36,
-        varnames: 64,
-        localspluskinds: None,
-        filename: 96,
-        name: 104,
-        qualname: None,
-        linetable: 112,
-        linetable_format: LineTableFormat::Lnotab { signed_lines: true },
-        code_adaptive: None,
-        framesize: None,
-    },
-    object: ObjectLayout {
-        ob_type: 8,
-        ob_size: 16,
-        tp_name: 24,
-        tp_basicsize: 32,
-        tp_dictoffset: 288,
-        tp_flags: 168,
-        ht_cached_keys: None,
-        tuple_items: 24,
-        list_items: 24,
-        float_value: 16,
-        long: LongFormat::ObSize { digits: 24 },
-        int_value: None,
-        bytes_data: 32,
-        module_dict: 16,
-        set_mask: 32,
-        set_table: 40,
-        set_entry_key: 0,
-        set_entry_size: 16,
-        cell_ref: 16,
-        instance_dict: InstanceDict::DictOffset,
-    },
-    string: StringLayout::Pep393 {
-        length: 16,
-        state: 32,
-        ascii_size: 48,
-        compact_size: 72,
-        data_ptr: 72,
-    },
-    dict: DictLayout::Compact {
-        ma_keys: 32,
-        ma_values: 40,
-        keys: DictKeysLayout::Sized {
-            dk_size: 8,
-            dk_nentries: 32,
-            dk_indices: 40,
-        },
-        values_array: 0,
-    },
-    thread_name_attr: "_name",
     gil_sync: Some(GilSync::Runtime {
         start: 1296,
         end: 1472,
     }),
+    ..super::v3_6::TABLE
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

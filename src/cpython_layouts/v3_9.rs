@@ -1,102 +1,26 @@
-//! CPython 3.9 (x86-64), proven by tests/layouts.rs against the 3.9 headers.
+//! CPython 3.9 (x86-64): the 3.8 table and what 3.9 changed, proven by
+//! tests/layouts.rs against the 3.9 headers.
 
 use super::*;
 
-pub(crate) static LAYOUT: Layout = Layout {
-    major: 3,
+pub(crate) const TABLE: Layout = Layout {
     minor: 9,
     runtime: RuntimeLayout {
-        interpreters_head: Some(32),
-        interpreters_main: Some(40),
         gc_collecting: None,
         gil: GilLocation::RuntimeTstateCurrent(568),
+        ..super::v3_8::TABLE.runtime
     },
     interp: InterpLayout {
-        next: 0,
-        tstate_head: 8,
         id: Some(24),
         modules: 856,
         gc_collecting: Some(816),
+        ..super::v3_8::TABLE.interp
     },
-    thread: ThreadLayout {
-        size: 184,
-        next: 8,
-        interp: 16,
-        current_frame: CurrentFrame::Direct(24),
-        thread_id: 176,
-        native_thread_id: None,
-        datastack_chunk: None,
-    },
-    frame: FrameLayout {
-        size: 360,
-        previous: 24,
-        code: 32,
-        position: InstrPosition::LastiBytes(104),
-        localsplus: 360,
-        entry: EntryMarker::EveryFrame,
-        stack_chunk: None,
-        pointer_tag_bits: 0,
-    },
-    code: CodeLayout {
-        size: 128,
-        argcount: 16,
-        posonlyargcount: Some(20),
-        kwonlyargcount: Some(24),
-        nlocals: 28,
-        flags: 36,
-        firstlineno: 40,
-        varnames: 72,
-        localspluskinds: None,
-        filename: 104,
-        name: 112,
-        qualname: None,
-        linetable: 120,
-        linetable_format: LineTableFormat::Lnotab { signed_lines: true },
-        code_adaptive: None,
-        framesize: None,
-    },
-    object: ObjectLayout {
-        ob_type: 8,
-        ob_size: 16,
-        tp_name: 24,
-        tp_basicsize: 32,
-        tp_dictoffset: 288,
-        tp_flags: 168,
-        ht_cached_keys: None,
-        tuple_items: 24,
-        list_items: 24,
-        float_value: 16,
-        long: LongFormat::ObSize { digits: 24 },
-        int_value: None,
-        bytes_data: 32,
-        module_dict: 16,
-        set_mask: 32,
-        set_table: 40,
-        set_entry_key: 0,
-        set_entry_size: 16,
-        cell_ref: 16,
-        instance_dict: InstanceDict::DictOffset,
-    },
-    string: StringLayout::Pep393 {
-        length: 16,
-        state: 32,
-        ascii_size: 48,
-        compact_size: 72,
-        data_ptr: 72,
-    },
-    dict: DictLayout::Compact {
-        ma_keys: 32,
-        ma_values: 40,
-        keys: DictKeysLayout::Sized {
-            dk_size: 8,
-            dk_nentries: 32,
-            dk_indices: 40,
-        },
-        values_array: 0,
-    },
-    thread_name_attr: "_name",
     gil_sync: Some(GilSync::Runtime {
         start: 384,
         end: 560,
     }),
+    ..super::v3_8::TABLE
 };
+
+pub(crate) static LAYOUT: Layout = TABLE;

@@ -718,6 +718,11 @@ impl Output {
 /// The pyinspect binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_pyinspect");
 
+/// A JSON value's text, or "" when it is not a string.
+pub fn json_str(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
 pub fn pyinspect_bin() -> &'static str {
     BIN
 }
