@@ -176,6 +176,13 @@ struct Track {
     /// The first sample with this stack, and the sample before it.
     since: Duration,
     before: Option<Duration>,
+    /// While it holds the GIL with this stack: the first sample of that
+    /// run of samples, and the sample before it. A thread's stack stays
+    /// the same while it waits for the GIL and when it then takes it (a
+    /// thread woken in `Condition.wait` holds the GIL, still on the same
+    /// line, once the previous holder lets go): a hold counts from when it
+    /// was first seen holding, not from when the stack last changed.
+    held: Option<(Duration, Option<Duration>)>,
 }
 
 /// The state of one watched process.
@@ -392,9 +399,15 @@ impl ProcessWatch {
         // Each thread's stack: since when it has been the same.
         let mut tracks = HashMap::with_capacity(views.len());
         for v in &views {
-            let (since, before) = match self.tracks.get(&v.tid) {
-                Some(tr) if tr.hash == v.hash => (tr.since, tr.before),
-                _ => (ts, self.last),
+            let prev = self.tracks.get(&v.tid).filter(|tr| tr.hash == v.hash);
+            let (since, before) = match prev {
+                Some(tr) => (tr.since, tr.before),
+                None => (ts, self.last),
+            };
+            let held = match (v.t.holds_gil, prev.and_then(|tr| tr.held)) {
+                (false, _) => None,
+                (true, Some(h)) => Some(h),
+                (true, None) => Some((ts, self.last)),
             };
             tracks.insert(
                 v.tid,
@@ -402,6 +415,7 @@ impl ProcessWatch {
                     hash: v.hash,
                     since,
                     before,
+                    held,
                 },
             );
         }
@@ -574,10 +588,11 @@ impl ProcessWatch {
             };
             let mut during = During::default();
             during.add(v.hash, &v.t.frames);
-            // The GIL is held from when its holder came to where it holds
-            // it (the waiters may take a while to be seen waiting).
-            let (before, first) = match (o.trigger, self.tracks.get(&o.tid)) {
-                (Trigger::GilHeld, Some(t)) => (t.before, t.since),
+            // The GIL is held from when its holder was first seen holding
+            // it where it holds it (the waiters may take a while to be seen
+            // waiting).
+            let (before, first) = match (o.trigger, self.tracks.get(&o.tid).and_then(|t| t.held)) {
+                (Trigger::GilHeld, Some((since, before))) => (before, since),
                 _ => (self.last, ts),
             };
             kept.push(Streak {
@@ -777,5 +792,76 @@ mod tests {
             closed[0].culprit.frame.as_ref().map(|f| &*f.function),
             Some("handler")
         );
+    }
+    /// A thread woken while another holds the GIL waits for the GIL on the
+    /// line it woke on, then takes it on that same line: its hold counts
+    /// from then, not from when it came to that line (CI on 3.13.0: the
+    /// main thread woken in `Condition.wait` during the regex's hold).
+    #[test]
+    fn a_waiter_that_takes_the_gil_on_the_line_it_waited_on_is_not_a_long_hold() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_secs(10),
+            gil_held: Duration::from_millis(100),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let mut w = ProcessWatch::new(th);
+        let waiting = |mut t: ThreadStack| {
+            t.holds_gil = false;
+            t.wait = Some(crate::wait::Wait {
+                state: "S".into(),
+                syscall: Some("futex".into()),
+                gil: Some(crate::wait::GilWait {
+                    holder: None,
+                    holder_name: None,
+                }),
+                ..Default::default()
+            });
+            t
+        };
+        let resting = |mut t: ThreadStack| {
+            t.holds_gil = false;
+            t
+        };
+        let main = vec![py("Condition.wait", "/x/threading.py", 359)];
+        let regex = vec![py("regex_worker", "stalls.py", 87)];
+        let beat = vec![py("heartbeat", "stalls.py", 60)];
+        let ms = Duration::from_millis;
+        let mut opened = Vec::new();
+        let mut closed = Vec::new();
+        for i in 0..120u64 {
+            let threads = if i < 10 {
+                // Before: the main thread waits in Condition.wait (GIL released).
+                vec![
+                    resting(thread(1, main.clone())),
+                    resting(thread(3, beat.clone())),
+                ]
+            } else if i < 90 {
+                // The regex holds the GIL; the main thread, woken, waits for it.
+                vec![
+                    waiting(thread(1, main.clone())),
+                    thread(2, regex.clone()),
+                    waiting(thread(3, beat.clone())),
+                ]
+            } else if i < 92 {
+                // The main thread takes it, still on its line; others wait.
+                vec![thread(1, main.clone()), waiting(thread(3, beat.clone()))]
+            } else {
+                vec![
+                    thread(1, vec![py("run", "stalls.py", 110)]),
+                    resting(thread(3, beat.clone())),
+                ]
+            };
+            for e in w.observe(ms(i * 10), &threads) {
+                match e {
+                    Event::Opened(i) => opened.push(w.streaks[i].tid),
+                    Event::Closed(s) => closed.push(*s),
+                }
+            }
+        }
+        assert_eq!(opened, vec![2]);
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].tid, 2);
+        assert_eq!(closed[0].duration(), ms(800));
     }
 }
