@@ -216,11 +216,22 @@ fn file_ends(f: &Frame, suffix: &str) -> bool {
     f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
 }
 
-/// asyncio's own frames between the loop and a callback's code.
+/// asyncio's own frames between the loop and a callback's code (with
+/// `format_helpers.py`, where debug mode records where each handle and task
+/// was made: a callback made only of asyncio's own code, such as the timer
+/// that wakes `asyncio.sleep`, is the loop's bookkeeping, and is not named
+/// after the helper; many of them in a row, each too short to be seen
+/// apart, read as one long `extract_stack`).
 fn asyncio_internal(f: &Frame) -> bool {
-    ["events.py", "tasks.py", "futures.py", "base_events.py"]
-        .iter()
-        .any(|s| file_ends(f, &format!("asyncio/{s}")))
+    [
+        "events.py",
+        "tasks.py",
+        "futures.py",
+        "base_events.py",
+        "format_helpers.py",
+    ]
+    .iter()
+    .any(|s| file_ends(f, &format!("asyncio/{s}")))
 }
 
 /// Where an event loop's thread is, from its Python frames (innermost
@@ -724,7 +735,8 @@ mod tests {
     fn loop_states() {
         let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
         let select = py("EpollSelector.select", "/x/selectors.py", 2);
-        let handle = py("Handle._run", "/x/asyncio/events.py", 3);
+        let handle_run = || py("Handle._run", "/x/asyncio/events.py", 3);
+        let handle = handle_run();
         let coro = py("handler", "app.py", 42);
         assert_eq!(
             loop_state(&[select, run_once.clone()]),
@@ -739,6 +751,15 @@ mod tests {
             Some(LoopState::Between)
         );
         assert_eq!(loop_state(&[py("f", "a.py", 1)]), None);
+        // A timer waking asyncio.sleep in debug mode: asyncio's own code
+        // down to where debug mode records the new handle's origin.
+        let helper = py("extract_stack", "/x/asyncio/format_helpers.py", 75);
+        let init = py("Handle.__init__", "/x/asyncio/events.py", 40);
+        let wake = py("_set_result_unless_cancelled", "/x/asyncio/futures.py", 9);
+        assert_eq!(
+            loop_state(&[helper, init, wake, handle_run(), run_once.clone()]),
+            Some(LoopState::Between)
+        );
     }
 
     fn thread(tid: u32, frames: Vec<Frame>) -> ThreadStack {
