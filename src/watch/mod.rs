@@ -111,6 +111,9 @@ pub(crate) struct Streak {
     /// The last sample before the stall was seen, and its first and last.
     pub(crate) before: Option<Duration>,
     pub(crate) first: Duration,
+    /// The sample that first saw it (later than `first` for a GIL hold,
+    /// which is dated back to when its holder was first seen holding).
+    seen: Duration,
     pub(crate) last: Duration,
     /// The first sample that no longer showed it.
     pub(crate) after: Option<Duration>,
@@ -612,6 +615,7 @@ impl ProcessWatch {
                 key: o.key,
                 before,
                 first,
+                seen: ts,
                 last: ts,
                 after: None,
                 samples: 1,
@@ -661,7 +665,16 @@ impl ProcessWatch {
         }
         for i in 0..self.streaks.len() {
             let s = &self.streaks[i];
-            if s.opened || s.vetoed || s.so_far() < self.thresholds.of(s.trigger) {
+            // A GIL hold opens once it has been seen, with waiters, for the
+            // threshold: a pure-Python holder that other threads wake to
+            // wait for now and then (they get the GIL within a switch
+            // interval) would otherwise be dated back past it at its first
+            // waiter and open at once, on one sample.
+            let seen_for = match s.trigger {
+                Trigger::GilHeld => s.last.saturating_sub(s.seen),
+                _ => s.so_far(),
+            };
+            if s.opened || s.vetoed || seen_for < self.thresholds.of(s.trigger) {
                 continue;
             }
             let allowed = match s.trigger {
@@ -814,6 +827,39 @@ mod tests {
             Some("handler")
         );
     }
+    /// A pure-Python thread that holds the GIL in one place, with another
+    /// thread waking to wait for it once a second (it gets the GIL within a
+    /// switch interval): no incident.
+    #[test]
+    fn a_busy_thread_that_lets_waiters_in_is_not_a_gil_hold() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_secs(10),
+            gil_held: Duration::from_millis(100),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let mut w = ProcessWatch::new(th);
+        let busy = thread(1, vec![py("busy", "threads.py", 16)]);
+        let mut sleeper = thread(2, vec![py("sleeper", "threads.py", 21)]);
+        sleeper.holds_gil = false;
+        let mut waiter = sleeper.clone();
+        waiter.wait = Some(crate::wait::Wait {
+            state: "S".into(),
+            syscall: Some("futex".into()),
+            gil: Some(crate::wait::GilWait {
+                holder: Some(1),
+                holder_name: None,
+            }),
+            ..Default::default()
+        });
+        let ms = Duration::from_millis;
+        for i in 0..500u64 {
+            let other = if i % 100 == 50 { &waiter } else { &sleeper };
+            let events = w.observe(ms(i * 10), &[busy.clone(), other.clone()]);
+            assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
+        }
+    }
+
     /// A thread woken while another holds the GIL waits for the GIL on the
     /// line it woke on, then takes it on that same line: its hold counts
     /// from then, not from when it came to that line (CI on 3.13.0: the
