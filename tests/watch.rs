@@ -612,7 +612,9 @@ fn with_subprocesses_a_stalled_worker_is_the_one_named() {
         workers.contains(&blocked),
         "{blocked} is not one of {workers:?}"
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Its end seen (a loaded machine can hold the sampler up well past
+    // the answer) before the service goes.
+    w.wait_for("event loop blocked for", Duration::from_secs(30));
     drop(fixture);
     let (stdout, werr) = w.finish(Duration::from_secs(30));
     let incidents: Vec<Value> = stdout
