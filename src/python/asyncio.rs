@@ -1948,6 +1948,7 @@ mod tests {
                         f.mark = Some(crate::stack::FrameMark {
                             addr,
                             is_entry: false,
+                            instr: 0,
                         });
                         f
                     })

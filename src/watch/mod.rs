@@ -200,7 +200,12 @@ pub(crate) struct ProcessWatch {
 struct View<'a> {
     t: &'a ThreadStack,
     tid: u32,
+    /// Its stack and where each frame is in its code: what tells a thread
+    /// that moved from one that did not.
     hash: u64,
+    /// Its stack as shown (functions, files, lines): how the samples of a
+    /// stall are aggregated.
+    shape: u64,
     idle: bool,
     in_loop: Option<LoopState>,
 }
@@ -352,6 +357,18 @@ fn stack_hash(frames: &[Frame]) -> u64 {
     h.finish()
 }
 
+/// [`stack_hash`] with each Python frame's instruction: a loop on one line
+/// (`while True: n += 1`) moves, a call that does not return (a regex in C,
+/// a lock's acquire) does not.
+fn motion_hash(shape: u64, frames: &[Frame]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    shape.hash(&mut h);
+    for f in frames {
+        f.mark.map(|m| m.instr).hash(&mut h);
+    }
+    h.finish()
+}
+
 fn hash_of(v: impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     v.hash(&mut h);
@@ -400,10 +417,12 @@ impl ProcessWatch {
             .iter()
             .filter_map(|t| {
                 let tid = t.os_thread_id?;
+                let shape = stack_hash(&t.frames);
                 Some(View {
                     t,
                     tid,
-                    hash: stack_hash(&t.frames),
+                    hash: motion_hash(shape, &t.frames),
+                    shape,
                     idle: idle(t),
                     in_loop: loop_state(&t.frames),
                 })
@@ -584,7 +603,7 @@ impl ProcessWatch {
                     s.last = ts;
                     s.samples += 1;
                     if let Some(v) = views.iter().find(|v| v.tid == s.tid) {
-                        s.during.add(v.hash, &v.t.frames);
+                        s.during.add(v.shape, &v.t.frames);
                     }
                     kept.push(s);
                 }
@@ -601,7 +620,7 @@ impl ProcessWatch {
                 continue;
             };
             let mut during = During::default();
-            during.add(v.hash, &v.t.frames);
+            during.add(v.shape, &v.t.frames);
             // The GIL is held from when its holder was first seen holding
             // it where it holds it (the waiters may take a while to be seen
             // waiting).
@@ -827,6 +846,40 @@ mod tests {
             Some("handler")
         );
     }
+    /// A thread in a one-line loop (`while True: n += 1`) shows the same
+    /// stack at every sample, but not the same instruction: with the main
+    /// thread blocked on a lock for good, the process is not frozen.
+    #[test]
+    fn a_one_line_loop_is_not_a_frozen_process() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_secs(10),
+            gil_held: Duration::from_secs(10),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_millis(100),
+        };
+        let mut w = ProcessWatch::new(th);
+        let mut main = thread(1, vec![py("main", "threads.py", 49)]);
+        main.holds_gil = false;
+        main.wait = Some(crate::wait::Wait {
+            state: "S".into(),
+            syscall: Some("futex".into()),
+            futex: Some("0x1000".into()),
+            ..Default::default()
+        });
+        let ms = Duration::from_millis;
+        for i in 0..100u64 {
+            let mut f = py("busy", "threads.py", 16);
+            f.mark = Some(crate::stack::FrameMark {
+                addr: 0x2000,
+                is_entry: true,
+                instr: 0x3000 + 2 * (i % 7),
+            });
+            let busy = thread(2, vec![f]);
+            let events = w.observe(ms(i * 10), &[main.clone(), busy]);
+            assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
+        }
+    }
+
     /// A pure-Python thread that holds the GIL in one place, with another
     /// thread waking to wait for it once a second (it gets the GIL within a
     /// switch interval): no incident.
