@@ -798,6 +798,35 @@ class Bench:
                          verdict(top_ours - rec_cpu <= 5), "%",
                          f"top {top_ours:.1f}%, record {rec_cpu:.1f}%, py-spy top {top_theirs:.1f}%; {window} s")
 
+    def watch_overhead(self):
+        """`watch` at the default rate (100 Hz) on a 4-thread service, its CPU
+        beside `record`'s at the same rate: record, watch, record, watch...
+        (interleaved, so the drift of a shared machine's load falls on both),
+        the median of each."""
+        window = 5 if self.quick else 15
+        warmup = 2
+        runs = 2 if self.quick else 3
+        cpu = {"record": [], "watch": []}
+        with Target(self.python, "threads.py", 4, 1) as t:
+            for i in range(runs):
+                for what in ("record", "watch"):
+                    if what == "record":
+                        cmd = self.ours("record", "--pid", t.pid, "-r", 100, "-f", "raw",
+                                        "-o", self.tmp / f"watch-rec-{i}.txt", "-d", warmup + window + 10)
+                    else:
+                        cmd = self.ours("watch", "--pid", t.pid, "-d", warmup + window + 10,
+                                        "-o", self.tmp / f"watch-{i}.jsonl")
+                    proc = spawn(cmd)
+                    try:
+                        cpu[what].append(self.cpu_over(proc, warmup, window, f"pyinspect {what}"))
+                    finally:
+                        stop_gently(proc)
+        med = {k: statistics.median(v) for k, v in cpu.items()}
+        self.results.add("watch-cpu (4-thread service, 100 Hz)", med["watch"], None, "<= 1% of a core",
+                         verdict(med["watch"] <= 1), "%",
+                         f"record at 100 Hz {med['record']:.2f}%; median of {runs}, {window} s each",
+                         {"cpu_pct": cpu})
+
     def cpu_over(self, proc, warmup, window, what, drain=None):
         """CPU % of one core that proc uses over `window` seconds after `warmup`."""
         deadline = time.monotonic() + warmup
@@ -1185,6 +1214,7 @@ SCENARIOS = [
     ("record-native-rate", Bench.record_native_rate),
     ("record-150-native-threads", Bench.record_150_native_threads),
     ("top-overhead", Bench.top_overhead),
+    ("watch-cpu", Bench.watch_overhead),
     ("accuracy", Bench.accuracy),
     ("newest-pythons", Bench.newest_pythons),
     ("profiling-sampling", Bench.profiling_sampling),

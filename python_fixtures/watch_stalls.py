@@ -17,6 +17,7 @@ Stalls (in this order):
 
 Runs on Python 2.7 and 3.6+ (the asyncio stalls on 3.7+).
 """
+import collections
 import json
 import os
 import re
@@ -37,6 +38,10 @@ done = threading.Event()
 parked = threading.Event()
 resume = threading.Event()
 stalls = []
+# When the heartbeat ran (the latest few thousand times): it waits for the
+# GIL while the regex holds it, so its first beat after the regex began is
+# when the GIL was let go.
+beats = collections.deque(maxlen=4096)
 
 
 def record(trigger, func, mark, start, end, marks=None, **extra):
@@ -56,7 +61,9 @@ def heartbeat():
         if parked.is_set():
             resume.wait()
         time.sleep(0.002)
+        beats.append(time.time())
         time.sleep(0.002)
+        beats.append(time.time())
 
 
 # The regex: (a+)+b against a run of a's without a b backtracks 2^n times.
@@ -86,7 +93,11 @@ def regex_worker(subject):
     # count the wait for the GIL as part of the hold.
     start = time.time(); PATTERN.match(subject)  # noqa: E702  # MARK:regex
     end = time.time()
-    record("gil_held", regex_worker, "regex", start, end)
+    # The clock read after the call waits for the GIL again (the heartbeat
+    # takes it first) and, on a loaded machine, for a CPU: the hold ended
+    # no later than the heartbeat's first beat after it began.
+    after = [b for b in list(beats) if b > start]
+    record("gil_held", regex_worker, "regex", start, min([end] + after))
 
 
 ANSWERED = []
@@ -134,7 +145,7 @@ def run_thread_stalls(subject):
     times = {}
 
     def first():
-        with_l1 = l1.acquire()
+        l1.acquire()
         b_holds.wait()
         times["a"] = time.time()
         l2.acquire()  # MARK:deadlock_a
@@ -143,9 +154,11 @@ def run_thread_stalls(subject):
         l1.release()
 
     def second():
+        # No pause between the two: a sleep here (a select before 3.11)
+        # stretched past the threshold on a loaded machine, and the
+        # process was still from when `first` blocked, then moved.
         l2.acquire()
         b_holds.set()
-        time.sleep(0.05)
         times["b"] = time.time()
         l1.acquire()  # MARK:deadlock_b
         l1.release()
@@ -170,7 +183,8 @@ def run_thread_stalls(subject):
         "process_frozen",
         first,
         "deadlock_a",
-        times["b"],
+        # Frozen once both are blocked: the later of the two.
+        max(times["a"], times["b"]),
         times["rescue"],
         other={"function": fixture_util.code_info(second)["function"],
                "line": MARKS["deadlock_b"]},

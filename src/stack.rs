@@ -288,6 +288,10 @@ pub(crate) struct FrameMark {
     /// First Python frame run by its own C eval-loop call (see
     /// `native_unwind::merge`).
     pub(crate) is_entry: bool,
+    /// Where in its code it is (the instruction pointer or offset the line
+    /// is read from): a loop on one line is at another instruction from
+    /// one sample to the next, a call that does not return is not.
+    pub(crate) instr: u64,
 }
 
 /// Where an instruction's source is, beyond its line: what 3.11+ location

@@ -227,27 +227,47 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
                     stalls.len()
                 ));
             }
+            // Times in the failure text count from the first stall's start.
+            let t0 = stalls
+                .iter()
+                .filter_map(|s| s["start"].as_f64())
+                .fold(f64::INFINITY, f64::min);
+            let t0 = if t0.is_finite() { t0 } else { 0.0 };
             assert!(
                 problems.is_empty(),
-                "{}:\n  {}\nincidents:\n{}\nstalls: {}\nstderr:\n{stderr}",
+                "{}:\n  {}\nincidents:\n{}\nstalls (start from the first, duration):\n{}\nstderr:\n{stderr}",
                 interp.label,
                 problems.join("\n  "),
                 incidents
                     .iter()
                     .map(|i| format!(
-                        "  {} {} ms {}",
-                        i["trigger"], i["duration_ms"], i["culprit"]
+                        "  {} at {:.3} s for {} ms (± {} ms) {}",
+                        i["trigger"],
+                        i["start_unix"].as_f64().unwrap_or(0.0) - t0,
+                        i["duration_ms"],
+                        i["uncertainty_ms"],
+                        i["culprit"]
                     ))
                     .collect::<Vec<_>>()
                     .join("\n"),
-                serde_json::to_string(stalls).unwrap()
+                stalls
+                    .iter()
+                    .map(|s| format!(
+                        "  {} {} at {:.3} s for {:.1} ms",
+                        s["trigger"],
+                        s["function"],
+                        s["start"].as_f64().unwrap_or(0.0) - t0,
+                        s["duration"].as_f64().unwrap_or(0.0) * 1000.0
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             );
         },
     );
 }
 
-/// One HTTP/1.1 GET, answered 200.
-fn get(port: u16, path: &str) {
+/// One HTTP/1.1 GET, answered 200: the answer's body.
+fn get(port: u16, path: &str) -> String {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -259,6 +279,11 @@ fn get(port: u16, path: &str) {
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "GET {path}: {answer}");
+    answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// asyncio's own account (debug mode): each "Executing <Task ...
@@ -422,4 +447,201 @@ fn loop_incidents_are_what_asyncio_debug_mode_reports() {
     for i in &incidents {
         assert_eq!(i["trigger"], "loop_blocked", "{i}");
     }
+}
+
+/// Two CPU hogs (shell loops) for as long as it lives.
+struct Hogs(Vec<std::process::Child>);
+
+impl Hogs {
+    fn start() -> Hogs {
+        Hogs(
+            (0..2)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("start a CPU hog")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A minute of the service answering requests without blocking, with two
+/// CPU hogs loading the machine: no incident but the slow callbacks that
+/// asyncio itself reports (a loaded machine can make a fast handler slow,
+/// and then watch must report it too, as asyncio does).
+#[test]
+#[ignore = "fails: consecutive steps of one task, with no sample in the selector between them, merge into one incident (issue 23)"]
+fn a_service_that_does_not_stall_gives_no_false_incident() {
+    let _one_at_a_time = serial();
+    let fixture = service();
+    let port = fixture.ready["port"].as_u64().unwrap() as u16;
+    let pid = fixture.pid.to_string();
+    let _hogs = Hogs::start();
+    // The default thresholds, but for the rate limit (every incident counts).
+    let mut w = Watcher::start(&[
+        "--pid",
+        &pid,
+        "--json",
+        "--max-incidents-per-minute",
+        "1000",
+    ]);
+    w.wait_for("pyinspect: watching", Duration::from_secs(30));
+    let attached = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let secs = std::env::var("WATCH_QUIET_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60u64);
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut requests = 0u64;
+    while Instant::now() < end {
+        get(port, "/fast");
+        requests += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let stderr = fixture.stderr();
+    drop(fixture);
+    let (stdout, werr) = w.finish(Duration::from_secs(30));
+    let incidents: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let slow: Vec<(String, f64, f64)> = asyncio_slow_callbacks(&stderr)
+        .into_iter()
+        .filter(|(_, secs, ended)| ended - secs > attached)
+        .collect();
+    eprintln!(
+        "{requests} requests in {secs} s; asyncio reported {} slow callbacks, watch {} incidents",
+        slow.len(),
+        incidents.len()
+    );
+    for i in &incidents {
+        assert_eq!(i["trigger"], "loop_blocked", "{i}\n{werr}");
+    }
+    // Each incident is a slow callback asyncio reported: the same task (or
+    // callback), the two spans overlapping, give or take the incident's
+    // stated uncertainty and 50 ms. (How close the lengths are is
+    // loop_incidents_are_what_asyncio_debug_mode_reports's to judge, on a
+    // machine not loaded on purpose.)
+    let unreported: Vec<String> = incidents
+        .iter()
+        .filter(|i| {
+            let start = i["start_unix"].as_f64().unwrap();
+            let end = start + i["duration_ms"].as_f64().unwrap() / 1000.0;
+            let slack = i["uncertainty_ms"].as_f64().unwrap() / 1000.0 + 0.050;
+            !slow.iter().any(|(name, secs, ended)| {
+                let named = match i["culprit"]["task"].as_str() {
+                    Some(t) => t == name,
+                    None => i["culprit"]["function"]
+                        .as_str()
+                        .is_some_and(|f| !name.is_empty() && f.ends_with(name.as_str())),
+                };
+                named && start - slack <= *ended && ended - secs <= end + slack
+            })
+        })
+        .map(|i| {
+            format!(
+                "{} at {:.3} for {} ms (± {} ms): {}",
+                i["trigger"],
+                i["start_unix"].as_f64().unwrap_or(0.0) - attached,
+                i["duration_ms"],
+                i["uncertainty_ms"],
+                i["culprit"]
+            )
+        })
+        .collect();
+    assert!(
+        unreported.is_empty(),
+        "incidents asyncio did not report:\n  {}\nasyncio (from attach): {:?}\n{werr}",
+        unreported.join("\n  "),
+        slow.iter()
+            .map(|(n, secs, e)| (n.clone(), *secs, e - attached))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// `-s` on a uvicorn master with two workers: a stall in one worker's
+/// handler is one incident of that worker, naming the handler.
+#[test]
+fn with_subprocesses_a_stalled_worker_is_the_one_named() {
+    let _one_at_a_time = serial();
+    let interp = find_interpreter("pyenv 3.12 (with .ci/asyncio-deps)", |i| {
+        i.label.starts_with("pyenv 3.12")
+    });
+    let fixture =
+        Fixture::spawn_with_timeout(interp, "watch_workers.py", &[], Duration::from_secs(60));
+    let port = fixture.ready["port"].as_u64().unwrap() as u16;
+    let workers: Vec<u64> = fixture.ready["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(workers.len(), 2, "{}", fixture.ready);
+    let pid = fixture.pid.to_string();
+    let mut args = vec!["--pid", pid.as_str(), "-s"];
+    args.extend_from_slice(LOOP_ONLY);
+    let mut w = Watcher::start(&args);
+    w.wait_for("pyinspect: watching", Duration::from_secs(30));
+    // Both workers followed, and their first reads (symbols, layouts) done,
+    // before the stall.
+    std::thread::sleep(Duration::from_secs(2));
+    let asked = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let blocked: u64 = get(port, "/block?ms=400")
+        .trim()
+        .parse()
+        .expect("a worker's pid");
+    assert!(
+        workers.contains(&blocked),
+        "{blocked} is not one of {workers:?}"
+    );
+    // Its end seen (a loaded machine can hold the sampler up well past
+    // the answer) before the service goes.
+    w.wait_for("event loop blocked for", Duration::from_secs(30));
+    drop(fixture);
+    let (stdout, werr) = w.finish(Duration::from_secs(30));
+    let incidents: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let block = incidents
+        .iter()
+        .filter(|i| i["stack"][0]["function"] == "block")
+        .collect::<Vec<_>>();
+    assert_eq!(block.len(), 1, "{incidents:?}\n{werr}");
+    assert_eq!(
+        block[0]["pid"].as_u64(),
+        Some(blocked),
+        "{}\n{werr}",
+        block[0]
+    );
+    assert_eq!(block[0]["trigger"], "loop_blocked", "{}", block[0]);
+    let ms = block[0]["duration_ms"].as_f64().unwrap();
+    // Within the stated uncertainty: the incident's first full read of a
+    // worker (its symbols, asyncio's layout) holds the sampler up.
+    let unc = block[0]["uncertainty_ms"].as_f64().unwrap();
+    assert!(
+        close_enough(ms, 0.4, unc),
+        "{ms} ms (± {} ms, {} samples, from {:.3} s after the request) for a 400 ms block\n{werr}",
+        block[0]["uncertainty_ms"],
+        block[0]["samples"],
+        block[0]["start_unix"].as_f64().unwrap_or(0.0) - asked
+    );
 }

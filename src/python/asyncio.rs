@@ -1155,12 +1155,15 @@ impl AsyncioReader {
             } else {
                 None
             };
-            let name = objr
-                .string(t.name, 256)
-                .map(|(s, _)| s)
-                // 3.12+ C tasks name themselves lazily: a counter until asked.
-                .or_else(|_| objr.int_repr(t.name).map(|n| format!("Task-{n}")))
-                .unwrap_or_else(|_| format!("Task-0x{:x}", t.addr));
+            // 3.12+ C tasks name themselves lazily: a counter (an int)
+            // until asked. An int read as a string can pass for one (its
+            // size and digits where a string's length and state are), so
+            // the type decides which it is.
+            let name = match objr.type_name(t.name).as_deref() {
+                Ok("int") => objr.int_repr(t.name).map(|n| format!("Task-{n}")),
+                _ => objr.string(t.name, 256).map(|(s, _)| s),
+            }
+            .unwrap_or_else(|_| format!("Task-0x{:x}", t.addr));
             out.push(Task {
                 id: t.addr,
                 name,
@@ -1945,6 +1948,7 @@ mod tests {
                         f.mark = Some(crate::stack::FrameMark {
                             addr,
                             is_entry: false,
+                            instr: 0,
                         });
                         f
                     })

@@ -151,6 +151,7 @@ impl NativeStacks {
                 let mark = frame.mark.unwrap_or(FrameMark {
                     addr: 0,
                     is_entry: false,
+                    instr: 0,
                 });
                 PyFrameForMerge {
                     frame,

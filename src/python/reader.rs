@@ -110,6 +110,7 @@ impl RawFrame {
         FrameMark {
             addr: self.addr,
             is_entry: self.is_entry,
+            instr: self.instr,
         }
     }
 }

@@ -161,13 +161,28 @@ pub(crate) fn culprit_of(s: &Streak, opening: &Opening) -> CulpritOut {
         .process
         .as_ref()
         .and_then(|p| p.threads.iter().find(|t| t.os_thread_id == Some(s.tid)));
+    // The running task, when it runs the culprit's coroutine: the full read
+    // comes after the samples that opened the incident (later still on a
+    // loaded machine), and by then the loop may run another task.
+    let runs_culprit = |t: &crate::stack::Task| {
+        f.is_some_and(|f| {
+            t.frames.iter().any(|tf| {
+                tf.function == f.function
+                    && tf.file == f.file
+                    && match (tf.mark, f.mark) {
+                        (Some(a), Some(b)) => a.addr == b.addr,
+                        _ => true,
+                    }
+            })
+        })
+    };
     let task = match s.trigger {
         Trigger::LoopBlocked => thread
             .and_then(|t| t.asyncio.as_ref())
             .and_then(|a| {
                 a.tasks
                     .iter()
-                    .find(|t| t.state == crate::stack::TaskState::Running)
+                    .find(|t| t.state == crate::stack::TaskState::Running && runs_culprit(t))
             })
             .map(|t| t.name.clone()),
         _ => None,

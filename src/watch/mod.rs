@@ -111,6 +111,9 @@ pub(crate) struct Streak {
     /// The last sample before the stall was seen, and its first and last.
     pub(crate) before: Option<Duration>,
     pub(crate) first: Duration,
+    /// The sample that first saw it (later than `first` for a GIL hold,
+    /// which is dated back to when its holder was first seen holding).
+    seen: Duration,
     pub(crate) last: Duration,
     /// The first sample that no longer showed it.
     pub(crate) after: Option<Duration>,
@@ -176,6 +179,13 @@ struct Track {
     /// The first sample with this stack, and the sample before it.
     since: Duration,
     before: Option<Duration>,
+    /// While it holds the GIL with this stack: the first sample of that
+    /// run of samples, and the sample before it. A thread's stack stays
+    /// the same while it waits for the GIL and when it then takes it (a
+    /// thread woken in `Condition.wait` holds the GIL, still on the same
+    /// line, once the previous holder lets go): a hold counts from when it
+    /// was first seen holding, not from when the stack last changed.
+    held: Option<(Duration, Option<Duration>)>,
 }
 
 /// The state of one watched process.
@@ -190,7 +200,12 @@ pub(crate) struct ProcessWatch {
 struct View<'a> {
     t: &'a ThreadStack,
     tid: u32,
+    /// Its stack and where each frame is in its code: what tells a thread
+    /// that moved from one that did not.
     hash: u64,
+    /// Its stack as shown (functions, files, lines): how the samples of a
+    /// stall are aggregated.
+    shape: u64,
     idle: bool,
     in_loop: Option<LoopState>,
 }
@@ -209,11 +224,22 @@ fn file_ends(f: &Frame, suffix: &str) -> bool {
     f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
 }
 
-/// asyncio's own frames between the loop and a callback's code.
+/// asyncio's own frames between the loop and a callback's code (with
+/// `format_helpers.py`, where debug mode records where each handle and task
+/// was made: a callback made only of asyncio's own code, such as the timer
+/// that wakes `asyncio.sleep`, is the loop's bookkeeping, and is not named
+/// after the helper; many of them in a row, each too short to be seen
+/// apart, read as one long `extract_stack`).
 fn asyncio_internal(f: &Frame) -> bool {
-    ["events.py", "tasks.py", "futures.py", "base_events.py"]
-        .iter()
-        .any(|s| file_ends(f, &format!("asyncio/{s}")))
+    [
+        "events.py",
+        "tasks.py",
+        "futures.py",
+        "base_events.py",
+        "format_helpers.py",
+    ]
+    .iter()
+    .any(|s| file_ends(f, &format!("asyncio/{s}")))
 }
 
 /// Where an event loop's thread is, from its Python frames (innermost
@@ -331,6 +357,18 @@ fn stack_hash(frames: &[Frame]) -> u64 {
     h.finish()
 }
 
+/// [`stack_hash`] with each Python frame's instruction: a loop on one line
+/// (`while True: n += 1`) moves, a call that does not return (a regex in C,
+/// a lock's acquire) does not.
+fn motion_hash(shape: u64, frames: &[Frame]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    shape.hash(&mut h);
+    for f in frames {
+        f.mark.map(|m| m.instr).hash(&mut h);
+    }
+    h.finish()
+}
+
 fn hash_of(v: impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     v.hash(&mut h);
@@ -379,10 +417,12 @@ impl ProcessWatch {
             .iter()
             .filter_map(|t| {
                 let tid = t.os_thread_id?;
+                let shape = stack_hash(&t.frames);
                 Some(View {
                     t,
                     tid,
-                    hash: stack_hash(&t.frames),
+                    hash: motion_hash(shape, &t.frames),
+                    shape,
                     idle: idle(t),
                     in_loop: loop_state(&t.frames),
                 })
@@ -392,9 +432,15 @@ impl ProcessWatch {
         // Each thread's stack: since when it has been the same.
         let mut tracks = HashMap::with_capacity(views.len());
         for v in &views {
-            let (since, before) = match self.tracks.get(&v.tid) {
-                Some(tr) if tr.hash == v.hash => (tr.since, tr.before),
-                _ => (ts, self.last),
+            let prev = self.tracks.get(&v.tid).filter(|tr| tr.hash == v.hash);
+            let (since, before) = match prev {
+                Some(tr) => (tr.since, tr.before),
+                None => (ts, self.last),
+            };
+            let held = match (v.t.holds_gil, prev.and_then(|tr| tr.held)) {
+                (false, _) => None,
+                (true, Some(h)) => Some(h),
+                (true, None) => Some((ts, self.last)),
             };
             tracks.insert(
                 v.tid,
@@ -402,6 +448,7 @@ impl ProcessWatch {
                     hash: v.hash,
                     since,
                     before,
+                    held,
                 },
             );
         }
@@ -556,7 +603,7 @@ impl ProcessWatch {
                     s.last = ts;
                     s.samples += 1;
                     if let Some(v) = views.iter().find(|v| v.tid == s.tid) {
-                        s.during.add(v.hash, &v.t.frames);
+                        s.during.add(v.shape, &v.t.frames);
                     }
                     kept.push(s);
                 }
@@ -573,11 +620,12 @@ impl ProcessWatch {
                 continue;
             };
             let mut during = During::default();
-            during.add(v.hash, &v.t.frames);
-            // The GIL is held from when its holder came to where it holds
-            // it (the waiters may take a while to be seen waiting).
-            let (before, first) = match (o.trigger, self.tracks.get(&o.tid)) {
-                (Trigger::GilHeld, Some(t)) => (t.before, t.since),
+            during.add(v.shape, &v.t.frames);
+            // The GIL is held from when its holder was first seen holding
+            // it where it holds it (the waiters may take a while to be seen
+            // waiting).
+            let (before, first) = match (o.trigger, self.tracks.get(&o.tid).and_then(|t| t.held)) {
+                (Trigger::GilHeld, Some((since, before))) => (before, since),
                 _ => (self.last, ts),
             };
             kept.push(Streak {
@@ -586,6 +634,7 @@ impl ProcessWatch {
                 key: o.key,
                 before,
                 first,
+                seen: ts,
                 last: ts,
                 after: None,
                 samples: 1,
@@ -635,7 +684,16 @@ impl ProcessWatch {
         }
         for i in 0..self.streaks.len() {
             let s = &self.streaks[i];
-            if s.opened || s.vetoed || s.so_far() < self.thresholds.of(s.trigger) {
+            // A GIL hold opens once it has been seen, with waiters, for the
+            // threshold: a pure-Python holder that other threads wake to
+            // wait for now and then (they get the GIL within a switch
+            // interval) would otherwise be dated back past it at its first
+            // waiter and open at once, on one sample.
+            let seen_for = match s.trigger {
+                Trigger::GilHeld => s.last.saturating_sub(s.seen),
+                _ => s.so_far(),
+            };
+            if s.opened || s.vetoed || seen_for < self.thresholds.of(s.trigger) {
                 continue;
             }
             let allowed = match s.trigger {
@@ -709,7 +767,8 @@ mod tests {
     fn loop_states() {
         let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
         let select = py("EpollSelector.select", "/x/selectors.py", 2);
-        let handle = py("Handle._run", "/x/asyncio/events.py", 3);
+        let handle_run = || py("Handle._run", "/x/asyncio/events.py", 3);
+        let handle = handle_run();
         let coro = py("handler", "app.py", 42);
         assert_eq!(
             loop_state(&[select, run_once.clone()]),
@@ -724,6 +783,15 @@ mod tests {
             Some(LoopState::Between)
         );
         assert_eq!(loop_state(&[py("f", "a.py", 1)]), None);
+        // A timer waking asyncio.sleep in debug mode: asyncio's own code
+        // down to where debug mode records the new handle's origin.
+        let helper = py("extract_stack", "/x/asyncio/format_helpers.py", 75);
+        let init = py("Handle.__init__", "/x/asyncio/events.py", 40);
+        let wake = py("_set_result_unless_cancelled", "/x/asyncio/futures.py", 9);
+        assert_eq!(
+            loop_state(&[helper, init, wake, handle_run(), run_once.clone()]),
+            Some(LoopState::Between)
+        );
     }
 
     fn thread(tid: u32, frames: Vec<Frame>) -> ThreadStack {
@@ -777,5 +845,143 @@ mod tests {
             closed[0].culprit.frame.as_ref().map(|f| &*f.function),
             Some("handler")
         );
+    }
+    /// A thread in a one-line loop (`while True: n += 1`) shows the same
+    /// stack at every sample, but not the same instruction: with the main
+    /// thread blocked on a lock for good, the process is not frozen.
+    #[test]
+    fn a_one_line_loop_is_not_a_frozen_process() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_secs(10),
+            gil_held: Duration::from_secs(10),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_millis(100),
+        };
+        let mut w = ProcessWatch::new(th);
+        let mut main = thread(1, vec![py("main", "threads.py", 49)]);
+        main.holds_gil = false;
+        main.wait = Some(crate::wait::Wait {
+            state: "S".into(),
+            syscall: Some("futex".into()),
+            futex: Some("0x1000".into()),
+            ..Default::default()
+        });
+        let ms = Duration::from_millis;
+        for i in 0..100u64 {
+            let mut f = py("busy", "threads.py", 16);
+            f.mark = Some(crate::stack::FrameMark {
+                addr: 0x2000,
+                is_entry: true,
+                instr: 0x3000 + 2 * (i % 7),
+            });
+            let busy = thread(2, vec![f]);
+            let events = w.observe(ms(i * 10), &[main.clone(), busy]);
+            assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
+        }
+    }
+
+    /// A pure-Python thread that holds the GIL in one place, with another
+    /// thread waking to wait for it once a second (it gets the GIL within a
+    /// switch interval): no incident.
+    #[test]
+    fn a_busy_thread_that_lets_waiters_in_is_not_a_gil_hold() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_secs(10),
+            gil_held: Duration::from_millis(100),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let mut w = ProcessWatch::new(th);
+        let busy = thread(1, vec![py("busy", "threads.py", 16)]);
+        let mut sleeper = thread(2, vec![py("sleeper", "threads.py", 21)]);
+        sleeper.holds_gil = false;
+        let mut waiter = sleeper.clone();
+        waiter.wait = Some(crate::wait::Wait {
+            state: "S".into(),
+            syscall: Some("futex".into()),
+            gil: Some(crate::wait::GilWait {
+                holder: Some(1),
+                holder_name: None,
+            }),
+            ..Default::default()
+        });
+        let ms = Duration::from_millis;
+        for i in 0..500u64 {
+            let other = if i % 100 == 50 { &waiter } else { &sleeper };
+            let events = w.observe(ms(i * 10), &[busy.clone(), other.clone()]);
+            assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
+        }
+    }
+
+    /// A thread woken while another holds the GIL waits for the GIL on the
+    /// line it woke on, then takes it on that same line: its hold counts
+    /// from then, not from when it came to that line (CI on 3.13.0: the
+    /// main thread woken in `Condition.wait` during the regex's hold).
+    #[test]
+    fn a_waiter_that_takes_the_gil_on_the_line_it_waited_on_is_not_a_long_hold() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_secs(10),
+            gil_held: Duration::from_millis(100),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let mut w = ProcessWatch::new(th);
+        let waiting = |mut t: ThreadStack| {
+            t.holds_gil = false;
+            t.wait = Some(crate::wait::Wait {
+                state: "S".into(),
+                syscall: Some("futex".into()),
+                gil: Some(crate::wait::GilWait {
+                    holder: None,
+                    holder_name: None,
+                }),
+                ..Default::default()
+            });
+            t
+        };
+        let resting = |mut t: ThreadStack| {
+            t.holds_gil = false;
+            t
+        };
+        let main = vec![py("Condition.wait", "/x/threading.py", 359)];
+        let regex = vec![py("regex_worker", "stalls.py", 87)];
+        let beat = vec![py("heartbeat", "stalls.py", 60)];
+        let ms = Duration::from_millis;
+        let mut opened = Vec::new();
+        let mut closed = Vec::new();
+        for i in 0..120u64 {
+            let threads = if i < 10 {
+                // Before: the main thread waits in Condition.wait (GIL released).
+                vec![
+                    resting(thread(1, main.clone())),
+                    resting(thread(3, beat.clone())),
+                ]
+            } else if i < 90 {
+                // The regex holds the GIL; the main thread, woken, waits for it.
+                vec![
+                    waiting(thread(1, main.clone())),
+                    thread(2, regex.clone()),
+                    waiting(thread(3, beat.clone())),
+                ]
+            } else if i < 92 {
+                // The main thread takes it, still on its line; others wait.
+                vec![thread(1, main.clone()), waiting(thread(3, beat.clone()))]
+            } else {
+                vec![
+                    thread(1, vec![py("run", "stalls.py", 110)]),
+                    resting(thread(3, beat.clone())),
+                ]
+            };
+            for e in w.observe(ms(i * 10), &threads) {
+                match e {
+                    Event::Opened(i) => opened.push(w.streaks[i].tid),
+                    Event::Closed(s) => closed.push(*s),
+                }
+            }
+        }
+        assert_eq!(opened, vec![2]);
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].tid, 2);
+        assert_eq!(closed[0].duration(), ms(800));
     }
 }
