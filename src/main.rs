@@ -171,6 +171,9 @@ struct SampleArgs {
     full_filenames: bool,
     #[command(flatten)]
     asyncio: SampleAsyncArgs,
+    /// Sampling engine: ptrace (default), or bpf (in the kernel; record only, --mode cpu).
+    #[arg(long, value_enum, default_value = "ptrace")]
+    engine: pyinspect::bpf::Engine,
 }
 
 /// `--rate`: record and top.
@@ -463,11 +466,18 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         nolineno: a.nolineno,
         full_filenames: a.sample.full_filenames,
         mode,
+        engine: a.sample.engine,
     })
 }
 
 fn top(a: TopArgs) -> anyhow::Result<()> {
     use pyinspect::commands::top;
+    if a.sample.engine == pyinspect::bpf::Engine::Bpf {
+        return Err(pyinspect::error::Error::BpfUnavailable(
+            "top does not take it yet (record does)".into(),
+        )
+        .into());
+    }
     top::run(top::TopOptions {
         pid: a.target.pid.pid,
         asyncio: a.sample.asyncio.mode(),
