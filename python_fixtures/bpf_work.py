@@ -1,11 +1,27 @@
 # -*- coding: utf-8 -*-
 # Fixed amounts of CPU work for the eBPF engine's tests: the main thread
 # loops over hot_function (three units of work) and cold_function (one
-# unit). Work, not time: the share is then the same whether a sampler counts
-# time on a CPU (the bpf engine) or time runnable (the ptrace engine), even
-# on a machine so loaded that the fixture waits for a CPU most of the time.
-# Runs on 2.7 and 3.6+. READY once both functions have run.
+# unit), and counts the CPU time each took (thread CPU time: what an
+# on-CPU sampler sees, however loaded the machine). SIGUSR2 prints
+# "SPENT <hot seconds> <cold seconds>" so far. Runs on 2.7 and 3.6+.
+# READY once both functions have run.
+import signal
+import sys
+import time
+
 from fixture_util import expired, ready
+
+cpu = (
+    getattr(time, "thread_time", None)
+    or getattr(time, "process_time", None)
+    or time.clock
+)
+spent = [0.0, 0.0]
+
+
+def report(signum, frame):
+    sys.stdout.write("SPENT %.6f %.6f\n" % (spent[0], spent[1]))
+    sys.stdout.flush()
 
 
 def work(n):
@@ -26,12 +42,18 @@ def cold_function():
 
 
 def main():
+    signal.signal(signal.SIGUSR2, report)
     hot_function()
     cold_function()
     ready({})
     while not expired():
+        t0 = cpu()
         hot_function()
+        t1 = cpu()
         cold_function()
+        t2 = cpu()
+        spent[0] += t1 - t0
+        spent[1] += t2 - t1
 
 
 if __name__ == "__main__":

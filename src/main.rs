@@ -171,7 +171,7 @@ struct SampleArgs {
     full_filenames: bool,
     #[command(flatten)]
     asyncio: SampleAsyncArgs,
-    /// Sampling engine: ptrace (default), or bpf (in the kernel; record only, --mode cpu).
+    /// Sampling engine: ptrace (default), or bpf (in the kernel; threads on a CPU).
     #[arg(long, value_enum, default_value = "ptrace")]
     engine: pyinspect::bpf::Engine,
 }
@@ -472,12 +472,6 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
 
 fn top(a: TopArgs) -> anyhow::Result<()> {
     use pyinspect::commands::top;
-    if a.sample.engine == pyinspect::bpf::Engine::Bpf {
-        return Err(pyinspect::error::Error::BpfUnavailable(
-            "top does not take it yet (record does)".into(),
-        )
-        .into());
-    }
     top::run(top::TopOptions {
         pid: a.target.pid.pid,
         asyncio: a.sample.asyncio.mode(),
@@ -491,6 +485,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         refresh: a.delay,
         full_filenames: a.sample.full_filenames,
         full_names: a.read.names.full_names,
+        engine: a.sample.engine,
     })
 }
 

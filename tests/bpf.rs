@@ -46,8 +46,36 @@ fn frames(stacks: &[(String, u64)]) -> BTreeSet<String> {
         .collect()
 }
 
-/// Both engines record the same running fixture at once; the functions,
-/// the frames and the shares agree.
+/// The fixture's CPU time in hot_function and cold_function so far.
+fn spent(f: &Fixture) -> (f64, f64) {
+    let line = f.ask(libc::SIGUSR2, "SPENT ");
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (v[0], v[1])
+}
+
+/// hot_function's share of the samples in hot_function or cold_function.
+fn hot_share(m: &BTreeMap<String, f64>) -> f64 {
+    let sum = |name: &str| {
+        m.iter()
+            .filter(|(k, _)| k.contains(name))
+            .map(|(_, v)| v)
+            .sum::<f64>()
+    };
+    let (hot, cold) = (sum("hot_function"), sum("cold_function"));
+    hot / (hot + cold).max(1e-9)
+}
+
+/// Both engines record the same running fixture at once. The bpf engine's
+/// share of hot_function matches the CPU time the fixture counted itself
+/// (within 4 points), and every stack and line through hot_function or
+/// cold_function that the ptrace engine shows, the bpf engine shows too.
+/// Their shares are printed, not compared: on this overloaded two-CPU
+/// machine the ptrace engine counts runnable time (a thread waiting for a
+/// CPU counts where it was preempted), which strays from the CPU time by
+/// 5 to 25 points from run to run; the bpf engine counts time on a CPU.
 #[test]
 fn same_stacks_as_the_ptrace_engine() {
     for_each_interpreter(
@@ -57,76 +85,76 @@ fn same_stacks_as_the_ptrace_engine() {
             let f = Fixture::spawn(interp, "bpf_work.py", &[]);
             let dir = tempfile::tempdir().unwrap();
             let pid = f.pid.to_string();
-            let run = |engine: &str| {
+            let args = |engine: &str, rate: &str| {
                 let path = dir.path().join(format!("{engine}.txt"));
-                let args: Vec<String> = [
-                    "--engine", engine, "-f", "raw", "-r", "1000", "-d", "3", "-o",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .chain([path.display().to_string(), "--pid".into(), pid.clone()])
-                .collect();
+                let args: Vec<String> =
+                    ["--engine", engine, "-f", "raw", "-r", rate, "-d", "3", "-o"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .chain([path.display().to_string(), "--pid".into(), pid.clone()])
+                        .collect();
                 (args, path)
             };
-            let (bpf_args, bpf_path) = run("bpf");
-            let (pt_args, pt_path) = run("ptrace");
+            // The bpf engine samples only while the fixture is on a CPU, which
+            // on a loaded machine is a small part of the time: a higher rate
+            // (it costs no wake-up) keeps the sample count up.
+            let (bpf_args, bpf_path) = args("bpf", "4k");
+            let (pt_args, pt_path) = args("ptrace", "1000");
+            let before = spent(&f);
             let (bpf, pt) = std::thread::scope(|s| {
                 let b = s.spawn(|| {
                     let a: Vec<&str> = bpf_args.iter().map(String::as_str).collect();
                     record(&a, &[])
                 });
-                let p = record(&pt_args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+                let a: Vec<&str> = pt_args.iter().map(String::as_str).collect();
+                let p = record(&a, &[]);
                 (b.join().unwrap(), p)
             });
+            let after = spent(&f);
             bpf.assert_success();
             pt.assert_success();
+            let (dh, dc) = (after.0 - before.0, after.1 - before.1);
+            let truth = dh / (dh + dc);
             let read = |p: &std::path::Path| common_output::raw_stacks(&std::fs::read(p).unwrap());
             let (b, p) = (read(&bpf_path), read(&pt_path));
             let total: u64 = b.iter().map(|(_, n)| n).sum();
             assert!(total >= 300, "only {total} bpf samples\n{}", bpf.describe());
             let (bs, ps) = (function_shares(&b), function_shares(&p));
-            let keys = |m: &BTreeMap<String, f64>| m.keys().cloned().collect::<BTreeSet<_>>();
-            // A stack near the 2% cut can fall either side of it.
-            let big = |m: &BTreeMap<String, f64>| {
-                m.iter()
-                    .filter(|(_, v)| **v >= 0.06)
-                    .map(|(k, _)| k.clone())
+            eprintln!(
+            "bpf_same_stacks [{}]: hot_function {:.3} by CPU time, bpf {:.3} ({total} samples), \
+             ptrace {:.3}",
+            interp.label,
+            truth,
+            hot_share(&bs),
+            hot_share(&ps)
+        );
+            assert!(
+                (hot_share(&bs) - truth).abs() <= 0.04,
+                "hot_function: bpf {:.3}, CPU time {truth:.3}\nbpf {bs:#?}",
+                hot_share(&bs)
+            );
+            let through = |m: &BTreeMap<String, f64>| {
+                m.keys()
+                    .filter(|k| k.contains("hot_function") || k.contains("cold_function"))
+                    .cloned()
                     .collect::<BTreeSet<_>>()
             };
             assert!(
-                big(&bs).is_subset(&keys(&ps)) && big(&ps).is_subset(&keys(&bs)),
+                through(&bs).len() >= 2 && through(&ps).is_subset(&through(&bs)),
                 "functions differ:\nbpf {bs:#?}\nptrace {ps:#?}"
             );
-            for (k, v) in &bs {
-                let other = ps.get(k).copied().unwrap_or(0.0);
-                assert!(
-                    (v - other).abs() <= 0.06,
-                    "{k}: bpf {v:.3}, ptrace {other:.3}\nbpf {bs:#?}\nptrace {ps:#?}"
-                );
-            }
-            let hot = |m: &BTreeMap<String, f64>| {
-                m.iter()
-                    .filter(|(k, _)| k.contains("hot_function"))
-                    .map(|(_, v)| v)
-                    .sum::<f64>()
-            };
-            assert!(
-                (hot(&bs) - hot(&ps)).abs() <= 0.05,
-                "hot_function: bpf {:.3}, ptrace {:.3}",
-                hot(&bs),
-                hot(&ps)
-            );
             let (bf, pf) = (frames(&b), frames(&p));
-            let hot_frames = |s: &BTreeSet<String>| {
+            let callers = |s: &BTreeSet<String>| {
                 s.iter()
                     .filter(|f| f.starts_with("hot_function") || f.starts_with("cold_function"))
                     .cloned()
                     .collect::<BTreeSet<_>>()
             };
-            assert_eq!(
-                hot_frames(&bf),
-                hot_frames(&pf),
-                "the callers' lines differ"
+            assert!(
+                callers(&pf).is_subset(&callers(&bf)),
+                "the callers' lines differ: bpf {:?}, ptrace {:?}",
+                callers(&bf),
+                callers(&pf)
             );
         },
     );
@@ -195,10 +223,5 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
     let line = assert_one_clean_error_line(&r);
     assert!(line.contains("CAP_BPF"), "{line}");
 
-    // top does not take it yet: said, not ignored.
-    let mut c = Command::new(BIN);
-    c.args(["top", "--engine", "bpf", "--pid", &pid]);
-    let line = assert_one_clean_error_line(&common::run_command(c, Duration::from_secs(60)));
-    assert!(line.contains("bpf engine cannot be used"), "{line}");
     eprintln!("bpf refusals: covered {}", interp.label);
 }
