@@ -147,14 +147,14 @@ fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
 
 /// The sampler of either engine, as `record` drives it.
 pub(crate) enum AnySampler {
-    Ptrace(Sampler),
+    Ptrace(Box<Sampler>),
     Bpf(Box<BpfSampler>),
 }
 
 impl AnySampler {
     pub(crate) fn new(engine: Engine, root: i32, cfg: SamplerConfig) -> Result<AnySampler, Error> {
         match engine {
-            Engine::Ptrace => Sampler::new(root, cfg).map(AnySampler::Ptrace),
+            Engine::Ptrace => Sampler::new(root, cfg).map(|s| AnySampler::Ptrace(Box::new(s))),
             Engine::Bpf => {
                 if let Some(why) = unavailable() {
                     return Err(Error::BpfUnavailable(why));
@@ -446,7 +446,10 @@ impl BpfSampler {
     /// Turn the ring buffer's samples into ticks.
     fn drain(&mut self) {
         self.memo.clear();
-        let mut raw: Vec<(u32, u64, u32, Vec<(u64, u64)>)> = Vec::new();
+        // (tid, time, flags, frames): copied out first, as the ring buffer's
+        // items borrow it.
+        type Raw = (u32, u64, u32, Vec<(u64, u64)>);
+        let mut raw: Vec<Raw> = Vec::new();
         while let Some(item) = self.ring.next() {
             let b: &[u8] = &item;
             if b.len() < 24 {
