@@ -225,3 +225,42 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
 
     eprintln!("bpf refusals: covered {}", interp.label);
 }
+
+/// A launched program: recorded from its start to its exit, whose status
+/// record passes on.
+#[test]
+fn records_a_launched_program_to_its_end() {
+    let interp = common::pyenv((3, 12));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.txt");
+    let script = common::fixture("record_hot.py");
+    let python = interp.python.display().to_string();
+    let r = record(
+        &[
+            "--engine",
+            "bpf",
+            "-f",
+            "raw",
+            "-r",
+            "2k",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            &python,
+            &script,
+            "2",
+        ],
+        &[],
+    );
+    r.assert_success();
+    assert!(r.stdout.contains("true_share"), "{}", r.describe());
+    let stacks = common_output::raw_stacks(&std::fs::read(&out).unwrap());
+    for f in ["hot_function", "cold_function"] {
+        assert!(
+            stacks.iter().any(|(s, _)| s.contains(f)),
+            "{f} missing: {stacks:?}\n{}",
+            r.describe()
+        );
+    }
+    eprintln!("bpf launched: covered {}", interp.label);
+}
