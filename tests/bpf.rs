@@ -223,6 +223,13 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
     let line = assert_one_clean_error_line(&r);
     assert!(line.contains("CAP_BPF"), "{line}");
 
+    // In a PID namespace of its own (its /proc too): the program's ids
+    // would not be ours.
+    let mut c = Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc", BIN, "record"])
+        .args(args);
+    let line = assert_one_clean_error_line(&common::run_command(c, Duration::from_secs(60)));
+    assert!(line.contains("PID namespace"), "{line}");
     eprintln!("bpf refusals: covered {}", interp.label);
 }
 

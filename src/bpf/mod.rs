@@ -116,6 +116,20 @@ pub(crate) fn unavailable() -> Option<String> {
             "this kernel does not run perf_event eBPF programs (simulated by {UNAVAILABLE_ENV})"
         ));
     }
+    // The program sees the initial PID namespace's ids; ours must be the
+    // same for the targets map and the thread ids to match. That namespace
+    // has a fixed inode number (PROC_PID_INIT_INO).
+    const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::metadata("/proc/self/ns/pid") {
+        if m.ino() != INIT_PID_NS_INO {
+            return Some(
+                "pyinspect runs in a PID namespace of its own, whose ids the program \
+                 does not see (run it in the host's)"
+                    .into(),
+            );
+        }
+    }
     // SAFETY: plain id getter.
     if unsafe { libc::geteuid() } == 0 {
         return None;
