@@ -3,8 +3,9 @@
 # loops over hot_function (three units of work) and cold_function (one
 # unit), and counts the CPU time each took (thread CPU time: what an
 # on-CPU sampler sees, however loaded the machine). SIGUSR2 prints
-# "SPENT <hot seconds> <cold seconds>" so far. Runs on 2.7 and 3.6+.
-# READY once both functions have run.
+# "SPENT <hot seconds> <cold seconds>" so far. Optional argv[1]: run the
+# loop that many calls of nest() deep. Runs on 2.7 and 3.6+. READY once
+# both functions have run.
 import signal
 import sys
 import time
@@ -41,8 +42,20 @@ def cold_function():
     return work(10000)
 
 
+def nest(depth):
+    if depth > 0:
+        return nest(depth - 1)
+    return loop()
+
+
 def main():
     signal.signal(signal.SIGUSR2, report)
+    depth = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    sys.setrecursionlimit(max(1000, depth + 100))
+    nest(depth)
+
+
+def loop():
     hot_function()
     cold_function()
     ready({})

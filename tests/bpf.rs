@@ -271,3 +271,48 @@ fn records_a_launched_program_to_its_end() {
     }
     eprintln!("bpf launched: covered {}", interp.label);
 }
+
+/// A stack deeper than the program keeps (128 frames): the innermost 128,
+/// under a `[truncated]` root, never a stack passed off as whole.
+#[test]
+fn a_deep_stack_keeps_its_innermost_frames_marked_truncated() {
+    let interp = common::pyenv((3, 12));
+    let f = Fixture::spawn(interp, "bpf_work.py", &["300"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.txt");
+    let pid = f.pid.to_string();
+    let r = record(
+        &[
+            "--engine",
+            "bpf",
+            "-f",
+            "raw",
+            "-r",
+            "2k",
+            "-d",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+            "--pid",
+            &pid,
+        ],
+        &[],
+    );
+    r.assert_success();
+    let stacks = common_output::raw_stacks(&std::fs::read(&out).unwrap());
+    let deep: Vec<&(String, u64)> = stacks
+        .iter()
+        .filter(|(s, _)| s.contains("hot_function") || s.contains("cold_function"))
+        .collect();
+    assert!(
+        deep.iter().map(|(_, n)| n).sum::<u64>() >= 50,
+        "{stacks:?}\n{}",
+        r.describe()
+    );
+    for (s, _) in deep {
+        let frames: Vec<&str> = s.split(';').collect();
+        assert_eq!(frames[0], "[truncated]", "{s}");
+        assert_eq!(frames.len(), 129, "{s}");
+        assert!(frames[1].starts_with("nest "), "{s}");
+    }
+}
