@@ -255,7 +255,10 @@ fn records_a_launched_program_to_its_end() {
             "--",
             &python,
             &script,
-            "2",
+            // Loading and verifying the program takes seconds on a machine
+            // as loaded as this one: a program that ends sooner is gone
+            // before the first sample.
+            "8",
         ],
         &[],
     );
