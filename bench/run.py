@@ -1172,6 +1172,54 @@ class Bench:
                                lambda o, best: o >= 95, f"ticks / ({rate} x {secs} s)", share,
                                higher_is_better=True)
 
+    # issue 25
+    def record_bpf_engine(self):
+        """CPU per sample of `record --engine bpf` against the default
+        engine, at 1 and 10 kHz on 4 busy threads: pyinspect's own CPU over
+        a window after start-up (loading and verifying the program is a
+        one-time cost), plus the eBPF program's kernel time from
+        kernel.bpf_stats_enabled (set here for the scenario, then restored)."""
+        warmup, window = 2, (4 if self.quick else 8)
+        stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+        try:
+            old = stats.read_text().strip()
+            stats.write_text("1")
+        except OSError as e:
+            raise Skip(f"cannot enable kernel.bpf_stats_enabled: {e}")
+        try:
+            with Target(self.python, "threads.py", 4, 4) as t:
+                for rate in (1000, 10000):
+                    cells = {}
+                    for engine in ("ptrace", "bpf"):
+                        out = self.tmp / f"bpf-{engine}-{rate}.txt"
+                        out.unlink(missing_ok=True)
+                        secs = warmup + window + 1
+                        proc = spawn(self.ours("record", "--pid", t.pid, "--engine", engine, "-r", rate,
+                                               "-d", secs, "-f", "raw", "-o", out))
+                        try:
+                            cpu_pct = self.cpu_over(proc, warmup, window, f"record --engine {engine}")
+                            proc.wait(60)
+                        finally:
+                            stop_gently(proc)
+                        err = stderr_of(proc)
+                        samples = sum(c for _, c in read_raw(out))
+                        if proc.returncode != 0 or not samples:
+                            raise Skip(f"record --engine {engine} failed: {first_line(err)}")
+                        m = re.search(r"eBPF program: (\d+) runs .*?([\d.]+) ms in all", err)
+                        prog_pct = float(m.group(2)) / 1000 / secs * 100 if m else 0.0
+                        per_s = samples / secs
+                        us = (cpu_pct + prog_pct) / 100 / per_s * 1e6
+                        cells[engine] = (us, cpu_pct, prog_pct, per_s)
+                    b, p = cells["bpf"], cells["ptrace"]
+                    self.results.add(
+                        f"record-bpf-{rate // 1000}kHz CPU/sample", b[0], None, "<= 3 us, < 1% at 1 kHz",
+                        verdict(b[0] <= 3 and (rate != 1000 or b[1] + b[2] < 1)), "us",
+                        f"bpf: {b[1]:.2f}% user+sys + {b[2]:.2f}% program, {b[3]:.0f} samples/s; "
+                        f"ptrace engine: {p[0]:.1f} us/sample, {p[1]:.1f}% of a core, {p[3]:.0f} samples/s",
+                        {"bpf": b, "ptrace": p})
+        finally:
+            stats.write_text(old)
+
     def add_three(self, name, values, unit, target, ok, note, detail, higher_is_better=False):
         """One row with pyinspect against py-spy (the table's columns), and
         profiling.sampling's figure and both ratios in the note."""
@@ -1219,6 +1267,7 @@ SCENARIOS = [
     ("newest-pythons", Bench.newest_pythons),
     ("profiling-sampling", Bench.profiling_sampling),
     ("record-vs-cpython-sampler", Bench.record_vs_cpython_sampler),
+    ("record-bpf-engine", Bench.record_bpf_engine),
 ]
 
 

@@ -76,6 +76,9 @@ pub enum Error {
     OtherUser { pid: i32, owner: u32, uid: u32 },
     #[error("process {pid} ({exe}) is not a Python process: no libpython or Python interpreter found in its memory")]
     NotPython { pid: i32, exe: String },
+    /// `--engine bpf` cannot run: why (privilege, kernel, option, layout).
+    #[error("the bpf engine cannot be used: {0}")]
+    BpfUnavailable(String),
     #[error("process {pid} runs Python {version}, which pyinspect does not support (supported: 2.7, 3.6 to {newest}, and later versions through their _Py_DebugOffsets)")]
     UnsupportedVersion {
         pid: i32,
@@ -184,6 +187,7 @@ impl Error {
             Error::Execed { .. } => "the process exec'd another program",
             Error::OtherUser { .. } => "a process of another user",
             Error::NotPython { .. } => "not a Python process",
+            Error::BpfUnavailable(_) => "the bpf engine cannot be used",
             Error::UnsupportedVersion { .. } => "an unsupported Python version",
             Error::UnprovenLayout { .. } => "a Python version whose layout could not be proven",
             Error::UnknownVersion { .. } => "the Python version could not be determined",

@@ -1,6 +1,7 @@
 //! pyinspect: read the Python (and native) call stacks of a running CPython
 //! process from the outside.
 
+pub mod bpf;
 pub mod commands;
 pub mod core;
 pub mod cpython_layouts;

@@ -171,6 +171,9 @@ struct SampleArgs {
     full_filenames: bool,
     #[command(flatten)]
     asyncio: SampleAsyncArgs,
+    /// Sampling engine: ptrace (default), or bpf (in the kernel; threads on a CPU).
+    #[arg(long, value_enum, default_value = "ptrace")]
+    engine: pyinspect::bpf::Engine,
 }
 
 /// `--rate`: record and top.
@@ -463,6 +466,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         nolineno: a.nolineno,
         full_filenames: a.sample.full_filenames,
         mode,
+        engine: a.sample.engine,
     })
 }
 
@@ -481,6 +485,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         refresh: a.delay,
         full_filenames: a.sample.full_filenames,
         full_names: a.read.names.full_names,
+        engine: a.sample.engine,
     })
 }
 

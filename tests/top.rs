@@ -234,6 +234,17 @@ fn top_shows_the_hot_function_and_busy_thread() {
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
 
+/// `--engine bpf`: the same screen from samples taken in the kernel.
+#[test]
+fn top_with_the_bpf_engine() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let interp = pyenv((3, 12));
+    let fixture = Fixture::spawn(interp, "top_hot.py", &["120"]);
+    let cmd = format!("{BIN} top --engine bpf --pid {}", fixture.pid);
+    let problems = check_screen("3.12", &cmd);
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
 #[test]
 fn top_launches_a_program_and_ends_it_on_quit() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,10 +1,11 @@
 //! `pyinspect record`: sample a running or launched process into a profile.
 
+use crate::bpf::{AnySampler, Engine};
 use crate::launch::{Launched, Stop, CHILD_GRACE_AT_END};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
-use crate::sampler::{format_rate, RateHealth, Sampler, SamplerConfig};
+use crate::sampler::{format_rate, RateHealth, SamplerConfig};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -85,6 +86,7 @@ pub struct RecordOptions {
     pub nolineno: bool,
     pub full_filenames: bool,
     pub mode: RecordMode,
+    pub engine: Engine,
 }
 
 /// How often the progress line is redrawn.
@@ -217,7 +219,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         (None, Some(p)) => p,
         (None, None) => unreachable!("checked at the CLI edge (options::check_target)"),
     };
-    let mut sampler = match Sampler::new(root, opts.sampler.clone()) {
+    let mut sampler = match AnySampler::new(opts.engine, root, opts.sampler.clone()) {
         Ok(s) => s,
         Err(e) => {
             out.abandon();
@@ -298,6 +300,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let stopped = pause::interrupted();
     let by_duration = !stopped && sampler.duration_over();
     let m = sampler.merge_counts();
+    let engine_cost = sampler.cost_line();
     drop(sampler);
     // Threads that stopped after a pause's budget are let go now.
     pause::release_lingering(std::time::Duration::from_millis(200));
@@ -311,6 +314,9 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let shown = out.shown().to_string();
     let written = out.write_with(|w| opts.format.write(&profile, w, &title));
     summary(&stats, &profile, elapsed, &health);
+    if let Some(cost) = engine_cost {
+        eprintln!("{cost}");
+    }
     if m.address + m.name + m.fallback > 0 {
         eprintln!(
             "pyinspect: native merges: {} by stack address, {} by eval-loop names, {} fell back",

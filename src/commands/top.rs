@@ -11,7 +11,7 @@ use crate::launch::Launched;
 use crate::output::short_filename;
 use crate::pause;
 use crate::procfs;
-use crate::sampler::{Sampler, SamplerConfig, Tick};
+use crate::sampler::{SamplerConfig, Tick};
 use crate::top::aggregate::{Aggregator, CountFilter};
 use crate::top::threads::{ThreadMonitor, ThreadRates};
 use crate::top::ui;
@@ -44,6 +44,7 @@ pub struct TopOptions {
     pub full_filenames: bool,
     /// Native frames by their whole signature (`--full-names`).
     pub full_names: bool,
+    pub engine: crate::bpf::Engine,
 }
 
 /// The first refresh comes sooner, so the screen is not empty for a second.
@@ -148,12 +149,16 @@ fn spawn_quietly(argv: &[String], log: &std::path::Path) -> anyhow::Result<Launc
     spawned
 }
 
-fn start_sampler(pid: i32, cfg: SamplerConfig) -> (Receiver<Msg>, JoinHandle<()>) {
+fn start_sampler(
+    pid: i32,
+    cfg: SamplerConfig,
+    engine: crate::bpf::Engine,
+) -> (Receiver<Msg>, JoinHandle<()>) {
     let (tx, rx) = sync_channel(CHANNEL_BOUND);
     let handle = thread::spawn(move || {
         let panicked = tx.clone();
         let body = std::panic::AssertUnwindSafe(move || {
-            let mut sampler = match Sampler::new(pid, cfg) {
+            let mut sampler = match crate::bpf::AnySampler::new(engine, pid, cfg) {
                 Ok(s) => s,
                 Err(e) => {
                     let _ = tx.send(Msg::Failed(e.into()));
@@ -182,7 +187,7 @@ fn start_sampler(pid: i32, cfg: SamplerConfig) -> (Receiver<Msg>, JoinHandle<()>
 }
 
 fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let cfg = SamplerConfig {
+    let mut cfg = SamplerConfig {
         schedule: crate::sampler::Schedule {
             rate: opts.rate,
             duration: None,
@@ -217,7 +222,12 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             asyncio: opts.asyncio,
         },
     };
-    let (rx, sampler) = start_sampler(pid, cfg);
+    if opts.engine == crate::bpf::Engine::Bpf && !opts.idle {
+        // The eBPF engine samples threads on a CPU only: the panel lists
+        // the others from /proc.
+        cfg.filter.include_idle = false;
+    }
+    let (rx, sampler) = start_sampler(pid, cfg, opts.engine);
     // Attach errors (not Python, permission) are printed plainly, before
     // the screen is taken.
     match rx.recv() {

@@ -18,6 +18,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+// What the eBPF engine (src/bpf/) asks of the reader.
+pub(crate) mod bpf;
+
 /// Bounds on what a corrupt or racing target can make us walk.
 pub(crate) const MAX_INTERPRETERS: usize = 256;
 pub(crate) const MAX_THREADS: usize = 8192;

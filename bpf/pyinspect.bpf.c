@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0
+//
+// pyinspect's eBPF sampler: attached to per-CPU cpu-clock perf events. When
+// the interrupted task belongs to a target process, it walks the task's
+// Python frame chain with bpf_probe_read_user and writes the chain (code
+// object and instruction position of each frame) to a ring buffer. The
+// offsets come from user space (our layout tables), one entry per target
+// process; nothing here knows a CPython version. The thread state of each
+// thread comes from user space too (tid -> PyThreadState*), which reads the
+// interpreter's thread list.
+//
+// Built without kernel headers: the few definitions needed are below.
+// Rebuild with bpf/build.sh (the object is committed; .ci/run checks that
+// it matches this source).
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+// Map types and helpers, by their numbers in the kernel's UAPI.
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_RINGBUF 27
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static long (*bpf_probe_read_user)(void *dst, u32 size, const void *src) = (void *)112;
+static long (*bpf_ringbuf_output)(void *rb, void *data, u64 size, u64 flags) = (void *)130;
+static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64 flags) = (void *)181;
+
+// Frames kept per sample, and frame-chain steps taken (shim frames are
+// stepped over without being kept).
+#define MAX_FRAMES 128
+#define MAX_STEPS 160
+#define MAX_TARGETS 64
+#define NO_FIELD 0xffffffffu
+
+// Sample flags.
+#define F_TRUNCATED 1   // the chain went on past MAX_STEPS / MAX_FRAMES
+#define F_READ_ERROR 2  // a frame could not be read
+#define F_NO_TSTATE 4   // the thread is not (yet) in the tstates map
+
+// Where to find things, for one target process (one interpreter layout).
+struct layout {
+	u32 tstate_frame;   // tstate -> current frame, or (via_cframe) -> cframe
+	u32 via_cframe;     // 1: 3.11/3.12, tstate->cframe->current_frame
+	u32 cframe_current; // offset of current_frame in _PyCFrame
+	u32 frame_previous; // f_back / previous
+	u32 frame_code;     // f_code / f_executable
+	u32 frame_pos;      // f_lasti / prev_instr / instr_ptr (8 bytes read)
+	u32 owner;          // owner byte, or NO_FIELD
+	u32 shim_from;      // owner values from this on are shim frames
+};
+
+struct frame {
+	u64 code;
+	u64 pos;
+};
+
+struct sample {
+	u32 tgid;
+	u32 tid;
+	u64 time_ns;
+	u32 nframes;
+	u32 flags;
+	struct frame frames[MAX_FRAMES];
+};
+
+// Counters, per CPU: samples taken, samples the ring buffer had no room for.
+#define C_SAMPLES 0
+#define C_LOST 1
+#define C_COUNT 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, u32);   // tgid
+	__type(value, u32); // index into layouts
+} targets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, u32);
+	__type(value, struct layout);
+} layouts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);   // tid
+	__type(value, u64); // PyThreadState *, or 0: not a Python thread
+} tstates SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct sample);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, C_COUNT);
+	__type(key, u32);
+	__type(value, u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} samples SEC(".maps");
+
+static void count(u32 which)
+{
+	u64 *c = bpf_map_lookup_elem(&counters, &which);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
+
+static u64 read_u64(u64 addr, long *err)
+{
+	u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (const void *)addr) != 0)
+		*err = 1;
+	return v;
+}
+
+// The walk's state, between steps of bpf_loop (which the verifier checks
+// once, where a plain loop would be checked step by step).
+struct walk {
+	u64 f;
+	u32 slot;
+	u32 n;
+	u32 err;
+};
+
+// One step along the frame chain: keep the frame unless it is a shim (or
+// holds no code object), move to the previous one. 1 ends the walk.
+static long step(u32 i, void *ctx)
+{
+	struct walk *w = ctx;
+	u32 zero = 0;
+	struct layout *l = bpf_map_lookup_elem(&layouts, &w->slot);
+	struct sample *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!l || !s || !w->f)
+		return 1;
+	long err = 0;
+	u64 f = w->f;
+	u64 code = read_u64(f + l->frame_code, &err);
+	u64 pos = read_u64(f + l->frame_pos, &err);
+	u64 prev = read_u64(f + l->frame_previous, &err);
+	if (err) {
+		w->err = 1;
+		return 1;
+	}
+	int shim = 0;
+	if (l->owner != NO_FIELD) {
+		u8 owner = 0;
+		if (bpf_probe_read_user(&owner, 1, (const void *)(f + l->owner)) != 0) {
+			w->err = 1;
+			return 1;
+		}
+		shim = owner >= l->shim_from;
+	}
+	if (!shim && code) {
+		u32 n = w->n;
+		if (n >= MAX_FRAMES)
+			return 1;
+		s->frames[n].code = code;
+		s->frames[n].pos = pos;
+		w->n = n + 1;
+	}
+	w->f = prev;
+	return 0;
+}
+
+SEC("perf_event")
+int on_sample(void *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	u32 *slot = bpf_map_lookup_elem(&targets, &tgid);
+	if (!slot)
+		return 0;
+	struct walk w = {.slot = *slot};
+	struct layout *l = bpf_map_lookup_elem(&layouts, &w.slot);
+	u32 zero = 0;
+	struct sample *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!l || !s)
+		return 0;
+	count(C_SAMPLES);
+	s->tgid = tgid;
+	s->tid = tid;
+	s->time_ns = bpf_ktime_get_ns();
+	s->nframes = 0;
+	s->flags = 0;
+	u64 *tstate = bpf_map_lookup_elem(&tstates, &tid);
+	if (tstate && !*tstate)
+		return 0; // a thread user space found to run no Python
+	if (!tstate) {
+		s->flags = F_NO_TSTATE;
+	} else {
+		long err = 0;
+		u64 f = read_u64(*tstate + l->tstate_frame, &err);
+		if (!err && l->via_cframe && f)
+			f = read_u64(f + l->cframe_current, &err);
+		w.f = f;
+		w.err = err != 0;
+		if (!w.err)
+			bpf_loop(MAX_STEPS, step, &w, 0);
+		if (w.err)
+			s->flags |= F_READ_ERROR;
+		else if (w.f)
+			s->flags |= F_TRUNCATED;
+	}
+	u32 n = w.n;
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
+	s->nframes = n;
+	u64 size = sizeof(*s) - sizeof(s->frames) + (u64)n * sizeof(struct frame);
+	if (bpf_ringbuf_output(&samples, s, size, 0) != 0)
+		count(C_LOST);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
