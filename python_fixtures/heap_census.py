@@ -59,6 +59,22 @@ def build():
 
 HEAP = build()
 
+# With "grow": each SIGUSR2 adds LEAK_STEP Leak objects (each with a 1 kB
+# str of its own) to the module global LEAKED, then prints "GREW <total>".
+LEAKED = []
+LEAK_STEP = 5000
+
+
+class Leak(object):
+    def __init__(self, i):
+        self.payload = "p" * 1000 + str(i)
+
+
+def grow(signum, frame):
+    LEAKED.extend(Leak(len(LEAKED) + i) for i in range(LEAK_STEP))
+    sys.stdout.write("GREW %d\n" % len(LEAKED))
+    sys.stdout.flush()
+
 
 def type_name(t):
     if t.__flags__ & HEAPTYPE:
@@ -119,6 +135,10 @@ def census():
 
 if __name__ == "__main__":
     fu.install_ping()
+    if "grow" in sys.argv[1:]:
+        import signal
+
+        signal.signal(signal.SIGUSR2, grow)
     # A buffered file counts its buffer in its __sizeof__, which the command
     # does not read (the README says so); stdin's (128 kB on 3.14) is the
     # one such buffer here, and the fixture never reads stdin: drop it.

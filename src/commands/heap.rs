@@ -91,11 +91,11 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
         interp_head_ptr: process.interp_head_ptr,
     };
     let live = source.kind() == SourceKind::Live;
-    let begun = Instant::now();
-    let guard = if live && !nonblocking {
-        Some(PauseGuard::new(pid, &source.threads()?)?)
+    let (guard, begun) = if live && !nonblocking {
+        let (g, at) = pause_all(source)?;
+        (Some(g), at)
     } else {
-        None
+        (None, Instant::now())
     };
     let tracked = tracked_objects(source, &at, MAX_OBJECTS);
     let mut c = census(source, &process.layout, gc_layout, tracked, MAX_OBJECTS);
@@ -123,6 +123,28 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
         live && nonblocking,
         c,
     ))
+}
+
+/// Attempts at a pause in which every thread stopped.
+const PAUSE_ATTEMPTS: usize = 5;
+
+/// Stop every thread of the process, and when it began. The pauser gives
+/// each pause a few milliseconds for the threads to stop (right for a
+/// stack sample); a census pauses for far longer anyway, so a pause that
+/// left a thread running (a loaded machine) is let go and tried again.
+fn pause_all(source: &dyn TargetSource) -> Result<(PauseGuard, Instant), Error> {
+    let pid = source.pid();
+    let mut attempt = 1;
+    loop {
+        let begun = Instant::now();
+        let guard = PauseGuard::new(pid, &source.threads()?)?;
+        if guard.not_stopped().is_empty() || attempt == PAUSE_ATTEMPTS {
+            return Ok((guard, begun));
+        }
+        drop(guard);
+        pause::release_lingering(std::time::Duration::from_millis(200));
+        attempt += 1;
+    }
 }
 
 fn load(path: &Path) -> anyhow::Result<Snapshot> {
