@@ -20,7 +20,7 @@ const UNICODE_SUBCLASS: u64 = 1 << 28;
 const TYPE_SUBCLASS: u64 = 1 << 31;
 
 /// Items read from one container, at most.
-const MAX_ITEMS: u64 = 1 << 20;
+const MAX_ITEMS: u64 = 1 << 24;
 /// Objects handled through one page cache before a fresh one.
 const OBJECTS_PER_CACHE: usize = 4096;
 /// A type name, at most (bytes).
@@ -84,6 +84,8 @@ struct Counter<'a> {
     by_name: HashMap<String, usize>,
     errors: u64,
     first_error: Option<String>,
+    /// Containers whose items were not all read (or changed meanwhile).
+    truncated: u64,
     /// Objects counted at their type's basic size, their own unreadable.
     approximated: u64,
     first_approximated: Option<String>,
@@ -107,6 +109,7 @@ pub(crate) fn census(
         first_error: None,
         approximated: 0,
         first_approximated: None,
+        truncated: 0,
     };
     let mut partial = tracked.partial;
     let gc_tracked = tracked.objects.len() as u64;
@@ -120,12 +123,15 @@ pub(crate) fn census(
     let mut capped = false;
     for chunk in tracked.objects.chunks(OBJECTS_PER_CACHE) {
         let cache = PageCache::new(mem);
-        let reader = ObjReader::new(&cache, layout);
+        let reader = ObjReader::new(&cache, layout).with_max_entries(MAX_ITEMS);
         for &(obj, ty) in chunk {
             let kind = c.facts(&cache, &reader, ty).map(|f| f.kind);
             if let Some(kind) = kind.filter(|k| k.container()) {
                 match items(&reader, kind, obj) {
-                    Ok(refs) => {
+                    Ok((refs, whole)) => {
+                        if !whole {
+                            c.truncated += 1;
+                        }
                         for r in refs {
                             if r != 0 && seen.len() < max_objects && seen.insert(r) {
                                 held.push(r);
@@ -152,6 +158,12 @@ pub(crate) fn census(
     }
     if capped {
         partial.push(format!("stopped at {max_objects} objects (the limit)"));
+    }
+    if c.truncated > 0 {
+        partial.push(format!(
+            "{} containers were not read whole (more than {MAX_ITEMS} items, or changing)",
+            c.truncated
+        ));
     }
     if c.errors > 0 {
         partial.push(format!(
@@ -187,18 +199,39 @@ pub(crate) fn census(
     }
 }
 
-/// What a built-in container holds directly: a dict its keys and values.
-fn items(reader: &ObjReader, kind: Kind, obj: u64) -> Result<Vec<u64>, crate::error::MemError> {
+/// What a built-in container holds directly (a dict: its keys and
+/// values), and whether that is all of it.
+fn items(
+    reader: &ObjReader,
+    kind: Kind,
+    obj: u64,
+) -> Result<(Vec<u64>, bool), crate::error::MemError> {
     Ok(match kind {
-        Kind::List => reader.list_items(obj, MAX_ITEMS)?.0,
-        Kind::Tuple => reader.tuple_items(obj, MAX_ITEMS)?.0,
-        Kind::Set => reader.set_items(obj, MAX_ITEMS)?,
-        Kind::Dict => reader
-            .dict_items(obj, MAX_ITEMS)?
-            .into_iter()
-            .flat_map(|(k, v)| [k, v])
-            .collect(),
-        _ => Vec::new(),
+        Kind::List => {
+            let (items, len) = reader.list_items(obj, MAX_ITEMS)?;
+            let whole = items.len() as u64 == len;
+            (items, whole)
+        }
+        Kind::Tuple => {
+            let (items, len) = reader.tuple_items(obj, MAX_ITEMS)?;
+            let whole = items.len() as u64 == len;
+            (items, whole)
+        }
+        Kind::Set => {
+            let (items, len) = reader.set_items_counted(obj, MAX_ITEMS)?;
+            let whole = items.len() as u64 == len;
+            (items, whole)
+        }
+        Kind::Dict => {
+            let (pairs, _) = reader.dict_items_counted(obj, MAX_ITEMS)?;
+            // `ma_used` is where a var object's size is.
+            let used = reader
+                .mem
+                .read_u64(obj.wrapping_add(reader.layout.object.ob_size))?;
+            let whole = pairs.len() as u64 == used;
+            (pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(), whole)
+        }
+        _ => (Vec::new(), true),
     })
 }
 
