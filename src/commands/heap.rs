@@ -99,6 +99,12 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
     };
     let tracked = tracked_objects(source, &at, MAX_OBJECTS);
     let mut c = census(source, &process.layout, gc_layout, tracked, MAX_OBJECTS);
+    crate::heap::holders::name_holders(
+        source,
+        &process.layout,
+        process.interp_head_ptr,
+        &mut c.containers,
+    );
     let paused_ms = match &guard {
         Some(g) => {
             if !g.not_stopped().is_empty() {

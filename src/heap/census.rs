@@ -48,6 +48,8 @@ pub struct Census {
     pub partial: Vec<String>,
     /// What is approximate in it (objects counted, sizes not exact).
     pub notes: Vec<String>,
+    /// The largest containers, largest first (holders not named yet).
+    pub containers: Vec<super::holders::Container>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +82,7 @@ struct Counter<'a> {
     layout: &'a Layout,
     gc: &'a GcLayout,
     types: HashMap<u64, TypeFacts>,
+    largest: super::holders::Largest,
     rows: Vec<TypeRow>,
     by_name: HashMap<String, usize>,
     errors: u64,
@@ -103,6 +106,7 @@ pub(crate) fn census(
         layout,
         gc,
         types: HashMap::new(),
+        largest: Default::default(),
         rows: Vec::new(),
         by_name: HashMap::new(),
         errors: 0,
@@ -132,6 +136,12 @@ pub(crate) fn census(
                         if !whole {
                             c.truncated += 1;
                         }
+                        let length = if kind == Kind::Dict {
+                            refs.len() as u64 / 2
+                        } else {
+                            refs.len() as u64
+                        };
+                        c.count(&cache, &reader, obj, ty, Some(length));
                         for r in refs {
                             if r != 0 && seen.len() < max_objects && seen.insert(r) {
                                 held.push(r);
@@ -140,10 +150,14 @@ pub(crate) fn census(
                             }
                         }
                     }
-                    Err(e) => c.error(format!("reading the items of 0x{obj:x}: {e}")),
+                    Err(e) => {
+                        c.error(format!("reading the items of 0x{obj:x}: {e}"));
+                        c.count(&cache, &reader, obj, ty, None);
+                    }
                 }
+            } else {
+                c.count(&cache, &reader, obj, ty, None);
             }
-            c.count(&cache, &reader, obj, ty);
         }
     }
     for chunk in held.chunks(OBJECTS_PER_CACHE) {
@@ -151,7 +165,7 @@ pub(crate) fn census(
         let reader = ObjReader::new(&cache, layout);
         for &obj in chunk {
             match reader.type_of(obj) {
-                Ok(ty) => c.count(&cache, &reader, obj, ty),
+                Ok(ty) => c.count(&cache, &reader, obj, ty, None),
                 Err(e) => c.error(format!("reading the type of 0x{obj:x}: {e}")),
             }
         }
@@ -180,6 +194,10 @@ pub(crate) fn census(
             c.first_approximated.as_deref().unwrap_or("?")
         ));
     }
+    let mut containers = std::mem::take(&mut c.largest).into_sorted();
+    for k in &mut containers {
+        k.type_name = c.rows[k.row].name.clone();
+    }
     let mut types = c.rows;
     types.retain(|r| r.count > 0);
     types.sort_by(|a, b| {
@@ -196,6 +214,7 @@ pub(crate) fn census(
         interpreters: tracked.interpreters,
         partial,
         notes,
+        containers,
     }
 }
 
@@ -335,8 +354,16 @@ impl Counter<'_> {
         })
     }
 
-    /// Count one object of type `ty`.
-    fn count(&mut self, mem: &dyn Memory, reader: &ObjReader, obj: u64, ty: u64) {
+    /// Count one object of type `ty`; `length`: the items of a container
+    /// whose items were read (a candidate for the largest).
+    fn count(
+        &mut self,
+        mem: &dyn Memory,
+        reader: &ObjReader,
+        obj: u64,
+        ty: u64,
+        length: Option<u64>,
+    ) {
         let Some(f) = self.facts(mem, reader, ty) else {
             return;
         };
@@ -357,6 +384,9 @@ impl Counter<'_> {
         let r = &mut self.rows[row];
         r.count += 1;
         r.bytes += bytes;
+        if let Some(length) = length {
+            self.largest.offer(obj, row, length, bytes);
+        }
     }
 
     /// `sys.getsizeof(obj)`: the type's `__sizeof__`, plus the collector's

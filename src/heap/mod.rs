@@ -3,4 +3,5 @@
 
 pub(crate) mod census;
 pub(crate) mod diff;
+pub(crate) mod holders;
 pub(crate) mod output;

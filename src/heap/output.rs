@@ -24,6 +24,19 @@ pub(crate) struct Snapshot {
     #[serde(default)]
     pub(crate) notes: Vec<String>,
     pub(crate) types: Vec<SnapshotType>,
+    /// The largest containers and the module globals holding them.
+    #[serde(default)]
+    pub(crate) containers: Vec<SnapshotContainer>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct SnapshotContainer {
+    #[serde(rename = "type")]
+    pub(crate) name: String,
+    pub(crate) address: String,
+    pub(crate) length: u64,
+    pub(crate) bytes: u64,
+    pub(crate) holders: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -53,6 +66,17 @@ impl Snapshot {
             interpreters: c.interpreters,
             partial: c.partial,
             notes: c.notes,
+            containers: c
+                .containers
+                .into_iter()
+                .map(|k| SnapshotContainer {
+                    name: k.type_name,
+                    address: format!("0x{:x}", k.address),
+                    length: k.length,
+                    bytes: k.bytes,
+                    holders: k.holders,
+                })
+                .collect(),
             types: c
                 .types
                 .into_iter()
@@ -138,5 +162,25 @@ pub(crate) fn write_text(s: &Snapshot, top: usize, w: &mut dyn Write) -> std::io
         human_bytes(s.bytes),
         ""
     )?;
+    if !s.containers.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "Largest containers:")?;
+        for k in &s.containers {
+            let held = if k.holders.is_empty() {
+                String::new()
+            } else {
+                format!("  held by {}", k.holders.join(", "))
+            };
+            writeln!(
+                w,
+                "{:>12} {:>12}  {} ({} items){}",
+                "",
+                human_bytes(k.bytes),
+                crate::stack::escape_controls(&k.name),
+                k.length,
+                crate::stack::escape_controls(&held)
+            )?;
+        }
+    }
     Ok(())
 }
