@@ -182,3 +182,133 @@ fn walk_list(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SliceMemory;
+
+    const BASE: u64 = 0x10000;
+    const INTERP: u64 = 0x11000;
+    const NODES: u64 = 0x12000;
+
+    /// A 3.12 target: one interpreter whose gen0 list links `links`
+    /// (node → (next, prev)), the other lists empty.
+    fn target(links: &[(u64, u64, u64)], first: u64, last: u64) -> (SliceMemory, u64) {
+        let layout = crate::cpython_layouts::for_version(3, 12).unwrap();
+        let gc = crate::cpython_layouts::gc::for_version(3, 12).unwrap();
+        let mut mem = vec![0u8; 0x8000];
+        let mut put = |addr: u64, v: u64| {
+            let o = (addr - BASE) as usize;
+            mem[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        let head_ptr = BASE + 0x100;
+        put(head_ptr, INTERP);
+        let state = INTERP + layout.interp.gc_collecting.unwrap() - gc.collecting;
+        for (i, off) in gc.lists[0].iter().enumerate() {
+            let h = state + off;
+            if i == 0 {
+                put(h, first);
+                put(h + 8, last);
+            } else {
+                put(h, h);
+                put(h + 8, h);
+            }
+        }
+        for &(node, next, prev) in links {
+            put(node, next);
+            put(node + 8, prev);
+            put(node + 16 + 8, 0xabc0); // ob_type
+        }
+        let mut m = SliceMemory::new();
+        m.add(BASE, mem);
+        (m, head_ptr)
+    }
+
+    fn walk(mem: &SliceMemory, head_ptr: u64, max: usize) -> Tracked {
+        let at = GcWhere {
+            layout: crate::cpython_layouts::for_version(3, 12).unwrap(),
+            gc: crate::cpython_layouts::gc::for_version(3, 12).unwrap(),
+            interp_head_ptr: head_ptr,
+        };
+        tracked_objects(mem, &at, max)
+    }
+
+    fn gen0() -> u64 {
+        let layout = crate::cpython_layouts::for_version(3, 12).unwrap();
+        let gc = crate::cpython_layouts::gc::for_version(3, 12).unwrap();
+        INTERP + layout.interp.gc_collecting.unwrap() - gc.collecting + gc.lists[0][0]
+    }
+
+    #[test]
+    fn walks_a_whole_list() {
+        let (a, b, c) = (NODES, NODES + 64, NODES + 128);
+        let h = gen0();
+        // Flag bits in the links are ignored.
+        let (mem, p) = target(&[(a, b | 1, h | 2), (b, c, a), (c, h, b | 3)], a, c);
+        let t = walk(&mem, p, 100);
+        assert!(t.partial.is_empty(), "{:?}", t.partial);
+        assert_eq!(t.interpreters, 1);
+        assert_eq!(
+            t.objects,
+            vec![(a + 16, 0xabc0), (b + 16, 0xabc0), (c + 16, 0xabc0)]
+        );
+    }
+
+    #[test]
+    fn a_broken_back_link_ends_the_walk_as_partial() {
+        let (a, b, c) = (NODES, NODES + 64, NODES + 128);
+        let h = gen0();
+        let (mem, p) = target(&[(a, b, h), (b, c, c), (c, h, b)], a, c);
+        let t = walk(&mem, p, 100);
+        assert_eq!(t.objects, vec![(a + 16, 0xabc0)]);
+        assert!(
+            t.partial[0].contains("does not point back"),
+            "{:?}",
+            t.partial
+        );
+    }
+
+    #[test]
+    fn a_loop_that_never_comes_back_is_caught() {
+        // b points at itself (its back link cannot be both a and b); the
+        // head's own links look right.
+        let (a, b, c) = (NODES, NODES + 64, NODES + 128);
+        let h = gen0();
+        let (mem, p) = target(&[(a, b, h), (b, b, a), (c, h, b)], a, c);
+        let t = walk(&mem, p, 1000);
+        assert_eq!(t.objects.len(), 2);
+        assert_eq!(t.partial.len(), 1, "{:?}", t.partial);
+        assert!(
+            t.partial[0].contains("does not point back"),
+            "{:?}",
+            t.partial
+        );
+    }
+
+    #[test]
+    fn stops_at_the_limit_and_says_so() {
+        let (a, b, c) = (NODES, NODES + 64, NODES + 128);
+        let h = gen0();
+        let (mem, p) = target(&[(a, b, h), (b, c, a), (c, h, b)], a, c);
+        let t = walk(&mem, p, 2);
+        assert_eq!(t.objects.len(), 2);
+        assert!(
+            t.partial.iter().any(|p| p.contains("limit")),
+            "{:?}",
+            t.partial
+        );
+    }
+
+    #[test]
+    fn no_list_heads_is_partial_not_a_wild_walk() {
+        let (mem, p) = target(&[], 0x4141_4141, 0x4242_4242);
+        let t = walk(&mem, p, 100);
+        assert!(t.objects.is_empty());
+        assert!(
+            t.partial[0].contains("no collector lists"),
+            "{:?}",
+            t.partial
+        );
+    }
+}
