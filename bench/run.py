@@ -1230,6 +1230,33 @@ class Bench:
                          f"profiling.sampling {fmt(cpy, unit)}, pyinspect/profiling.sampling "
                          f"{ratio_cpy:.2f}; {note}", detail)
 
+    def heap_1m(self):
+        """`pyinspect heap` of a process holding about a million objects the
+        census counts (bench/fixtures/heap_objects.py): median wall time and
+        peak RSS of the command, and the pause it reports. No peer reads a heap
+        from outside; memray and guppy run inside the target, so they are not
+        beside it here."""
+        runs = 3 if self.quick else 7
+        walls, rss, pauses, objects = [], [], [], None
+        with Target(self.python, "heap_objects.py", 1_000_000, ready_timeout=120) as t:
+            for _ in range(runs):
+                with tempfile.TemporaryFile() as out:
+                    m = run_measured(self.ours("heap", "--pid", t.pid, "--json"), stdout=out, timeout=120)
+                    if m.rc != 0:
+                        raise Skip(f"pyinspect heap failed: {first_line(m.err)}")
+                    out.seek(0)
+                    snap = json.loads(out.read())
+                walls.append(m.wall)
+                rss.append(m.rss_mib)
+                pauses.append(snap["paused_ms"])
+                objects = snap["objects"]
+        wall, mem, pause = statistics.median(walls), statistics.median(rss), statistics.median(pauses)
+        note = f"{objects} objects, median of {runs}; target paused {pause:.0f} ms"
+        self.results.add("heap-1M census wall", wall, None, "<= 2 s", verdict(wall <= 2.0), "s", note,
+                         {"pyinspect": walls, "paused_ms": pauses})
+        self.results.add("heap-1M census peak RSS", mem, None, "<= 150 MiB", verdict(mem <= 150), "MiB", note,
+                         {"pyinspect": rss})
+
 
 def version_of(python):
     out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -1268,6 +1295,7 @@ SCENARIOS = [
     ("profiling-sampling", Bench.profiling_sampling),
     ("record-vs-cpython-sampler", Bench.record_vs_cpython_sampler),
     ("record-bpf-engine", Bench.record_bpf_engine),
+    ("heap-1M", Bench.heap_1m),
 ]
 
 

@@ -167,6 +167,13 @@ pub enum Error {
     /// A core file that cannot be read as one (`dump --core`).
     #[error("{path}: {problem}")]
     BadCore { path: String, problem: CoreProblem },
+    /// `heap` on a version whose collector lists it has no table for.
+    #[error("process {pid} runs Python {version}; pyinspect heap reads Python 3.8 to {newest} (older collectors keep their lists in another shape)")]
+    HeapVersion {
+        pid: i32,
+        version: String,
+        newest: String,
+    },
     #[error("{0}")]
     Io(String),
 }
@@ -227,6 +234,7 @@ impl Error {
             }
             Error::Launch { .. } => "a program could not be launched",
             Error::Io(_) => "an I/O error",
+            Error::HeapVersion { .. } => "a Python version pyinspect heap does not read",
         }
     }
 

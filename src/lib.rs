@@ -7,6 +7,7 @@ pub mod core;
 pub mod cpython_layouts;
 pub(crate) mod elf;
 pub mod error;
+pub(crate) mod heap;
 pub(crate) mod launch;
 pub(crate) mod mapping;
 pub mod memory;

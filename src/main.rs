@@ -35,6 +35,53 @@ enum Command {
     /// Watch a process and write an incident when its event loop blocks, a
     /// thread holds the GIL, a thread is stuck, or the process freezes.
     Watch(WatchArgs),
+    /// A census of a process's Python objects by type (count and bytes,
+    /// largest first), or with --diff the types that grew between two.
+    Heap(HeapArgs),
+}
+
+#[derive(Args, Debug)]
+struct HeapArgs {
+    #[command(flatten)]
+    pid: PidArg,
+    #[command(flatten)]
+    core: CoreTargetArgs,
+    /// Count without pausing the target: for services that cannot stop;
+    /// the census may be torn, and says so.
+    #[arg(long, conflicts_with = "core")]
+    nonblocking: bool,
+    /// Write the census as one JSON object (a snapshot --diff reads).
+    #[arg(short, long)]
+    json: bool,
+    /// Write to this file (atomically) instead of standard output.
+    #[arg(short, long, value_name = "FILE", default_value = "-")]
+    output: std::path::PathBuf,
+    /// Types listed in the table (0: all).
+    #[arg(long, value_name = "N", default_value = "30")]
+    top: usize,
+    /// Compare two --json snapshots: the types that grew, by bytes and count
+    /// (instead of reading a process).
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["pid", "core", "nonblocking"])]
+    diff: Option<Vec<std::path::PathBuf>>,
+}
+
+/// `--core` and the files it names: heap (dump defines its own, with its
+/// rules against --subprocesses and --nonblocking).
+#[derive(Args, Debug)]
+struct CoreTargetArgs {
+    /// Read a core file (a `gcore` snapshot, or the kernel's core of a
+    /// crash) instead of a running process.
+    #[arg(long, value_name = "CORE")]
+    core: Option<std::path::PathBuf>,
+    /// With --core: the program the core was taken from, when it is not at
+    /// the path the core recorded.
+    #[arg(long, value_name = "PATH")]
+    executable: Option<std::path::PathBuf>,
+    /// With --core: the target's root directory on this machine (a
+    /// container's or another machine's sysroot); the files the core names
+    /// are looked up under it.
+    #[arg(long, value_name = "DIR")]
+    root: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -391,6 +438,12 @@ fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
             check_target(target.pid.pid, &target.command)?;
             check_read(read.native, read.nonblocking)
         }
+        Command::Heap(a) if a.diff.is_some() => Ok(()),
+        Command::Heap(a) => check_dump_target(
+            a.pid.pid,
+            a.core.core.is_some(),
+            a.core.executable.is_some() || a.core.root.is_some(),
+        ),
         Command::Completions(_) | Command::Diff(_) => Ok(()),
     }
 }
@@ -607,6 +660,23 @@ fn main() {
         Command::Top(a) => top(a).map(|()| 0),
         Command::Completions(a) => completions(a.shell),
         Command::Watch(a) => watch(a),
+        Command::Heap(a) => {
+            pyinspect::commands::heap::run(&pyinspect::commands::heap::HeapOptions {
+                pid: a.pid.pid.unwrap_or(0),
+                core: a.core.core.map(|path| pyinspect::commands::dump::CoreArgs {
+                    path,
+                    options: pyinspect::core::CoreOptions {
+                        executable: a.core.executable,
+                        root: a.core.root,
+                    },
+                }),
+                diff: a.diff.map(|v| (v[0].clone(), v[1].clone())),
+                json: a.json,
+                nonblocking: a.nonblocking,
+                top: a.top,
+                output: a.output,
+            })
+        }
         Command::Diff(a) => {
             pyinspect::commands::diff::run(pyinspect::commands::diff::DiffOptions {
                 before: a.before,

@@ -2,6 +2,7 @@
 
 pub mod diff;
 pub mod dump;
+pub mod heap;
 pub mod record;
 pub mod top;
 pub mod watch;

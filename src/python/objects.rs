@@ -21,6 +21,9 @@ pub(crate) struct ObjReader<'a> {
     pub(crate) mem: &'a dyn Memory,
     pub(crate) layout: &'a Layout,
     type_names: RefCell<HashMap<u64, String>>,
+    /// Entries of a dict or set read at most, and the bytes of one
+    /// container's items (see [`ObjReader::with_max_entries`]).
+    max_entries: u64,
 }
 
 type R<T> = Result<T, MemError>;
@@ -35,7 +38,34 @@ impl<'a> ObjReader<'a> {
             mem,
             layout,
             type_names: RefCell::new(HashMap::new()),
+            max_entries: MAX_DICT_ENTRIES,
         }
+    }
+
+    /// A reader that walks containers of up to `n` entries (`heap`'s
+    /// census reads whole ones; a repr reads only its first few).
+    pub(crate) fn with_max_entries(mut self, n: u64) -> Self {
+        self.max_entries = n.max(MAX_DICT_ENTRIES);
+        self
+    }
+
+    /// `len` bytes of a container's items or entries at `addr`, at most
+    /// `8 bytes × max_entries` (at least 8 MiB), read in pieces under
+    /// [`crate::memory::MAX_READ`].
+    fn container_bytes(&self, addr: u64, len: u64, entry: u64) -> R<Vec<u8>> {
+        let cap = (self.max_entries * entry).max(8 << 20);
+        if len > cap {
+            return Err(MemError::TooLarge {
+                addr,
+                len: len as usize,
+            });
+        }
+        const PIECE: u64 = 8 << 20;
+        let mut out = vec![0u8; len as usize];
+        for (i, chunk) in out.chunks_mut(PIECE as usize).enumerate() {
+            self.mem.read(addr.wrapping_add(i as u64 * PIECE), chunk)?;
+        }
+        Ok(out)
     }
 
     fn ptr(&self, addr: u64) -> R<u64> {
@@ -170,11 +200,8 @@ impl<'a> ObjReader<'a> {
             return Err(bad(obj));
         }
         let n = (len as u64).min(max);
-        let raw = self.mem.read_vec(
-            obj.wrapping_add(self.layout.object.tuple_items),
-            (n * 8) as usize,
-            8 << 20,
-        )?;
+        let raw =
+            self.container_bytes(obj.wrapping_add(self.layout.object.tuple_items), n * 8, 8)?;
         Ok((
             raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(),
             len as u64,
@@ -188,7 +215,7 @@ impl<'a> ObjReader<'a> {
         }
         let n = (len as u64).min(max);
         let items = self.ptr(obj.wrapping_add(self.layout.object.list_items))?;
-        let raw = self.mem.read_vec(items, (n * 8) as usize, 8 << 20)?;
+        let raw = self.container_bytes(items, n * 8, 8)?;
         Ok((
             raw.chunks_exact(8).map(|c| le_u64(c, 0)).collect(),
             len as u64,
@@ -204,13 +231,11 @@ impl<'a> ObjReader<'a> {
     pub(crate) fn set_items_counted(&self, obj: u64, max: u64) -> R<(Vec<u64>, u64)> {
         let o = &self.layout.object;
         let mask = self.mem.read_u64(obj.wrapping_add(o.set_mask))?;
-        if mask >= MAX_DICT_ENTRIES {
+        if mask >= self.max_entries {
             return Err(bad(obj));
         }
         let table = self.ptr(obj.wrapping_add(o.set_table))?;
-        let raw = self
-            .mem
-            .read_vec(table, ((mask + 1) * o.set_entry_size) as usize, 8 << 20)?;
+        let raw = self.container_bytes(table, (mask + 1) * o.set_entry_size, o.set_entry_size)?;
         // A removed entry keeps CPython's "<dummy key>" object as its key.
         let mut dummy = None;
         let mut items = Vec::new();
@@ -345,7 +370,7 @@ impl<'a> ObjReader<'a> {
             } => {
                 let size = self.mem.read_u64(k.wrapping_add(dk_size))?;
                 let n = self.mem.read_u64(k.wrapping_add(dk_nentries))?;
-                if size > MAX_DICT_ENTRIES * 2 || !size.is_power_of_two() || n > size {
+                if size > self.max_entries * 2 || !size.is_power_of_two() || n > size {
                     return Err(bad(k));
                 }
                 let width = match size {
@@ -381,12 +406,10 @@ impl<'a> ObjReader<'a> {
                 )
             }
         };
-        let n = n.min(MAX_DICT_ENTRIES);
-        let raw = self
-            .mem
-            .read_vec(entries_at, (n * entry_size) as usize, 8 << 20)?;
+        let n = n.min(self.max_entries);
+        let raw = self.container_bytes(entries_at, n * entry_size, entry_size)?;
         let vals = match values {
-            Some(v) => Some(self.mem.read_vec(v, (n * 8) as usize, 8 << 20)?),
+            Some(v) => Some(self.container_bytes(v, n * 8, 8)?),
             None => None,
         };
         let mut out = Vec::new();

@@ -915,3 +915,20 @@ pub fn offline_name(lib: &Path, offset: u64) -> String {
     }
     best.map(|b| b.1).unwrap_or_default()
 }
+
+/// `gcore -o DIR/core PID` (gdb's, installed by `.ci/core-deps`): the path
+/// of the core it wrote.
+#[allow(dead_code)]
+pub fn gcore(pid: i32, dir: &Path) -> PathBuf {
+    let base = dir.join("core");
+    let mut c = Command::new("gcore");
+    c.arg("-o").arg(&base).arg(pid.to_string());
+    let out = run_command(c, Duration::from_secs(180));
+    let path = PathBuf::from(format!("{}.{pid}", base.display()));
+    assert!(
+        out.status.success() && path.exists(),
+        "gcore (gdb, installed by .ci/core-deps) failed\n{}",
+        out.describe()
+    );
+    path
+}

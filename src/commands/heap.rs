@@ -1,0 +1,181 @@
+//! `pyinspect heap`: a census of a process's Python objects by type (live,
+//! or from a core file), and `--diff` of two JSON snapshots.
+
+use crate::core::CoreFile;
+use crate::cpython_layouts::gc;
+use crate::error::Error;
+use crate::heap::census::census;
+use crate::heap::diff::{self, growth};
+use crate::heap::output::{write_text, Snapshot};
+use crate::pause::{self, PauseGuard};
+use crate::python::gc::{tracked_objects, GcWhere};
+use crate::python::process::PythonProcess;
+use crate::target::{LiveProcess, SourceKind, TargetSource};
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Objects one census reads at most (the lists and what their containers
+/// hold): about 40 bytes of pyinspect's memory each.
+pub const MAX_OBJECTS: usize = 20_000_000;
+
+pub struct HeapOptions {
+    pub pid: i32,
+    /// Read this core file rather than process `pid`.
+    pub core: Option<super::dump::CoreArgs>,
+    /// Compare two snapshots instead of reading a process.
+    pub diff: Option<(PathBuf, PathBuf)>,
+    pub json: bool,
+    pub nonblocking: bool,
+    /// Types shown in the text table (0: all).
+    pub top: usize,
+    /// Where the output goes ("-": standard output), written atomically.
+    pub output: PathBuf,
+}
+
+pub fn run(opts: &HeapOptions) -> anyhow::Result<i32> {
+    if let Some((before, after)) = &opts.diff {
+        return run_diff(opts, before, after);
+    }
+    let snapshot = match &opts.core {
+        Some(core) => {
+            let source = CoreFile::open(&core.path, &core.options)?;
+            read(&source, false)?
+        }
+        None => {
+            crate::privilege::check_target(opts.pid)?;
+            let source = LiveProcess::new(opts.pid);
+            let s = read(&source, opts.nonblocking);
+            pause::release_lingering(std::time::Duration::from_millis(200));
+            s?
+        }
+    };
+    emit(opts, |w| {
+        if opts.json {
+            serde_json::to_writer(&mut *w, &snapshot)?;
+            writeln!(w)?;
+            Ok(())
+        } else {
+            write_text(&snapshot, opts.top, w).map_err(Into::into)
+        }
+    })?;
+    Ok(0)
+}
+
+fn emit(
+    opts: &HeapOptions,
+    f: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let out = crate::output::sink::OutputFile::create(&opts.output)?;
+    out.write_with(|w| f(w).map_err(|e| format!("{e:#}")))
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// One census of `source`, paused (a live process, unless `nonblocking`)
+/// while the collector's lists and the objects are read.
+fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error> {
+    let pid = source.pid();
+    let process = PythonProcess::open(source)?;
+    let version = process.version.clone();
+    let Some(gc_layout) = gc::for_version(version.major, version.minor) else {
+        let newest = gc::ALL.last().map(|l| format!("{}.{}", l.major, l.minor));
+        return Err(Error::HeapVersion {
+            pid,
+            version: version.to_string(),
+            newest: newest.unwrap_or_default(),
+        });
+    };
+    let at = GcWhere {
+        layout: &process.layout,
+        gc: gc_layout,
+        interp_head_ptr: process.interp_head_ptr,
+    };
+    let live = source.kind() == SourceKind::Live;
+    let (guard, begun) = if live && !nonblocking {
+        let (g, at) = pause_all(source)?;
+        (Some(g), at)
+    } else {
+        (None, Instant::now())
+    };
+    let tracked = tracked_objects(source, &at, MAX_OBJECTS);
+    let mut c = census(source, &process.layout, gc_layout, tracked, MAX_OBJECTS);
+    crate::heap::holders::name_holders(
+        source,
+        &process.layout,
+        process.interp_head_ptr,
+        &mut c.containers,
+    );
+    let paused_ms = match &guard {
+        Some(g) => {
+            if !g.not_stopped().is_empty() {
+                c.partial.push(format!(
+                    "threads {:?} did not stop in time and ran during the census",
+                    g.not_stopped()
+                ));
+            }
+            begun.elapsed().as_secs_f64() * 1000.0
+        }
+        None => 0.0,
+    };
+    drop(guard);
+    if live && nonblocking {
+        c.partial
+            .push("read without pausing (--nonblocking): counts may be torn".into());
+    }
+    Ok(Snapshot::new(
+        pid,
+        version.to_string(),
+        paused_ms,
+        live && nonblocking,
+        c,
+    ))
+}
+
+/// Attempts at a pause in which every thread stopped.
+const PAUSE_ATTEMPTS: usize = 5;
+
+/// Stop every thread of the process, and when it began. The pauser gives
+/// each pause a few milliseconds for the threads to stop (right for a
+/// stack sample); a census pauses for far longer anyway, so a pause that
+/// left a thread running (a loaded machine) is let go and tried again.
+fn pause_all(source: &dyn TargetSource) -> Result<(PauseGuard, Instant), Error> {
+    let pid = source.pid();
+    let mut attempt = 1;
+    loop {
+        let begun = Instant::now();
+        let guard = PauseGuard::new(pid, &source.threads()?)?;
+        if guard.not_stopped().is_empty() || attempt == PAUSE_ATTEMPTS {
+            return Ok((guard, begun));
+        }
+        drop(guard);
+        pause::release_lingering(std::time::Duration::from_millis(200));
+        attempt += 1;
+    }
+}
+
+fn load(path: &Path) -> anyhow::Result<Snapshot> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    match serde_json::from_slice(&bytes) {
+        Ok(s) => Ok(s),
+        Err(e) => bail!(
+            "{} is not a `pyinspect heap --json` snapshot: {e}",
+            path.display()
+        ),
+    }
+}
+
+fn run_diff(opts: &HeapOptions, before: &Path, after: &Path) -> anyhow::Result<i32> {
+    let b = load(before)?;
+    let a = load(after)?;
+    let grown = growth(&b, &a);
+    emit(opts, |w| {
+        if opts.json {
+            serde_json::to_writer(&mut *w, &grown)?;
+            writeln!(w)?;
+            Ok(())
+        } else {
+            diff::write_text(&b, &a, &grown, opts.top, w).map_err(Into::into)
+        }
+    })?;
+    Ok(0)
+}

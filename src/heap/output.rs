@@ -1,0 +1,186 @@
+//! The census as text (a table, largest first) and as a JSON snapshot,
+//! the one format `heap --diff` reads back.
+
+use super::census::{Census, TypeRow};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+
+/// One census as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Snapshot {
+    pub(crate) pid: i32,
+    pub(crate) python: String,
+    /// Milliseconds the target's threads were stopped (0: not paused).
+    pub(crate) paused_ms: f64,
+    /// Read without pausing (`--nonblocking`): counts may be torn.
+    pub(crate) nonblocking: bool,
+    pub(crate) objects: u64,
+    pub(crate) bytes: u64,
+    pub(crate) gc_tracked: u64,
+    pub(crate) interpreters: usize,
+    /// Why the census is partial; empty when whole.
+    pub(crate) partial: Vec<String>,
+    /// What is approximate (objects counted, their size not exact).
+    #[serde(default)]
+    pub(crate) notes: Vec<String>,
+    pub(crate) types: Vec<SnapshotType>,
+    /// The largest containers and the module globals holding them.
+    #[serde(default)]
+    pub(crate) containers: Vec<SnapshotContainer>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct SnapshotContainer {
+    #[serde(rename = "type")]
+    pub(crate) name: String,
+    pub(crate) address: String,
+    pub(crate) length: u64,
+    pub(crate) bytes: u64,
+    pub(crate) holders: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct SnapshotType {
+    #[serde(rename = "type")]
+    pub(crate) name: String,
+    pub(crate) count: u64,
+    pub(crate) bytes: u64,
+}
+
+impl Snapshot {
+    pub(crate) fn new(
+        pid: i32,
+        python: String,
+        paused_ms: f64,
+        nonblocking: bool,
+        c: Census,
+    ) -> Snapshot {
+        Snapshot {
+            pid,
+            python,
+            paused_ms,
+            nonblocking,
+            objects: c.objects,
+            bytes: c.bytes,
+            gc_tracked: c.gc_tracked,
+            interpreters: c.interpreters,
+            partial: c.partial,
+            notes: c.notes,
+            containers: c
+                .containers
+                .into_iter()
+                .map(|k| SnapshotContainer {
+                    name: k.type_name,
+                    address: format!("0x{:x}", k.address),
+                    length: k.length,
+                    bytes: k.bytes,
+                    holders: k.holders,
+                })
+                .collect(),
+            types: c
+                .types
+                .into_iter()
+                .map(|TypeRow { name, count, bytes }| SnapshotType { name, count, bytes })
+                .collect(),
+        }
+    }
+}
+
+/// Bytes for people: "1.2 MB" (powers of 1000, like `ls -h --si`).
+pub(crate) fn human_bytes(b: u64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// The census as a table: `top` types (0: all), then the totals.
+pub(crate) fn write_text(s: &Snapshot, top: usize, w: &mut dyn Write) -> std::io::Result<()> {
+    let pause = if s.nonblocking {
+        "not paused: counts may be torn".to_string()
+    } else if s.paused_ms > 0.0 {
+        format!("paused {:.0} ms", s.paused_ms)
+    } else {
+        "a core file".to_string()
+    };
+    writeln!(
+        w,
+        "Process {} (Python {}): {} objects, {} ({}; {} on the collector's lists; {})",
+        s.pid,
+        s.python,
+        s.objects,
+        human_bytes(s.bytes),
+        s.bytes,
+        s.gc_tracked,
+        pause
+    )?;
+    for p in &s.partial {
+        writeln!(w, "partial: {}", crate::stack::escape_controls(p))?;
+    }
+    for n in &s.notes {
+        writeln!(w, "note: {}", crate::stack::escape_controls(n))?;
+    }
+    writeln!(w, "{:>12} {:>12} {:>7}  TYPE", "COUNT", "BYTES", "SHARE")?;
+    let shown = if top == 0 { s.types.len() } else { top };
+    for t in s.types.iter().take(shown) {
+        writeln!(
+            w,
+            "{:>12} {:>12} {:>6.1}%  {}",
+            t.count,
+            human_bytes(t.bytes),
+            if s.bytes > 0 {
+                t.bytes as f64 * 100.0 / s.bytes as f64
+            } else {
+                0.0
+            },
+            crate::stack::escape_controls(&t.name)
+        )?;
+    }
+    if s.types.len() > shown {
+        let rest = &s.types[shown..];
+        writeln!(
+            w,
+            "{:>12} {:>12} {:>7}  ({} more types)",
+            rest.iter().map(|t| t.count).sum::<u64>(),
+            human_bytes(rest.iter().map(|t| t.bytes).sum()),
+            "",
+            rest.len()
+        )?;
+    }
+    writeln!(
+        w,
+        "{:>12} {:>12} {:>7}  total",
+        s.objects,
+        human_bytes(s.bytes),
+        ""
+    )?;
+    if !s.containers.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "Largest containers:")?;
+        for k in &s.containers {
+            let held = if k.holders.is_empty() {
+                String::new()
+            } else {
+                format!("  held by {}", k.holders.join(", "))
+            };
+            writeln!(
+                w,
+                "{:>12} {:>12}  {} ({} items){}",
+                "",
+                human_bytes(k.bytes),
+                crate::stack::escape_controls(&k.name),
+                k.length,
+                crate::stack::escape_controls(&held)
+            )?;
+        }
+    }
+    Ok(())
+}

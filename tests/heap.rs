@@ -1,0 +1,423 @@
+//! `pyinspect heap` against the interpreters' own census, on every CPython
+//! of the matrix that has the feature (3.8+), and its one-line error on the
+//! older ones.
+//!
+//! The oracle (`python_fixtures/heap_census.py`) computes, inside the
+//! target, the census with the semantics README documents
+//! (`gc.get_objects()` plus what the built-in containers among them hold,
+//! once per `id`, `sys.getsizeof` bytes), puts it in its READY line and
+//! then holds still; the test reads the same process from outside and
+//! compares the 20 largest types, count and bytes, within 1%. The
+//! collector tables (src/cpython_layouts/gc.rs) are proven against each
+//! interpreter's headers with a compiled probe, like tests/layouts.rs does
+//! for the main tables.
+
+mod common;
+
+use common::{
+    assert_not_stopped, assert_one_clean_error_line, for_each_interpreter, gcore, pyinspect,
+    Fixture, Interpreter,
+};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const FIXTURE: &str = "heap_census.py";
+/// Types compared, largest (by the oracle's bytes) first.
+const TOP: usize = 20;
+/// Relative tolerance of each compared count and byte total.
+const TOLERANCE: f64 = 0.01;
+
+/// type → (count, bytes)
+type Census = BTreeMap<String, (u64, u64)>;
+
+fn oracle(ready: &Value) -> Census {
+    ready["types"]
+        .as_array()
+        .expect("READY has the oracle's types")
+        .iter()
+        .map(|t| {
+            (
+                t[0].as_str().unwrap().to_string(),
+                (t[1].as_u64().unwrap(), t[2].as_u64().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn ours(snapshot: &Value) -> Census {
+    snapshot["types"]
+        .as_array()
+        .expect("the snapshot has types")
+        .iter()
+        .map(|t| {
+            (
+                t["type"].as_str().unwrap().to_string(),
+                (t["count"].as_u64().unwrap(), t["bytes"].as_u64().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn heap_json(args: &[&str]) -> Value {
+    let mut all = vec!["heap", "--json"];
+    all.extend_from_slice(args);
+    let out = pyinspect(&all);
+    out.assert_success();
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "heap --json is not one JSON object ({e})\n{}",
+            out.describe()
+        )
+    })
+}
+
+fn close(a: u64, b: u64) -> bool {
+    (a as f64 - b as f64).abs() <= TOLERANCE * a.max(b) as f64
+}
+
+/// The oracle's `TOP` largest types, each within `TOLERANCE` in ours.
+fn compare(label: &str, oracle: &Census, ours: &Census) {
+    let mut largest: Vec<(&String, &(u64, u64))> = oracle.iter().collect();
+    largest.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
+    let mut bad = Vec::new();
+    for (name, &(count, bytes)) in largest.iter().take(TOP) {
+        let (c, b) = ours.get(*name).copied().unwrap_or((0, 0));
+        if !close(count, c) || !close(bytes, b) {
+            bad.push(format!(
+                "{name}: the interpreter counts {count} objects, {bytes} bytes; pyinspect {c}, {b}"
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{label}: {} of the {TOP} largest types differ by more than {}%:\n{}",
+        bad.len(),
+        TOLERANCE * 100.0,
+        bad.join("\n")
+    );
+}
+
+fn has_heap(i: &Interpreter) -> bool {
+    i.at_least(3, 8)
+}
+
+#[test]
+fn census_agrees_with_the_interpreters_own() {
+    for_each_interpreter("heap: census vs gc.get_objects", has_heap, |interp| {
+        let fx = Fixture::spawn(interp, FIXTURE, &[]);
+        let pid = fx.pid.to_string();
+        let snap = heap_json(&["--pid", &pid]);
+        assert_not_stopped(fx.pid);
+        assert_eq!(
+            snap["partial"],
+            Value::Array(vec![]),
+            "{}: partial",
+            fx.label
+        );
+        assert!(
+            snap["paused_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+            "{}: the pause is reported: {}",
+            fx.label,
+            snap["paused_ms"]
+        );
+        assert_eq!(snap["nonblocking"], false);
+        compare(&fx.label, &oracle(&fx.ready), &ours(&snap));
+        // The text table: the header line, then the largest type first.
+        let text = pyinspect(&["heap", "--pid", &pid, "--top", "3"]);
+        text.assert_success();
+        let first_type = ours(&snap)
+            .into_iter()
+            .max_by_key(|(_, (_, b))| *b)
+            .map(|(n, _)| n)
+            .unwrap();
+        let lines: Vec<&str> = text.stdout.lines().collect();
+        assert!(
+            lines[0].starts_with(&format!("Process {pid} (Python ")) && lines[0].contains("paused"),
+            "{}",
+            text.describe()
+        );
+        let header = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with("COUNT"))
+            .unwrap_or_else(|| panic!("no table header\n{}", text.describe()));
+        assert!(
+            lines[header + 1].ends_with(&first_type),
+            "{}",
+            text.describe()
+        );
+        assert!(
+            lines.iter().any(|l| l.ends_with(" total")),
+            "{}",
+            text.describe()
+        );
+        assert!(
+            text.stdout.contains("\nLargest containers:\n"),
+            "{}",
+            text.describe()
+        );
+        // Without a pause the same heap (it holds still) reads the same,
+        // and says it was not paused.
+        let racy = heap_json(&["--pid", &pid, "--nonblocking"]);
+        assert_eq!(racy["nonblocking"], true);
+        assert_eq!(racy["paused_ms"].as_f64(), Some(0.0));
+        compare(
+            &format!("{} --nonblocking", fx.label),
+            &oracle(&fx.ready),
+            &ours(&racy),
+        );
+    });
+}
+
+#[test]
+fn older_versions_get_one_clear_error() {
+    for_each_interpreter(
+        "heap: before 3.8",
+        |i| !has_heap(i),
+        |interp| {
+            let fx = Fixture::spawn(interp, FIXTURE, &[]);
+            let out = pyinspect(&["heap", "--pid", &fx.pid.to_string()]);
+            let line = assert_one_clean_error_line(&out);
+            assert!(
+                line.contains("pyinspect heap reads Python 3.8 to")
+                    && line.contains(&format!("runs Python {}", interp.full_version)),
+                "{line}"
+            );
+            assert_not_stopped(fx.pid);
+        },
+    );
+}
+
+/// A leak, named: two snapshots around growth, then --diff puts the
+/// leaking class first (by bytes) with the exact number of new objects.
+#[test]
+fn diff_names_the_growing_type() {
+    for_each_interpreter("heap: --diff", has_heap, |interp| {
+        let fx = Fixture::spawn(interp, FIXTURE, &["grow"]);
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = |name: &str| -> PathBuf {
+            let path = dir.path().join(name);
+            let out = pyinspect(&[
+                "heap",
+                "--pid",
+                &fx.pid.to_string(),
+                "--json",
+                "-o",
+                path.to_str().unwrap(),
+            ]);
+            out.assert_success();
+            assert!(out.stdout.is_empty(), "{}", out.describe());
+            path
+        };
+        let before = snapshot("before.json");
+        assert_eq!(fx.ask(libc::SIGUSR2, "GREW "), "5000");
+        let after = snapshot("after.json");
+        let (b, a) = (before.to_str().unwrap(), after.to_str().unwrap());
+        let out = pyinspect(&["heap", "--diff", b, a, "--json"]);
+        out.assert_success();
+        let grown: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        let grown = grown.as_array().expect("a list of grown types");
+        let names: Vec<&str> = grown.iter().map(|g| g["type"].as_str().unwrap()).collect();
+        // The 1 kB strings outweigh their holders; each Leak is one
+        // object of its class and (3.10 and older) one __dict__.
+        let leak = grown
+            .iter()
+            .find(|g| g["type"] == "__main__.Leak")
+            .unwrap_or_else(|| panic!("{}: no __main__.Leak in {names:?}", fx.label));
+        assert_eq!(
+            leak["count_after"].as_u64().unwrap() - leak["count_before"].as_u64().unwrap(),
+            5000,
+            "{}: {leak}",
+            fx.label
+        );
+        assert!(
+            names.iter().position(|n| *n == "__main__.Leak") < Some(4),
+            "{}: the leaking class among the first types: {names:?}",
+            fx.label
+        );
+        let text = pyinspect(&["heap", "--diff", b, a]);
+        text.assert_success();
+        assert!(text.stdout.contains("__main__.Leak"), "{}", text.describe());
+    });
+}
+
+/// A core file reads as the live process it was taken from.
+#[test]
+fn a_gcore_reads_as_the_live_process() {
+    for_each_interpreter("heap: gcore vs live", has_heap, |interp| {
+        let fx = Fixture::spawn(interp, FIXTURE, &[]);
+        let live = heap_json(&["--pid", &fx.pid.to_string()]);
+        let dir = tempfile::tempdir().unwrap();
+        let core = gcore(fx.pid, dir.path());
+        let from_core = heap_json(&["--core", core.to_str().unwrap()]);
+        assert_eq!(from_core["partial"], Value::Array(vec![]), "{}", fx.label);
+        assert_eq!(from_core["paused_ms"].as_f64(), Some(0.0));
+        assert_eq!(
+            ours(&live),
+            ours(&from_core),
+            "{}: live and core differ",
+            fx.label
+        );
+    });
+}
+
+/// Bad input to --diff: one clean line each.
+#[test]
+fn diff_of_what_is_not_a_snapshot_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, "{\"not\": \"a snapshot\"}").unwrap();
+    let j = junk.to_str().unwrap();
+    let line = assert_one_clean_error_line(&pyinspect(&["heap", "--diff", j, j]));
+    assert!(
+        line.contains("is not a `pyinspect heap --json` snapshot"),
+        "{line}"
+    );
+    let missing = dir.path().join("missing.json");
+    let m = missing.to_str().unwrap();
+    let line = assert_one_clean_error_line(&pyinspect(&["heap", "--diff", m, j]));
+    assert!(line.contains("cannot read"), "{line}");
+}
+
+// The collector table, proven against each interpreter's headers.
+
+/// (field, C expression) pairs the probe prints.
+const PROBE: &[(&str, &str)] = &[
+    (
+        "gen0",
+        "offsetof(struct _gc_runtime_state, generations[0].head)",
+    ),
+    (
+        "gen1",
+        "offsetof(struct _gc_runtime_state, generations[1].head)",
+    ),
+    (
+        "gen2",
+        "offsetof(struct _gc_runtime_state, generations[2].head)",
+    ),
+    (
+        "permanent",
+        "offsetof(struct _gc_runtime_state, permanent_generation.head)",
+    ),
+    (
+        "collecting",
+        "offsetof(struct _gc_runtime_state, collecting)",
+    ),
+    ("gc_head_size", "sizeof(PyGC_Head)"),
+    ("tp_dict", "offsetof(PyTypeObject, tp_dict)"),
+    ("tp_itemsize", "offsetof(PyTypeObject, tp_itemsize)"),
+    ("type_size", "sizeof(PyTypeObject)"),
+    ("heap_type_size", "sizeof(PyHeapTypeObject)"),
+    (
+        "ht_cached_keys",
+        "offsetof(PyHeapTypeObject, ht_cached_keys)",
+    ),
+    ("list_allocated", "offsetof(PyListObject, allocated)"),
+    ("set_smalltable", "offsetof(PySetObject, smalltable)"),
+    (
+        "utf8_length",
+        "offsetof(PyCompactUnicodeObject, utf8_length)",
+    ),
+    ("utf8", "offsetof(PyCompactUnicodeObject, utf8)"),
+];
+
+fn include_dirs(python: &Path) -> Vec<PathBuf> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import sysconfig; p = sysconfig.get_paths(); print(p['include']); print(p['platinclude'])",
+        ])
+        .output()
+        .expect("run the interpreter");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut dirs: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect();
+    // Debian's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>.
+    if let Some(parent) = dirs.first().and_then(|d| d.parent()) {
+        dirs.push(parent.to_path_buf());
+    }
+    dirs.dedup();
+    dirs
+}
+
+fn probe(interp: &Interpreter, dir: &Path) -> BTreeMap<String, u64> {
+    let internal = if interp.at_least(3, 9) {
+        "internal/pycore_interp.h"
+    } else {
+        "internal/pycore_pystate.h"
+    };
+    let mut src = format!(
+        "#define Py_BUILD_CORE 1\n#define NDEBUG 1\n#include <Python.h>\n#include <{internal}>\n\
+         #include <stddef.h>\n#include <stdio.h>\nint main(void) {{\n"
+    );
+    for (k, expr) in PROBE {
+        src += &format!("    printf(\"{k} %lld\\n\", (long long)({expr}));\n");
+    }
+    src += "    return 0;\n}\n";
+    let name = interp.label.replace([' ', '(', ')', ','], "_");
+    let c = dir.join(format!("{name}.c"));
+    let exe = dir.join(&name);
+    std::fs::write(&c, &src).unwrap();
+    let mut cmd = Command::new("gcc");
+    cmd.arg("-w");
+    for i in include_dirs(&interp.python) {
+        cmd.arg("-I").arg(i);
+    }
+    let out = cmd.arg(&c).arg("-o").arg(&exe).output().expect("run gcc");
+    assert!(
+        out.status.success(),
+        "{}: the probe does not compile:\n{}",
+        interp.label,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn collector_table_matches_interpreter_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    for_each_interpreter("heap: collector table vs headers", has_heap, |interp| {
+        let h = probe(interp, dir.path());
+        let (major, minor) = interp.version;
+        let t = pyinspect::cpython_layouts::gc::for_version(major as u8, minor as u8)
+            .unwrap_or_else(|| panic!("{}: no collector table", interp.label));
+        let lists = [h["gen0"], h["gen1"], h["gen2"], h["permanent"]];
+        assert!(
+            t.lists.iter().any(|c| *c == lists),
+            "{}: the headers' lists {lists:?} are not among the table's {:?}",
+            interp.label,
+            t.lists
+        );
+        let table = [
+            ("collecting", t.collecting),
+            ("gc_head_size", t.gc_head_size),
+            ("tp_dict", t.tp_dict),
+            ("tp_itemsize", t.tp_itemsize),
+            ("type_size", t.type_size),
+            ("heap_type_size", t.heap_type_size),
+            ("ht_cached_keys", t.ht_cached_keys),
+            ("list_allocated", t.list_allocated),
+            ("set_smalltable", t.set_smalltable),
+            ("utf8_length", t.utf8_length),
+            ("utf8", t.utf8),
+        ];
+        let bad: Vec<String> = table
+            .iter()
+            .filter(|(k, v)| h[*k] != *v)
+            .map(|(k, v)| format!("{k}: table {v}, headers {}", h[*k]))
+            .collect();
+        assert!(bad.is_empty(), "{}:\n{}", interp.label, bad.join("\n"));
+    });
+}
