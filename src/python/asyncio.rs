@@ -1175,6 +1175,7 @@ impl AsyncioReader {
             tasks: out,
             tasks_left_out: left_out,
             loops,
+            ..Default::default()
         }
     }
 

@@ -1,0 +1,167 @@
+//! greenlet's own objects (gevent's and eventlet's coroutines), as data.
+//!
+//! greenlet keeps a greenlet's state in a C++ object (`Greenlet`, with its
+//! subclasses `UserGreenlet` and `MainGreenlet`) that the Python object
+//! (`PyGreenlet`) points at; its layout differs by greenlet release and by
+//! the Python it was compiled for. One table per (greenlet release, Python
+//! minor), each number computed by compiling
+//! `python_fixtures/greenlet_layout_probe.cpp` against that release's own
+//! headers (its source distribution from PyPI) and that interpreter's
+//! include dir: see `python_fixtures/greenlet_layout_probe.sh`, which
+//! prints these tables. A release not listed here is named as such.
+//!
+//! Beside greenlet's offsets, the few CPython facts the greenlet reader
+//! needs and the general layout does not carry yet (the collector's
+//! generation lists, `PyThreadState.exc_state`, `PyFrameObject.f_frame`,
+//! `PyFunctionObject.func_qualname`, `PyTypeObject.tp_base`), from the same
+//! probe (`greenlet_gc_probe.c`, compiled against the interpreter's
+//! internal headers).
+
+/// Offsets inside greenlet's objects (x86-64), for one greenlet release
+/// built for one Python minor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GreenletLayout {
+    /// `greenlet.__version__`.
+    pub(crate) release: &'static str,
+    pub(crate) python: (u8, u8),
+    /// `PyGreenlet.pimpl`: the C++ `Greenlet*`.
+    pub(crate) pimpl: u64,
+    /// `Greenlet::exception_state.exc_info`: the `_PyErr_StackItem*` the
+    /// greenlet's thread state had when it switched away.
+    pub(crate) exc_info: u64,
+    /// `Greenlet::stack_state._stack_start`: non-NULL while the greenlet is
+    /// active (running, or suspended mid-run); 1 for a main greenlet.
+    pub(crate) stack_start: u64,
+    /// `Greenlet::stack_state.stack_stop`: NULL until started; -1 for a
+    /// main greenlet.
+    pub(crate) stack_stop: u64,
+    /// `Greenlet::python_state._top_frame`: the suspended greenlet's
+    /// innermost `PyFrameObject*` (NULL while it runs).
+    pub(crate) top_frame: u64,
+    /// `UserGreenlet::_main_greenlet`: the main greenlet of its thread.
+    pub(crate) user_main_greenlet: u64,
+    /// `UserGreenlet::_run_callable`.
+    pub(crate) user_run_callable: u64,
+    /// `UserGreenlet::_parent`.
+    pub(crate) user_parent: u64,
+    /// `MainGreenlet::_thread_state`: greenlet's `ThreadState*` (NULL once
+    /// the thread is gone).
+    pub(crate) main_thread_state: u64,
+    /// `ThreadState::current_greenlet`: the greenlet running on that thread.
+    pub(crate) thread_state_current: u64,
+}
+
+/// CPython facts the greenlet reader needs, per Python minor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GreenletPython {
+    pub(crate) python: (u8, u8),
+    /// `PyInterpreterState.gc.generations`: the collector's lists.
+    pub(crate) gc_generations: u64,
+    /// `NUM_GENERATIONS`.
+    pub(crate) gc_generation_count: u64,
+    /// `sizeof(struct gc_generation)`.
+    pub(crate) gc_generation_size: u64,
+    /// `PyInterpreterState.gc.permanent_generation` (`gc.freeze()`).
+    pub(crate) gc_permanent: u64,
+    /// `sizeof(PyGC_Head)`: an object follows its list node.
+    pub(crate) gc_head_size: u64,
+    /// `PyThreadState.exc_state`: where a thread's exception-state chain ends.
+    pub(crate) tstate_exc_state: u64,
+    /// `_PyErr_StackItem.previous_item`.
+    pub(crate) err_stackitem_previous: u64,
+    /// `PyFrameObject.f_frame` (3.11+): the frame object's interpreter frame.
+    pub(crate) frameobject_f_frame: Option<u64>,
+    /// `PyFunctionObject.func_qualname`.
+    pub(crate) func_qualname: u64,
+    /// `PyMethodObject.im_func`.
+    pub(crate) method_func: u64,
+    /// `PyTypeObject.tp_base`.
+    pub(crate) tp_base: u64,
+}
+
+/// greenlet 3.5.6 on 3.11–3.13 (one layout: the fields greenlet saves are
+/// the same size there).
+const fn g356_311(python: (u8, u8)) -> GreenletLayout {
+    GreenletLayout {
+        release: "3.5.6",
+        python,
+        pimpl: 32,
+        exc_info: 16,
+        stack_start: 56,
+        stack_stop: 64,
+        top_frame: 104,
+        user_main_greenlet: 168,
+        user_run_callable: 176,
+        user_parent: 184,
+        main_thread_state: 176,
+        thread_state_current: 8,
+    }
+}
+
+pub(crate) static GREENLET_LAYOUTS: &[GreenletLayout] = &[
+    GreenletLayout {
+        release: "3.5.6",
+        python: (3, 10),
+        pimpl: 32,
+        exc_info: 16,
+        stack_start: 72,
+        stack_stop: 80,
+        top_frame: 120,
+        user_main_greenlet: 152,
+        user_run_callable: 160,
+        user_parent: 168,
+        main_thread_state: 160,
+        thread_state_current: 8,
+    },
+    g356_311((3, 11)),
+    g356_311((3, 12)),
+    g356_311((3, 13)),
+];
+
+/// The facts every probed Python 3.10–3.13 shares.
+const fn python(
+    python: (u8, u8),
+    gc_generations: u64,
+    gc_permanent: u64,
+    tstate_exc_state: u64,
+    err_stackitem_previous: u64,
+    frameobject_f_frame: Option<u64>,
+) -> GreenletPython {
+    GreenletPython {
+        python,
+        gc_generations,
+        gc_generation_count: 3,
+        gc_generation_size: 24,
+        gc_permanent,
+        gc_head_size: 16,
+        tstate_exc_state,
+        err_stackitem_previous,
+        frameobject_f_frame,
+        func_qualname: 40,
+        method_func: 16,
+        tp_base: 256,
+    }
+}
+
+pub(crate) static GREENLET_PYTHONS: &[GreenletPython] = &[
+    python((3, 10), 640, 720, 112, 24, None),
+    python((3, 11), 672, 752, 320, 8, Some(24)),
+    python((3, 12), 136, 216, 256, 8, Some(24)),
+    python((3, 13), 7424, 7504, 256, 8, Some(24)),
+];
+
+/// The table for greenlet `release` built for Python `major.minor`.
+pub(crate) fn greenlet_layout(
+    release: &str,
+    major: u8,
+    minor: u8,
+) -> Option<&'static GreenletLayout> {
+    GREENLET_LAYOUTS
+        .iter()
+        .find(|l| l.release == release && l.python == (major, minor))
+}
+
+/// The CPython facts for `major.minor`.
+pub(crate) fn greenlet_python(major: u8, minor: u8) -> Option<&'static GreenletPython> {
+    GREENLET_PYTHONS.iter().find(|p| p.python == (major, minor))
+}
