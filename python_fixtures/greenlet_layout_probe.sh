@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints the offsets of src/cpython_layouts/greenlet.rs for one greenlet
 # release and one interpreter: fetches the release's source distribution
-# from PyPI and compiles the probes against its headers and the
+# (from $PYINSPECT_GREENLET_SDIST, default /opt/pyinspect-greenlet, where
+# .ci/gevent-deps keeps them, else from PyPI) and compiles the probes against its headers and the
 # interpreter's include dir (to assembly only: nothing is linked or run).
 #   python_fixtures/greenlet_layout_probe.sh 3.5.6 ~/.pyenv/versions/3.12.1/bin/python
 set -euo pipefail
@@ -9,8 +10,12 @@ release=$1 py=$2
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$py" -m pip download -q --no-binary :all: --no-deps "greenlet==$release" -d "$work"
-tar xzf "$work/greenlet-$release.tar.gz" -C "$work"
+sdist="${PYINSPECT_GREENLET_SDIST:-/opt/pyinspect-greenlet}/greenlet-$release.tar.gz"
+if [ ! -f "$sdist" ]; then
+  "$py" -m pip download -q --no-binary :all: --no-deps "greenlet==$release" -d "$work"
+  sdist="$work/greenlet-$release.tar.gz"
+fi
+tar xzf "$sdist" -C "$work"
 inc=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 {
   g++ -std=c++11 -w -I"$inc" -I"$work/greenlet-$release/src/greenlet" -S "$here/greenlet_layout_probe.cpp" -o -

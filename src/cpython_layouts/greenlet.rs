@@ -20,63 +20,63 @@
 /// Offsets inside greenlet's objects (x86-64), for one greenlet release
 /// built for one Python minor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GreenletLayout {
+pub struct GreenletLayout {
     /// `greenlet.__version__`.
-    pub(crate) release: &'static str,
-    pub(crate) python: (u8, u8),
+    pub release: &'static str,
+    pub python: (u8, u8),
     /// `PyGreenlet.pimpl`: the C++ `Greenlet*`.
-    pub(crate) pimpl: u64,
+    pub pimpl: u64,
     /// `Greenlet::exception_state.exc_info`: the `_PyErr_StackItem*` the
     /// greenlet's thread state had when it switched away.
-    pub(crate) exc_info: u64,
+    pub exc_info: u64,
     /// `Greenlet::stack_state._stack_start`: non-NULL while the greenlet is
     /// active (running, or suspended mid-run); 1 for a main greenlet.
-    pub(crate) stack_start: u64,
+    pub stack_start: u64,
     /// `Greenlet::stack_state.stack_stop`: NULL until started; -1 for a
     /// main greenlet.
-    pub(crate) stack_stop: u64,
+    pub stack_stop: u64,
     /// `Greenlet::python_state._top_frame`: the suspended greenlet's
     /// innermost `PyFrameObject*` (NULL while it runs).
-    pub(crate) top_frame: u64,
+    pub top_frame: u64,
     /// `UserGreenlet::_main_greenlet`: the main greenlet of its thread.
-    pub(crate) user_main_greenlet: u64,
+    pub user_main_greenlet: u64,
     /// `UserGreenlet::_run_callable`.
-    pub(crate) user_run_callable: u64,
+    pub user_run_callable: u64,
     /// `UserGreenlet::_parent`.
-    pub(crate) user_parent: u64,
+    pub user_parent: u64,
     /// `MainGreenlet::_thread_state`: greenlet's `ThreadState*` (NULL once
     /// the thread is gone).
-    pub(crate) main_thread_state: u64,
+    pub main_thread_state: u64,
     /// `ThreadState::current_greenlet`: the greenlet running on that thread.
-    pub(crate) thread_state_current: u64,
+    pub thread_state_current: u64,
 }
 
 /// CPython facts the greenlet reader needs, per Python minor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GreenletPython {
-    pub(crate) python: (u8, u8),
+pub struct GreenletPython {
+    pub python: (u8, u8),
     /// `PyInterpreterState.gc.generations`: the collector's lists.
-    pub(crate) gc_generations: u64,
+    pub gc_generations: u64,
     /// `NUM_GENERATIONS`.
-    pub(crate) gc_generation_count: u64,
+    pub gc_generation_count: u64,
     /// `sizeof(struct gc_generation)`.
-    pub(crate) gc_generation_size: u64,
+    pub gc_generation_size: u64,
     /// `PyInterpreterState.gc.permanent_generation` (`gc.freeze()`).
-    pub(crate) gc_permanent: u64,
+    pub gc_permanent: u64,
     /// `sizeof(PyGC_Head)`: an object follows its list node.
-    pub(crate) gc_head_size: u64,
+    pub gc_head_size: u64,
     /// `PyThreadState.exc_state`: where a thread's exception-state chain ends.
-    pub(crate) tstate_exc_state: u64,
+    pub tstate_exc_state: u64,
     /// `_PyErr_StackItem.previous_item`.
-    pub(crate) err_stackitem_previous: u64,
+    pub err_stackitem_previous: u64,
     /// `PyFrameObject.f_frame` (3.11+): the frame object's interpreter frame.
-    pub(crate) frameobject_f_frame: Option<u64>,
+    pub frameobject_f_frame: Option<u64>,
     /// `PyFunctionObject.func_qualname`.
-    pub(crate) func_qualname: u64,
+    pub func_qualname: u64,
     /// `PyMethodObject.im_func`.
-    pub(crate) method_func: u64,
+    pub method_func: u64,
     /// `PyTypeObject.tp_base`.
-    pub(crate) tp_base: u64,
+    pub tp_base: u64,
 }
 
 /// greenlet 3.5.6 on 3.11–3.13 (one layout: the fields greenlet saves are
@@ -98,7 +98,7 @@ const fn g356_311(python: (u8, u8)) -> GreenletLayout {
     }
 }
 
-pub(crate) static GREENLET_LAYOUTS: &[GreenletLayout] = &[
+pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
     GreenletLayout {
         release: "3.5.6",
         python: (3, 10),
@@ -143,7 +143,7 @@ const fn python(
     }
 }
 
-pub(crate) static GREENLET_PYTHONS: &[GreenletPython] = &[
+pub static GREENLET_PYTHONS: &[GreenletPython] = &[
     python((3, 10), 640, 720, 112, 24, None),
     python((3, 11), 672, 752, 320, 8, Some(24)),
     python((3, 12), 136, 216, 256, 8, Some(24)),
@@ -151,17 +151,13 @@ pub(crate) static GREENLET_PYTHONS: &[GreenletPython] = &[
 ];
 
 /// The table for greenlet `release` built for Python `major.minor`.
-pub(crate) fn greenlet_layout(
-    release: &str,
-    major: u8,
-    minor: u8,
-) -> Option<&'static GreenletLayout> {
+pub fn greenlet_layout(release: &str, major: u8, minor: u8) -> Option<&'static GreenletLayout> {
     GREENLET_LAYOUTS
         .iter()
         .find(|l| l.release == release && l.python == (major, minor))
 }
 
 /// The CPython facts for `major.minor`.
-pub(crate) fn greenlet_python(major: u8, minor: u8) -> Option<&'static GreenletPython> {
+pub fn greenlet_python(major: u8, minor: u8) -> Option<&'static GreenletPython> {
     GREENLET_PYTHONS.iter().find(|p| p.python == (major, minor))
 }

@@ -13,7 +13,7 @@
 
 pub mod asyncio;
 pub mod debug_offsets;
-pub(crate) mod greenlet;
+pub mod greenlet;
 mod v2_7;
 mod v3_10;
 mod v3_11;
