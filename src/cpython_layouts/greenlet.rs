@@ -100,6 +100,20 @@ const fn g356_311(python: (u8, u8)) -> GreenletLayout {
 
 pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
     GreenletLayout {
+        release: "3.2.5",
+        python: (3, 9),
+        pimpl: 32,
+        exc_info: 16,
+        stack_start: 72,
+        stack_stop: 80,
+        top_frame: 120,
+        user_main_greenlet: 136,
+        user_run_callable: 144,
+        user_parent: 152,
+        main_thread_state: 144,
+        thread_state_current: 8,
+    },
+    GreenletLayout {
         release: "3.5.6",
         python: (3, 10),
         pimpl: 32,
@@ -118,7 +132,7 @@ pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
     g356_311((3, 13)),
 ];
 
-/// The facts every probed Python 3.10–3.13 shares.
+/// The facts every probed Python 3.10–3.13 shares (3.9 differs in one).
 const fn python(
     python: (u8, u8),
     gc_generations: u64,
@@ -144,6 +158,10 @@ const fn python(
 }
 
 pub static GREENLET_PYTHONS: &[GreenletPython] = &[
+    GreenletPython {
+        func_qualname: 104,
+        ..python((3, 9), 640, 720, 112, 24, None)
+    },
     python((3, 10), 640, 720, 112, 24, None),
     python((3, 11), 672, 752, 320, 8, Some(24)),
     python((3, 12), 136, 216, 256, 8, Some(24)),
