@@ -1,7 +1,11 @@
 // Offsets of greenlet's objects, compiled against a greenlet release's own
 // headers and one interpreter's include dir.
 #define GREENLET_MODULE 1
+#include <patchlevel.h>
+#if PY_VERSION_HEX >= 0x030B0000
+// The interpreter frame's layout (greenlet's own headers ask for it on 3.12+).
 #define Py_BUILD_CORE 1
+#endif
 #include <Python.h>
 #if PY_VERSION_HEX >= 0x030B0000
 #include "internal/pycore_frame.h"

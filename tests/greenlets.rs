@@ -16,15 +16,17 @@ use std::time::Duration;
 fn release(interp: &Interpreter) -> &'static str {
     if interp.at_least(3, 10) {
         "3.5.6"
-    } else {
+    } else if interp.at_least(3, 9) {
         "3.2.5"
+    } else {
+        "3.1.1"
     }
 }
 
 /// The matrix interpreters with gevent and greenlet installed by
-/// `.ci/gevent-deps`: pyenv 3.9–3.13.
+/// `.ci/gevent-deps`: pyenv 3.7–3.13.
 fn with_gevent(i: &Interpreter) -> bool {
-    i.label.starts_with("pyenv") && i.at_least(3, 9) && !i.at_least(3, 14)
+    i.label.starts_with("pyenv") && i.at_least(3, 7) && !i.at_least(3, 14)
 }
 
 #[test]
@@ -78,6 +80,7 @@ fn greenlet_tables_match_the_probe() {
                 g.thread_state_current,
                 "thread_state_current",
             ),
+            ("gc_in_runtime", py.gc_in_runtime as u64, "gc_in_runtime"),
             ("gc_generations", py.gc_generations, "interp_gc_generations"),
             (
                 "gc_generation_count",

@@ -55,7 +55,11 @@ pub struct GreenletLayout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GreenletPython {
     pub python: (u8, u8),
-    /// `PyInterpreterState.gc.generations`: the collector's lists.
+    /// The collector's state is in `_PyRuntime` (3.7, 3.8), not in each
+    /// interpreter: the offsets below are from there.
+    pub gc_in_runtime: bool,
+    /// `PyInterpreterState.gc.generations` (`_PyRuntimeState`'s with
+    /// `gc_in_runtime`): the collector's lists.
     pub gc_generations: u64,
     /// `NUM_GENERATIONS`.
     pub gc_generation_count: u64,
@@ -98,10 +102,11 @@ const fn g356_311(python: (u8, u8)) -> GreenletLayout {
     }
 }
 
-pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
+/// greenlet 3.1.1 on 3.7 and 3.8, and 3.2.5 on 3.9 (one layout).
+const fn g311_39(python: (u8, u8), release: &'static str) -> GreenletLayout {
     GreenletLayout {
-        release: "3.2.5",
-        python: (3, 9),
+        release,
+        python,
         pimpl: 32,
         exc_info: 16,
         stack_start: 72,
@@ -112,7 +117,13 @@ pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
         user_parent: 152,
         main_thread_state: 144,
         thread_state_current: 8,
-    },
+    }
+}
+
+pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
+    g311_39((3, 7), "3.1.1"),
+    g311_39((3, 8), "3.1.1"),
+    g311_39((3, 9), "3.2.5"),
     GreenletLayout {
         release: "3.5.6",
         python: (3, 10),
@@ -143,6 +154,7 @@ const fn python(
 ) -> GreenletPython {
     GreenletPython {
         python,
+        gc_in_runtime: false,
         gc_generations,
         gc_generation_count: 3,
         gc_generation_size: 24,
@@ -158,6 +170,18 @@ const fn python(
 }
 
 pub static GREENLET_PYTHONS: &[GreenletPython] = &[
+    GreenletPython {
+        gc_in_runtime: true,
+        gc_generation_size: 48,
+        gc_head_size: 32,
+        func_qualname: 104,
+        ..python((3, 7), 352, 512, 112, 24, None)
+    },
+    GreenletPython {
+        gc_in_runtime: true,
+        func_qualname: 104,
+        ..python((3, 8), 368, 448, 112, 24, None)
+    },
     GreenletPython {
         func_qualname: 104,
         ..python((3, 9), 640, 720, 112, 24, None)

@@ -12,7 +12,8 @@ use crate::memory::{Memory, MemoryExt};
 pub(crate) const MAX_GC_OBJECTS: usize = 8_000_000;
 
 /// Calls `visit(object, its type)` for each object tracked by the collector
-/// of the interpreter at `interp`, up to `max` objects in all; returns
+/// whose state is at `interp` (the interpreter, or `_PyRuntime` on 3.7 and
+/// 3.8), up to `max` objects in all; returns
 /// whether every list was walked to its end (false: a bound was hit or a
 /// link led nowhere, as when the collector moves objects meanwhile).
 pub(crate) fn tracked_objects(

@@ -113,7 +113,15 @@ impl GreenletReader {
                 continue;
             };
             let hub_type = module_attr("gevent.hub", "Hub");
-            let found = find_greenlets(mem, &pl, py, interp, gtype);
+            let gc_base = if py.gc_in_runtime {
+                let Some(head) = pl.runtime.interpreters_head else {
+                    continue;
+                };
+                reader.process.interp_head_ptr.wrapping_sub(head)
+            } else {
+                interp
+            };
+            let found = find_greenlets(mem, &pl, py, gc_base, gtype);
             if !found.1 {
                 self.note(
                     "the collector's object lists changed or were cut while read: \
