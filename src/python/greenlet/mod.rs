@@ -227,8 +227,9 @@ impl GreenletReader {
                 unplaced.len()
             )),
         }
+        let total = raws.len();
         let mut is_hub: HashMap<u64, bool> = HashMap::new();
-        let mut by_thread: HashMap<usize, Vec<Greenlet>> = HashMap::new();
+        let mut by_thread: HashMap<usize, Vec<(Raw, &'static str, bool)>> = HashMap::new();
         for r in raws {
             let Some(&i) = thread_of.get(&r.main_greenlet) else {
                 continue;
@@ -238,54 +239,72 @@ impl GreenletReader {
             } else {
                 r.state
             };
-            let (frames, truncated) = if state == "running" {
-                let f: Vec<Frame> = snaps[i]
-                    .stack
-                    .frames
-                    .iter()
-                    .filter(|f| f.kind == FrameKind::Python)
-                    .cloned()
-                    .collect();
-                (f, None)
-            } else if r.top_frame != 0 {
-                saved_frames(reader, mem, pl, py, r.top_frame)
-            } else {
-                (Vec::new(), None)
-            };
             let hub = hub_type.is_some_and(|h| {
                 *is_hub
                     .entry(r.ty)
                     .or_insert_with(|| derives_from(mem, py, r.ty, h))
             });
-            let name = if r.main {
-                Some("main".to_string())
-            } else {
-                greenlet_name(objr, py, r.id, r.run)
-            };
-            by_thread.entry(i).or_default().push(Greenlet {
-                id: r.id,
-                name,
-                type_name: objr.type_name(r.id).unwrap_or_else(|_| "?".to_string()),
-                state,
-                parent: r.parent,
-                hub,
-                main: r.main,
-                frames,
-                truncated,
-            });
+            by_thread.entry(i).or_default().push((r, state, hub));
         }
-        let rank = |s: &str| match s {
+        let placed: usize = by_thread.values().map(|g| g.len()).sum();
+        if placed < total {
+            self.note(format!(
+                "{} of {total} greenlets are on no thread pyinspect could tell (their thread \
+                 ended, or its main greenlet could not be read): they are not shown",
+                total - placed
+            ));
+        }
+        // The running one, then the main greenlet and the hub, then the
+        // suspended ones, those not started, and the dead.
+        let rank = |(r, state, hub): &(Raw, &str, bool)| match *state {
             "running" => 0,
-            "suspended" => 1,
-            "not started" => 2,
-            _ => 3,
+            _ if r.main || *hub => 1,
+            "suspended" => 2,
+            "not started" => 3,
+            _ => 4,
         };
         for (i, mut gs) in by_thread {
-            gs.sort_by_key(|g| rank(g.state));
+            gs.sort_by_key(rank);
             let left_out = gs.len().saturating_sub(limit) as u64;
             gs.truncate(limit);
+            // Only the greenlets shown are read further.
+            let shown = gs
+                .into_iter()
+                .map(|(r, state, hub)| {
+                    let (frames, truncated) = if state == "running" {
+                        let f: Vec<Frame> = snaps[i]
+                            .stack
+                            .frames
+                            .iter()
+                            .filter(|f| f.kind == FrameKind::Python)
+                            .cloned()
+                            .collect();
+                        (f, None)
+                    } else if r.top_frame != 0 {
+                        saved_frames(reader, mem, pl, py, r.top_frame)
+                    } else {
+                        (Vec::new(), None)
+                    };
+                    let name = if r.main {
+                        Some("main".to_string())
+                    } else {
+                        greenlet_name(objr, py, r.id, r.run)
+                    };
+                    Greenlet {
+                        id: r.id,
+                        name,
+                        type_name: objr.type_name(r.id).unwrap_or_else(|_| "?".to_string()),
+                        state,
+                        parent: r.parent,
+                        hub,
+                        main: r.main,
+                        frames,
+                        truncated,
+                    }
+                })
+                .collect();
             let tt = out.entry(i).or_default();
-            tt.greenlets = gs;
+            tt.greenlets = shown;
             tt.greenlets_left_out = left_out;
         }
     }
