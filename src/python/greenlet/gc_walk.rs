@@ -64,3 +64,63 @@ pub(crate) fn tracked_objects(
     }
     whole
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpython_layouts::greenlet::greenlet_python;
+    use crate::memory::SliceMemory;
+    use proptest::prelude::*;
+
+    const BASE: u64 = 0x10_0000;
+
+    fn memory(words: &[u64]) -> SliceMemory {
+        let mut mem = SliceMemory::new();
+        mem.add(BASE, words.iter().flat_map(|w| w.to_le_bytes()).collect());
+        mem
+    }
+
+    fn walk(mem: &SliceMemory, max: usize) -> (Vec<(u64, u64)>, bool) {
+        let py = greenlet_python(3, 12).unwrap();
+        let interp = BASE - py.gc_generations;
+        let mut seen = Vec::new();
+        let whole = tracked_objects(mem, py, 8, interp, max, &mut |o, t| seen.push((o, t)));
+        (seen, whole)
+    }
+
+    #[test]
+    fn a_list_is_walked_to_its_head_and_a_loop_beside_it_is_cut() {
+        // Generation 0's head at BASE, one node at BASE+0x100 (its object's
+        // type at +16+8), back to the head; the other heads point at themselves
+        // except generation 1, whose node loops onto itself.
+        let mut w = vec![0u64; 0x200 / 8];
+        let py = greenlet_python(3, 12).unwrap();
+        let gen = |i: u64| (i * py.gc_generation_size / 8) as usize;
+        w[gen(0)] = BASE + 0x100;
+        w[0x100 / 8] = BASE;
+        w[0x100 / 8 + 3] = 0xabc0;
+        w[gen(1)] = BASE + 0x180;
+        w[0x180 / 8] = BASE + 0x180;
+        w[gen(2)] = BASE + gen(2) as u64 * 8;
+        let perm = ((py.gc_permanent - py.gc_generations) / 8) as usize;
+        w.resize(w.len().max(perm + 1), 0);
+        w[perm] = BASE + perm as u64 * 8;
+        let (seen, whole) = walk(&memory(&w), 50);
+        assert!(!whole, "the loop is cut at the bound");
+        assert_eq!(seen[0], (BASE + 0x110, 0xabc0));
+        assert_eq!(seen.len(), 50);
+    }
+
+    proptest! {
+        /// Whatever the lists hold, the walk ends within its bound.
+        #[test]
+        fn arbitrary_lists_end(words in proptest::collection::vec(any::<u64>(), 256)) {
+            let words: Vec<u64> = words
+                .iter()
+                .map(|w| if w % 3 == 0 { BASE + (w % 2048) } else { *w })
+                .collect();
+            let (seen, _) = walk(&memory(&words), 1000);
+            prop_assert!(seen.len() <= 1000);
+        }
+    }
+}
