@@ -15,8 +15,14 @@
 #define private public
 #define protected public
 #include "greenlet_internal.hpp"
+#if __has_include("TGreenlet.hpp")
 #include "TGreenlet.hpp"
 #include "TThreadState.hpp"
+#else
+// greenlet 2.x's names for the same headers.
+#include "greenlet_greenlet.hpp"
+#include "greenlet_thread_state.hpp"
+#endif
 #undef private
 #undef protected
 #include <cstddef>
@@ -27,7 +33,6 @@ using namespace greenlet;
 #define P(name, expr) extern "C" __attribute__((used)) const unsigned long probe_##name = (expr);
 P(pygreenlet_pimpl, offsetof(PyGreenlet, pimpl))
 P(pygreenlet_dict, offsetof(PyGreenlet, dict))
-P(greenlet_self, offsetof(Greenlet, _self))
 P(greenlet_exc_info, offsetof(Greenlet, exception_state) + offsetof(ExceptionState, exc_info))
 P(greenlet_stack_start, offsetof(Greenlet, stack_state) + offsetof(StackState, _stack_start))
 P(greenlet_stack_stop, offsetof(Greenlet, stack_state) + offsetof(StackState, stack_stop))

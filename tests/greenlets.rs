@@ -14,7 +14,10 @@ use std::time::Duration;
 /// The greenlet release `.ci/gevent-deps` installs for `interp` (the
 /// newest with a wheel for it), which the tables hold.
 fn release(interp: &Interpreter) -> &'static str {
-    if interp.at_least(3, 10) {
+    if interp.label.starts_with("debian") {
+        // Debian's own package (python3-greenlet).
+        "2.0.2"
+    } else if interp.at_least(3, 10) {
         "3.5.6"
     } else if interp.at_least(3, 9) {
         "3.2.5"
@@ -24,9 +27,11 @@ fn release(interp: &Interpreter) -> &'static str {
 }
 
 /// The matrix interpreters with gevent and greenlet installed by
-/// `.ci/gevent-deps`: pyenv 3.7–3.13.
+/// `.ci/gevent-deps`: pyenv 3.7–3.13, and Debian's 3.11 (its own
+/// python3-gevent; not its debug build, which no package serves).
 fn with_gevent(i: &Interpreter) -> bool {
-    i.label.starts_with("pyenv") && i.at_least(3, 7) && !i.at_least(3, 14)
+    (i.label.starts_with("pyenv") && i.at_least(3, 7) && !i.at_least(3, 14))
+        || (i.label.starts_with("debian") && !i.debug)
 }
 
 #[test]
