@@ -20,9 +20,9 @@ typedef _PyRuntimeState gc_owner;
 #define P(name, expr) __attribute__((used)) const unsigned long probe_##name = (expr);
 P(gc_in_runtime, GC_IN_RUNTIME)
 P(interp_gc_generations, offsetof(gc_owner, gc.generations))
+P(gc_generations, NUM_GENERATIONS)
 P(interp_gc_permanent, offsetof(gc_owner, gc.permanent_generation))
 P(gc_generation_size, sizeof(struct gc_generation))
-P(gc_generations, NUM_GENERATIONS)
 P(gc_head_size, sizeof(PyGC_Head))
 P(func_qualname, offsetof(PyFunctionObject, func_qualname))
 P(method_func, offsetof(PyMethodObject, im_func))

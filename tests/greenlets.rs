@@ -14,7 +14,10 @@ use std::time::Duration;
 /// The greenlet release `.ci/gevent-deps` installs for `interp` (the
 /// newest with a wheel for it), which the tables hold.
 fn release(interp: &Interpreter) -> &'static str {
-    if interp.label.starts_with("debian") {
+    if interp.label.starts_with("sid") {
+        // sid's own package (python3-greenlet), built for 3.14.
+        "3.3.2"
+    } else if interp.label.starts_with("debian") {
         // Debian's own package (python3-greenlet).
         "2.0.2"
     } else if interp.at_least(3, 10) {
@@ -27,11 +30,14 @@ fn release(interp: &Interpreter) -> &'static str {
 }
 
 /// The matrix interpreters with gevent and greenlet installed by
-/// `.ci/gevent-deps`: pyenv 3.7–3.13, and Debian's 3.11 (its own
-/// python3-gevent; not its debug build, which no package serves).
+/// `.ci/gevent-deps`: pyenv 3.7–3.13, Debian's 3.11 (its own
+/// python3-gevent) and sid's 3.14 (sid's, from `.ci/sid-gevent-deps`); not
+/// the debug builds, which no package serves, nor sid's 3.13 and 3.15,
+/// which sid's gevent is not built for.
 fn with_gevent(i: &Interpreter) -> bool {
     (i.label.starts_with("pyenv") && i.at_least(3, 7) && !i.at_least(3, 14))
         || (i.label.starts_with("debian") && !i.debug)
+        || (i.label.starts_with("sid") && i.version == (3, 14) && !i.debug)
 }
 
 #[test]

@@ -155,9 +155,23 @@ pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
     g356_311((3, 11)),
     g356_311((3, 12)),
     g356_311((3, 13)),
+    GreenletLayout {
+        release: "3.3.2",
+        python: (3, 14),
+        pimpl: 32,
+        exc_info: 16,
+        stack_start: 56,
+        stack_stop: 64,
+        top_frame: 104,
+        user_main_greenlet: 176,
+        user_run_callable: 184,
+        user_parent: 192,
+        main_thread_state: 184,
+        thread_state_current: 8,
+    },
 ];
 
-/// The facts every probed Python 3.10–3.13 shares (3.9 differs in one).
+/// The facts every probed Python 3.10–3.14 shares (3.9 differs in one).
 const fn python(
     python: (u8, u8),
     gc_generations: u64,
@@ -204,6 +218,7 @@ pub static GREENLET_PYTHONS: &[GreenletPython] = &[
     python((3, 11), 672, 752, 320, 8, Some(24)),
     python((3, 12), 136, 216, 256, 8, Some(24)),
     python((3, 13), 7424, 7504, 256, 8, Some(24)),
+    python((3, 14), 7432, 7504, 256, 8, Some(24)),
 ];
 
 /// The table for greenlet `release` built for Python `major.minor`.
