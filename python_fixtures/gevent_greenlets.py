@@ -1,6 +1,10 @@
 """gevent fixture: named greenlets parked in known places, then READY.
 
-Usage: gevent_greenlets.py [--many N]
+Usage: gevent_greenlets.py [--many N | --raw]
+
+With --raw, greenlet alone (no gevent): three plain greenlets (raw_run,
+raw_deep's two levels, one not started) and the main greenlet, which stays
+running, parked in time.sleep in park_raw().
 
 Greenlets (gevent's, unless said):
   sleeper        named; gevent.sleep(1000) two calls deep
@@ -21,11 +25,14 @@ greenlet but main and the hub is parked: `greenlets`, a list of
 """
 import gc
 import sys
+import time
 
-import gevent
-import gevent.event
-import gevent.socket
 import greenlet
+
+if "--raw" not in sys.argv:
+    import gevent
+    import gevent.event
+    import gevent.socket
 
 import fixture_util as fu
 
@@ -63,6 +70,10 @@ def finishes():
 
 def raw_run():
     greenlet.getcurrent().parent.switch()  # MARK:raw
+
+
+def raw_deep():
+    raw_run()  # MARK:raw_deep
 
 
 def code_name(code):
@@ -124,6 +135,31 @@ def park():
     gevent.sleep(fu.LIFETIME_SECONDS)  # MARK:park
 
 
+def park_raw():
+    time.sleep(fu.LIFETIME_SECONDS)  # MARK:park_raw
+
+
+def main_raw():
+    main_g = greenlet.getcurrent()
+    keep = []
+    for run in (raw_run, raw_deep):
+        g = greenlet.greenlet(run)
+        g.switch()
+        keep.append(g)
+    keep.append(greenlet.greenlet(raw_run))
+    gc.collect()
+    fu.ready(
+        {
+            "greenlets": own_view(main_g),
+            "main": id(main_g),
+            "hub": None,
+            "park": {"function": "park_raw", "line": MARK["park_raw"]},
+        }
+    )
+    park_raw()
+    fu.exit_now()
+
+
 def main():
     n = int(sys.argv[sys.argv.index("--many") + 1]) if "--many" in sys.argv else 0
     main_g = greenlet.getcurrent()
@@ -171,4 +207,7 @@ def main():
     fu.exit_now()
 
 
-main()
+if "--raw" in sys.argv:
+    main_raw()
+else:
+    main()

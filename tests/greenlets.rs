@@ -15,7 +15,7 @@ use std::time::Duration;
 /// newest with a wheel for it), which the tables hold.
 fn release(interp: &Interpreter) -> &'static str {
     if interp.label.starts_with("sid") {
-        // sid's own package (python3-greenlet), built for 3.14.
+        // sid's own package (python3-greenlet), built for 3.14 and 3.15.
         "3.3.2"
     } else if interp.label.starts_with("debian") {
         // Debian's own package (python3-greenlet).
@@ -40,9 +40,15 @@ fn with_gevent(i: &Interpreter) -> bool {
         || (i.label.starts_with("sid") && i.version == (3, 14) && !i.debug)
 }
 
+/// The interpreters with greenlet: those with gevent, and sid's 3.15
+/// (sid builds greenlet, not gevent, for it).
+fn with_greenlet(i: &Interpreter) -> bool {
+    with_gevent(i) || (i.label.starts_with("sid") && i.version == (3, 15) && !i.debug)
+}
+
 #[test]
 fn greenlet_tables_match_the_probe() {
-    for_each_interpreter("greenlet_tables_match_the_probe", with_gevent, |interp| {
+    for_each_interpreter("greenlet_tables_match_the_probe", with_greenlet, |interp| {
         let mut c = Command::new(fixture_path("greenlet_layout_probe.sh"));
         c.arg(release(interp)).arg(&interp.python);
         let out = run_command(c, Duration::from_secs(120));
@@ -140,110 +146,140 @@ fn frames_of(v: &Value) -> Vec<(String, u64)> {
         .unwrap_or_default()
 }
 
+/// dump's greenlets against the fixture's own view (`args`: the fixture's).
+fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
+    let fx = Fixture::spawn(interp, "gevent_greenlets.py", args);
+    let ctx = &interp.label;
+    let oracle = fx.ready["greenlets"].as_array().expect("greenlets").clone();
+    let main_id = fx.ready["main"].as_u64().unwrap();
+    let hub_id = fx.ready["hub"].as_u64();
+    let park = (
+        fx.ready["park"]["function"].as_str().unwrap().to_string(),
+        fx.ready["park"]["line"].as_u64().unwrap(),
+    );
+    let p = &dump_json(fx.pid, &[])[0];
+    let threads = p["threads"].as_array().unwrap();
+    let with: Vec<&Value> = threads
+        .iter()
+        .filter(|t| t["greenlets"].as_array().is_some_and(|g| !g.is_empty()))
+        .collect();
+    assert_eq!(with.len(), 1, "{ctx}: one thread runs greenlets\n{p:#}");
+    let shown = with[0]["greenlets"].as_array().unwrap();
+    let by_id: HashMap<u64, &Value> = shown
+        .iter()
+        .map(|g| (g["id"].as_u64().unwrap(), g))
+        .collect();
+    assert_eq!(
+        shown.len(),
+        oracle.len(),
+        "{ctx}: as many greenlets as gc.get_objects() sees\n{shown:#?}\n{oracle:#?}"
+    );
+    for o in &oracle {
+        let id = o["id"].as_u64().unwrap();
+        let g = by_id
+            .get(&id)
+            .unwrap_or_else(|| panic!("{ctx}: greenlet {o} not in dump\n{shown:#?}"));
+        let what = format!("{ctx}: greenlet {o}\ndump: {g}");
+        let parent = o["parent"].as_u64();
+        assert_eq!(g["parent"].as_u64(), parent, "{what}");
+        let ty = o["type"].as_str().unwrap();
+        let type_name = g["type_name"].as_str().unwrap();
+        assert!(
+            type_name == ty || type_name.ends_with(&format!(".{ty}")),
+            "{what}"
+        );
+        if id == main_id {
+            // Main ran on after the view was taken: it parks in park(),
+            // switched away to the hub (gevent), or running (--raw).
+            let state = if hub_id.is_some() {
+                "suspended"
+            } else {
+                "running"
+            };
+            assert_eq!(g["state"], state, "{what}");
+            assert_eq!(g["main"], true, "{what}");
+            assert_eq!(g["name"], "main", "{what}");
+            let f = frames_of(&g["frames"]);
+            assert!(f.contains(&park), "{what}: main parks at {park:?}");
+            assert_eq!(f.last().map(|f| f.0.as_str()), Some("<module>"), "{what}");
+            continue;
+        }
+        if Some(id) == hub_id {
+            // The hub runs its loop while every other greenlet waits.
+            assert_eq!(g["state"], "running", "{what}");
+            assert_eq!(g["hub"], true, "{what}");
+            continue;
+        }
+        assert_eq!(g["state"], o["state"], "{what}");
+        assert!(g.get("hub").is_none(), "{what}");
+        if let Some(name) = o["name"].as_str() {
+            assert_eq!(g["name"], name, "{what}");
+        }
+        assert_eq!(frames_of(&g["frames"]), frames_of(&o["frames"]), "{what}");
+    }
+    // The oracle covers what the test relies on.
+    let names: Vec<&str> = oracle.iter().filter_map(|o| o["name"].as_str()).collect();
+    let wanted: &[&str] = if hub_id.is_some() {
+        &[
+            "sleeper",
+            "event-waiter",
+            "reader",
+            "waiting_unnamed",
+            "not-started",
+            "finished",
+        ]
+    } else {
+        // The one not started (a started greenlet hides its run).
+        &["raw_run"]
+    };
+    for want in wanted {
+        assert!(
+            names.contains(want),
+            "{ctx}: fixture has no {want}: {names:?}"
+        );
+    }
+    if hub_id.is_none() {
+        return;
+    }
+    // Text: the hub marked, a suspended greenlet's stack under it.
+    let pid = fx.pid.to_string();
+    let out = pyinspect(&["dump", "--pid", &pid]);
+    out.assert_success();
+    assert!(
+        out.stdout.contains("hub, running)"),
+        "{ctx}\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("Greenlet \"sleeper\""),
+        "{ctx}\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("    deeper_sleep ("),
+        "{ctx}\n{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn dump_shows_the_greenlets_the_process_sees() {
     for_each_interpreter(
         "dump_shows_the_greenlets_the_process_sees",
         with_gevent,
-        |interp| {
-            let fx = Fixture::spawn(interp, "gevent_greenlets.py", &[]);
-            let ctx = &interp.label;
-            let oracle = fx.ready["greenlets"].as_array().expect("greenlets").clone();
-            let main_id = fx.ready["main"].as_u64().unwrap();
-            let hub_id = fx.ready["hub"].as_u64().unwrap();
-            let park = (
-                fx.ready["park"]["function"].as_str().unwrap().to_string(),
-                fx.ready["park"]["line"].as_u64().unwrap(),
-            );
-            let p = &dump_json(fx.pid, &[])[0];
-            let threads = p["threads"].as_array().unwrap();
-            let with: Vec<&Value> = threads
-                .iter()
-                .filter(|t| t["greenlets"].as_array().is_some_and(|g| !g.is_empty()))
-                .collect();
-            assert_eq!(with.len(), 1, "{ctx}: one thread runs greenlets\n{p:#}");
-            let shown = with[0]["greenlets"].as_array().unwrap();
-            let by_id: HashMap<u64, &Value> = shown
-                .iter()
-                .map(|g| (g["id"].as_u64().unwrap(), g))
-                .collect();
-            assert_eq!(
-                shown.len(),
-                oracle.len(),
-                "{ctx}: as many greenlets as gc.get_objects() sees\n{shown:#?}\n{oracle:#?}"
-            );
-            for o in &oracle {
-                let id = o["id"].as_u64().unwrap();
-                let g = by_id
-                    .get(&id)
-                    .unwrap_or_else(|| panic!("{ctx}: greenlet {o} not in dump\n{shown:#?}"));
-                let what = format!("{ctx}: greenlet {o}\ndump: {g}");
-                let parent = o["parent"].as_u64();
-                assert_eq!(g["parent"].as_u64(), parent, "{what}");
-                let ty = o["type"].as_str().unwrap();
-                let type_name = g["type_name"].as_str().unwrap();
-                assert!(
-                    type_name == ty || type_name.ends_with(&format!(".{ty}")),
-                    "{what}"
-                );
-                if id == main_id {
-                    // Main ran on after the view was taken: it parks in park().
-                    assert_eq!(g["state"], "suspended", "{what}");
-                    assert_eq!(g["main"], true, "{what}");
-                    assert_eq!(g["name"], "main", "{what}");
-                    let f = frames_of(&g["frames"]);
-                    assert!(f.contains(&park), "{what}: main parks at {park:?}");
-                    assert_eq!(f.last().map(|f| f.0.as_str()), Some("<module>"), "{what}");
-                    continue;
-                }
-                if id == hub_id {
-                    // The hub runs its loop while every other greenlet waits.
-                    assert_eq!(g["state"], "running", "{what}");
-                    assert_eq!(g["hub"], true, "{what}");
-                    continue;
-                }
-                assert_eq!(g["state"], o["state"], "{what}");
-                assert!(g.get("hub").is_none(), "{what}");
-                if let Some(name) = o["name"].as_str() {
-                    assert_eq!(g["name"], name, "{what}");
-                }
-                assert_eq!(frames_of(&g["frames"]), frames_of(&o["frames"]), "{what}");
-            }
-            // The oracle covers what the test relies on.
-            let names: Vec<&str> = oracle.iter().filter_map(|o| o["name"].as_str()).collect();
-            for want in [
-                "sleeper",
-                "event-waiter",
-                "reader",
-                "waiting_unnamed",
-                "not-started",
-                "finished",
-            ] {
-                assert!(
-                    names.contains(&want),
-                    "{ctx}: fixture has no {want}: {names:?}"
-                );
-            }
-            // Text: the hub marked, a suspended greenlet's stack under it.
-            let pid = fx.pid.to_string();
-            let out = pyinspect(&["dump", "--pid", &pid]);
-            out.assert_success();
-            assert!(
-                out.stdout.contains("hub, running)"),
-                "{ctx}\n{}",
-                out.stdout
-            );
-            assert!(
-                out.stdout.contains("Greenlet \"sleeper\""),
-                "{ctx}\n{}",
-                out.stdout
-            );
-            assert!(
-                out.stdout.contains("    deeper_sleep ("),
-                "{ctx}\n{}",
-                out.stdout
-            );
-        },
+        |interp| check_against_the_fixture(interp, &[]),
+    );
+}
+
+/// greenlet alone, its main greenlet running (told from the one thread no
+/// other main greenlet claims): pyenv 3.12, and sid's 3.15, for which sid
+/// builds greenlet but not gevent.
+#[test]
+fn plain_greenlets_without_gevent() {
+    for_each_interpreter(
+        "plain_greenlets_without_gevent",
+        |i| with_greenlet(i) && (i.version == (3, 12) || !with_gevent(i)),
+        |interp| check_against_the_fixture(interp, &["--raw"]),
     );
 }
 

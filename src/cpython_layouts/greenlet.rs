@@ -120,6 +120,24 @@ const fn g311_39(python: (u8, u8), release: &'static str) -> GreenletLayout {
     }
 }
 
+/// greenlet 3.3.2 (Debian sid's) on 3.14 and 3.15 (one layout).
+const fn g332_314(python: (u8, u8)) -> GreenletLayout {
+    GreenletLayout {
+        release: "3.3.2",
+        python,
+        pimpl: 32,
+        exc_info: 16,
+        stack_start: 56,
+        stack_stop: 64,
+        top_frame: 104,
+        user_main_greenlet: 176,
+        user_run_callable: 184,
+        user_parent: 192,
+        main_thread_state: 184,
+        thread_state_current: 8,
+    }
+}
+
 pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
     g311_39((3, 7), "3.1.1"),
     g311_39((3, 8), "3.1.1"),
@@ -155,23 +173,11 @@ pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
     g356_311((3, 11)),
     g356_311((3, 12)),
     g356_311((3, 13)),
-    GreenletLayout {
-        release: "3.3.2",
-        python: (3, 14),
-        pimpl: 32,
-        exc_info: 16,
-        stack_start: 56,
-        stack_stop: 64,
-        top_frame: 104,
-        user_main_greenlet: 176,
-        user_run_callable: 184,
-        user_parent: 192,
-        main_thread_state: 184,
-        thread_state_current: 8,
-    },
+    g332_314((3, 14)),
+    g332_314((3, 15)),
 ];
 
-/// The facts every probed Python 3.10–3.14 shares (3.9 differs in one).
+/// The facts every probed Python 3.10–3.15 shares (3.9 differs in one).
 const fn python(
     python: (u8, u8),
     gc_generations: u64,
@@ -219,6 +225,7 @@ pub static GREENLET_PYTHONS: &[GreenletPython] = &[
     python((3, 12), 136, 216, 256, 8, Some(24)),
     python((3, 13), 7424, 7504, 256, 8, Some(24)),
     python((3, 14), 7432, 7504, 256, 8, Some(24)),
+    python((3, 15), 7408, 7480, 288, 8, Some(24)),
 ];
 
 /// The table for greenlet `release` built for Python `major.minor`.
