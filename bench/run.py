@@ -376,6 +376,24 @@ class Bench:
                          verdict(ok), "ms", f"{counted}/10001 tasks counted in --json",
                          self.last_detail["wall_ms"])
 
+    def dump_10k_greenlets(self):
+        """dump of a gevent process with 10,000 sleeping greenlets (shown by
+        default, --async-limit of them) against py-spy's dump, which shows
+        only the running one."""
+        runs = 10 if self.quick else 20
+        with Target(self.python, "greenlets.py", 10000) as t:
+            doc = self.dump_json(t.pid)
+            wall, _ = self.dump_times(t.pid, ["dump", "--pid", t.pid], ["dump", "--pid", t.pid], runs)
+        counted = max(
+            (len(th.get("greenlets", [])) + th.get("greenlets_left_out", 0) for th in doc.get("threads", [])),
+            default=0,
+        )
+        # The 10,000, main and the hub.
+        ok = wall["ours"] < 100 and counted == 10002
+        self.results.add("dump-10k-greenlets wall", wall["ours"], wall["theirs"], "< 100 ms, 10,002 greenlets",
+                         verdict(ok), "ms", f"{counted}/10002 greenlets counted in --json",
+                         self.last_detail["wall_ms"])
+
     # 3
     def dump_native_3threads(self):
         runs = 10 if self.quick else 30
@@ -1278,6 +1296,7 @@ SCENARIOS = [
     ("dump-200threads", Bench.dump_200threads),
     ("dump-900frames", Bench.dump_900frames),
     ("dump-10k-tasks", Bench.dump_10k_tasks),
+    ("dump-10k-greenlets", Bench.dump_10k_greenlets),
     ("dump-native-3threads", Bench.dump_native_3threads),
     ("dump-native-pause", Bench.dump_native_pause),
     ("torch-native", Bench.torch_native),

@@ -292,6 +292,8 @@ pub(crate) struct Target {
     /// (a pause interrupts a call, and the kernel may rewrite its arguments).
     pending: HashMap<i32, (wait::Wait, Option<wait::CallArgs>)>,
     tasks: Option<AsyncioReader>,
+    /// Greenlets (gevent, eventlet) for dump.
+    greenlets: crate::python::greenlet::GreenletReader,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
     /// Threads that did not stop within the budget at the latest sample,
@@ -517,6 +519,7 @@ impl Target {
             threads,
             states: HashMap::new(),
             tasks: None,
+            greenlets: Default::default(),
             waits,
             pending: HashMap::new(),
             os_names: HashMap::new(),
@@ -604,6 +607,7 @@ impl Target {
         if let Some(t) = &self.tasks {
             w.extend(t.notes.iter().cloned());
         }
+        w.extend(self.greenlets.notes.iter().cloned());
         if let Some(n) = self.native.as_mut() {
             w.extend(n.warnings());
         }
@@ -1170,6 +1174,12 @@ impl Target {
             }
             _ => std::collections::HashMap::new(),
         };
+        // Greenlets (dump), beside the tasks, while the threads stand still.
+        if let (Ok(s), AsyncMode::Tree { limit, .. }) = (&snap, cfg.read.asyncio) {
+            let cache = crate::python::pagecache::PageCache::new(&*self.source);
+            self.greenlets
+                .read(&mut self.reader, &cache, s, limit, &mut tasks);
+        }
         drop(guard);
         let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
         if let Some(n) = self.native.as_mut() {

@@ -128,6 +128,42 @@ pub struct ThreadTasks {
     /// loops; uvloop's are not Python objects).
     #[serde(rename = "event_loops", skip_serializing_if = "Vec::is_empty")]
     pub(crate) loops: Vec<LoopQueues>,
+    /// The greenlets (gevent, eventlet) of this thread: the running one
+    /// first, then the suspended ones, then those not started or dead.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) greenlets: Vec<Greenlet>,
+    /// Greenlets read but not shown (beyond the limit).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) greenlets_left_out: u64,
+}
+
+/// One greenlet, as read from the target's greenlet objects.
+#[derive(Debug, Clone, Serialize)]
+pub struct Greenlet {
+    /// The greenlet object's address (Python's `id()`).
+    pub(crate) id: u64,
+    /// gevent's `Greenlet.name` when one was given, else the function it
+    /// was spawned with; `main` for a thread's main greenlet.
+    pub(crate) name: Option<String>,
+    /// Its Python type's name (`greenlet`, `Greenlet`, `Hub`, ...).
+    pub(crate) type_name: String,
+    /// `running`, `suspended`, `not started` or `dead`.
+    pub(crate) state: &'static str,
+    /// The parent greenlet's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parent: Option<u64>,
+    /// gevent's hub (its type is, or derives from, `gevent.hub.Hub`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) hub: bool,
+    /// The thread's main greenlet.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) main: bool,
+    /// Its Python frames, innermost first: a suspended greenlet's saved
+    /// frames; the running one's are the thread's own.
+    pub(crate) frames: Vec<Frame>,
+    /// Why the frames are incomplete, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) truncated: Option<String>,
 }
 
 /// An event loop's own queues: `loop._ready` (callbacks due now) and
@@ -488,6 +524,11 @@ impl ThreadStack {
             }
             for lp in &mut a.loops {
                 escape_in_place(&mut lp.type_name);
+            }
+            for g in &mut a.greenlets {
+                opt(&mut g.name);
+                escape_in_place(&mut g.type_name);
+                frames(&mut g.frames);
             }
         }
     }

@@ -334,7 +334,13 @@ pub(crate) fn write_text(
             writeln!(out, "    ... stack incomplete: {why}")?;
         }
         if let Some(tt) = &t.asyncio {
-            write_tasks(out, tt)?;
+            // A thread with greenlets but no event loop has no task list.
+            if !(tt.tasks.is_empty() && tt.loops.is_empty() && tt.tasks_left_out == 0)
+                || tt.greenlets.is_empty()
+            {
+                write_tasks(out, tt)?;
+            }
+            write_greenlets(out, tt)?;
         }
     }
     let waits: Vec<(u32, Option<&str>, &crate::wait::Wait)> = p
@@ -347,6 +353,53 @@ pub(crate) fn write_text(
         writeln!(out)?;
         for line in summary {
             writeln!(out, "Summary: {line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// A thread's greenlets: the running one first, each with its stack
+/// innermost first (the running one's is the thread's, above).
+fn write_greenlets(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
+    if tt.greenlets.is_empty() {
+        return Ok(());
+    }
+    let n = tt.greenlets.len() as u64 + tt.greenlets_left_out;
+    write!(out, "    greenlets ({n}")?;
+    if tt.greenlets_left_out > 0 {
+        write!(out, ", {} not shown", tt.greenlets_left_out)?;
+    }
+    writeln!(out, "):")?;
+    for g in &tt.greenlets {
+        write!(out, "      Greenlet")?;
+        if let Some(n) = &g.name {
+            write!(out, " \"{n}\"")?;
+        }
+        write!(out, " 0x{:x} ({}", g.id, g.type_name)?;
+        if g.hub {
+            write!(out, ", hub")?;
+        }
+        write!(out, ", {})", g.state)?;
+        if let Some(p) = g.parent {
+            write!(out, " parent 0x{p:x}")?;
+        }
+        if g.state == "running" {
+            write!(out, ": the thread's stack above")?;
+        }
+        writeln!(out)?;
+        if g.state != "running" {
+            for f in &g.frames {
+                writeln!(
+                    out,
+                    "          {} ({}:{})",
+                    f.function,
+                    f.file.as_deref().unwrap_or("?"),
+                    f.line.unwrap_or(0)
+                )?;
+            }
+        }
+        if let Some(why) = &g.truncated {
+            writeln!(out, "          ... stack incomplete: {why}")?;
         }
     }
     Ok(())

@@ -1178,6 +1178,7 @@ impl AsyncioReader {
             tasks: out,
             tasks_left_out: left_out,
             loops,
+            ..Default::default()
         }
     }
 

@@ -3,6 +3,7 @@
 pub(crate) mod asyncio;
 pub(crate) mod datastack;
 pub(crate) mod gc;
+pub(crate) mod greenlet;
 pub(crate) mod linetable;
 pub(crate) mod native;
 pub(crate) mod objects;

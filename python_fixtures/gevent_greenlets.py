@@ -1,0 +1,213 @@
+"""gevent fixture: named greenlets parked in known places, then READY.
+
+Usage: gevent_greenlets.py [--many N | --raw]
+
+With --raw, greenlet alone (no gevent): three plain greenlets (raw_run,
+raw_deep's two levels, one not started) and the main greenlet, which stays
+running, parked in time.sleep in park_raw().
+
+Greenlets (gevent's, unless said):
+  sleeper        named; gevent.sleep(1000) two calls deep
+  event-waiter   named; waits on a gevent.event.Event that is never set
+  reader         named; recv() on a socket whose peer never writes
+  (unnamed)      spawned with waiting_unnamed, which sleeps: shown by its function
+  not-started    a Greenlet created but never started
+  finished       a Greenlet that ran to its end (dead)
+  raw            a plain greenlet.greenlet that switched back to its parent
+  many-N         with --many: N greenlets sleeping
+The main greenlet parks in park() (gevent.sleep), and the hub runs its loop.
+
+READY carries the fixture's own view of every greenlet, read in-process
+(gc.get_objects() filtered to greenlets, gr_frame walked), taken when every
+greenlet but main and the hub is parked: `greenlets`, a list of
+{id, type, name, state, parent, frames: [{function, line}] innermost first};
+`main` and `hub` (their ids) and `park` (where main parks: function, line).
+"""
+import gc
+import sys
+import time
+
+import greenlet
+
+if "--raw" not in sys.argv:
+    import gevent
+    import gevent.event
+    import gevent.socket
+
+import fixture_util as fu
+
+HERE = __file__
+MARK = fu.markers(HERE)
+
+
+def deeper_sleep():
+    gevent.sleep(1000)  # MARK:sleep
+
+
+def sleeper():
+    deeper_sleep()  # MARK:sleeper
+
+
+def event_waiter(event):
+    event.wait()  # MARK:event
+
+
+def reader(sock):
+    sock.recv(1)  # MARK:recv
+
+
+def waiting_unnamed():
+    gevent.sleep(1000)  # MARK:unnamed
+
+
+def many(i):
+    gevent.sleep(1000)
+
+
+def finishes():
+    return 1
+
+
+def raw_run():
+    greenlet.getcurrent().parent.switch()  # MARK:raw
+
+
+def raw_deep():
+    raw_run()  # MARK:raw_deep
+
+
+def code_name(code):
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def name_of(g, main):
+    if g is main:
+        return "main"
+    d = getattr(g, "__dict__", None) or {}
+    if isinstance(d.get("name"), str):
+        return d["name"]
+    run = d.get("_run")
+    if run is None and type(g) is greenlet.greenlet:
+        run = getattr(g, "run", None)
+    if run is not None and hasattr(run, "__code__"):
+        return code_name(run.__code__)
+    return None
+
+
+def state_of(g):
+    if g.dead:
+        return "dead"
+    if g is greenlet.getcurrent():
+        return "running"
+    if not g:
+        return "not started"
+    return "suspended"
+
+
+def frames_of(g):
+    out = []
+    f = g.gr_frame
+    while f is not None:
+        out.append({"function": code_name(f.f_code), "line": f.f_lineno})
+        f = f.f_back
+    return out
+
+
+def own_view(main):
+    view = []
+    for g in gc.get_objects():
+        if not isinstance(g, greenlet.greenlet):
+            continue
+        view.append(
+            {
+                "id": id(g),
+                "type": type(g).__name__,
+                "name": name_of(g, main),
+                "state": state_of(g),
+                "parent": id(g.parent) if g.parent is not None else None,
+                "frames": frames_of(g),
+            }
+        )
+    return view
+
+
+def park():
+    gevent.sleep(fu.LIFETIME_SECONDS)  # MARK:park
+
+
+def park_raw():
+    time.sleep(fu.LIFETIME_SECONDS)  # MARK:park_raw
+
+
+def main_raw():
+    main_g = greenlet.getcurrent()
+    keep = []
+    for run in (raw_run, raw_deep):
+        g = greenlet.greenlet(run)
+        g.switch()
+        keep.append(g)
+    keep.append(greenlet.greenlet(raw_run))
+    gc.collect()
+    fu.ready(
+        {
+            "greenlets": own_view(main_g),
+            "main": id(main_g),
+            "hub": None,
+            "park": {"function": "park_raw", "line": MARK["park_raw"]},
+        }
+    )
+    park_raw()
+    fu.exit_now()
+
+
+def main():
+    n = int(sys.argv[sys.argv.index("--many") + 1]) if "--many" in sys.argv else 0
+    main_g = greenlet.getcurrent()
+    hub = gevent.get_hub()
+    keep = []
+    g = gevent.spawn(sleeper)
+    g.name = "sleeper"
+    keep.append(g)
+    event = gevent.event.Event()
+    g = gevent.spawn(event_waiter, event)
+    g.name = "event-waiter"
+    keep.append(g)
+    a, b = gevent.socket.socketpair()
+    g = gevent.spawn(reader, a)
+    g.name = "reader"
+    keep.append(g)
+    keep.append(gevent.spawn(waiting_unnamed))
+    g = gevent.Greenlet(finishes)
+    g.name = "not-started"
+    keep.append(g)
+    g = gevent.spawn(finishes)
+    g.name = "finished"
+    keep.append(g)
+    for i in range(n):
+        g = gevent.spawn(many, i)
+        g.name = "many-%d" % i
+        keep.append(g)
+    # Let every spawned greenlet run up to where it parks.
+    gevent.sleep(0.2)
+    keep[5].join()
+    raw = greenlet.greenlet(raw_run)
+    raw.switch()
+    keep.append(raw)
+    gc.collect()
+    view = own_view(main_g)
+    fu.ready(
+        {
+            "greenlets": view,
+            "main": id(main_g),
+            "hub": id(hub),
+            "park": {"function": "park", "line": MARK["park"]},
+        }
+    )
+    park()
+    fu.exit_now()
+
+
+if "--raw" in sys.argv:
+    main_raw()
+else:
+    main()

@@ -1,0 +1,494 @@
+//! Greenlets (gevent, eventlet): every live greenlet of a thread, with its
+//! stack, read from greenlet's own objects in the target.
+//!
+//! A greenlet is a `PyGreenlet` whose `pimpl` points at greenlet's C++
+//! state (see [`crate::cpython_layouts::greenlet`]). They are found among
+//! the objects the garbage collector tracks, by type: the `greenlet` type
+//! object from `greenlet._greenlet`'s dict, and any type deriving from it.
+//! A suspended greenlet's stack is its saved top frame and the frames it
+//! links to: on 3.12+ greenlet links a suspended greenlet's frames past
+//! those on the C stack (`expose_frames`), and its first frame has no
+//! previous one, so the chain is the greenlet's own. The running greenlet's
+//! stack is its thread's. A thread's greenlets are those whose main
+//! greenlet is the thread's: a suspended main greenlet's saved exception
+//! state chain ends in its thread state (`&tstate->exc_state`).
+
+mod gc_walk;
+
+use crate::cpython_layouts::greenlet::{
+    greenlet_layout, greenlet_python, GreenletLayout, GreenletPython,
+};
+use crate::cpython_layouts::{EntryMarker, Layout};
+use crate::memory::{Memory, MemoryExt};
+use crate::python::objects::ObjReader;
+use crate::python::reader::{Reader, ThreadSnapshot};
+use crate::stack::{Frame, FrameKind, Greenlet, ThreadTasks};
+use std::collections::{HashMap, HashSet};
+
+/// The most greenlets read in one process.
+pub(crate) const MAX_GREENLETS: usize = 1_000_000;
+/// The most frames read from one suspended greenlet.
+const MAX_FRAMES: usize = 4096;
+/// The longest base-class chain followed to tell a greenlet type.
+const MAX_BASES: usize = 64;
+
+/// Reads greenlets; keeps what could not be read, for the warnings.
+#[derive(Default)]
+pub(crate) struct GreenletReader {
+    pub(crate) notes: Vec<String>,
+}
+
+/// One greenlet as read, before it is placed under its thread.
+struct Raw {
+    id: u64,
+    ty: u64,
+    main: bool,
+    state: &'static str,
+    parent: Option<u64>,
+    main_greenlet: u64,
+    top_frame: u64,
+    run: u64,
+}
+
+impl GreenletReader {
+    fn note(&mut self, s: String) {
+        if !self.notes.contains(&s) {
+            self.notes.push(s);
+        }
+    }
+
+    /// Add every live greenlet to the tasks of the thread it runs on
+    /// (`out`, by snapshot index), at most `limit` per thread.
+    pub(crate) fn read(
+        &mut self,
+        reader: &mut Reader,
+        mem: &dyn Memory,
+        snaps: &[ThreadSnapshot],
+        limit: usize,
+        out: &mut HashMap<usize, ThreadTasks>,
+    ) {
+        let pl = reader.process.layout.clone();
+        let (major, minor) = (reader.process.version.major, reader.process.version.minor);
+        let mut interps: Vec<u64> = snaps.iter().map(|s| s.interp).collect();
+        interps.sort_unstable();
+        interps.dedup();
+        for interp in interps {
+            let objr = ObjReader::new(mem, &pl);
+            let Some(modules) = mem
+                .read_u64(interp.wrapping_add(pl.interp.modules))
+                .ok()
+                .filter(|m| *m != 0)
+            else {
+                continue;
+            };
+            let module_attr = |module: &str, name: &str| -> Option<u64> {
+                let m = objr.dict_get(modules, module).ok().flatten()?;
+                let d = mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok()?;
+                objr.dict_get(d, name).ok().flatten()
+            };
+            // Only a process that imported greenlet is looked at further.
+            let Some(gtype) = module_attr("greenlet._greenlet", "greenlet") else {
+                continue;
+            };
+            let release = module_attr("greenlet", "__version__")
+                .or_else(|| module_attr("greenlet._greenlet", "__version__"))
+                .and_then(|v| objr.string(v, 32).ok())
+                .map(|(s, _)| s);
+            let Some(release) = release else {
+                self.note(
+                    "greenlet is loaded but its version (greenlet.__version__) cannot be read: \
+                     its greenlets are not shown"
+                        .to_string(),
+                );
+                continue;
+            };
+            let (Some(gl), Some(py)) = (
+                greenlet_layout(&release, major, minor),
+                greenlet_python(major, minor),
+            ) else {
+                self.note(format!(
+                    "greenlet {release} on Python {major}.{minor} is not in pyinspect's greenlet \
+                     tables: its greenlets are not shown"
+                ));
+                continue;
+            };
+            let hub_type = module_attr("gevent.hub", "Hub");
+            let gc_base = if py.gc_in_runtime {
+                let Some(head) = pl.runtime.interpreters_head else {
+                    continue;
+                };
+                reader.process.interp_head_ptr.wrapping_sub(head)
+            } else {
+                interp
+            };
+            let found = find_greenlets(mem, &pl, py, gc_base, gtype);
+            if !found.1 {
+                self.note(
+                    "the collector's object lists changed or were cut while read: \
+                     some greenlets may be missing"
+                        .to_string(),
+                );
+            }
+            let mut raws: Vec<Raw> = found
+                .0
+                .iter()
+                .filter_map(|&(id, ty)| read_raw(mem, gl, id, ty))
+                .collect();
+            inherit_mains(&mut raws);
+            self.place(
+                reader, mem, &objr, gl, py, snaps, interp, hub_type, raws, limit, out,
+            );
+        }
+    }
+
+    /// Put each greenlet under its thread.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &mut self,
+        reader: &mut Reader,
+        mem: &dyn Memory,
+        objr: &ObjReader,
+        gl: &GreenletLayout,
+        py: &GreenletPython,
+        snaps: &[ThreadSnapshot],
+        interp: u64,
+        hub_type: Option<u64>,
+        raws: Vec<Raw>,
+        limit: usize,
+        out: &mut HashMap<usize, ThreadTasks>,
+    ) {
+        let pl = objr.layout;
+        let threads: Vec<usize> = (0..snaps.len())
+            .filter(|i| snaps[*i].interp == interp)
+            .collect();
+        let exc_ends: HashMap<u64, usize> = threads
+            .iter()
+            .map(|&i| (snaps[i].tstate.wrapping_add(py.tstate_exc_state), i))
+            .collect();
+        // Each main greenlet: its thread, and the greenlet running there.
+        let mut mains: Vec<u64> = raws.iter().map(|r| r.main_greenlet).collect();
+        mains.sort_unstable();
+        mains.dedup();
+        let mut thread_of: HashMap<u64, usize> = HashMap::new();
+        let mut running: HashSet<u64> = HashSet::new();
+        let mut unplaced = Vec::new();
+        for &m in &mains {
+            let Some(pimpl) = mem
+                .read_u64(m.wrapping_add(gl.pimpl))
+                .ok()
+                .filter(|p| *p != 0)
+            else {
+                continue;
+            };
+            let ts = mem
+                .read_u64(pimpl.wrapping_add(gl.main_thread_state))
+                .unwrap_or(0);
+            if ts == 0 {
+                // Its thread is gone: its greenlets run nowhere.
+                continue;
+            }
+            if let Ok(cur) = mem.read_u64(ts.wrapping_add(gl.thread_state_current)) {
+                if cur != 0 {
+                    running.insert(cur);
+                }
+            }
+            let mut e = mem.read_u64(pimpl.wrapping_add(gl.exc_info)).unwrap_or(0);
+            let mut hops = 0;
+            while e != 0 && hops < 256 {
+                if let Some(&i) = exc_ends.get(&e) {
+                    thread_of.insert(m, i);
+                    break;
+                }
+                e = mem
+                    .read_u64(e.wrapping_add(py.err_stackitem_previous))
+                    .unwrap_or(0);
+                hops += 1;
+            }
+            if !thread_of.contains_key(&m) {
+                unplaced.push(m);
+            }
+        }
+        // A main greenlet that runs saved no state: it is on the one thread
+        // no other main greenlet claims, when there is exactly one.
+        let claimed: HashSet<usize> = thread_of.values().copied().collect();
+        let free: Vec<usize> = threads
+            .iter()
+            .copied()
+            .filter(|i| !claimed.contains(i))
+            .collect();
+        match (unplaced.as_slice(), free.as_slice()) {
+            ([], _) => {}
+            ([m], [i]) => {
+                thread_of.insert(*m, *i);
+            }
+            _ => self.note(format!(
+                "the threads of {} greenlet groups could not be told apart: their greenlets are \
+                 not shown",
+                unplaced.len()
+            )),
+        }
+        let total = raws.len();
+        let mut is_hub: HashMap<u64, bool> = HashMap::new();
+        let mut by_thread: HashMap<usize, Vec<(Raw, &'static str, bool)>> = HashMap::new();
+        for r in raws {
+            let Some(&i) = thread_of.get(&r.main_greenlet) else {
+                continue;
+            };
+            let state = if running.contains(&r.id) {
+                "running"
+            } else {
+                r.state
+            };
+            let hub = hub_type.is_some_and(|h| {
+                *is_hub
+                    .entry(r.ty)
+                    .or_insert_with(|| derives_from(mem, py, r.ty, h))
+            });
+            by_thread.entry(i).or_default().push((r, state, hub));
+        }
+        let placed: usize = by_thread.values().map(|g| g.len()).sum();
+        if placed < total {
+            self.note(format!(
+                "{} of {total} greenlets are on no thread pyinspect could tell (their thread \
+                 ended, or its main greenlet could not be read): they are not shown",
+                total - placed
+            ));
+        }
+        // The running one, then the main greenlet and the hub, then the
+        // suspended ones, those not started, and the dead.
+        let rank = |(r, state, hub): &(Raw, &str, bool)| match *state {
+            "running" => 0,
+            _ if r.main || *hub => 1,
+            "suspended" => 2,
+            "not started" => 3,
+            _ => 4,
+        };
+        for (i, mut gs) in by_thread {
+            gs.sort_by_key(rank);
+            let left_out = gs.len().saturating_sub(limit) as u64;
+            gs.truncate(limit);
+            // Only the greenlets shown are read further.
+            let shown = gs
+                .into_iter()
+                .map(|(r, state, hub)| {
+                    let (frames, truncated) = if state == "running" {
+                        let f: Vec<Frame> = snaps[i]
+                            .stack
+                            .frames
+                            .iter()
+                            .filter(|f| f.kind == FrameKind::Python)
+                            .cloned()
+                            .collect();
+                        (f, None)
+                    } else if r.top_frame != 0 {
+                        saved_frames(reader, mem, pl, py, r.top_frame)
+                    } else {
+                        (Vec::new(), None)
+                    };
+                    let name = if r.main {
+                        Some("main".to_string())
+                    } else {
+                        greenlet_name(objr, py, r.id, r.run)
+                    };
+                    Greenlet {
+                        id: r.id,
+                        name,
+                        type_name: objr.type_name(r.id).unwrap_or_else(|_| "?".to_string()),
+                        state,
+                        parent: r.parent,
+                        hub,
+                        main: r.main,
+                        frames,
+                        truncated,
+                    }
+                })
+                .collect();
+            let tt = out.entry(i).or_default();
+            tt.greenlets = shown;
+            tt.greenlets_left_out = left_out;
+        }
+    }
+}
+
+/// A greenlet not started yet has no main greenlet: it will run on its
+/// parent's thread (the nearest ancestor's that has one).
+fn inherit_mains(raws: &mut [Raw]) {
+    let known: HashMap<u64, (u64, Option<u64>)> = raws
+        .iter()
+        .map(|r| (r.id, (r.main_greenlet, r.parent)))
+        .collect();
+    for r in raws.iter_mut().filter(|r| r.main_greenlet == 0) {
+        let mut p = r.parent;
+        for _ in 0..MAX_BASES {
+            let Some((m, up)) = p.and_then(|p| known.get(&p)) else {
+                break;
+            };
+            if *m != 0 {
+                r.main_greenlet = *m;
+                break;
+            }
+            p = *up;
+        }
+    }
+}
+
+/// Every object of the interpreter's collector lists whose type is
+/// greenlet's or derives from it; and whether the lists were read whole.
+fn find_greenlets(
+    mem: &dyn Memory,
+    pl: &Layout,
+    py: &GreenletPython,
+    interp: u64,
+    gtype: u64,
+) -> (Vec<(u64, u64)>, bool) {
+    let mut types: HashMap<u64, bool> = HashMap::new();
+    let mut found = Vec::new();
+    let whole = gc_walk::tracked_objects(
+        mem,
+        py,
+        pl.object.ob_type,
+        interp,
+        gc_walk::MAX_GC_OBJECTS,
+        &mut |obj, ty| {
+            let g = *types
+                .entry(ty)
+                .or_insert_with(|| derives_from(mem, py, ty, gtype));
+            if g && found.len() < MAX_GREENLETS {
+                found.push((obj, ty));
+            }
+        },
+    );
+    (found, whole)
+}
+
+/// Whether type `ty` is `base` or derives from it (along `tp_base`).
+fn derives_from(mem: &dyn Memory, py: &GreenletPython, mut ty: u64, base: u64) -> bool {
+    for _ in 0..MAX_BASES {
+        if ty == base {
+            return true;
+        }
+        if ty == 0 {
+            return false;
+        }
+        ty = mem.read_u64(ty.wrapping_add(py.tp_base)).unwrap_or(0);
+    }
+    false
+}
+
+fn read_raw(mem: &dyn Memory, gl: &GreenletLayout, id: u64, ty: u64) -> Option<Raw> {
+    let pimpl = mem
+        .read_u64(id.wrapping_add(gl.pimpl))
+        .ok()
+        .filter(|p| *p != 0)?;
+    let word = |off: u64| mem.read_u64(pimpl.wrapping_add(off)).ok();
+    let stack_start = word(gl.stack_start)?;
+    let stack_stop = word(gl.stack_stop)?;
+    let top_frame = word(gl.top_frame)?;
+    let main = stack_stop == u64::MAX;
+    let state = if stack_stop == 0 {
+        "not started"
+    } else if stack_start == 0 {
+        "dead"
+    } else if top_frame == 0 {
+        "running"
+    } else {
+        "suspended"
+    };
+    let (main_greenlet, parent, run) = if main {
+        (id, None, 0)
+    } else {
+        (
+            word(gl.user_main_greenlet)?,
+            word(gl.user_parent).filter(|p| *p != 0),
+            word(gl.user_run_callable).unwrap_or(0),
+        )
+    };
+    Some(Raw {
+        id,
+        ty,
+        main,
+        // A greenlet that looks as if it ran, but is not its thread's
+        // current one, is told apart when placed.
+        state: if state == "running" {
+            "suspended"
+        } else {
+            state
+        },
+        parent,
+        main_greenlet,
+        top_frame,
+        run,
+    })
+}
+
+/// A suspended greenlet's saved frames, innermost first.
+fn saved_frames(
+    reader: &mut Reader,
+    mem: &dyn Memory,
+    pl: &Layout,
+    py: &GreenletPython,
+    top: u64,
+) -> (Vec<Frame>, Option<String>) {
+    let mut frames = Vec::new();
+    let mut f = match py.frameobject_f_frame {
+        Some(off) => mem.read_u64(top.wrapping_add(off)).unwrap_or(0),
+        None => top,
+    };
+    let mut seen = HashSet::new();
+    while f != 0 {
+        if frames.len() >= MAX_FRAMES {
+            return (frames, Some(format!("more than {MAX_FRAMES} frames")));
+        }
+        if !seen.insert(f) {
+            return (frames, Some("the frame chain loops".to_string()));
+        }
+        let shim = match pl.frame.entry {
+            EntryMarker::OwnerShim { owner, shim_from } => mem
+                .read_u8(f.wrapping_add(owner))
+                .is_ok_and(|o| o >= shim_from),
+            _ => false,
+        };
+        if !shim {
+            match reader.frame_at(mem, f) {
+                Some((frame, _)) => frames.push(frame),
+                None => return (frames, Some("a frame could not be read".to_string())),
+            }
+        }
+        f = match mem.read_u64(f.wrapping_add(pl.frame.previous)) {
+            Ok(p) => p,
+            Err(_) => return (frames, Some("a frame could not be read".to_string())),
+        };
+    }
+    (frames, None)
+}
+
+/// gevent's name for a greenlet: `name` when one was given, else the
+/// function it runs (gevent's `_run`, or greenlet's own `run`).
+fn greenlet_name(objr: &ObjReader, py: &GreenletPython, id: u64, run: u64) -> Option<String> {
+    if let Ok(Some(n)) = objr.instance_attr(id, "name") {
+        if let Ok((s, _)) = objr.string(n, 256) {
+            return Some(s);
+        }
+    }
+    if let Ok(Some(r)) = objr.instance_attr(id, "_run") {
+        if let Some(s) = callable_name(objr, py, r) {
+            return Some(s);
+        }
+    }
+    (run != 0).then(|| callable_name(objr, py, run)).flatten()
+}
+
+/// A function's or bound method's qualified name.
+fn callable_name(objr: &ObjReader, py: &GreenletPython, mut obj: u64) -> Option<String> {
+    for _ in 0..4 {
+        match objr.type_name(obj).ok()?.as_str() {
+            "function" => {
+                let q = objr.mem.read_u64(obj.wrapping_add(py.func_qualname)).ok()?;
+                return objr.string(q, 256).ok().map(|(s, _)| s);
+            }
+            "method" => obj = objr.mem.read_u64(obj.wrapping_add(py.method_func)).ok()?,
+            _ => return None,
+        }
+    }
+    None
+}

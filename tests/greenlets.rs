@@ -1,0 +1,316 @@
+//! Greenlets (gevent): the layout tables against the probe compiled on the
+//! release's own headers, and dump's greenlets against the fixture's own
+//! in-process view, on every interpreter with a gevent wheel in the tables.
+
+mod common;
+
+use common::*;
+use pyinspect::cpython_layouts::greenlet::{greenlet_layout, greenlet_python};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+/// The greenlet release `.ci/gevent-deps` installs for `interp` (the
+/// newest with a wheel for it), which the tables hold.
+fn release(interp: &Interpreter) -> &'static str {
+    if interp.label.starts_with("sid") {
+        // sid's own package (python3-greenlet), built for 3.14 and 3.15.
+        "3.3.2"
+    } else if interp.label.starts_with("debian") {
+        // Debian's own package (python3-greenlet).
+        "2.0.2"
+    } else if interp.at_least(3, 10) {
+        "3.5.6"
+    } else if interp.at_least(3, 9) {
+        "3.2.5"
+    } else {
+        "3.1.1"
+    }
+}
+
+/// The matrix interpreters with gevent and greenlet installed by
+/// `.ci/gevent-deps`: pyenv 3.7–3.13, Debian's 3.11 (its own
+/// python3-gevent) and sid's 3.14 (sid's, from `.ci/sid-gevent-deps`); not
+/// the debug builds, which no package serves, nor sid's 3.13 and 3.15,
+/// which sid's gevent is not built for.
+fn with_gevent(i: &Interpreter) -> bool {
+    (i.label.starts_with("pyenv") && i.at_least(3, 7) && !i.at_least(3, 14))
+        || (i.label.starts_with("debian") && !i.debug)
+        || (i.label.starts_with("sid") && i.version == (3, 14) && !i.debug)
+}
+
+/// The interpreters with greenlet: those with gevent, and sid's 3.15
+/// (sid builds greenlet, not gevent, for it).
+fn with_greenlet(i: &Interpreter) -> bool {
+    with_gevent(i) || (i.label.starts_with("sid") && i.version == (3, 15) && !i.debug)
+}
+
+#[test]
+fn greenlet_tables_match_the_probe() {
+    for_each_interpreter("greenlet_tables_match_the_probe", with_greenlet, |interp| {
+        let mut c = Command::new(fixture_path("greenlet_layout_probe.sh"));
+        c.arg(release(interp)).arg(&interp.python);
+        let out = run_command(c, Duration::from_secs(120));
+        out.assert_success();
+        let p: HashMap<String, u64> = out
+            .stdout
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect();
+        let n = |k: &str| {
+            *p.get(k)
+                .unwrap_or_else(|| panic!("{}: probe has no {k}\n{}", interp.label, out.describe()))
+        };
+        let (major, minor) = (interp.version.0 as u8, interp.version.1 as u8);
+        let g = greenlet_layout(release(interp), major, minor)
+            .unwrap_or_else(|| panic!("no greenlet {} table for {major}.{minor}", release(interp)));
+        let py = greenlet_python(major, minor).expect("no Python facts");
+        let ctx = &interp.label;
+        for (name, table, probe) in [
+            ("pimpl", g.pimpl, "pygreenlet_pimpl"),
+            ("exc_info", g.exc_info, "greenlet_exc_info"),
+            ("stack_start", g.stack_start, "greenlet_stack_start"),
+            ("stack_stop", g.stack_stop, "greenlet_stack_stop"),
+            ("top_frame", g.top_frame, "greenlet_top_frame"),
+            (
+                "user_main_greenlet",
+                g.user_main_greenlet,
+                "user_main_greenlet",
+            ),
+            (
+                "user_run_callable",
+                g.user_run_callable,
+                "user_run_callable",
+            ),
+            ("user_parent", g.user_parent, "user_parent"),
+            (
+                "main_thread_state",
+                g.main_thread_state,
+                "main_thread_state",
+            ),
+            (
+                "thread_state_current",
+                g.thread_state_current,
+                "thread_state_current",
+            ),
+            ("gc_in_runtime", py.gc_in_runtime as u64, "gc_in_runtime"),
+            ("gc_generations", py.gc_generations, "interp_gc_generations"),
+            (
+                "gc_generation_count",
+                py.gc_generation_count,
+                "gc_generations",
+            ),
+            (
+                "gc_generation_size",
+                py.gc_generation_size,
+                "gc_generation_size",
+            ),
+            ("gc_permanent", py.gc_permanent, "interp_gc_permanent"),
+            ("gc_head_size", py.gc_head_size, "gc_head_size"),
+            ("tstate_exc_state", py.tstate_exc_state, "tstate_exc_state"),
+            (
+                "err_stackitem_previous",
+                py.err_stackitem_previous,
+                "err_stackitem_previous",
+            ),
+            ("func_qualname", py.func_qualname, "func_qualname"),
+            ("method_func", py.method_func, "method_func"),
+            ("tp_base", py.tp_base, "tp_base"),
+        ] {
+            assert_eq!(table, n(probe), "{ctx}: {name}");
+        }
+        assert_eq!(
+            py.frameobject_f_frame,
+            p.get("frameobject_f_frame").copied(),
+            "{ctx}: frameobject_f_frame"
+        );
+    });
+}
+
+fn frames_of(v: &Value) -> Vec<(String, u64)> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| {
+                    (
+                        f["function"].as_str().unwrap_or("?").to_string(),
+                        f["line"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// dump's greenlets against the fixture's own view (`args`: the fixture's).
+fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
+    let fx = Fixture::spawn(interp, "gevent_greenlets.py", args);
+    let ctx = &interp.label;
+    let oracle = fx.ready["greenlets"].as_array().expect("greenlets").clone();
+    let main_id = fx.ready["main"].as_u64().unwrap();
+    let hub_id = fx.ready["hub"].as_u64();
+    let park = (
+        fx.ready["park"]["function"].as_str().unwrap().to_string(),
+        fx.ready["park"]["line"].as_u64().unwrap(),
+    );
+    let p = &dump_json(fx.pid, &[])[0];
+    let threads = p["threads"].as_array().unwrap();
+    let with: Vec<&Value> = threads
+        .iter()
+        .filter(|t| t["greenlets"].as_array().is_some_and(|g| !g.is_empty()))
+        .collect();
+    assert_eq!(with.len(), 1, "{ctx}: one thread runs greenlets\n{p:#}");
+    let shown = with[0]["greenlets"].as_array().unwrap();
+    let by_id: HashMap<u64, &Value> = shown
+        .iter()
+        .map(|g| (g["id"].as_u64().unwrap(), g))
+        .collect();
+    assert_eq!(
+        shown.len(),
+        oracle.len(),
+        "{ctx}: as many greenlets as gc.get_objects() sees\n{shown:#?}\n{oracle:#?}"
+    );
+    for o in &oracle {
+        let id = o["id"].as_u64().unwrap();
+        let g = by_id
+            .get(&id)
+            .unwrap_or_else(|| panic!("{ctx}: greenlet {o} not in dump\n{shown:#?}"));
+        let what = format!("{ctx}: greenlet {o}\ndump: {g}");
+        let parent = o["parent"].as_u64();
+        assert_eq!(g["parent"].as_u64(), parent, "{what}");
+        let ty = o["type"].as_str().unwrap();
+        let type_name = g["type_name"].as_str().unwrap();
+        assert!(
+            type_name == ty || type_name.ends_with(&format!(".{ty}")),
+            "{what}"
+        );
+        if id == main_id {
+            // Main ran on after the view was taken: it parks in park(),
+            // switched away to the hub (gevent), or running (--raw).
+            let state = if hub_id.is_some() {
+                "suspended"
+            } else {
+                "running"
+            };
+            assert_eq!(g["state"], state, "{what}");
+            assert_eq!(g["main"], true, "{what}");
+            assert_eq!(g["name"], "main", "{what}");
+            let f = frames_of(&g["frames"]);
+            assert!(f.contains(&park), "{what}: main parks at {park:?}");
+            assert_eq!(f.last().map(|f| f.0.as_str()), Some("<module>"), "{what}");
+            continue;
+        }
+        if Some(id) == hub_id {
+            // The hub runs its loop while every other greenlet waits.
+            assert_eq!(g["state"], "running", "{what}");
+            assert_eq!(g["hub"], true, "{what}");
+            continue;
+        }
+        assert_eq!(g["state"], o["state"], "{what}");
+        assert!(g.get("hub").is_none(), "{what}");
+        if let Some(name) = o["name"].as_str() {
+            assert_eq!(g["name"], name, "{what}");
+        }
+        assert_eq!(frames_of(&g["frames"]), frames_of(&o["frames"]), "{what}");
+    }
+    // The oracle covers what the test relies on.
+    let names: Vec<&str> = oracle.iter().filter_map(|o| o["name"].as_str()).collect();
+    let wanted: &[&str] = if hub_id.is_some() {
+        &[
+            "sleeper",
+            "event-waiter",
+            "reader",
+            "waiting_unnamed",
+            "not-started",
+            "finished",
+        ]
+    } else {
+        // The one not started (a started greenlet hides its run).
+        &["raw_run"]
+    };
+    for want in wanted {
+        assert!(
+            names.contains(want),
+            "{ctx}: fixture has no {want}: {names:?}"
+        );
+    }
+    if hub_id.is_none() {
+        return;
+    }
+    // Text: the hub marked, a suspended greenlet's stack under it.
+    let pid = fx.pid.to_string();
+    let out = pyinspect(&["dump", "--pid", &pid]);
+    out.assert_success();
+    assert!(
+        out.stdout.contains("hub, running)"),
+        "{ctx}\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("Greenlet \"sleeper\""),
+        "{ctx}\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("    deeper_sleep ("),
+        "{ctx}\n{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn dump_shows_the_greenlets_the_process_sees() {
+    for_each_interpreter(
+        "dump_shows_the_greenlets_the_process_sees",
+        with_gevent,
+        |interp| check_against_the_fixture(interp, &[]),
+    );
+}
+
+/// greenlet alone, its main greenlet running (told from the one thread no
+/// other main greenlet claims): pyenv 3.12, and sid's 3.15, for which sid
+/// builds greenlet but not gevent.
+#[test]
+fn plain_greenlets_without_gevent() {
+    for_each_interpreter(
+        "plain_greenlets_without_gevent",
+        |i| with_greenlet(i) && (i.version == (3, 12) || !with_gevent(i)),
+        |interp| check_against_the_fixture(interp, &["--raw"]),
+    );
+}
+
+#[test]
+fn greenlets_are_bounded_by_the_async_limit() {
+    let interp = pyenv((3, 12));
+    let fx = Fixture::spawn(interp, "gevent_greenlets.py", &["--many", "300"]);
+    let p = &dump_json(fx.pid, &["--async-limit", "20"])[0];
+    let t = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["greenlets"].is_array())
+        .expect("a thread with greenlets");
+    let shown = t["greenlets"].as_array().unwrap();
+    assert_eq!(shown.len(), 20);
+    // 300 sleeping, the fixture's 7, main and the hub.
+    assert_eq!(
+        shown.len() as u64 + t["greenlets_left_out"].as_u64().unwrap(),
+        309
+    );
+    assert_eq!(shown[0]["state"], "running", "the running one first");
+    eprintln!(
+        "greenlets_are_bounded_by_the_async_limit: covered {}",
+        interp.label
+    );
+    // --no-async reads none.
+    let p = &dump_json(fx.pid, &["--no-async"])[0];
+    assert!(p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t.get("greenlets").is_none()));
+}
