@@ -4,137 +4,16 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ops::{Deref, Range};
+use std::ops::Range;
 use std::sync::Arc;
 
-use gimli::{EndianSlice, LittleEndian, UnwindSection};
+use gimli::{EndianSlice, LittleEndian};
 
+use super::backing::{dwarf_section, unxz, Backing};
 use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
+use super::cfi::{Cfi, CfiSections, SectionData};
 use super::symbols::SymbolIndex;
 use object::{Object, ObjectSection, ObjectSegment};
-
-/// The bytes of a module or debug file: a copy read from the file (never a
-/// mapping: a file truncated under a mapping faults with SIGBUS), or from the
-/// target's memory (the vdso).
-pub(crate) enum Backing {
-    Owned(Vec<u8>),
-    /// A file of which only what unwinding and naming use was read: headers,
-    /// CFI, symbol and string tables, PLT, relocations, notes. Code and data
-    /// (most of a big library) are never read; the buffer is allocated zeroed,
-    /// so its unread pages are never touched and cost no memory. DWARF
-    /// (`.debug_*` but `.debug_frame`) is read from `file` when first asked
-    /// for (see [`Backing::range`]).
-    Sparse {
-        data: Vec<u8>,
-        file: std::fs::File,
-        /// File ranges present in `data`, sorted.
-        filled: Vec<Range<u64>>,
-    },
-}
-
-impl Deref for Backing {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Backing::Owned(v) => v,
-            Backing::Sparse { data, .. } => data,
-        }
-    }
-}
-
-/// Files smaller than this are read whole: one read costs less than the
-/// header reads that would pick their parts.
-const SPARSE_MIN: u64 = 1 << 20;
-/// Bound on one section read from a file (real DWARF sections are well under).
-const MAX_SECTION: u64 = 1 << 30;
-
-impl Backing {
-    pub(crate) fn open(path: &std::path::Path) -> std::io::Result<Backing> {
-        let file = std::fs::File::open(path)?;
-        match Backing::sparse(file)? {
-            Some(b) => Ok(b),
-            None => Ok(Backing::Owned(crate::elf::read_file(path)?)),
-        }
-    }
-
-    /// The parts of an ELF64 file we use (see [`Backing::Sparse`]); None
-    /// when the file is small or does not say what is where.
-    fn sparse(file: std::fs::File) -> std::io::Result<Option<Backing>> {
-        Ok(
-            crate::elf::read_sections(&file, SPARSE_MIN, wanted_eagerly)?
-                .map(|(data, filled)| Backing::Sparse { data, file, filled }),
-        )
-    }
-
-    /// The file bytes at `off..off + len`: borrowed when present, else read
-    /// from the file (a lazily read section); None when out of bounds.
-    pub(super) fn range(&self, off: u64, len: u64) -> Option<Cow<'_, [u8]>> {
-        let end = off.checked_add(len)?;
-        let present = |r: &Range<u64>| r.start <= off && end <= r.end;
-        match self {
-            Backing::Sparse { filled, file, data } if !filled.iter().any(present) => {
-                use std::os::unix::fs::FileExt;
-                if end > data.len() as u64 || len > MAX_SECTION {
-                    return None;
-                }
-                let mut v = vec![0u8; len as usize];
-                file.read_exact_at(&mut v, off).ok()?;
-                Some(Cow::Owned(v))
-            }
-            _ => self.get(off as usize..end as usize).map(Cow::Borrowed),
-        }
-    }
-}
-
-/// Whether a section is read when its file is opened: headers, notes (the
-/// build id), `.gnu_debuglink`, CFI and the PLT. Symbol, string and
-/// relocation tables are streamed from the file while the symbol index is
-/// built, and names read from it on lookup (see [`super::symbols`]); code,
-/// data and DWARF are read on first use.
-fn wanted_eagerly(name: &[u8], kind: u32, flags: u64) -> bool {
-    use object::elf::*;
-    // (GNU-style `.zdebug_*`, from old toolchains, are read at once:
-    // only their in-file form tells how to inflate them.)
-    if name.starts_with(b".debug_") {
-        return name == b".debug_frame";
-    }
-    kind == SHT_NOTE
-        || kind == SHT_DYNAMIC
-        || name == b".gnu_debuglink"
-        || name.starts_with(b".zdebug_")
-        || name == b".eh_frame"
-        || name == b".eh_frame_hdr"
-        || (name.starts_with(b".plt") && flags & u64::from(SHF_ALLOC) != 0)
-}
-
-/// A section inside a [`Backing`], handed to framehop without copying.
-#[derive(Clone)]
-pub(crate) struct SectionData {
-    owner: Arc<Backing>,
-    range: Range<usize>,
-}
-
-impl Deref for SectionData {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.owner[self.range.clone()]
-    }
-}
-
-/// Where a module's CFI is, so we can tell whether an address is covered
-/// before asking framehop (which silently falls back to frame pointers).
-enum CfiCoverage {
-    /// `.eh_frame_hdr`'s sorted table: a binary search per lookup.
-    Hdr {
-        hdr: SectionData,
-        hdr_svma: u64,
-        eh: SectionData,
-        eh_svma: u64,
-    },
-    /// FDE ranges (svma, sorted) for `.eh_frame` without a header or `.debug_frame`.
-    Ranges(Vec<(u64, u64)>),
-    None,
-}
 
 /// Demangle C++ (Itanium) and Rust names; C names come back unchanged.
 pub(crate) fn demangle(name: &str) -> String {
@@ -230,78 +109,6 @@ impl DwarfCtx {
     }
 }
 
-/// The decompressed bytes of an xz stream (`.gnu_debugdata`), bounded.
-fn unxz(data: &[u8]) -> Option<Vec<u8>> {
-    /// A writer that refuses to grow past a bound (a corrupt or hostile
-    /// stream cannot make us allocate without limit).
-    struct Capped(Vec<u8>);
-    impl std::io::Write for Capped {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            if self.0.len() + buf.len() > MINIDEBUGINFO_MAX {
-                return Err(std::io::Error::other("MiniDebugInfo too large"));
-            }
-            self.0.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut out = Capped(Vec::new());
-    let mut input = std::io::BufReader::new(data);
-    lzma_rs::xz_decompress(&mut input, &mut out).ok()?;
-    Some(out.0)
-}
-
-/// Bound on a decompressed `.gnu_debugdata` (real ones are a few MB).
-const MINIDEBUGINFO_MAX: usize = 256 << 20;
-
-/// A DWARF section's bytes: as [`section_bytes`] when they were read with
-/// the file, else read now from the file (and inflated when SHF_COMPRESSED).
-fn dwarf_section<'d>(file: &'d Backing, sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
-    let (off, len) = sec.file_range()?;
-    let raw = file.range(off, len)?;
-    let Cow::Owned(raw) = raw else {
-        return section_bytes(sec);
-    };
-    let object::SectionFlags::Elf { sh_flags } = sec.flags() else {
-        return None;
-    };
-    if sh_flags & u64::from(object::elf::SHF_COMPRESSED) == 0 {
-        return Some(Cow::Owned(raw));
-    }
-    // Elf64_Chdr: ch_type, ch_reserved, ch_size, ch_addralign; then the stream.
-    let ch_type = u32::from_le_bytes(raw.get(..4)?.try_into().ok()?);
-    let size = u64::from_le_bytes(raw.get(8..16)?.try_into().ok()?);
-    if ch_type != object::elf::ELFCOMPRESS_ZLIB {
-        return None;
-    }
-    inflate(raw.get(24..)?, size).map(Cow::Owned)
-}
-
-/// A zlib stream of the declared size, bounded (the size comes from the file).
-fn inflate(data: &[u8], size: u64) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let cap = usize::try_from(size).ok().filter(|&n| n <= 1 << 30)?;
-    let mut out = Vec::with_capacity(cap);
-    flate2::read::ZlibDecoder::new(data)
-        .take(cap as u64)
-        .read_to_end(&mut out)
-        .ok()?;
-    Some(out)
-}
-
-/// A section's bytes, decompressed when the section is SHF_COMPRESSED (zlib),
-/// as Debian's debug files are.
-fn section_bytes<'d>(sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
-    let c = sec.compressed_data().ok()?;
-    match c.format {
-        object::CompressionFormat::None => Some(Cow::Borrowed(c.data)),
-        object::CompressionFormat::Zlib => inflate(c.data, c.uncompressed_size).map(Cow::Owned),
-        _ => None,
-    }
-}
-
 /// One line of DWARF symbolization: a function (innermost first when inlined).
 #[derive(Clone)]
 pub(crate) struct LineFrame {
@@ -317,7 +124,7 @@ pub(crate) struct LoadedModule {
     pub(crate) bias: u64,
     /// Loadable segments' file bytes: (svma start, svma end, file offset).
     segments: Vec<(u64, u64, u64)>,
-    cfi: CfiCoverage,
+    cfi: Cfi,
     cfi_cache: HashMap<u64, bool>,
     /// Addresses whose CFA rule is known not to be an expression.
     expr_cache: HashMap<u64, bool>,
@@ -364,25 +171,15 @@ impl LoadedModule {
             object::File::parse(&**bytes).map_err(|e| format!("not a usable ELF file: {e}"))?;
         let bias = crate::elf::load_bias(&obj, map_start, map_offset, true)
             .ok_or_else(|| "no loadable segment matches its mapping".to_string())?;
-        let sect = |n: &str| -> Option<(u64, SectionData)> {
+        let file_range = |n: &str| -> Option<(u64, Range<u64>)> {
             let s = obj.section_by_name(n)?;
             let (off, len) = s.file_range()?;
-            let range = usize::try_from(off).ok()?..usize::try_from(off.checked_add(len)?).ok()?;
-            bytes.get(range.clone())?;
-            Some((
-                s.address(),
-                SectionData {
-                    owner: bytes.clone(),
-                    range,
-                },
-            ))
+            Some((s.address(), off..off.checked_add(len)?))
         };
-        let eh = sect(".eh_frame");
-        let hdr = sect(".eh_frame_hdr");
-        let debug_frame = if eh.is_none() {
-            sect(".debug_frame")
-        } else {
-            None
+        let sections = CfiSections {
+            eh: file_range(".eh_frame"),
+            hdr: file_range(".eh_frame_hdr"),
+            debug_frame: file_range(".debug_frame"),
         };
         let text_svma = obj
             .section_by_name(".text")
@@ -390,24 +187,14 @@ impl LoadedModule {
         let got_svma = obj
             .section_by_name(".got")
             .map(|s| s.address()..s.address() + s.size());
-        let cfi = match (&eh, &hdr, &debug_frame) {
-            (Some((eh_svma, eh)), Some((hdr_svma, hdr)), _) => CfiCoverage::Hdr {
-                hdr: hdr.clone(),
-                hdr_svma: *hdr_svma,
-                eh: eh.clone(),
-                eh_svma: *eh_svma,
-            },
-            (Some((eh_svma, eh)), None, _) => CfiCoverage::Ranges(eh_frame_ranges(eh, *eh_svma)),
-            (None, _, Some((_, df))) => CfiCoverage::Ranges(debug_frame_ranges(df)),
-            _ => CfiCoverage::None,
-        };
+        let (cfi, [eh, hdr, debug_frame]) = Cfi::load(&bytes, &sections);
         let info = framehop::ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma,
             got_svma,
-            eh_frame_svma: eh.as_ref().map(|(a, d)| *a..*a + d.len() as u64),
+            eh_frame_svma: eh.as_ref().map(|(a, _)| a.clone()),
             eh_frame: eh.map(|(_, d)| d),
-            eh_frame_hdr_svma: hdr.as_ref().map(|(a, d)| *a..*a + d.len() as u64),
+            eh_frame_hdr_svma: hdr.as_ref().map(|(a, _)| a.clone()),
             eh_frame_hdr: hdr.map(|(_, d)| d),
             debug_frame: debug_frame.map(|(_, d)| d),
             text: None,
@@ -497,24 +284,12 @@ impl LoadedModule {
         ))
     }
 
-    /// Whether CFI (the one framehop will use) covers `svma`.
+    /// Whether CFI (the one framehop will use) covers `svma`; cached.
     pub(crate) fn has_cfi(&mut self, svma: u64) -> bool {
         if let Some(&c) = self.cfi_cache.get(&svma) {
             return c;
         }
-        let c = match &self.cfi {
-            CfiCoverage::Hdr {
-                hdr,
-                hdr_svma,
-                eh,
-                eh_svma,
-            } => hdr_covers(hdr, *hdr_svma, eh, *eh_svma, svma),
-            CfiCoverage::Ranges(r) => {
-                let i = r.partition_point(|&(s, _)| s <= svma);
-                i > 0 && svma < r[i - 1].1
-            }
-            CfiCoverage::None => false,
-        };
+        let c = self.cfi.covers(svma);
         if self.cfi_cache.len() >= CACHE_MAX {
             self.cfi_cache.clear();
         }
@@ -522,31 +297,19 @@ impl LoadedModule {
         c
     }
 
+    /// Read the `.eh_frame` entries framehop parses to unwind at `svma`.
+    pub(crate) fn prepare_cfi(&self, svma: u64) {
+        self.cfi.prepare(svma);
+    }
+
     /// Start (svma) of the CFI range (FDE) covering `svma`: what names code
     /// without a symbol, so that samples in one stripped function aggregate.
     pub(crate) fn cfi_start(&mut self, svma: u64) -> Option<u64> {
-        match &self.cfi {
-            CfiCoverage::Hdr {
-                hdr,
-                hdr_svma,
-                eh,
-                eh_svma,
-            } => hdr_fde_start(hdr, *hdr_svma, eh, *eh_svma, svma),
-            CfiCoverage::Ranges(r) => {
-                let i = r.partition_point(|&(s, _)| s <= svma);
-                (i > 0 && svma < r[i - 1].1).then(|| r[i - 1].0)
-            }
-            CfiCoverage::None => None,
-        }
+        self.cfi.fde_range(svma).map(|r| r.0)
     }
 
-    /// The caller's (return address, stack pointer, rbp) where the CFA rule
-    /// of `svma` is a DWARF expression, as in functions that realign the
-    /// stack (GCC's `DW_OP_breg6 -8; DW_OP_deref`, common in AVX code).
-    /// framehop does not evaluate those: it falls back to the frame pointer,
-    /// which finds the right return address but the wrong stack pointer, and
-    /// the next frame goes astray. None: not such a frame (use framehop);
-    /// Some(None): such a frame that could not be evaluated.
+    /// [`Cfi::expression_step`], remembering the addresses whose CFA rule
+    /// is no expression.
     pub(crate) fn expression_step(
         &mut self,
         svma: u64,
@@ -554,73 +317,17 @@ impl LoadedModule {
         bp: u64,
         read: &mut dyn FnMut(u64) -> Option<u64>,
     ) -> Option<Option<(u64, u64, u64)>> {
-        if self.expr_cache.get(&svma) == Some(&false) {
+        if self.expr_cache.get(&svma) == Some(&false) || !matches!(self.cfi, Cfi::Hdr { .. }) {
             return None;
         }
-        let CfiCoverage::Hdr {
-            hdr,
-            hdr_svma,
-            eh,
-            eh_svma,
-        } = &self.cfi
-        else {
-            return None;
-        };
-        let bases = gimli::BaseAddresses::default()
-            .set_eh_frame_hdr(*hdr_svma)
-            .set_eh_frame(*eh_svma);
-        let row_result = (|| {
-            let parsed = gimli::EhFrameHdr::new(hdr, LittleEndian)
-                .parse(&bases, 8)
-                .ok()?;
-            let table = parsed.table()?;
-            let eh_frame = gimli::EhFrame::new(eh, LittleEndian);
-            let fde = table
-                .fde_for_address(&eh_frame, &bases, svma, gimli::EhFrame::cie_from_offset)
-                .ok()?;
-            let mut ctx = Box::new(gimli::UnwindContext::new());
-            let row = fde
-                .unwind_info_for_address(&eh_frame, &bases, &mut ctx, svma)
-                .ok()?;
-            let gimli::CfaRule::Expression(e) = row.cfa() else {
-                return Some(None);
-            };
-            let cfa_expr = e.get(&eh_frame).ok()?;
-            let ra_rule = row.register(gimli::X86_64::RA);
-            let bp_rule = row.register(gimli::X86_64::RBP);
-            let bp_expr = match &bp_rule {
-                gimli::RegisterRule::Expression(e) => Some(e.get(&eh_frame).ok()?),
-                _ => None,
-            };
-            Some(Some((cfa_expr, ra_rule, bp_rule, bp_expr)))
-        })();
-        let Some(found) = row_result else {
-            return Some(None);
-        };
-        let Some((cfa_expr, ra_rule, bp_rule, bp_expr)) = found else {
+        let r = self.cfi.expression_step(svma, sp, bp, read);
+        if r.is_none() {
             if self.expr_cache.len() >= CACHE_MAX {
                 self.expr_cache.clear();
             }
             self.expr_cache.insert(svma, false);
-            return None;
-        };
-        let step = (|| {
-            let cfa = eval_cfi_expr(cfa_expr, sp, bp, None, read)?;
-            let ra = match ra_rule {
-                gimli::RegisterRule::Offset(o) => read(cfa.wrapping_add(o as u64))?,
-                _ => return None,
-            };
-            let new_bp = match (bp_rule, bp_expr) {
-                (gimli::RegisterRule::Offset(o), _) => read(cfa.wrapping_add(o as u64))?,
-                (gimli::RegisterRule::Expression(_), Some(e)) => {
-                    let at = eval_cfi_expr(e, sp, bp, Some(cfa), read)?;
-                    read(at)?
-                }
-                _ => bp,
-            };
-            Some((ra, cfa, new_bp))
-        })();
-        Some(step)
+        }
+        r
     }
 
     fn debug_file(&mut self) -> Option<Arc<Backing>> {
@@ -922,114 +629,6 @@ impl LoadedModule {
     }
 }
 
-fn hdr_covers(hdr: &[u8], hdr_svma: u64, eh: &[u8], eh_svma: u64, svma: u64) -> bool {
-    let bases = gimli::BaseAddresses::default()
-        .set_eh_frame_hdr(hdr_svma)
-        .set_eh_frame(eh_svma);
-    let Ok(parsed) = gimli::EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else {
-        return false;
-    };
-    let Some(table) = parsed.table() else {
-        return false;
-    };
-    let eh_frame = gimli::EhFrame::new(eh, LittleEndian);
-    table
-        .fde_for_address(&eh_frame, &bases, svma, gimli::EhFrame::cie_from_offset)
-        .is_ok()
-}
-
-/// Evaluate a CFI expression with rsp and rbp known (the CFA pushed first
-/// for a register rule): the address it computes.
-fn eval_cfi_expr(
-    expr: gimli::Expression<EndianSlice<'_, LittleEndian>>,
-    sp: u64,
-    bp: u64,
-    cfa: Option<u64>,
-    read: &mut dyn FnMut(u64) -> Option<u64>,
-) -> Option<u64> {
-    let encoding = gimli::Encoding {
-        format: gimli::Format::Dwarf32,
-        version: 4,
-        address_size: 8,
-    };
-    let mut eval = expr.evaluation(encoding);
-    if let Some(c) = cfa {
-        eval.set_initial_value(c);
-    }
-    let mut result = eval.evaluate().ok()?;
-    for _ in 0..64 {
-        match result {
-            gimli::EvaluationResult::Complete => {
-                let piece = eval.as_result().last()?;
-                return match piece.location {
-                    gimli::Location::Address { address } => Some(address),
-                    _ => None,
-                };
-            }
-            gimli::EvaluationResult::RequiresRegister { register, .. } => {
-                let v = match register {
-                    gimli::X86_64::RSP => sp,
-                    gimli::X86_64::RBP => bp,
-                    _ => return None,
-                };
-                result = eval.resume_with_register(gimli::Value::Generic(v)).ok()?;
-            }
-            gimli::EvaluationResult::RequiresMemory {
-                address, size: 8, ..
-            } => {
-                let v = read(address)?;
-                result = eval.resume_with_memory(gimli::Value::Generic(v)).ok()?;
-            }
-            _ => return None,
-        }
-    }
-    None
-}
-
-fn hdr_fde_start(hdr: &[u8], hdr_svma: u64, eh: &[u8], eh_svma: u64, svma: u64) -> Option<u64> {
-    let bases = gimli::BaseAddresses::default()
-        .set_eh_frame_hdr(hdr_svma)
-        .set_eh_frame(eh_svma);
-    let parsed = gimli::EhFrameHdr::new(hdr, LittleEndian)
-        .parse(&bases, 8)
-        .ok()?;
-    let table = parsed.table()?;
-    let eh_frame = gimli::EhFrame::new(eh, LittleEndian);
-    table
-        .fde_for_address(&eh_frame, &bases, svma, gimli::EhFrame::cie_from_offset)
-        .ok()
-        .map(|f| f.initial_address())
-}
-
-fn eh_frame_ranges(eh: &[u8], eh_svma: u64) -> Vec<(u64, u64)> {
-    let bases = gimli::BaseAddresses::default().set_eh_frame(eh_svma);
-    fde_ranges(&gimli::EhFrame::new(eh, LittleEndian), &bases)
-}
-
-fn debug_frame_ranges(df: &[u8]) -> Vec<(u64, u64)> {
-    let mut s = gimli::DebugFrame::new(df, LittleEndian);
-    s.set_address_size(8);
-    fde_ranges(&s, &gimli::BaseAddresses::default())
-}
-
-fn fde_ranges<'a, S>(section: &S, bases: &gimli::BaseAddresses) -> Vec<(u64, u64)>
-where
-    S: UnwindSection<EndianSlice<'a, LittleEndian>>,
-{
-    let mut out = Vec::new();
-    let mut entries = section.entries(bases);
-    while let Ok(Some(entry)) = entries.next() {
-        if let gimli::CieOrFde::Fde(partial) = entry {
-            if let Ok(fde) = partial.parse(S::cie_from_offset) {
-                let start = fde.initial_address();
-                out.push((start, start.saturating_add(fde.len())));
-            }
-        }
-    }
-    out.sort_unstable();
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::symbols::UNSIZED_SYMBOL_SPAN;
@@ -1287,7 +886,7 @@ mod tests {
     }
 
     /// What a sparse read gives equals what a whole read gives: every
-    /// function symbol, the CFI, and DWARF names and lines (read lazily, and
+    /// function symbol, and DWARF names and lines (read lazily, and
     /// inflated where the debug file's sections are compressed).
     #[test]
     fn sparse_reads_name_and_line_like_whole_reads() {
@@ -1338,12 +937,6 @@ mod tests {
                     assert_eq!(a.at(at), want(at), "{path} at {at:#x}");
                 }
             }
-            let eh = |bk: &Backing| {
-                let obj = object::File::parse(&bk[..]).unwrap();
-                obj.section_by_name(".eh_frame")
-                    .and_then(|s| s.data().ok().map(<[u8]>::to_vec))
-            };
-            assert_eq!(eh(&sparse), eh(&whole), "{path}: .eh_frame");
             let (Some(da), Some(db)) = (DwarfCtx::load(sparse.clone()), DwarfCtx::load(whole))
             else {
                 assert_eq!(path, libc, "only libc itself has no DWARF");

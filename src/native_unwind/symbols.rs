@@ -14,7 +14,7 @@ use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
 use object::LittleEndian as LE;
 
-use super::module::Backing;
+use super::backing::Backing;
 
 /// Bits of [`Sym::size_flags`]: the symbol is in `.dynsym` and not local.
 const EXPORTED: u32 = 1 << 31;
