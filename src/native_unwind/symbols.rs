@@ -286,10 +286,30 @@ impl SymbolIndex {
         let mut by_index: HashMap<usize, u32> = HashMap::new();
         let mut jump_slots = 0usize;
         let mut seen = 0usize;
-        for s in secs {
-            if !(s.kind == elf::SHT_RELA && s.link as usize == dyn_idx) {
-                continue;
+        // A slot relocated twice is named by the later relocation. Stubs
+        // named by index need every jump slot counted, in order; stubs named
+        // by slot only need the slots, so the tables are read from the last
+        // (`.rela.plt`, the stubs' own) back, until every slot is named:
+        // a large library's `.rela.dyn` (8 MB in libtorch_cpu.so) is then
+        // never read.
+        let mut rela: Vec<&Sec> = secs
+            .iter()
+            .filter(|s| s.kind == elf::SHT_RELA && s.link as usize == dyn_idx)
+            .collect();
+        let backwards = wanted_index.is_empty();
+        if backwards {
+            rela.reverse();
+        }
+        for s in rela {
+            if backwards && by_slot.len() == wanted_slots.len() {
+                break;
             }
+            // Named by a later table: kept.
+            let named_later: std::collections::HashSet<u64> = if backwards {
+                by_slot.keys().copied().collect()
+            } else {
+                Default::default()
+            };
             let n = s.size / 24;
             let mut i = 0;
             while i < n && seen < 1 << 20 {
@@ -311,27 +331,46 @@ impl SymbolIndex {
                         }
                         jump_slots += 1;
                     }
-                    if wanted_slots.contains(&off) {
+                    if wanted_slots.contains(&off) && !named_later.contains(&off) {
                         by_slot.insert(off, sym);
                     }
                 }
                 i += count;
             }
         }
-        for (at, size, via) in stubs {
-            let sym = match via {
-                Via::Slot(a) => by_slot.get(&a),
-                Via::Index(i) => by_index.get(&i),
-            };
-            let Some(&sym) = sym else { continue };
-            let Some(e) = u64::from(sym)
+        // The stubs' `.dynsym` entries, read in order, a chunk at a time
+        // (libtorch_cpu.so has 30,000 stubs: one read each was 30,000 reads).
+        let mut wanted: Vec<(u32, u64, u64)> = stubs
+            .into_iter()
+            .filter_map(|(at, size, via)| {
+                let sym = match via {
+                    Via::Slot(a) => by_slot.get(&a),
+                    Via::Index(i) => by_index.get(&i),
+                };
+                Some((*sym?, at, size))
+            })
+            .collect();
+        wanted.sort_unstable();
+        let mut chunk: Option<(u64, std::borrow::Cow<'_, [u8]>)> = None;
+        for (sym, at, size) in wanted {
+            let Some(o) = u64::from(sym)
                 .checked_mul(24)
                 .filter(|&o| o + 24 <= dynsym.size)
-                .and_then(|o| data.range(dynsym.off + o, 24))
             else {
                 continue;
             };
-            let name = parse_sym(&e).0;
+            if !chunk
+                .as_ref()
+                .is_some_and(|(c, b)| *c <= o && o + 24 <= *c + b.len() as u64)
+            {
+                let len = (dynsym.size - o).min(CHUNK / 24 * 24);
+                chunk = data.range(dynsym.off + o, len).map(|b| (o, b));
+            }
+            let Some((c, b)) = &chunk else { continue };
+            let Some(e) = b.get((o - c) as usize..(o - c) as usize + 24) else {
+                continue;
+            };
+            let name = parse_sym(e).0;
             if name == 0 || self.syms.len() >= SYMS_MAX {
                 continue;
             }
