@@ -12,6 +12,7 @@
 mod backing;
 mod callsites;
 mod cfi;
+mod dwarf;
 mod merge;
 mod module;
 mod names;
