@@ -9,7 +9,10 @@
 //! that get printed, because parsing a large library's DWARF costs far more
 //! than unwinding.
 
+mod backing;
 mod callsites;
+mod cfi;
+mod dwarf;
 mod merge;
 mod module;
 mod names;
@@ -27,7 +30,9 @@ use crate::error::Error;
 use crate::mapping::MapEntry as Mapping;
 use crate::memory::{Memory, MemoryExt};
 use crate::target::TargetSource;
-use module::{Backing, LoadedModule, SectionData};
+use backing::Backing;
+use cfi::SectionData;
+use module::LoadedModule;
 use std::rc::Rc;
 
 pub(crate) use merge::native_entry_frame;
@@ -882,6 +887,8 @@ impl NativeUnwinder {
             let (sp, bp) = (regs.sp(), regs.bp());
             if let Some(lm) = self.loaded(i) {
                 let svma = lookup.wrapping_sub(lm.bias);
+                // framehop parses the FDE too: its pages are read first.
+                lm.prepare_cfi(svma);
                 let mut read = |a: u64| stack.read_u64(a).ok();
                 match lm.expression_step(svma, sp, bp, &mut read) {
                     None => {}

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
 use object::LittleEndian as LE;
+use object::{Object, ObjectSection};
 
-use super::module::Backing;
+use super::backing::{unxz, Backing};
+use super::module::{LoadedModule, CACHE_MAX};
 
 /// Bits of [`Sym::size_flags`]: the symbol is in `.dynsym` and not local.
 const EXPORTED: u32 = 1 << 31;
@@ -286,10 +288,30 @@ impl SymbolIndex {
         let mut by_index: HashMap<usize, u32> = HashMap::new();
         let mut jump_slots = 0usize;
         let mut seen = 0usize;
-        for s in secs {
-            if !(s.kind == elf::SHT_RELA && s.link as usize == dyn_idx) {
-                continue;
+        // A slot relocated twice is named by the later relocation. Stubs
+        // named by index need every jump slot counted, in order; stubs named
+        // by slot only need the slots, so the tables are read from the last
+        // (`.rela.plt`, the stubs' own) back, until every slot is named:
+        // a large library's `.rela.dyn` (8 MB in libtorch_cpu.so) is then
+        // never read.
+        let mut rela: Vec<&Sec> = secs
+            .iter()
+            .filter(|s| s.kind == elf::SHT_RELA && s.link as usize == dyn_idx)
+            .collect();
+        let backwards = wanted_index.is_empty();
+        if backwards {
+            rela.reverse();
+        }
+        for s in rela {
+            if backwards && by_slot.len() == wanted_slots.len() {
+                break;
             }
+            // Named by a later table: kept.
+            let named_later: std::collections::HashSet<u64> = if backwards {
+                by_slot.keys().copied().collect()
+            } else {
+                Default::default()
+            };
             let n = s.size / 24;
             let mut i = 0;
             while i < n && seen < 1 << 20 {
@@ -311,27 +333,46 @@ impl SymbolIndex {
                         }
                         jump_slots += 1;
                     }
-                    if wanted_slots.contains(&off) {
+                    if wanted_slots.contains(&off) && !named_later.contains(&off) {
                         by_slot.insert(off, sym);
                     }
                 }
                 i += count;
             }
         }
-        for (at, size, via) in stubs {
-            let sym = match via {
-                Via::Slot(a) => by_slot.get(&a),
-                Via::Index(i) => by_index.get(&i),
-            };
-            let Some(&sym) = sym else { continue };
-            let Some(e) = u64::from(sym)
+        // The stubs' `.dynsym` entries, read in order, a chunk at a time
+        // (libtorch_cpu.so has 30,000 stubs: one read each was 30,000 reads).
+        let mut wanted: Vec<(u32, u64, u64)> = stubs
+            .into_iter()
+            .filter_map(|(at, size, via)| {
+                let sym = match via {
+                    Via::Slot(a) => by_slot.get(&a),
+                    Via::Index(i) => by_index.get(&i),
+                };
+                Some((*sym?, at, size))
+            })
+            .collect();
+        wanted.sort_unstable();
+        let mut chunk: Option<(u64, std::borrow::Cow<'_, [u8]>)> = None;
+        for (sym, at, size) in wanted {
+            let Some(o) = u64::from(sym)
                 .checked_mul(24)
                 .filter(|&o| o + 24 <= dynsym.size)
-                .and_then(|o| data.range(dynsym.off + o, 24))
             else {
                 continue;
             };
-            let name = parse_sym(&e).0;
+            if !chunk
+                .as_ref()
+                .is_some_and(|(c, b)| *c <= o && o + 24 <= *c + b.len() as u64)
+            {
+                let len = (dynsym.size - o).min(CHUNK / 24 * 24);
+                chunk = data.range(dynsym.off + o, len).map(|b| (o, b));
+            }
+            let Some((c, b)) = &chunk else { continue };
+            let Some(e) = b.get((o - c) as usize..(o - c) as usize + 24) else {
+                continue;
+            };
+            let name = parse_sym(e).0;
             if name == 0 || self.syms.len() >= SYMS_MAX {
                 continue;
             }
@@ -476,5 +517,468 @@ impl SymbolIndex {
         let mut v: Vec<u64> = self.syms.iter().map(|s| s.start).collect();
         v.dedup();
         v
+    }
+}
+
+/// Demangle C++ (Itanium) and Rust names; C names come back unchanged.
+pub(crate) fn demangle(name: &str) -> String {
+    let (base, suffix) = match name.find('.') {
+        Some(i) if i > 0 => name.split_at(i),
+        _ => (name, ""),
+    };
+    if base.starts_with("_R") || is_legacy_rust(base) {
+        if let Ok(d) = rustc_demangle::try_demangle(base) {
+            return format!("{d:#}{suffix}");
+        }
+    }
+    if base.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(base) {
+            let opts = cpp_demangle::DemangleOptions::new().no_return_type();
+            if let Ok(d) = sym.demangle_with_options(&opts) {
+                return format!("{d}{suffix}");
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Legacy Rust mangling is Itanium-shaped; its tell is the `17h<16 hex>E` hash.
+fn is_legacy_rust(s: &str) -> bool {
+    s.starts_with("_ZN")
+        && s.len() > 20
+        && s.ends_with('E')
+        && s[..s.len() - 1]
+            .rsplit_once("17h")
+            .is_some_and(|(_, h)| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+impl LoadedModule {
+    /// The module's symbol index, built on first use: its own `.dynsym`,
+    /// `.symtab` and PLT; without `.symtab`, MiniDebugInfo's and the
+    /// separate debug file's `.symtab` too.
+    fn symbols(&mut self) -> &SymbolIndex {
+        if self.symbols.is_none() {
+            let mut s = SymbolIndex::default();
+            s.add_file(&self.bytes, true, true);
+            if !self.has_symtab {
+                // MiniDebugInfo: an xz-compressed ELF file holding the
+                // static function symbols that stripping removed (Fedora,
+                // RHEL, some wheels' bundled libraries).
+                let minidebug = object::File::parse(&**self.bytes).ok().and_then(|obj| {
+                    let sec = obj.section_by_name(".gnu_debugdata")?;
+                    let (off, len) = sec.file_range()?;
+                    self.bytes.range(off, len).and_then(|b| unxz(&b))
+                });
+                if let Some(bytes) = minidebug {
+                    s.add_file(&Arc::new(Backing::Owned(bytes)), true, false);
+                }
+                if let Some(d) = self.debug_file() {
+                    s.add_file(&d, true, false);
+                }
+            }
+            s.finish();
+            self.symbols = Some(s);
+        }
+        self.symbols.get_or_insert_with(SymbolIndex::default)
+    }
+
+    /// Start (svma) of the sized or nearest function symbol covering `svma`.
+    pub(crate) fn function_start(&mut self, svma: u64) -> Option<u64> {
+        self.symbols().lookup(svma).map(|f| f.start)
+    }
+
+    /// (demangled name, exported) of the function containing `svma`; cached.
+    /// The name is read from the file and demangled here, on the first
+    /// lookup of the address: only frames that are unwound ask.
+    pub(crate) fn symbol(&mut self, svma: u64) -> Option<(Arc<str>, bool)> {
+        if let Some(n) = self.names.get(&svma) {
+            return n.clone();
+        }
+        let syms = self.symbols();
+        let r = syms
+            .lookup(svma)
+            .and_then(|f| syms.name(&f))
+            .map(|(n, exported)| (Arc::<str>::from(demangle(&n)), exported));
+        if self.names.len() >= CACHE_MAX {
+            self.names.clear();
+        }
+        self.names.insert(svma, r.clone());
+        r
+    }
+
+    /// The address of the function symbol named `name`, exactly as the
+    /// symbol tables have it (every alias counts); None when no function,
+    /// or several at different addresses, have that name. The table is
+    /// built on first use (only the tail-call search asks).
+    pub(crate) fn function_by_name(&mut self, name: &str) -> Option<u64> {
+        if self.by_name.is_none() {
+            let map = self.symbols().by_name();
+            self.by_name = Some(map);
+        }
+        self.by_name.as_ref()?.get(name).copied().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native_unwind::dwarf::DwarfCtx;
+    use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
+    use std::ops::Range;
+
+    // The symbol table as it was built before the lean index: every name
+    // copied into an arena, sorted, the best alias kept per address. The
+    // reference the index is checked against.
+    struct Sym {
+        start: u64,
+        size: u64,
+        name: Range<u32>,
+        exported: bool,
+    }
+
+    /// Function symbols of `.symtab` and `.dynsym` (and the debug file's `.symtab`),
+    /// sorted by address; names live in one arena.
+    #[derive(Default)]
+    struct Symbols {
+        syms: Vec<Sym>,
+        names: String,
+    }
+
+    impl Symbols {
+        fn add_from(&mut self, file: &object::File, want_static: bool) {
+            let mut push = |sym: object::Symbol, exported: bool| {
+                if !matches!(sym.kind(), SymbolKind::Text) || !sym.is_definition() {
+                    return;
+                }
+                let Ok(name) = sym.name() else { return };
+                if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
+                    return;
+                }
+                let start = self.names.len() as u32;
+                self.names.push_str(name);
+                self.syms.push(Sym {
+                    start: sym.address(),
+                    size: sym.size(),
+                    name: start..self.names.len() as u32,
+                    exported,
+                });
+            };
+            for s in file.dynamic_symbols() {
+                let exported = s.is_global() || s.is_weak();
+                push(s, exported);
+            }
+            if want_static {
+                for s in file.symbols() {
+                    push(s, false);
+                }
+            }
+        }
+
+        fn push_named(&mut self, start: u64, size: u64, name: &str) {
+            if name.is_empty() || self.names.len() + name.len() > u32::MAX as usize {
+                return;
+            }
+            let b = self.names.len() as u32;
+            self.names.push_str(name);
+            self.syms.push(Sym {
+                start,
+                size,
+                name: b..self.names.len() as u32,
+                exported: false,
+            });
+        }
+
+        /// PLT stubs as `func@plt`, as gdb names them: each stub's
+        /// `jmp *GOT(%rip)` names its GOT slot, whose dynamic relocation names
+        /// the function; a lazy-binding stub without one (`push index`) is named
+        /// by its index into `.rela.plt`.
+        fn add_plt(&mut self, file: &object::File) {
+            let Some(dynsyms) = file.dynamic_symbol_table() else {
+                return;
+            };
+            let mut by_slot: HashMap<u64, String> = HashMap::new();
+            let mut jump_slots: Vec<String> = Vec::new();
+            if let Some(relocs) = file.dynamic_relocations() {
+                for (offset, r) in relocs.take(1 << 20) {
+                    let object::RelocationTarget::Symbol(idx) = r.target() else {
+                        continue;
+                    };
+                    let Some(name) = dynsyms
+                        .symbol_by_index(idx)
+                        .ok()
+                        .and_then(|s| s.name().ok().map(str::to_string))
+                    else {
+                        continue;
+                    };
+                    if matches!(
+                        r.flags(),
+                        object::RelocationFlags::Elf {
+                            r_type: object::elf::R_X86_64_JUMP_SLOT
+                        }
+                    ) {
+                        jump_slots.push(name.clone());
+                    }
+                    by_slot.insert(offset, name);
+                }
+            }
+            if by_slot.is_empty() {
+                return;
+            }
+            for sec_name in [".plt", ".plt.sec", ".plt.got"] {
+                let Some(sec) = file.section_by_name(sec_name) else {
+                    continue;
+                };
+                let Ok(data) = sec.data() else { continue };
+                let base = sec.address();
+                let ibt = data.starts_with(&[0xF3, 0x0F, 0x1E, 0xFA]);
+                let entsize = if sec_name == ".plt.got" && !ibt {
+                    8
+                } else {
+                    16
+                };
+                for (i, entry) in data.chunks_exact(entsize).enumerate().take(1 << 20) {
+                    let at = base + (i * entsize) as u64;
+                    let jmp = entry.windows(2).position(|w| w == [0xFF, 0x25]);
+                    let name = match jmp {
+                        Some(p) if p + 6 <= entry.len() => {
+                            let disp = i32::from_le_bytes([
+                                entry[p + 2],
+                                entry[p + 3],
+                                entry[p + 4],
+                                entry[p + 5],
+                            ]) as i64;
+                            let slot = at.wrapping_add((p + 6) as u64).wrapping_add(disp as u64);
+                            by_slot.get(&slot).cloned()
+                        }
+                        _ => entry
+                            .iter()
+                            .position(|&b| b == 0x68)
+                            .filter(|&p| p + 5 <= entry.len())
+                            .and_then(|p| {
+                                let n = u32::from_le_bytes([
+                                    entry[p + 1],
+                                    entry[p + 2],
+                                    entry[p + 3],
+                                    entry[p + 4],
+                                ]) as usize;
+                                jump_slots.get(n).cloned()
+                            }),
+                    };
+                    if let Some(n) = name {
+                        let n = n.split('@').next().unwrap_or(&n).to_string();
+                        self.push_named(at, entsize as u64, &format!("{n}@plt"));
+                    }
+                }
+            }
+        }
+
+        /// Sort so that, among symbols at one address, the best name comes first:
+        /// exported (the public name of an aliased function), then fewer leading
+        /// underscores (`read` over `__libc_read`), then a known size.
+        fn finish(&mut self) {
+            let names = &self.names;
+            self.syms.sort_by_cached_key(|s| {
+                let n = &names[s.name.start as usize..s.name.end as usize];
+                let underscores = n.bytes().take_while(|&b| b == b'_').count();
+                (s.start, !s.exported, underscores, s.size == 0)
+            });
+            // Keep the best name per address, with the largest size any alias
+            // declares (they all describe the same function).
+            let mut out: Vec<Sym> = Vec::with_capacity(self.syms.len());
+            for s in self.syms.drain(..) {
+                match out.last_mut() {
+                    Some(l) if l.start == s.start => l.size = l.size.max(s.size),
+                    _ => out.push(s),
+                }
+            }
+            self.syms = out;
+        }
+
+        /// The function containing `svma`. A symbol without a size only counts
+        /// when it is the nearest one below and nothing else intervenes; a sized
+        /// symbol must contain the address, so that a stripped static function
+        /// is shown as module+offset rather than as its exported neighbour.
+        fn lookup(&self, svma: u64) -> Option<&Sym> {
+            let i = self
+                .syms
+                .partition_point(|s| s.start <= svma)
+                .checked_sub(1)?;
+            let s = &self.syms[i];
+            if s.size != 0 && svma >= s.start.saturating_add(s.size) {
+                return None;
+            }
+            // An unsized marker such as `_init` would otherwise swallow the PLT
+            // and everything up to the next symbol: cover a page at most.
+            if s.size == 0 && svma - s.start >= UNSIZED_SYMBOL_SPAN {
+                return None;
+            }
+            Some(s)
+        }
+
+        fn name(&self, s: &Sym) -> &str {
+            &self.names[s.name.start as usize..s.name.end as usize]
+        }
+    }
+
+    #[test]
+    fn demangles_cpp_rust_and_keeps_c() {
+        assert_eq!(demangle("read"), "read");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("_ZN3foo3barEv.cold"), "foo::bar().cold");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_RNvCs1234_5krate4func"), "krate::func");
+    }
+
+    #[test]
+    fn plt_stubs_are_named_like_objdump_names_them() {
+        // A system library with a lazy-binding .plt (Debian's zlib), checked
+        // against objdump's own `name@plt` labels.
+        let path = "/lib/x86_64-linux-gnu/libz.so.1";
+        let bytes = Arc::new(Backing::Owned(
+            std::fs::read(path).expect("zlib is installed"),
+        ));
+        let mut s = SymbolIndex::default();
+        s.add_file(&bytes, false, true);
+        s.finish();
+        let out = std::process::Command::new("objdump")
+            .args(["-d", "-j", ".plt", path])
+            .output()
+            .expect("objdump");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut checked = 0;
+        for l in text.lines().filter(|l| l.ends_with("@plt>:")) {
+            let (addr, rest) = l.split_once(' ').unwrap();
+            let addr = u64::from_str_radix(addr, 16).unwrap();
+            let want = rest.trim_start_matches('<').trim_end_matches(">:");
+            let got = s.at(addr + 4).map(|x| x.2);
+            assert_eq!(got.as_deref(), Some(want), "at 0x{addr:x}");
+            checked += 1;
+        }
+        assert!(checked > 10, "only {checked} stubs checked");
+    }
+
+    #[test]
+    fn display_names_drop_compiler_suffixes() {
+        use crate::native_unwind::display_name;
+        assert_eq!(display_name("time_sleep.lto_priv.0"), "time_sleep");
+        assert_eq!(display_name("f.constprop.0.isra.0"), "f");
+        assert_eq!(display_name("g.part.3.cold"), "g");
+        assert_eq!(display_name("h.cold"), "h");
+        assert_eq!(
+            display_name("core::fmt::write.llvm.123456"),
+            "core::fmt::write"
+        );
+        assert_eq!(display_name("plain"), "plain");
+        assert_eq!(display_name(".cold"), ".cold");
+        assert_eq!(display_name("v1.2"), "v1.2");
+    }
+
+    /// What a sparse read gives equals what a whole read gives: every
+    /// function symbol, and DWARF names and lines (read lazily, and
+    /// inflated where the debug file's sections are compressed).
+    #[test]
+    fn sparse_reads_name_and_line_like_whole_reads() {
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let bytes = std::fs::read(libc).expect("libc");
+        let id = object::File::parse(&bytes[..])
+            .unwrap()
+            .build_id()
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>();
+        let libc_dbg = format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+        let libpython = std::fs::read_dir(format!(
+            "{}/.pyenv/versions",
+            std::env::var("HOME").unwrap()
+        ))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("lib/libpython3.11.so.1.0"))
+        .find(|p| p.exists())
+        .expect("pyenv's 3.11 (libpython with its own symbols and DWARF)");
+        for path in [libpython.to_str().unwrap(), libc, &libc_dbg] {
+            let sparse = Arc::new(Backing::open(std::path::Path::new(path)).unwrap());
+            assert!(matches!(*sparse, Backing::Sparse { .. }), "{path}");
+            let whole = Arc::new(Backing::Owned(std::fs::read(path).unwrap()));
+            // The reference: every name copied, from the whole file.
+            let mut b = Symbols::default();
+            let obj = object::File::parse(&whole[..]).unwrap();
+            b.add_from(&obj, true);
+            b.add_plt(&obj);
+            b.finish();
+            // The index, from the sparse read (tables streamed, names read
+            // on lookup).
+            let mut a = SymbolIndex::default();
+            a.add_file(&sparse, true, true);
+            a.finish();
+            assert!(b.syms.len() > 1000, "{path}: {} symbols", b.syms.len());
+            let starts: Vec<u64> = b.syms.iter().map(|x| x.start).collect();
+            assert_eq!(a.starts(), starts, "{path}");
+            for y in &b.syms {
+                let want = |at: u64| {
+                    b.lookup(at)
+                        .map(|z| (z.start, z.size, b.name(z).to_string()))
+                };
+                for at in [y.start, y.start + y.size / 2, y.start + y.size] {
+                    assert_eq!(a.at(at), want(at), "{path} at {at:#x}");
+                }
+            }
+            let (Some(da), Some(db)) = (DwarfCtx::load(sparse.clone()), DwarfCtx::load(whole))
+            else {
+                assert_eq!(path, libc, "only libc itself has no DWARF");
+                continue;
+            };
+            let mut lines = 0;
+            for s in b.syms.iter().step_by(97) {
+                let frames = |d: &DwarfCtx| {
+                    let mut v = Vec::new();
+                    if let Ok(mut it) = d.ctx.find_frames(s.start + 1).skip_all_loads() {
+                        while let Ok(Some(f)) = it.next() {
+                            let loc = f.location.map(|l| (l.file.map(str::to_string), l.line));
+                            v.push((f.function.map(|n| n.raw_name().unwrap().into_owned()), loc));
+                        }
+                    }
+                    v
+                };
+                let fa = frames(&da);
+                lines += fa
+                    .iter()
+                    .filter(|f| f.1.as_ref().is_some_and(|l| l.1.is_some()))
+                    .count();
+                assert_eq!(fa, frames(&db), "{path} at {:#x}", s.start);
+            }
+            assert!(lines > 20, "{path}: {lines} lines");
+        }
+    }
+
+    #[test]
+    fn symbol_lookup_respects_sizes() {
+        let mut s = Symbols::default();
+        for (start, size, name, exported) in [
+            (0x1000u64, 0x10u64, "exported_fn", true),
+            (0x1000, 0x10, "__internal_alias", false),
+            (0x1100, 0, "asm_label", false),
+        ] {
+            let b = s.names.len() as u32;
+            s.names.push_str(name);
+            s.syms.push(Sym {
+                start,
+                size,
+                name: b..s.names.len() as u32,
+                exported,
+            });
+        }
+        s.finish();
+        let name = |a| s.lookup(a).map(|x| (s.name(x), x.exported));
+        assert_eq!(name(0x1008), Some(("exported_fn", true)));
+        // Past the end of a sized symbol: a stripped static function.
+        assert_eq!(name(0x1080), None);
+        assert_eq!(name(0x1104).map(|x| x.0), Some("asm_label"));
+        assert_eq!(name(0xfff), None);
     }
 }
