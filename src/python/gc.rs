@@ -73,7 +73,11 @@ pub(crate) fn tracked_objects(mem: &dyn Memory, at: &GcWhere, max: usize) -> Tra
                     .push(format!("stopped at {max} objects (the limit)"));
                 return out;
             }
-            if let Err(why) = walk_list(mem, at, state + off, max, &mut out.objects) {
+            let geometry = ListGeometry {
+                gc_head_size: at.gc.gc_head_size,
+                ob_type: at.layout.object.ob_type,
+            };
+            if let Err(why) = walk_list(mem, &geometry, state + off, max, &mut out.objects) {
                 out.partial
                     .push(format!("collector list {i} at 0x{:x}: {why}", state + off));
             }
@@ -132,17 +136,25 @@ fn head_links_back(mem: &dyn Memory, head: u64) -> bool {
     next != 0 && prev != 0 && link(next, 8) == Some(head) && link(prev, 0) == Some(head)
 }
 
+/// What a list walk needs to know of a version: the size of `PyGC_Head`
+/// (its links are its first two words on every version) and where an
+/// object's type is.
+pub(crate) struct ListGeometry {
+    pub(crate) gc_head_size: u64,
+    pub(crate) ob_type: u64,
+}
+
 /// Walk one list from its head, appending (object, type) to `out` until
 /// the head comes round again or `out` holds `max`.
-fn walk_list(
+pub(crate) fn walk_list(
     mem: &dyn Memory,
-    at: &GcWhere,
+    geometry: &ListGeometry,
     head: u64,
     max: usize,
     out: &mut Vec<(u64, u64)>,
 ) -> Result<(), String> {
-    let hsize = at.gc.gc_head_size;
-    let type_at = hsize + at.layout.object.ob_type;
+    let hsize = geometry.gc_head_size;
+    let type_at = hsize + geometry.ob_type;
     let mut first = [0u8; 16];
     mem.read(head, &mut first)
         .map_err(|e| format!("reading its head: {e}"))?;
