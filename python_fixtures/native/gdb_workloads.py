@@ -15,6 +15,8 @@ MODE:
               (Rust, rayon)
   onnx        onnxruntime running a tiny model built with onnx.helper
               (C++ thread pool)
+  jax         a jitted matmul (XLA on the CPU) in a loop, each result
+              waited for (jaxlib's C++, XLA's TSL/Eigen pool)
   torch       python_fixtures/torch_worker.py's PyTorch worker (run with
               .ci/torch-workload's venv): libtorch_cpu's C++, OpenMP and
               pthreadpool threads
@@ -125,17 +127,28 @@ def run_onnx():
     loop_in_thread(lambda: sess.run(None, {"X": x}))
 
 
+def run_jax():
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_platforms", "cpu")
+    f = jax.jit(lambda a, b: jnp.tanh(a @ b))
+    a = jnp.ones((512, 512), dtype=jnp.float32)
+    b = jnp.full((512, 512), 0.001, dtype=jnp.float32)
+    loop_in_thread(lambda: f(a, b).block_until_ready())
+
+
 def run_torch():
     import torch_worker
 
-    # Importing torch, gdb reading libtorch's symbols and the dumps take
-    # longer than the default lifetime on a loaded machine (the test kills
-    # the fixture when it is done).
-    fu.LIFETIME_SECONDS = 900.0
     torch_worker.start_worker()
 
 
 def main():
+    # Three stops each read by gdb, and the dumps after them, take longer
+    # than the default lifetime on a loaded machine (the test kills the
+    # fixture when it is done).
+    fu.LIFETIME_SECONDS = 900.0
     fu.install_ping()
     {
         "ctypes": run_ctypes,
@@ -143,6 +156,7 @@ def main():
         "svd": run_svd,
         "tokenizers": run_tokenizers,
         "onnx": run_onnx,
+        "jax": run_jax,
         "torch": run_torch,
     }[MODE]()
     fu.ready({"mode": MODE})
