@@ -992,7 +992,73 @@ fn torch_worker_agrees_with_gdb() {
         pools.iter().any(|n| n == "OpenMP worker (libgomp)"),
         "pool threads named {pools:?}"
     );
+    let shown = pool_wait_shown(fixture.pid, "OpenMP worker (libgomp)");
+    eprintln!("torch's OpenMP worker: {shown}");
     check(&rows);
+}
+
+/// Dumps (`--native-all`, text) of a running workload until a thread of
+/// `pool` (named from its stack) is seen asleep, then requires that its
+/// header says what it waits in and on: the pool's wait function and the
+/// futex it sleeps on (`in gomp_barrier_wait_end (libgomp.so.1):
+/// futex(0x…, no timeout)`), as a Python thread's header does. Returns
+/// that header. A pool busy at every try fails the test.
+fn pool_wait_shown(pid: i32, pool: &str) -> String {
+    let quoted = format!("\"{pool}\"");
+    let mut seen = Vec::new();
+    for _ in 0..60 {
+        let pid = pid.to_string();
+        let out = common::pyinspect(&["dump", "--pid", &pid, "--native-all"]);
+        out.assert_success();
+        let heads: Vec<&str> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("Thread ") && l.contains(&quoted))
+            .collect();
+        assert!(
+            !heads.is_empty(),
+            "no thread named {quoted}:\n{}",
+            out.stdout
+        );
+        for h in &heads {
+            if !h.contains(", S, not a Python thread)") {
+                continue;
+            }
+            assert!(
+                h.contains(") in ") && h.contains(": futex(0x"),
+                "{pool} asleep, its header without its wait: {h}"
+            );
+            return h.to_string();
+        }
+        seen.extend(heads.iter().map(|h| h.to_string()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{pool} never seen asleep:\n{}", seen.join("\n"));
+}
+
+/// Pool threads Python does not know show what they wait on, as Python
+/// threads do: tokenizers' rayon pool and XLA's pool under JAX, each
+/// workload pausing between steps so that its pool sleeps (torch's OpenMP
+/// pool: in `torch_worker_agrees_with_gdb`). (onnxruntime's wheel strips
+/// its module, so its pool's worker loop has no name to name the thread
+/// by; its waits are shown all the same.)
+#[test]
+fn pool_threads_show_their_waits() {
+    let i = matrix("pyenv's 3.11", (3, 11), "pyenv");
+    let dir = built().to_str().unwrap().to_string();
+    for (mode, pool) in [
+        ("tokenizers", "rayon worker"),
+        ("jax", "XLA (TSL) pool worker"),
+    ] {
+        let fixture = Fixture::spawn_with_timeout(
+            &i,
+            "native/gdb_workloads.py",
+            &[mode, &dir, "0.2"],
+            Duration::from_secs(90),
+        );
+        let shown = pool_wait_shown(fixture.pid, pool);
+        eprintln!("{mode} on {}: {shown}", i.label);
+    }
 }
 
 /// Names as gdb and pyinspect spell them reduce alike, argument lists

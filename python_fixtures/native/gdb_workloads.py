@@ -3,7 +3,7 @@
 threads sit in native code that gdb can name, compared frame by frame with
 `pyinspect dump --native-all`.
 
-    python gdb_workloads.py MODE [LIBDIR]
+    python gdb_workloads.py MODE [LIBDIR [PAUSE]]
 
 MODE:
   ctypes      LIBDIR's libgap.so (code segment starting mid-page), two
@@ -21,6 +21,9 @@ MODE:
               .ci/torch-workload's venv): libtorch_cpu's C++, OpenMP and
               pthreadpool threads
 
+With PAUSE (seconds), the loop sleeps that long after each step, so that
+the pool threads sit in their waits most of the time (the pool-wait tests).
+
 Prints `READY {...}` once every thread is in place; lives until killed.
 """
 import os
@@ -35,6 +38,7 @@ import fixture_util as fu  # noqa: E402
 
 MODE = sys.argv[1]
 LIBDIR = sys.argv[2] if len(sys.argv) > 2 else ""
+PAUSE = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 started = threading.Event()
 
 
@@ -68,6 +72,8 @@ def loop_in_thread(step):
         started.set()
         while True:
             step()
+            if PAUSE:
+                fu.time.sleep(PAUSE)
 
     t = threading.Thread(target=body, name=MODE)
     t.daemon = True

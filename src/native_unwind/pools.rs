@@ -56,6 +56,13 @@ const POOLS: &[Pool] = &[
         module: None,
         name: "rayon worker",
     },
+    // The same in Rust's v0 mangling, as tokenizers' wheel has it
+    // (`<rayon_core::registry::ThreadBuilder>::run`).
+    Pool {
+        function: "rayon_core::registry::ThreadBuilder>::run",
+        module: None,
+        name: "rayon worker",
+    },
     Pool {
         function: "onnxruntime::concurrency::ThreadPoolTempl",
         module: None,
@@ -135,22 +142,32 @@ pub(crate) fn generic_thread_name(name: Option<&str>, process: Option<&str>) -> 
     }
 }
 
-/// What a pool worker is doing, for the thread's header when no library
-/// entry point names it: its innermost named frame outside the C runtime
-/// (`gomp_barrier_wait_end (libgomp.so.1)`), else the innermost
-/// (`syscall (libc.so.6)`: a futex, most often).
-pub(crate) fn waiting_in(frames: &[NativeFrame]) -> Option<String> {
-    let named = |f: &&NativeFrame| f.function.is_some();
-    let f = frames
+/// What a pool worker is doing, for the thread's header: the index of its
+/// innermost named frame outside the C, C++ and Rust runtimes (`gomp_barrier_wait_end`
+/// in libgomp, `Eigen::EventCount::CommitWait` rather than the
+/// `std::condition_variable::wait` it sleeps in), else of the innermost
+/// named frame (`syscall` in libc: a futex, most often).
+pub(crate) fn waiting_frame(frames: &[NativeFrame]) -> Option<usize> {
+    let named = |f: &NativeFrame| f.function.is_some();
+    let runtime = |m: &str| {
+        super::merge::is_runtime_module(m)
+            || ["libstdc++", "libc++", "libgcc_s"]
+                .iter()
+                .any(|p| m.starts_with(p))
+    };
+    // Rust's and C++'s standard library compiled into the library itself
+    // (`<std::sys::sync::condvar::futex::Condvar>::wait`).
+    let standard = |f: &NativeFrame| {
+        f.function.as_deref().is_some_and(|n| {
+            ["std::", "<std::", "core::", "<core::"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
+    };
+    frames
         .iter()
-        .filter(named)
-        .find(|f| !super::merge::is_runtime_module(&f.module))
-        .or_else(|| frames.iter().find(named))?;
-    Some(format!(
-        "{} ({})",
-        super::display_name(f.function.as_deref()?),
-        f.module
-    ))
+        .position(|f| named(f) && !runtime(&f.module) && !standard(f))
+        .or_else(|| frames.iter().position(named))
 }
 
 #[cfg(test)]
@@ -167,20 +184,14 @@ mod tests {
             nf("clone3", "libc.so.6"),
         ];
         assert_eq!(pool_worker(&gomp), Some("OpenMP worker (libgomp)"));
-        assert_eq!(
-            waiting_in(&gomp).as_deref(),
-            Some("gomp_barrier_wait_end (libgomp.so.1)")
-        );
+        assert_eq!(waiting_frame(&gomp), Some(0));
         let xnn = [
             nf("syscall", "libc.so.6"),
             nf("thread_main", "libtorch_cpu.so"),
             nf("start_thread", "libc.so.6"),
         ];
         assert_eq!(pool_worker(&xnn), Some("pthreadpool worker (XNNPACK)"));
-        assert_eq!(
-            waiting_in(&xnn).as_deref(),
-            Some("thread_main (libtorch_cpu.so)")
-        );
+        assert_eq!(waiting_frame(&xnn), Some(1));
         // A plain `thread_main` elsewhere names no pool.
         assert_eq!(pool_worker(&[nf("thread_main", "libfoo.so")]), None);
         let ort = [
@@ -191,6 +202,46 @@ mod tests {
             nf("start_thread", "libc.so.6"),
         ];
         assert_eq!(pool_worker(&ort), Some("onnxruntime pool worker"));
+        // tokenizers' rayon pool (v0-mangled Rust, main_loop inlined).
+        let rayon = [
+            nf("syscall", "libc.so.6"),
+            nf(
+                "<std::sys::sync::condvar::futex::Condvar>::wait",
+                "tokenizers.abi3.so",
+            ),
+            nf(
+                "<rayon_core::registry::WorkerThread>::wait_until_cold",
+                "tokenizers.abi3.so",
+            ),
+            nf(
+                "<rayon_core::registry::ThreadBuilder>::run",
+                "tokenizers.abi3.so",
+            ),
+            nf(
+                "<std::sys::thread::unix::Thread>::new::thread_start",
+                "tokenizers.abi3.so",
+            ),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&rayon), Some("rayon worker"));
+        assert_eq!(waiting_frame(&rayon), Some(2));
+        // XLA's pool: the pool's wait, not the C++ runtime's it sleeps in.
+        let xla = [
+            nf("__futex_abstimed_wait_common", "libc.so.6"),
+            nf("pthread_cond_wait", "libc.so.6"),
+            nf("std::condition_variable::wait", "libstdc++.so.6.0.30"),
+            nf("Eigen::EventCount::CommitWait", "libjax_common.so"),
+            nf(
+                "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+                "libjax_common.so",
+            ),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&xla), Some("XLA (TSL) pool worker"));
+        assert_eq!(waiting_frame(&xla), Some(3));
+        // Only the C runtime named: its innermost frame.
+        let bare = [nf("", "libfoo.so"), nf("syscall", "libc.so.6")];
+        assert_eq!(waiting_frame(&bare), Some(1));
         let cuda = [
             nf("poll", "libc.so.6"),
             nf("", "libcuda.so.1"),
@@ -202,4 +253,5 @@ mod tests {
         assert!(generic_thread_name(Some("python3.12"), Some("pytest")));
         assert!(!generic_thread_name(Some("torch-worker"), Some("python3")));
     }
+
 }
