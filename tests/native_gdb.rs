@@ -994,6 +994,17 @@ fn torch_worker_agrees_with_gdb() {
     );
     let shown = pool_wait_shown(fixture.pid, "OpenMP worker (libgomp)");
     eprintln!("torch's OpenMP worker: {shown}");
+    // The CUDA wheel's libraries are mapped (libcudart, cuBLAS, cuDNN,
+    // NCCL), and with no GPU no thread is said to wait for one.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", fixture.pid)).unwrap();
+    assert!(maps.contains("/libcudart.so"), "libcudart is not mapped");
+    for t in dump["threads"].as_array().expect("threads") {
+        let entry = t["native_entry"].as_str().unwrap_or("");
+        assert!(
+            !entry.contains("Synchronize"),
+            "a GPU wait without a GPU: {t}"
+        );
+    }
     check(&rows);
 }
 

@@ -170,6 +170,46 @@ pub(crate) fn waiting_frame(frames: &[NativeFrame]) -> Option<usize> {
         .or_else(|| frames.iter().position(named))
 }
 
+/// CUDA calls that block their caller until the GPU has finished the work
+/// queued before them: the runtime API's (`libcudart`) and the driver's
+/// (`libcuda`), whose per-thread-stream and versioned exports end in
+/// `_ptsz`, `_ptds` or `_v2`.
+const CUDA_SYNCS: &[&str] = &[
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaThreadSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+];
+
+/// Whether `function` (a frame's shown name) is one of [`CUDA_SYNCS`].
+fn is_cuda_sync(function: &str) -> bool {
+    CUDA_SYNCS.iter().any(|s| {
+        function
+            .strip_prefix(s)
+            .is_some_and(|rest| rest.is_empty() || ["_ptsz", "_ptds", "_v2"].contains(&rest))
+    })
+}
+
+/// The index of the outermost frame (of `frames`, innermost first) that is
+/// a CUDA synchronisation call in a CUDA library (see
+/// [`super::cuda_tag`]): the call the program made
+/// (`cudaStreamSynchronize` in libcudart rather than the driver's
+/// `cuStreamSynchronize` it calls), or None when the thread is not waiting
+/// for the GPU. `frame` gives a frame's name and module.
+pub(crate) fn cuda_sync<T>(
+    frames: &[T],
+    frame: impl Fn(&T) -> (Option<&str>, &str),
+) -> Option<usize> {
+    frames.iter().rposition(|f| {
+        let (function, module) = frame(f);
+        super::cuda_tag(module).is_some()
+            && function.is_some_and(|n| is_cuda_sync(super::display_name(n)))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,4 +294,57 @@ mod tests {
         assert!(!generic_thread_name(Some("torch-worker"), Some("python3")));
     }
 
+    /// A recorded stack of a thread in `torch.cuda.synchronize()`-like
+    /// code (frames as the unwinder gives them: the driver's internals
+    /// unnamed, the exports named), and look-alikes that are not.
+    #[test]
+    fn cuda_synchronisation_is_found_by_its_outermost_call() {
+        fn name(f: &NativeFrame) -> (Option<&str>, &str) {
+            (f.function.as_deref(), f.module.as_str())
+        }
+        let stream = [
+            nf("sched_yield", "libc.so.6"),
+            nf("", "libcuda.so.1"),
+            nf("", "libcuda.so.1"),
+            nf("cuStreamSynchronize", "libcuda.so.1"),
+            nf("", "libcudart.so.12"),
+            nf("cudaStreamSynchronize", "libcudart.so.12"),
+            nf(
+                "c10::cuda::stream_synchronize(CUstream_st*)",
+                "libc10_cuda.so",
+            ),
+            nf(
+                "at::native::_local_scalar_dense_cuda(at::Tensor const&)",
+                "libtorch_cuda.so",
+            ),
+            nf("_PyEval_EvalFrameDefault", "libpython3.12.so.1.0"),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(cuda_sync(&stream, name), Some(5));
+        // The driver alone (a program calling it directly), blocking in a
+        // futex, and the per-thread default stream's export.
+        let driver = [
+            nf("syscall", "libc.so.6"),
+            nf("", "libcuda.so.1"),
+            nf("cuCtxSynchronize", "libcuda.so.1"),
+            nf("main", "app"),
+        ];
+        assert_eq!(cuda_sync(&driver, name), Some(2));
+        let ptsz = [nf("cudaStreamSynchronize_ptsz", "libcudart.so.13")];
+        assert_eq!(cuda_sync(&ptsz, name), Some(0));
+        let device = [
+            nf("ioctl", "libc.so.6"),
+            nf("cudaDeviceSynchronize", "libcudart.so.12"),
+        ];
+        assert_eq!(cuda_sync(&device, name), Some(1));
+        // Not a CUDA library, not a synchronisation, or only a prefix.
+        let lookalikes = [
+            nf("cudaStreamSynchronize", "libmyshim.so"),
+            nf("cudaLaunchKernel", "libcudart.so.12"),
+            nf("cudaStreamSynchronizeAll", "libcudart.so.12"),
+            nf("cuStreamQuery", "libcuda.so.1"),
+        ];
+        assert_eq!(cuda_sync(&lookalikes, name), None);
+        assert_eq!(cuda_sync::<NativeFrame>(&[], name), None);
+    }
 }

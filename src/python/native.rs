@@ -74,9 +74,14 @@ impl Names {
     }
 
     /// The thread header's `in cuStreamSynchronize (libcuda.so.1)`, named
-    /// as its frames are.
+    /// as its frames are; a thread waiting for the GPU is in the CUDA
+    /// synchronisation its program called (`cudaStreamSynchronize
+    /// (libcudart.so.12)`), wherever in the driver it waits.
     fn entry(&mut self, native: &[NativeFrame]) -> Option<String> {
-        let f = &native[native_unwind::native_entry_frame(native)?];
+        let at =
+            native_unwind::pools::cuda_sync(native, |f| (f.function.as_deref(), f.module.as_str()))
+                .or_else(|| native_unwind::native_entry_frame(native))?;
+        let f = &native[at];
         let (function, _) = self.of(f);
         Some(format!("{function} ({})", f.module))
     }
