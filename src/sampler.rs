@@ -291,6 +291,11 @@ pub(crate) struct Target {
     /// The waits of the threads that are not running, read before pausing
     /// (a pause interrupts a call, and the kernel may rewrite its arguments).
     pending: HashMap<i32, (wait::Wait, Option<wait::CallArgs>)>,
+    /// The waits of threads Python does not know (--native-all: pool
+    /// workers), read before pausing like `pending`; and those threads as
+    /// of the latest read, whose syscall files the wait reader keeps open.
+    foreign_waits: HashMap<i32, wait::Wait>,
+    foreign_seen: Vec<(i32, bool)>,
     tasks: Option<AsyncioReader>,
     /// Greenlets (gevent, eventlet) for dump.
     greenlets: crate::python::greenlet::GreenletReader,
@@ -522,6 +527,8 @@ impl Target {
             greenlets: Default::default(),
             waits,
             pending: HashMap::new(),
+            foreign_waits: HashMap::new(),
+            foreign_seen: Vec::new(),
             os_names: HashMap::new(),
             live,
             stack_copy: HashMap::new(),
@@ -704,20 +711,10 @@ impl Target {
         let threads = std::mem::take(&mut self.threads);
         for &(tid, _) in &threads {
             if !live {
-                // A core: the call its registers say (one decoder, two
-                // sources of the call and its arguments), in state S
-                // when they show it asleep, else in no known state.
-                let Some(line) = self.source.saved_call(tid) else {
-                    continue;
-                };
                 let state = self.states.get(&tid).copied();
-                let mut read =
-                    self.waits
-                        .read(tid, state.unwrap_or('?'), Some(line), &*self.source);
-                if state.is_none() {
-                    read.0.state.clear();
+                if let Some(read) = self.recorded_wait(tid, state) {
+                    self.pending.insert(tid, read);
                 }
-                self.pending.insert(tid, read);
                 continue;
             }
             let Some(&state) = self.states.get(&tid) else {
@@ -732,6 +729,24 @@ impl Target {
             self.pending.insert(tid, read);
         }
         self.threads = threads;
+    }
+
+    /// A core's thread's wait: the call its registers say (one decoder,
+    /// two sources of the call and its arguments), in state S when they
+    /// show it asleep, else in no known state.
+    fn recorded_wait(
+        &mut self,
+        tid: i32,
+        state: Option<char>,
+    ) -> Option<(wait::Wait, Option<wait::CallArgs>)> {
+        let line = self.source.saved_call(tid)?;
+        let mut read = self
+            .waits
+            .read(tid, state.unwrap_or('?'), Some(line), &*self.source);
+        if state.is_none() {
+            read.0.state.clear();
+        }
+        Some(read)
     }
 
     /// The threads that must stand still for a consistent read. Python
@@ -1025,10 +1040,17 @@ impl Target {
             self.states.clear();
         }
         self.pending.clear();
+        self.foreign_waits.clear();
         if want_waits {
             // Only threads that are not running have a call to read, and it
             // must be read before any of them is stopped.
-            self.waits.begin_pass(&self.threads);
+            if self.foreign_seen.is_empty() {
+                self.waits.begin_pass(&self.threads);
+            } else {
+                let mut all = self.threads.clone();
+                all.extend_from_slice(&self.foreign_seen);
+                self.waits.begin_pass(&all);
+            }
             self.read_waits();
         }
         let pause = if pausing {
@@ -1043,6 +1065,19 @@ impl Target {
             .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
             .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
             .collect();
+        // And their waits (a pool worker's futex), before they are stopped.
+        if want_waits && live {
+            for (&tid, &state) in &foreign_states {
+                let line = if state == 'R' {
+                    None
+                } else {
+                    self.waits.syscall(tid)
+                };
+                let (w, _) = self.waits.read(tid, state, line, &*self.source);
+                self.foreign_waits.insert(tid, w);
+            }
+        }
+        self.foreign_seen = foreign_states.keys().map(|&t| (t, false)).collect();
         let stopping = read_first.as_deref().unwrap_or_default();
         let mut guard = match early {
             Some(mut g) if pause.iter().all(|t| stopping.binary_search(t).is_ok()) => {
@@ -1237,10 +1272,23 @@ impl Target {
             for (tid, frames) in &unwound {
                 if !self.threads.iter().any(|(t, _)| t == tid) {
                     let state = foreign_states.get(tid).copied();
-                    foreign.push(n.foreign_thread(&*self.source, *tid, state, frames));
+                    let mut t = n.foreign_thread(&*self.source, *tid, state, frames);
+                    t.wait = self.foreign_waits.remove(tid);
+                    foreign.push(t);
                 }
             }
             foreign.sort_by_key(|t| t.os_thread_id);
+        }
+        if want_waits && !live {
+            // A core's threads Python does not know: the calls their
+            // registers recorded.
+            for t in foreign.iter_mut() {
+                let Some(tid) = t.os_thread_id.map(|v| v as i32) else {
+                    continue;
+                };
+                let state = self.source.thread_state(tid);
+                t.wait = self.recorded_wait(tid, state).map(|r| r.0);
+            }
         }
         let mut threads: Vec<ThreadStack> = snap
             .into_iter()

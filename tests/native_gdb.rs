@@ -1,17 +1,18 @@
 //! gdb as the oracle for `--native`: each workload runs, is stopped with
-//! SIGSTOP, and gdb's `thread apply all bt` and `pyinspect dump
-//! --native-all --json` read the same stopped process (which pyinspect must
-//! leave stopped). For every thread the two native stacks are aligned frame
-//! by frame (module + function, compiler suffixes and argument lists
-//! stripped; each run of Python frames stands for the eval-loop C frame it
-//! replaces), and an agreement table is printed. Then 100 dumps per
-//! workload check that the Python frames are merged where they belong.
+//! SIGSTOP (three times, at three moments of its loop), and gdb's `thread
+//! apply all bt` and `pyinspect dump --native-all --json` read the same
+//! stopped process (which pyinspect must leave stopped). For every thread
+//! the two native stacks are aligned frame by frame (module + function,
+//! compiler suffixes and argument lists stripped; each run of Python frames
+//! stands for the eval-loop C frame it replaces), and an agreement table is
+//! printed. Then 100 dumps per workload check that the Python frames are
+//! merged where they belong.
 //!
 //! Required over all workloads: at least 98% of gdb's frames present and
 //! named alike, no frame that gdb does not have (gdb's frames past the
 //! thread's start excepted), merges right in at least 99% of the dumps.
 //!
-//! The wheels (numpy, scipy, tokenizers, onnx, onnxruntime) come from
+//! The wheels (numpy, scipy, tokenizers, onnx, onnxruntime, jax) come from
 //! `.ci/native-workloads`; torch (in a venv of pyenv's 3.12) from
 //! `.ci/torch-workload`; Debian sid's interpreters from `.ci/sid-pythons`.
 
@@ -189,11 +190,7 @@ fn normalise(name: &str) -> String {
     if let Some(i) = n.find("@@").or_else(|| n.find('@')) {
         n = &n[..i];
     }
-    let cut = match n.find("operator()") {
-        Some(i) => n[i + 10..].find('(').map(|j| i + 10 + j),
-        None => n.find('('),
-    };
-    if let Some(i) = cut {
+    if let Some(i) = argument_list(n, false) {
         n = &n[..i];
     }
     if let Some(i) = n.find('.').filter(|&i| i > 0 && !n.contains("::")) {
@@ -214,6 +211,34 @@ fn normalise(name: &str) -> String {
         .filter(|_| n.starts_with("start_main"))
         .unwrap_or(n);
     n.trim().to_string()
+}
+
+/// Where a function's argument list starts in `name` (with `spaced`, only
+/// a `(` after a space, as gdb prints `NAME (ARGS) from LIB`): the first
+/// `(` outside template arguments and braces, so that `f<void (int)>(…)`,
+/// Rust's `<RawVec<(u32, String)>>::grow_one` and `operator()` keep what
+/// they hold.
+fn argument_list(name: &str, spaced: bool) -> Option<usize> {
+    let b = name.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < b.len() {
+        // (Bytes: a name may hold `…`.)
+        let after_operator = b[..i].ends_with(b"operator");
+        match b[i] {
+            b'<' if after_operator || b[..i].ends_with(b"operator<") => {}
+            b'>' if after_operator || b[..i].ends_with(b"-") => {}
+            b'(' if after_operator && b[i..].starts_with(b"()") => i += 1,
+            b'<' | b'{' => depth += 1,
+            b'>' | b'}' => depth = depth.saturating_sub(1),
+            b'(' if depth == 0 && (!spaced || (i > 0 && b[i - 1] == b' ')) => {
+                return Some(if spaced { i - 1 } else { i });
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// A library's name without its version (`libffi.so.8` and
@@ -374,7 +399,7 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
                 }
             }
         }
-        let func = body.split(" (").next().unwrap_or("").trim();
+        let func = body[..argument_list(body, true).unwrap_or(body.len())].trim();
         let module = body
             .rsplit_once(" from ")
             .map(|(_, m)| module_name(m.trim()));
@@ -637,10 +662,31 @@ fn merged_right(dump: &Value) -> (usize, usize) {
     (ok, all)
 }
 
-/// Run one workload on one interpreter: the gdb comparison on a stopped
-/// process, then the repeated dumps.
+/// Stops of each workload compared with gdb (each a moment of its own:
+/// the process runs on between them).
+const STOPS: usize = 3;
+
+/// Run one workload on one interpreter: the gdb comparison on the process
+/// stopped [`STOPS`] times, then the repeated dumps.
 fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
-    let pid = fixture.pid;
+    let mut row = Row {
+        label: format!("{label} ({STOPS} stops)"),
+        ..Default::default()
+    };
+    for stop in 0..STOPS {
+        if stop > 0 {
+            // Let it run on to another moment of its loop.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        compare_stopped(label, fixture.pid, &mut row);
+    }
+    merge_checks(label, fixture.pid, repeats, &mut row);
+    row
+}
+
+/// Stop the process, read it with pyinspect and then gdb, let it go, and
+/// add the comparison to `row`.
+fn compare_stopped(label: &str, pid: i32, row: &mut Row) {
     // SAFETY: plain kill(2) on a child we started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     wait_stopped(pid);
@@ -654,11 +700,7 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
     let (gdb, junk) = gdb_stacks(pid);
     unsafe { libc::kill(pid, libc::SIGCONT) };
     let ours = pyinspect_stacks(&dump);
-    let mut row = Row {
-        label: label.to_string(),
-        gdb_junk: junk,
-        ..Default::default()
-    };
+    row.gdb_junk += junk;
     for (tid, g) in &gdb {
         let Some((p, _)) = ours.get(tid) else {
             row.gdb_frames += g.len();
@@ -696,6 +738,11 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
             );
         }
     }
+}
+
+/// `repeats` dumps of the running process: no pseudo-frames, and the
+/// Python frames merged where they belong.
+fn merge_checks(label: &str, pid: i32, repeats: usize, row: &mut Row) {
     for _ in 0..repeats {
         let d = dump_json(pid, &["--native"]).remove(0);
         let pseudo: Vec<String> = d["threads"]
@@ -714,7 +761,6 @@ fn oracle(label: &str, fixture: &Fixture, repeats: usize) -> Row {
         row.merges_ok += ok;
         row.merges += all;
     }
-    row
 }
 
 fn print_table(rows: &[Row]) -> (f64, usize, f64) {
@@ -892,13 +938,17 @@ fn ctypes_workloads_agree_with_gdb() {
     check(&rows);
 }
 
-/// Wheels with threaded native code (OpenBLAS, rayon, onnxruntime's pool)
-/// on pyenv's 3.11.
+/// Wheels with threaded native code (numpy's and scipy's OpenBLAS,
+/// tokenizers' rayon, onnxruntime's pool, XLA's TSL/Eigen pool under JAX)
+/// on pyenv's 3.11, the interpreter all of them publish wheels for.
 #[test]
 fn wheel_workloads_agree_with_gdb() {
     let i = matrix("pyenv's 3.11", (3, 11), "pyenv");
-    let rows: Vec<Row> = ["matmul", "svd", "tokenizers", "onnx"]
+    // ($PYINSPECT_ORACLE_ONLY=jax,onnx runs only those, while working on them.)
+    let only = std::env::var("PYINSPECT_ORACLE_ONLY").unwrap_or_default();
+    let rows: Vec<Row> = ["matmul", "svd", "tokenizers", "onnx", "jax"]
         .iter()
+        .filter(|m| only.is_empty() || only.split(',').any(|o| o == **m))
         .map(|m| oracle(&format!("{m} on {}", i.label), &spawn(&i, m), repeats()))
         .collect();
     check(&rows);
@@ -942,5 +992,117 @@ fn torch_worker_agrees_with_gdb() {
         pools.iter().any(|n| n == "OpenMP worker (libgomp)"),
         "pool threads named {pools:?}"
     );
+    let shown = pool_wait_shown(fixture.pid, "OpenMP worker (libgomp)");
+    eprintln!("torch's OpenMP worker: {shown}");
+    // The CUDA wheel's libraries are mapped (libcudart, cuBLAS, cuDNN,
+    // NCCL), and with no GPU no thread is said to wait for one.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", fixture.pid)).unwrap();
+    assert!(maps.contains("/libcudart.so"), "libcudart is not mapped");
+    for t in dump["threads"].as_array().expect("threads") {
+        let entry = t["native_entry"].as_str().unwrap_or("");
+        assert!(
+            !entry.contains("Synchronize"),
+            "a GPU wait without a GPU: {t}"
+        );
+    }
     check(&rows);
+}
+
+/// Dumps (`--native-all`, text) of a running workload until a thread of
+/// `pool` (named from its stack) is seen asleep, then requires that its
+/// header says what it waits in and on: the pool's wait function and the
+/// futex it sleeps on (`in gomp_barrier_wait_end (libgomp.so.1):
+/// futex(0x…, no timeout)`), as a Python thread's header does. Returns
+/// that header. A pool busy at every try fails the test.
+fn pool_wait_shown(pid: i32, pool: &str) -> String {
+    let quoted = format!("\"{pool}\"");
+    let mut seen = Vec::new();
+    for _ in 0..60 {
+        let pid = pid.to_string();
+        let out = common::pyinspect(&["dump", "--pid", &pid, "--native-all"]);
+        out.assert_success();
+        let heads: Vec<&str> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("Thread ") && l.contains(&quoted))
+            .collect();
+        assert!(
+            !heads.is_empty(),
+            "no thread named {quoted}:\n{}",
+            out.stdout
+        );
+        for h in &heads {
+            if !h.contains(", S, not a Python thread)") {
+                continue;
+            }
+            assert!(
+                h.contains(") in ") && h.contains(": futex(0x"),
+                "{pool} asleep, its header without its wait: {h}"
+            );
+            return h.to_string();
+        }
+        seen.extend(heads.iter().map(|h| h.to_string()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{pool} never seen asleep:\n{}", seen.join("\n"));
+}
+
+/// Pool threads Python does not know show what they wait on, as Python
+/// threads do: tokenizers' rayon pool and XLA's pool under JAX, each
+/// workload pausing between steps so that its pool sleeps (torch's OpenMP
+/// pool: in `torch_worker_agrees_with_gdb`). (onnxruntime's wheel strips
+/// its module, so its pool's worker loop has no name to name the thread
+/// by; its waits are shown all the same.)
+#[test]
+fn pool_threads_show_their_waits() {
+    let i = matrix("pyenv's 3.11", (3, 11), "pyenv");
+    let dir = built().to_str().unwrap().to_string();
+    for (mode, pool) in [
+        ("tokenizers", "rayon worker"),
+        ("jax", "XLA (TSL) pool worker"),
+    ] {
+        let fixture = Fixture::spawn_with_timeout(
+            &i,
+            "native/gdb_workloads.py",
+            &[mode, &dir, "0.2"],
+            Duration::from_secs(90),
+        );
+        let shown = pool_wait_shown(fixture.pid, pool);
+        eprintln!("{mode} on {}: {shown}", i.label);
+    }
+}
+
+/// Names as gdb and pyinspect spell them reduce alike, argument lists
+/// inside template arguments kept (the JAX and tokenizers workloads' C++
+/// and Rust names).
+#[test]
+fn names_reduce_alike() {
+    let gdb = "slinky::function_ref<void (void**, long, long const*)>::get_impl<F> (...) from /x/libjax_common.so";
+    let at = argument_list(gdb, true).unwrap();
+    assert_eq!(
+        &gdb[..at],
+        "slinky::function_ref<void (void**, long, long const*)>::get_impl<F>"
+    );
+    assert_eq!(
+        normalise("<alloc::raw_vec::RawVec<(u32, alloc::string::String)>>::grow_one"),
+        "<alloc::raw_vec::RawVec<(u32, alloc::string::String)>>::grow_one"
+    );
+    assert_eq!(
+        normalise("Foo::operator()(int) const"),
+        normalise("Foo::operator()")
+    );
+    assert_eq!(normalise("operator<<(std::ostream&, int)"), "operator<<");
+    assert_eq!(normalise("a::b<4ul>(int)"), "a::b<4ul>");
+    assert_eq!(normalise("<a<…> as b<…>>::c"), "<a<…> as b<…>>::c");
+    assert_eq!(
+        without_generics("slinky::internal::for_each_element_impl<4ul>"),
+        without_generics(&normalise(
+            "slinky::internal::for_each_element_impl<(unsigned long)4>(long*)"
+        ))
+    );
+    let plain = "clock_nanosleep (...) at ../sysdeps/unix/clock_nanosleep.c:48";
+    assert_eq!(
+        &plain[..argument_list(plain, true).unwrap()],
+        "clock_nanosleep"
+    );
 }

@@ -3,7 +3,7 @@
 threads sit in native code that gdb can name, compared frame by frame with
 `pyinspect dump --native-all`.
 
-    python gdb_workloads.py MODE [LIBDIR]
+    python gdb_workloads.py MODE [LIBDIR [PAUSE]]
 
 MODE:
   ctypes      LIBDIR's libgap.so (code segment starting mid-page), two
@@ -15,9 +15,14 @@ MODE:
               (Rust, rayon)
   onnx        onnxruntime running a tiny model built with onnx.helper
               (C++ thread pool)
+  jax         a jitted matmul (XLA on the CPU) in a loop, each result
+              waited for (jaxlib's C++, XLA's TSL/Eigen pool)
   torch       python_fixtures/torch_worker.py's PyTorch worker (run with
               .ci/torch-workload's venv): libtorch_cpu's C++, OpenMP and
               pthreadpool threads
+
+With PAUSE (seconds), the loop sleeps that long after each step, so that
+the pool threads sit in their waits most of the time (the pool-wait tests).
 
 Prints `READY {...}` once every thread is in place; lives until killed.
 """
@@ -33,6 +38,7 @@ import fixture_util as fu  # noqa: E402
 
 MODE = sys.argv[1]
 LIBDIR = sys.argv[2] if len(sys.argv) > 2 else ""
+PAUSE = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 started = threading.Event()
 
 
@@ -66,6 +72,8 @@ def loop_in_thread(step):
         started.set()
         while True:
             step()
+            if PAUSE:
+                fu.time.sleep(PAUSE)
 
     t = threading.Thread(target=body, name=MODE)
     t.daemon = True
@@ -125,17 +133,28 @@ def run_onnx():
     loop_in_thread(lambda: sess.run(None, {"X": x}))
 
 
+def run_jax():
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_platforms", "cpu")
+    f = jax.jit(lambda a, b: jnp.tanh(a @ b))
+    a = jnp.ones((512, 512), dtype=jnp.float32)
+    b = jnp.full((512, 512), 0.001, dtype=jnp.float32)
+    loop_in_thread(lambda: f(a, b).block_until_ready())
+
+
 def run_torch():
     import torch_worker
 
-    # Importing torch, gdb reading libtorch's symbols and the dumps take
-    # longer than the default lifetime on a loaded machine (the test kills
-    # the fixture when it is done).
-    fu.LIFETIME_SECONDS = 900.0
     torch_worker.start_worker()
 
 
 def main():
+    # Three stops each read by gdb, and the dumps after them, take longer
+    # than the default lifetime on a loaded machine (the test kills the
+    # fixture when it is done).
+    fu.LIFETIME_SECONDS = 900.0
     fu.install_ping()
     {
         "ctypes": run_ctypes,
@@ -143,6 +162,7 @@ def main():
         "svd": run_svd,
         "tokenizers": run_tokenizers,
         "onnx": run_onnx,
+        "jax": run_jax,
         "torch": run_torch,
     }[MODE]()
     fu.ready({"mode": MODE})

@@ -55,10 +55,17 @@ impl RecordMode {
         if !matches!(self, RecordMode::Wall | RecordMode::Offcpu) {
             return true;
         }
-        let Some(w) = t.wait.as_ref().filter(|w| w.off_cpu()) else {
-            return self == RecordMode::Wall;
+        let off_cpu = t.wait.as_ref().filter(|w| w.off_cpu());
+        // A thread waiting for the GPU (--native), spinning or asleep in
+        // the driver: its leaf names the CUDA call it waits in.
+        let gpu = cuda_sync_call(&t.frames)
+            .filter(|_| self == RecordMode::Wall || off_cpu.is_some())
+            .map(|call| format!("GPU wait: {call}"));
+        let short = match (gpu, off_cpu) {
+            (Some(g), _) => g,
+            (None, Some(w)) => w.short(),
+            (None, None) => return self == RecordMode::Wall,
         };
-        let short = w.short();
         if leaves.len() >= MAX_LEAVES {
             leaves.clear();
         }
@@ -68,6 +75,20 @@ impl RecordMode {
         t.frames.insert(0, leaf.clone());
         true
     }
+}
+
+/// The CUDA synchronisation a sample's native frames are in
+/// (`cudaStreamSynchronize`), if any.
+fn cuda_sync_call(frames: &[crate::stack::Frame]) -> Option<&str> {
+    use crate::stack::FrameKind;
+    let i = crate::native_unwind::pools::cuda_sync(frames, |f| {
+        if f.kind == FrameKind::Native {
+            (Some(f.function.as_ref()), f.module.as_deref().unwrap_or(""))
+        } else {
+            (None, "")
+        }
+    })?;
+    Some(&frames[i].function)
 }
 
 /// The leaf frame of each wait, by its short form.
@@ -419,6 +440,63 @@ mod tests {
         assert_eq!(regs(1).kind(), regs(2).kind());
         assert!(!regs(1).kind().chars().any(|c| c.is_ascii_digit()));
         assert_ne!(regs(1).kind(), Error::MergeMismatch.kind());
+    }
+
+    /// A recorded stack of a Python thread in `torch.cuda.synchronize()`
+    /// (frames as `--native` gives them, innermost first): wall mode ends
+    /// it in the CUDA call it waits in, spinning on the CPU or asleep;
+    /// off-CPU mode only when asleep; CPU mode leaves it alone.
+    #[test]
+    fn gpu_waits_are_wall_leaves() {
+        use crate::stack::{Frame, ThreadStack};
+        let native = |f: &str, m: &str| Frame {
+            module: Some(m.to_string()),
+            ..Frame::label(f)
+        };
+        let stack = |state: &str| ThreadStack {
+            frames: vec![
+                native("libcuda.so.1+0x2a1f0", "libcuda.so.1"),
+                native("cuStreamSynchronize", "libcuda.so.1"),
+                native("cudaStreamSynchronize", "libcudart.so.12"),
+                native("c10::cuda::stream_synchronize", "libc10_cuda.so"),
+                Frame::python("synchronize", "torch/cuda/__init__.py", 985),
+                Frame::python("main", "train.py", 12),
+            ],
+            wait: Some(crate::wait::Wait {
+                state: state.to_string(),
+                ..Default::default()
+            }),
+            thread_id: 1,
+            os_thread_id: Some(4242),
+            name: None,
+            name_source: None,
+            interpreter: 0,
+            status: crate::stack::ThreadStatus::Idle,
+            holds_gil: false,
+            truncated: None,
+            native_entry: None,
+            asyncio: None,
+        };
+        let leaf = |mode: RecordMode, state: &str| {
+            let mut t = stack(state);
+            let kept = mode.sample(&mut t, &mut Leaves::default());
+            (kept, t.frames[0].function.to_string())
+        };
+        let gpu = "[GPU wait: cudaStreamSynchronize]".to_string();
+        assert_eq!(leaf(RecordMode::Wall, "R"), (true, gpu.clone()));
+        assert_eq!(leaf(RecordMode::Wall, "S"), (true, gpu.clone()));
+        assert_eq!(leaf(RecordMode::Offcpu, "S"), (true, gpu));
+        assert!(!leaf(RecordMode::Offcpu, "R").0);
+        assert_eq!(
+            leaf(RecordMode::Cpu, "R"),
+            (true, "libcuda.so.1+0x2a1f0".to_string())
+        );
+        // Another thread asleep: its wait, as before.
+        let mut t = stack("S");
+        t.frames.drain(..4);
+        t.wait.as_mut().unwrap().syscall = Some("futex".into());
+        assert!(RecordMode::Wall.sample(&mut t, &mut Leaves::default()));
+        assert_eq!(&*t.frames[0].function, "[futex]");
     }
 
     #[test]

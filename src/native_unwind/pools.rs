@@ -56,6 +56,13 @@ const POOLS: &[Pool] = &[
         module: None,
         name: "rayon worker",
     },
+    // The same in Rust's v0 mangling, as tokenizers' wheel has it
+    // (`<rayon_core::registry::ThreadBuilder>::run`).
+    Pool {
+        function: "rayon_core::registry::ThreadBuilder>::run",
+        module: None,
+        name: "rayon worker",
+    },
     Pool {
         function: "onnxruntime::concurrency::ThreadPoolTempl",
         module: None,
@@ -135,22 +142,72 @@ pub(crate) fn generic_thread_name(name: Option<&str>, process: Option<&str>) -> 
     }
 }
 
-/// What a pool worker is doing, for the thread's header when no library
-/// entry point names it: its innermost named frame outside the C runtime
-/// (`gomp_barrier_wait_end (libgomp.so.1)`), else the innermost
-/// (`syscall (libc.so.6)`: a futex, most often).
-pub(crate) fn waiting_in(frames: &[NativeFrame]) -> Option<String> {
-    let named = |f: &&NativeFrame| f.function.is_some();
-    let f = frames
+/// What a pool worker is doing, for the thread's header: the index of its
+/// innermost named frame outside the C, C++ and Rust runtimes (`gomp_barrier_wait_end`
+/// in libgomp, `Eigen::EventCount::CommitWait` rather than the
+/// `std::condition_variable::wait` it sleeps in), else of the innermost
+/// named frame (`syscall` in libc: a futex, most often).
+pub(crate) fn waiting_frame(frames: &[NativeFrame]) -> Option<usize> {
+    let named = |f: &NativeFrame| f.function.is_some();
+    let runtime = |m: &str| {
+        super::merge::is_runtime_module(m)
+            || ["libstdc++", "libc++", "libgcc_s"]
+                .iter()
+                .any(|p| m.starts_with(p))
+    };
+    // Rust's and C++'s standard library compiled into the library itself
+    // (`<std::sys::sync::condvar::futex::Condvar>::wait`).
+    let standard = |f: &NativeFrame| {
+        f.function.as_deref().is_some_and(|n| {
+            ["std::", "<std::", "core::", "<core::"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
+    };
+    frames
         .iter()
-        .filter(named)
-        .find(|f| !super::merge::is_runtime_module(&f.module))
-        .or_else(|| frames.iter().find(named))?;
-    Some(format!(
-        "{} ({})",
-        super::display_name(f.function.as_deref()?),
-        f.module
-    ))
+        .position(|f| named(f) && !runtime(&f.module) && !standard(f))
+        .or_else(|| frames.iter().position(named))
+}
+
+/// CUDA calls that block their caller until the GPU has finished the work
+/// queued before them: the runtime API's (`libcudart`) and the driver's
+/// (`libcuda`), whose per-thread-stream and versioned exports end in
+/// `_ptsz`, `_ptds` or `_v2`.
+const CUDA_SYNCS: &[&str] = &[
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaThreadSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+];
+
+/// Whether `function` (a frame's shown name) is one of [`CUDA_SYNCS`].
+fn is_cuda_sync(function: &str) -> bool {
+    CUDA_SYNCS.iter().any(|s| {
+        function
+            .strip_prefix(s)
+            .is_some_and(|rest| rest.is_empty() || ["_ptsz", "_ptds", "_v2"].contains(&rest))
+    })
+}
+
+/// The index of the outermost frame (of `frames`, innermost first) that is
+/// a CUDA synchronisation call in a CUDA library (see
+/// [`super::cuda_tag`]): the call the program made
+/// (`cudaStreamSynchronize` in libcudart rather than the driver's
+/// `cuStreamSynchronize` it calls), or None when the thread is not waiting
+/// for the GPU. `frame` gives a frame's name and module.
+pub(crate) fn cuda_sync<T>(
+    frames: &[T],
+    frame: impl Fn(&T) -> (Option<&str>, &str),
+) -> Option<usize> {
+    frames.iter().rposition(|f| {
+        let (function, module) = frame(f);
+        super::cuda_tag(module).is_some()
+            && function.is_some_and(|n| is_cuda_sync(super::display_name(n)))
+    })
 }
 
 #[cfg(test)]
@@ -167,20 +224,14 @@ mod tests {
             nf("clone3", "libc.so.6"),
         ];
         assert_eq!(pool_worker(&gomp), Some("OpenMP worker (libgomp)"));
-        assert_eq!(
-            waiting_in(&gomp).as_deref(),
-            Some("gomp_barrier_wait_end (libgomp.so.1)")
-        );
+        assert_eq!(waiting_frame(&gomp), Some(0));
         let xnn = [
             nf("syscall", "libc.so.6"),
             nf("thread_main", "libtorch_cpu.so"),
             nf("start_thread", "libc.so.6"),
         ];
         assert_eq!(pool_worker(&xnn), Some("pthreadpool worker (XNNPACK)"));
-        assert_eq!(
-            waiting_in(&xnn).as_deref(),
-            Some("thread_main (libtorch_cpu.so)")
-        );
+        assert_eq!(waiting_frame(&xnn), Some(1));
         // A plain `thread_main` elsewhere names no pool.
         assert_eq!(pool_worker(&[nf("thread_main", "libfoo.so")]), None);
         let ort = [
@@ -191,6 +242,46 @@ mod tests {
             nf("start_thread", "libc.so.6"),
         ];
         assert_eq!(pool_worker(&ort), Some("onnxruntime pool worker"));
+        // tokenizers' rayon pool (v0-mangled Rust, main_loop inlined).
+        let rayon = [
+            nf("syscall", "libc.so.6"),
+            nf(
+                "<std::sys::sync::condvar::futex::Condvar>::wait",
+                "tokenizers.abi3.so",
+            ),
+            nf(
+                "<rayon_core::registry::WorkerThread>::wait_until_cold",
+                "tokenizers.abi3.so",
+            ),
+            nf(
+                "<rayon_core::registry::ThreadBuilder>::run",
+                "tokenizers.abi3.so",
+            ),
+            nf(
+                "<std::sys::thread::unix::Thread>::new::thread_start",
+                "tokenizers.abi3.so",
+            ),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&rayon), Some("rayon worker"));
+        assert_eq!(waiting_frame(&rayon), Some(2));
+        // XLA's pool: the pool's wait, not the C++ runtime's it sleeps in.
+        let xla = [
+            nf("__futex_abstimed_wait_common", "libc.so.6"),
+            nf("pthread_cond_wait", "libc.so.6"),
+            nf("std::condition_variable::wait", "libstdc++.so.6.0.30"),
+            nf("Eigen::EventCount::CommitWait", "libjax_common.so"),
+            nf(
+                "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+                "libjax_common.so",
+            ),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&xla), Some("XLA (TSL) pool worker"));
+        assert_eq!(waiting_frame(&xla), Some(3));
+        // Only the C runtime named: its innermost frame.
+        let bare = [nf("", "libfoo.so"), nf("syscall", "libc.so.6")];
+        assert_eq!(waiting_frame(&bare), Some(1));
         let cuda = [
             nf("poll", "libc.so.6"),
             nf("", "libcuda.so.1"),
@@ -201,5 +292,59 @@ mod tests {
         assert!(generic_thread_name(Some("python3"), Some("python3")));
         assert!(generic_thread_name(Some("python3.12"), Some("pytest")));
         assert!(!generic_thread_name(Some("torch-worker"), Some("python3")));
+    }
+
+    /// A recorded stack of a thread in `torch.cuda.synchronize()`-like
+    /// code (frames as the unwinder gives them: the driver's internals
+    /// unnamed, the exports named), and look-alikes that are not.
+    #[test]
+    fn cuda_synchronisation_is_found_by_its_outermost_call() {
+        fn name(f: &NativeFrame) -> (Option<&str>, &str) {
+            (f.function.as_deref(), f.module.as_str())
+        }
+        let stream = [
+            nf("sched_yield", "libc.so.6"),
+            nf("", "libcuda.so.1"),
+            nf("", "libcuda.so.1"),
+            nf("cuStreamSynchronize", "libcuda.so.1"),
+            nf("", "libcudart.so.12"),
+            nf("cudaStreamSynchronize", "libcudart.so.12"),
+            nf(
+                "c10::cuda::stream_synchronize(CUstream_st*)",
+                "libc10_cuda.so",
+            ),
+            nf(
+                "at::native::_local_scalar_dense_cuda(at::Tensor const&)",
+                "libtorch_cuda.so",
+            ),
+            nf("_PyEval_EvalFrameDefault", "libpython3.12.so.1.0"),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(cuda_sync(&stream, name), Some(5));
+        // The driver alone (a program calling it directly), blocking in a
+        // futex, and the per-thread default stream's export.
+        let driver = [
+            nf("syscall", "libc.so.6"),
+            nf("", "libcuda.so.1"),
+            nf("cuCtxSynchronize", "libcuda.so.1"),
+            nf("main", "app"),
+        ];
+        assert_eq!(cuda_sync(&driver, name), Some(2));
+        let ptsz = [nf("cudaStreamSynchronize_ptsz", "libcudart.so.13")];
+        assert_eq!(cuda_sync(&ptsz, name), Some(0));
+        let device = [
+            nf("ioctl", "libc.so.6"),
+            nf("cudaDeviceSynchronize", "libcudart.so.12"),
+        ];
+        assert_eq!(cuda_sync(&device, name), Some(1));
+        // Not a CUDA library, not a synchronisation, or only a prefix.
+        let lookalikes = [
+            nf("cudaStreamSynchronize", "libmyshim.so"),
+            nf("cudaLaunchKernel", "libcudart.so.12"),
+            nf("cudaStreamSynchronizeAll", "libcudart.so.12"),
+            nf("cuStreamQuery", "libcuda.so.1"),
+        ];
+        assert_eq!(cuda_sync(&lookalikes, name), None);
+        assert_eq!(cuda_sync::<NativeFrame>(&[], name), None);
     }
 }

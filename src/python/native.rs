@@ -74,9 +74,14 @@ impl Names {
     }
 
     /// The thread header's `in cuStreamSynchronize (libcuda.so.1)`, named
-    /// as its frames are.
+    /// as its frames are; a thread waiting for the GPU is in the CUDA
+    /// synchronisation its program called (`cudaStreamSynchronize
+    /// (libcudart.so.12)`), wherever in the driver it waits.
     fn entry(&mut self, native: &[NativeFrame]) -> Option<String> {
-        let f = &native[native_unwind::native_entry_frame(native)?];
+        let at =
+            native_unwind::pools::cuda_sync(native, |f| (f.function.as_deref(), f.module.as_str()))
+                .or_else(|| native_unwind::native_entry_frame(native))?;
+        let f = &native[at];
         let (function, _) = self.of(f);
         Some(format!("{function} ({})", f.module))
     }
@@ -254,8 +259,9 @@ impl NativeStacks {
 
     /// A thread Python does not know (--native-all), named from the kernel,
     /// or, where that name is only the process's, from the thread pool its
-    /// stack starts in; with what it waits in when no library entry point
-    /// says (`gomp_barrier_wait_end (libgomp.so.1)`).
+    /// stack starts in; a pool's worker with what it waits in
+    /// (`gomp_barrier_wait_end (libgomp.so.1)`), others with their library
+    /// entry point. (Its wait, the futex, is the sampler's to add.)
     pub(crate) fn foreign_thread(
         &mut self,
         source: &dyn TargetSource,
@@ -269,10 +275,17 @@ impl NativeStacks {
         let pool = native_unwind::pools::pool_worker(native).filter(|_| {
             native_unwind::pools::generic_thread_name(os_name.as_deref(), process.as_deref())
         });
-        let entry = self
-            .names
-            .entry(native)
-            .or_else(|| pool.and_then(|_| native_unwind::pools::waiting_in(native)));
+        // A pool worker is in its pool's wait (`gomp_barrier_wait_end
+        // (libgomp.so.1)`) rather than the C runtime's entry it sleeps in.
+        let waiting = pool.and_then(|_| native_unwind::pools::waiting_frame(native));
+        let entry = match waiting {
+            Some(i) => {
+                let f = &native[i];
+                let (function, _) = self.names.of(f);
+                Some(format!("{function} ({})", f.module))
+            }
+            None => self.names.entry(native),
+        };
         ThreadStack {
             thread_id: 0,
             os_thread_id: Some(tid as u32),
