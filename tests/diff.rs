@@ -141,7 +141,7 @@ fn real_recordings_raw_and_pprof() {
             "--",
             python,
             script.to_str().unwrap(),
-            "0.6",
+            "2",
         ]);
         out.assert_success();
         path
