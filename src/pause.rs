@@ -21,7 +21,12 @@
 //!   after the detach. Nothing is kept to be "re-injected" at detach, which
 //!   the kernel ignores from an interrupt stop.
 //! - Threads that die while seized (an exec in another thread kills them) are
-//!   reaped, so the exec waiting for them proceeds.
+//!   reaped, so the exec waiting for them proceeds. Also while we are
+//!   ourselves inside a seize: the exec holds the target's
+//!   `cred_guard_mutex` until its dead threads are reaped, and a seize waits
+//!   for that mutex (restarting after any signal), so neither would ever
+//!   finish. A watchdog thread ([`seize`]) reaps the target's dead threads
+//!   when a seize takes longer than [`SEIZE_STUCK`].
 //! - Every stopped thread is detached when the guard drops, on every path;
 //!   should we die outright, the kernel detaches the tracees itself.
 
@@ -194,6 +199,111 @@ fn ptrace_req(req: libc::c_uint, tid: i32, data: usize) -> std::result::Result<(
         Err(errno())
     } else {
         Ok(())
+    }
+}
+
+/// A seize that has not returned after this long may be waiting for an
+/// exec of the target, which waits for its dead threads to be reaped.
+const SEIZE_STUCK: Duration = Duration::from_millis(5);
+/// How often the watchdog looks while seizes happen; it sleeps for good
+/// (until the next seize) once none happened for [`WATCHDOG_IDLE`].
+const WATCHDOG_TICK: Duration = Duration::from_millis(5);
+const WATCHDOG_IDLE: Duration = Duration::from_secs(1);
+
+/// The seizes in progress, for the watchdog.
+struct Seizes {
+    /// (id, process, start) of each seize not yet returned.
+    running: Vec<(u64, i32, Instant)>,
+    next_id: u64,
+    last_end: Option<Instant>,
+    /// The watchdog is parked: the next seize unparks it.
+    parked: bool,
+}
+
+static SEIZES: std::sync::Mutex<Seizes> = std::sync::Mutex::new(Seizes {
+    running: Vec::new(),
+    next_id: 0,
+    last_end: None,
+    parked: false,
+});
+
+fn seizes() -> std::sync::MutexGuard<'static, Seizes> {
+    SEIZES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// PTRACE_SEIZE of thread `tid` of process `pid`, watched: should it block
+/// (on an exec of the target that waits for threads only their tracer can
+/// reap: us), the watchdog reaps the target's dead threads so that the exec,
+/// and then the seize, finish.
+fn seize(pid: i32, tid: i32) -> std::result::Result<(), i32> {
+    static WATCHDOG: std::sync::OnceLock<Option<std::thread::Thread>> = std::sync::OnceLock::new();
+    let watchdog = WATCHDOG.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("pause-watchdog".into())
+            .spawn(watchdog)
+            .ok()
+            .map(|h| h.thread().clone())
+    });
+    let id = {
+        let mut s = seizes();
+        let id = s.next_id;
+        s.next_id += 1;
+        s.running.push((id, pid, Instant::now()));
+        if std::mem::take(&mut s.parked) {
+            if let Some(w) = watchdog {
+                w.unpark();
+            }
+        }
+        id
+    };
+    let r = ptrace_req(libc::PTRACE_SEIZE, tid, 0);
+    let mut s = seizes();
+    s.running.retain(|&(i, _, _)| i != id);
+    s.last_end = Some(Instant::now());
+    r
+}
+
+fn watchdog() {
+    loop {
+        let stuck: Vec<i32> = {
+            let mut s = seizes();
+            let now = Instant::now();
+            let idle = s
+                .last_end
+                .is_none_or(|at| now.saturating_duration_since(at) > WATCHDOG_IDLE);
+            if s.running.is_empty() && idle {
+                s.parked = true;
+                drop(s);
+                // Unparked by the next seize (or spuriously: look again).
+                std::thread::park();
+                continue;
+            }
+            let mut v: Vec<i32> = s
+                .running
+                .iter()
+                .filter(|&&(_, _, at)| now.saturating_duration_since(at) >= SEIZE_STUCK)
+                .map(|&(_, pid, _)| pid)
+                .collect();
+            v.dedup();
+            v
+        };
+        for pid in stuck {
+            reap_dead_threads(pid);
+        }
+        std::thread::sleep(WATCHDOG_TICK);
+    }
+}
+
+/// Reap the dead (zombie) threads of `pid` that we trace. Only dead threads
+/// are waited for: a wait on a live tracee would take the stop that its
+/// pauser waits for. Any thread of ours may reap: a wait looks at the
+/// tracees of every thread of the waiting thread group (without
+/// `__WNOTHREAD`). A dead thread that is not our tracee gives ECHILD.
+fn reap_dead_threads(pid: i32) {
+    for tid in procfs::dead_threads(pid) {
+        let mut status = 0;
+        // SAFETY: waitpid writes only into `status`.
+        unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
     }
 }
 
@@ -504,7 +614,7 @@ impl PauseGuard {
             if self.waiting.iter().any(|(t, _)| *t == tid) || self.stopped.contains(&tid) {
                 continue;
             }
-            match ptrace_req(libc::PTRACE_SEIZE, tid, 0) {
+            match seize(pid, tid) {
                 Ok(()) => {}
                 Err(libc::ESRCH) => continue,
                 Err(libc::EPERM) => {
@@ -658,4 +768,81 @@ pub(crate) fn install_signal_flag() {
 
 pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+
+    /// The exec-versus-seize deadlock, made to happen: a thread of the
+    /// target that we hold is killed by an exec in another thread; the exec
+    /// waits for us to reap it while holding the target's cred_guard_mutex,
+    /// and our next seize waits for that mutex. The watchdog must reap the
+    /// dead thread (and only dead threads) so that both go on.
+    #[test]
+    fn a_seize_blocked_by_an_exec_returns() {
+        let script = r#"
+import os, sys, threading, time
+def spin():
+    while True:
+        time.sleep(0.001)
+a = threading.Thread(target=spin, daemon=True)
+a.start()
+ids = []
+def b():
+    ids.append(threading.get_native_id())
+    sys.stdin.readline()
+    os.execv("/bin/sleep", ["sleep", "30"])
+threading.Thread(target=b, daemon=True).start()
+while not ids:
+    time.sleep(0.01)
+print(a.native_id, ids[0], flush=True)
+while True:
+    time.sleep(1)
+"#;
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ids: Vec<i32> = line
+            .split_whitespace()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let a = ids[0];
+
+        // The reaper leaves a live tracee's stop to its pauser.
+        let mut g = PauseGuard::interrupted(pid, &[a]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        reap_dead_threads(pid);
+        g.wait_stops();
+        assert_eq!(g.tids().collect::<Vec<_>>(), vec![a], "the stop was taken");
+
+        // The other thread execs while we hold a: a dies and waits for us.
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while procfs::thread_state(pid, a) != Some('Z') {
+            assert!(Instant::now() < end, "the exec never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(seize(pid, pid));
+        });
+        let done = rx.recv_timeout(Duration::from_secs(5));
+        // SAFETY: kill(2) of our own child (which also ends a stuck exec).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        drop(g);
+        let _ = child.wait();
+        assert!(done.is_ok(), "the seize stayed blocked behind the exec");
+    }
 }
