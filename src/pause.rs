@@ -210,25 +210,35 @@ const SEIZE_STUCK: Duration = Duration::from_millis(5);
 const WATCHDOG_TICK: Duration = Duration::from_millis(5);
 const WATCHDOG_IDLE: Duration = Duration::from_secs(1);
 
-/// The seizes in progress, for the watchdog.
-struct Seizes {
-    /// (id, process, start) of each seize not yet returned.
-    running: Vec<(u64, i32, Instant)>,
-    next_id: u64,
-    last_end: Option<Instant>,
-    /// The watchdog is parked: the next seize unparks it.
-    parked: bool,
+/// The seizes in progress, for the watchdog, lock-free: a pausing thread
+/// may run under SCHED_FIFO with threads held, and must never wait for the
+/// watchdog. One slot per seize in progress (claimed for the seize: one
+/// beyond [`SEIZE_SLOTS`] at once is not watched): the process being seized
+/// (0: free, -1: being claimed) and when the seize began (nanoseconds since
+/// [`epoch`]).
+const SEIZE_SLOTS: usize = 64;
+struct Slot {
+    pid: std::sync::atomic::AtomicI32,
+    since: std::sync::atomic::AtomicU64,
+}
+static SLOTS: [Slot; SEIZE_SLOTS] = [const {
+    Slot {
+        pid: std::sync::atomic::AtomicI32::new(0),
+        since: std::sync::atomic::AtomicU64::new(0),
+    }
+}; SEIZE_SLOTS];
+/// When the last seize ended (nanoseconds since [`epoch`]).
+static LAST_SEIZE_END: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// The watchdog is parked (or about to): the next seize unparks it.
+static WATCHDOG_PARKED: AtomicBool = AtomicBool::new(false);
+
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
-static SEIZES: std::sync::Mutex<Seizes> = std::sync::Mutex::new(Seizes {
-    running: Vec::new(),
-    next_id: 0,
-    last_end: None,
-    parked: false,
-});
-
-fn seizes() -> std::sync::MutexGuard<'static, Seizes> {
-    SEIZES.lock().unwrap_or_else(|e| e.into_inner())
+fn nanos_now() -> u64 {
+    epoch().elapsed().as_nanos() as u64
 }
 
 /// PTRACE_SEIZE of thread `tid` of process `pid`, watched: should it block
@@ -238,55 +248,74 @@ fn seizes() -> std::sync::MutexGuard<'static, Seizes> {
 fn seize(pid: i32, tid: i32) -> std::result::Result<(), i32> {
     static WATCHDOG: std::sync::OnceLock<Option<std::thread::Thread>> = std::sync::OnceLock::new();
     let watchdog = WATCHDOG.get_or_init(|| {
+        epoch();
         std::thread::Builder::new()
             .name("pause-watchdog".into())
             .spawn(watchdog)
             .ok()
             .map(|h| h.thread().clone())
     });
-    let id = {
-        let mut s = seizes();
-        let id = s.next_id;
-        s.next_id += 1;
-        s.running.push((id, pid, Instant::now()));
-        if std::mem::take(&mut s.parked) {
+    let slot = SLOTS.iter().find(|s| {
+        s.pid
+            .compare_exchange(0, -1, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    });
+    if let Some(slot) = slot {
+        slot.since.store(nanos_now(), Ordering::SeqCst);
+        slot.pid.store(pid, Ordering::SeqCst);
+        if WATCHDOG_PARKED.swap(false, Ordering::SeqCst) {
             if let Some(w) = watchdog {
                 w.unpark();
             }
         }
-        id
-    };
+    }
     let r = ptrace_req(libc::PTRACE_SEIZE, tid, 0);
-    let mut s = seizes();
-    s.running.retain(|&(i, _, _)| i != id);
-    s.last_end = Some(Instant::now());
+    if let Some(slot) = slot {
+        slot.pid.store(0, Ordering::SeqCst);
+        LAST_SEIZE_END.store(nanos_now(), Ordering::SeqCst);
+    }
     r
 }
 
+/// The processes whose seizes have run for longer than [`SEIZE_STUCK`], and
+/// whether any seize is running.
+fn stuck_seizes() -> (Vec<i32>, bool) {
+    let now = nanos_now();
+    let stuck_ns = SEIZE_STUCK.as_nanos() as u64;
+    let mut stuck = Vec::new();
+    let mut any = false;
+    for s in &SLOTS {
+        let pid = s.pid.load(Ordering::SeqCst);
+        if pid == 0 {
+            continue;
+        }
+        any = true;
+        if pid < 0 {
+            continue;
+        }
+        if now.saturating_sub(s.since.load(Ordering::SeqCst)) >= stuck_ns && !stuck.contains(&pid) {
+            stuck.push(pid);
+        }
+    }
+    (stuck, any)
+}
+
 fn watchdog() {
+    let idle_ns = WATCHDOG_IDLE.as_nanos() as u64;
     loop {
-        let stuck: Vec<i32> = {
-            let mut s = seizes();
-            let now = Instant::now();
-            let idle = s
-                .last_end
-                .is_none_or(|at| now.saturating_duration_since(at) > WATCHDOG_IDLE);
-            if s.running.is_empty() && idle {
-                s.parked = true;
-                drop(s);
+        let (stuck, any) = stuck_seizes();
+        let idle = nanos_now().saturating_sub(LAST_SEIZE_END.load(Ordering::SeqCst)) > idle_ns;
+        if !any && idle {
+            WATCHDOG_PARKED.store(true, Ordering::SeqCst);
+            // A seize that began before the flag was set did not unpark us.
+            if stuck_seizes().1 {
+                WATCHDOG_PARKED.store(false, Ordering::SeqCst);
+            } else {
                 // Unparked by the next seize (or spuriously: look again).
                 std::thread::park();
-                continue;
             }
-            let mut v: Vec<i32> = s
-                .running
-                .iter()
-                .filter(|&&(_, _, at)| now.saturating_duration_since(at) >= SEIZE_STUCK)
-                .map(|&(_, pid, _)| pid)
-                .collect();
-            v.dedup();
-            v
-        };
+            continue;
+        }
         for pid in stuck {
             reap_dead_threads(pid);
         }
