@@ -207,7 +207,7 @@ fn ptrace_req(req: libc::c_uint, tid: i32, data: usize) -> std::result::Result<(
 const SEIZE_STUCK: Duration = Duration::from_millis(5);
 /// How often the watchdog looks while seizes happen; it sleeps for good
 /// (until the next seize) once none happened for [`WATCHDOG_IDLE`].
-const WATCHDOG_TICK: Duration = Duration::from_millis(5);
+const WATCHDOG_TICK: Duration = Duration::from_millis(20);
 const WATCHDOG_IDLE: Duration = Duration::from_secs(1);
 
 /// The seizes in progress, for the watchdog, lock-free: a pausing thread
