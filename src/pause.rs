@@ -21,7 +21,12 @@
 //!   after the detach. Nothing is kept to be "re-injected" at detach, which
 //!   the kernel ignores from an interrupt stop.
 //! - Threads that die while seized (an exec in another thread kills them) are
-//!   reaped, so the exec waiting for them proceeds.
+//!   reaped, so the exec waiting for them proceeds. Also while we are
+//!   ourselves inside a seize: the exec holds the target's
+//!   `cred_guard_mutex` until its dead threads are reaped, and a seize waits
+//!   for that mutex (restarting after any signal), so neither would ever
+//!   finish. A watchdog thread ([`seize`]) reaps the target's dead threads
+//!   when a seize takes longer than [`SEIZE_STUCK`].
 //! - Every stopped thread is detached when the guard drops, on every path;
 //!   should we die outright, the kernel detaches the tracees itself.
 
@@ -194,6 +199,140 @@ fn ptrace_req(req: libc::c_uint, tid: i32, data: usize) -> std::result::Result<(
         Err(errno())
     } else {
         Ok(())
+    }
+}
+
+/// A seize that has not returned after this long may be waiting for an
+/// exec of the target, which waits for its dead threads to be reaped.
+const SEIZE_STUCK: Duration = Duration::from_millis(5);
+/// How often the watchdog looks while seizes happen; it sleeps for good
+/// (until the next seize) once none happened for [`WATCHDOG_IDLE`].
+const WATCHDOG_TICK: Duration = Duration::from_millis(20);
+const WATCHDOG_IDLE: Duration = Duration::from_secs(1);
+
+/// The seizes in progress, for the watchdog, lock-free: a pausing thread
+/// may run under SCHED_FIFO with threads held, and must never wait for the
+/// watchdog. One slot per seize in progress (claimed for the seize: one
+/// beyond [`SEIZE_SLOTS`] at once is not watched): the process being seized
+/// (0: free, -1: being claimed) and when the seize began (nanoseconds since
+/// [`epoch`]).
+const SEIZE_SLOTS: usize = 64;
+struct Slot {
+    pid: std::sync::atomic::AtomicI32,
+    since: std::sync::atomic::AtomicU64,
+}
+static SLOTS: [Slot; SEIZE_SLOTS] = [const {
+    Slot {
+        pid: std::sync::atomic::AtomicI32::new(0),
+        since: std::sync::atomic::AtomicU64::new(0),
+    }
+}; SEIZE_SLOTS];
+/// When the last seize ended (nanoseconds since [`epoch`]).
+static LAST_SEIZE_END: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// The watchdog is parked (or about to): the next seize unparks it.
+static WATCHDOG_PARKED: AtomicBool = AtomicBool::new(false);
+
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn nanos_now() -> u64 {
+    epoch().elapsed().as_nanos() as u64
+}
+
+/// PTRACE_SEIZE of thread `tid` of process `pid`, watched: should it block
+/// (on an exec of the target that waits for threads only their tracer can
+/// reap: us), the watchdog reaps the target's dead threads so that the exec,
+/// and then the seize, finish.
+fn seize(pid: i32, tid: i32) -> std::result::Result<(), i32> {
+    static WATCHDOG: std::sync::OnceLock<Option<std::thread::Thread>> = std::sync::OnceLock::new();
+    let watchdog = WATCHDOG.get_or_init(|| {
+        epoch();
+        std::thread::Builder::new()
+            .name("pause-watchdog".into())
+            .spawn(watchdog)
+            .ok()
+            .map(|h| h.thread().clone())
+    });
+    let slot = SLOTS.iter().find(|s| {
+        s.pid
+            .compare_exchange(0, -1, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    });
+    if let Some(slot) = slot {
+        slot.since.store(nanos_now(), Ordering::SeqCst);
+        slot.pid.store(pid, Ordering::SeqCst);
+        if WATCHDOG_PARKED.swap(false, Ordering::SeqCst) {
+            if let Some(w) = watchdog {
+                w.unpark();
+            }
+        }
+    }
+    let r = ptrace_req(libc::PTRACE_SEIZE, tid, 0);
+    if let Some(slot) = slot {
+        slot.pid.store(0, Ordering::SeqCst);
+        LAST_SEIZE_END.store(nanos_now(), Ordering::SeqCst);
+    }
+    r
+}
+
+/// The processes whose seizes have run for longer than [`SEIZE_STUCK`], and
+/// whether any seize is running.
+fn stuck_seizes() -> (Vec<i32>, bool) {
+    let now = nanos_now();
+    let stuck_ns = SEIZE_STUCK.as_nanos() as u64;
+    let mut stuck = Vec::new();
+    let mut any = false;
+    for s in &SLOTS {
+        let pid = s.pid.load(Ordering::SeqCst);
+        if pid == 0 {
+            continue;
+        }
+        any = true;
+        if pid < 0 {
+            continue;
+        }
+        if now.saturating_sub(s.since.load(Ordering::SeqCst)) >= stuck_ns && !stuck.contains(&pid) {
+            stuck.push(pid);
+        }
+    }
+    (stuck, any)
+}
+
+fn watchdog() {
+    let idle_ns = WATCHDOG_IDLE.as_nanos() as u64;
+    loop {
+        let (stuck, any) = stuck_seizes();
+        let idle = nanos_now().saturating_sub(LAST_SEIZE_END.load(Ordering::SeqCst)) > idle_ns;
+        if !any && idle {
+            WATCHDOG_PARKED.store(true, Ordering::SeqCst);
+            // A seize that began before the flag was set did not unpark us.
+            if stuck_seizes().1 {
+                WATCHDOG_PARKED.store(false, Ordering::SeqCst);
+            } else {
+                // Unparked by the next seize (or spuriously: look again).
+                std::thread::park();
+            }
+            continue;
+        }
+        for pid in stuck {
+            reap_dead_threads(pid);
+        }
+        std::thread::sleep(WATCHDOG_TICK);
+    }
+}
+
+/// Reap the dead (zombie) threads of `pid` that we trace. Only dead threads
+/// are waited for: a wait on a live tracee would take the stop that its
+/// pauser waits for. Any thread of ours may reap: a wait looks at the
+/// tracees of every thread of the waiting thread group (without
+/// `__WNOTHREAD`). A dead thread that is not our tracee gives ECHILD.
+fn reap_dead_threads(pid: i32) {
+    for tid in procfs::dead_threads(pid) {
+        let mut status = 0;
+        // SAFETY: waitpid writes only into `status`.
+        unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
     }
 }
 
@@ -504,7 +643,7 @@ impl PauseGuard {
             if self.waiting.iter().any(|(t, _)| *t == tid) || self.stopped.contains(&tid) {
                 continue;
             }
-            match ptrace_req(libc::PTRACE_SEIZE, tid, 0) {
+            match seize(pid, tid) {
                 Ok(()) => {}
                 Err(libc::ESRCH) => continue,
                 Err(libc::EPERM) => {
@@ -658,4 +797,81 @@ pub(crate) fn install_signal_flag() {
 
 pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+
+    /// The exec-versus-seize deadlock, made to happen: a thread of the
+    /// target that we hold is killed by an exec in another thread; the exec
+    /// waits for us to reap it while holding the target's cred_guard_mutex,
+    /// and our next seize waits for that mutex. The watchdog must reap the
+    /// dead thread (and only dead threads) so that both go on.
+    #[test]
+    fn a_seize_blocked_by_an_exec_returns() {
+        let script = r#"
+import os, sys, threading, time
+def spin():
+    while True:
+        time.sleep(0.001)
+a = threading.Thread(target=spin, daemon=True)
+a.start()
+ids = []
+def b():
+    ids.append(threading.get_native_id())
+    sys.stdin.readline()
+    os.execv("/bin/sleep", ["sleep", "30"])
+threading.Thread(target=b, daemon=True).start()
+while not ids:
+    time.sleep(0.01)
+print(a.native_id, ids[0], flush=True)
+while True:
+    time.sleep(1)
+"#;
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ids: Vec<i32> = line
+            .split_whitespace()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let a = ids[0];
+
+        // The reaper leaves a live tracee's stop to its pauser.
+        let mut g = PauseGuard::interrupted(pid, &[a]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        reap_dead_threads(pid);
+        g.wait_stops();
+        assert_eq!(g.tids().collect::<Vec<_>>(), vec![a], "the stop was taken");
+
+        // The other thread execs while we hold a: a dies and waits for us.
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while procfs::thread_state(pid, a) != Some('Z') {
+            assert!(Instant::now() < end, "the exec never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(seize(pid, pid));
+        });
+        let done = rx.recv_timeout(Duration::from_secs(5));
+        // SAFETY: kill(2) of our own child (which also ends a stuck exec).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        drop(g);
+        let _ = child.wait();
+        assert!(done.is_ok(), "the seize stayed blocked behind the exec");
+    }
 }

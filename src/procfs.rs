@@ -310,6 +310,23 @@ pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
     parse_stat_state(&String::from_utf8_lossy(&buf[..n]))
 }
 
+/// Whether a thread in scheduler state `state` has died and waits to be
+/// reaped (zombie `Z`, or dead `X`), and is not the leader (a leader stays
+/// a zombie while its group lives, and its exit belongs to its parent).
+pub(crate) fn is_dead_thread(pid: i32, tid: i32, state: char) -> bool {
+    tid != pid && matches!(state, 'Z' | 'X')
+}
+
+/// The threads of `pid` other than its leader that have died and wait to
+/// be reaped. Bounded by what the kernel lists under `/proc/PID/task/`.
+pub(crate) fn dead_threads(pid: i32) -> Vec<i32> {
+    tasks(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&tid| thread_state(pid, tid).is_some_and(|s| is_dead_thread(pid, tid, s)))
+        .collect()
+}
+
 /// How long the calling thread has waited on a run queue for a CPU since it
 /// started (the second field of /proc/thread-self/schedstat): time a busy
 /// machine kept it from running.
@@ -605,6 +622,18 @@ pub(crate) fn target_file(pid: i32, map: &MapEntry) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_dead_non_leaders_are_dead_threads() {
+        for s in ['R', 'S', 'D', 'T', 't', 'I', 'W', 'P'] {
+            assert!(!is_dead_thread(10, 11, s), "{s}");
+        }
+        assert!(is_dead_thread(10, 11, 'Z'));
+        assert!(is_dead_thread(10, 11, 'X'));
+        assert!(!is_dead_thread(10, 10, 'Z'), "the leader is never reaped");
+        // A live process of ours has no dead threads.
+        assert!(dead_threads(std::process::id() as i32).is_empty());
+    }
 
     #[test]
     fn schedstat_lines() {
