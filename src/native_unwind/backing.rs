@@ -91,6 +91,35 @@ impl Backing {
     }
 }
 
+impl Backing {
+    /// Fill `buf` with the file bytes at `off..off + buf.len()`: copied
+    /// when present, else read from the file into `buf` itself (no copy).
+    pub(super) fn read_into(&self, off: u64, buf: &mut [u8]) -> Option<()> {
+        let len = buf.len() as u64;
+        let end = off.checked_add(len)?;
+        match self {
+            Backing::Sparse { filled, file, data }
+                if !filled.iter().any(|r| r.start <= off && end <= r.end) =>
+            {
+                use std::os::unix::fs::FileExt;
+                if end > data.len() as u64 || len > MAX_SECTION {
+                    return None;
+                }
+                file.read_exact_at(buf, off).ok()
+            }
+            _ => {
+                buf.copy_from_slice(self.get(off as usize..end as usize)?);
+                Some(())
+            }
+        }
+    }
+
+    /// Whether the file's sections are read on demand (not all in memory).
+    pub(super) fn is_sparse(&self) -> bool {
+        matches!(self, Backing::Sparse { .. })
+    }
+}
+
 /// Whether a section is read when its file is opened: headers, notes (the
 /// build id), `.gnu_debuglink`, `.eh_frame_hdr`, `.debug_frame` and the
 /// PLT. `.eh_frame` is read by the page as unwinding needs its entries (see

@@ -3,10 +3,11 @@
 //! address, and the call-site records that rebuild tail calls.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use gimli::{EndianSlice, LittleEndian};
-use object::Object;
+use object::{Object, ObjectSection};
 
 use super::backing::{dwarf_section, Backing};
 use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
@@ -14,15 +15,41 @@ use super::module::{LoadedModule, CACHE_MAX};
 
 type Slice = EndianSlice<'static, LittleEndian>;
 
-/// DWARF of one module, with the borrowed slices pointing into `owned` and
-/// `file`, which live exactly as long as the context (declared first, so it
-/// is dropped first).
+/// DWARF of one module, with the borrowed slices pointing into `owned`,
+/// `shared` and `file`, which live exactly as long as the context (declared
+/// first, so it is dropped first).
 pub(super) struct DwarfCtx {
     pub(super) ctx: addr2line::Context<Slice>,
     /// The same sections, for what addr2line does not read: call sites.
     pub(super) dwarf: Arc<gimli::Dwarf<Slice>>,
     _owned: Vec<Box<[u8]>>,
+    _shared: Option<Arc<Shared>>,
     _file: Arc<Backing>,
+}
+
+/// Sections that name no function or line: never read (in pyenv's
+/// libpython, `.debug_loclists` is a fifth of its DWARF).
+fn unread(id: gimli::SectionId) -> bool {
+    matches!(
+        id,
+        gimli::SectionId::DebugLoc
+            | gimli::SectionId::DebugLocLists
+            | gimli::SectionId::DebugMacinfo
+            | gimli::SectionId::DebugMacro
+            | gimli::SectionId::DebugPubNames
+            | gimli::SectionId::DebugPubTypes
+    )
+}
+
+/// A slice as `'static`.
+///
+/// SAFETY (for callers): `s` must point into a `Backing` or a boxed slice
+/// that the [`DwarfCtx`] built from it keeps alive (an Arc'd buffer that
+/// never moves, a box whose contents do not move with the Vec holding it);
+/// the context, declared first, is dropped first.
+unsafe fn extend(s: &[u8]) -> Slice {
+    let s: &'static [u8] = unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) };
+    EndianSlice::new(s, LittleEndian)
 }
 
 impl DwarfCtx {
@@ -31,17 +58,7 @@ impl DwarfCtx {
         obj.section_by_name(".debug_info")?;
         let mut owned: Vec<Box<[u8]>> = Vec::new();
         let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
-            // Location lists and macros name no function or line: not read
-            // (in pyenv's libpython, .debug_loclists is a fifth of its DWARF).
-            if matches!(
-                id,
-                gimli::SectionId::DebugLoc
-                    | gimli::SectionId::DebugLocLists
-                    | gimli::SectionId::DebugMacinfo
-                    | gimli::SectionId::DebugMacro
-                    | gimli::SectionId::DebugPubNames
-                    | gimli::SectionId::DebugPubTypes
-            ) {
+            if unread(id) {
                 return Ok(EndianSlice::new(&[], LittleEndian));
             }
             let s: &[u8] = match obj
@@ -55,12 +72,8 @@ impl DwarfCtx {
                 }
                 None => &[],
             };
-            // SAFETY: `s` points into `file` (an Arc'd mapping that never
-            // moves) or into a boxed slice in `owned` (moving the Vec does not
-            // move the box's contents); both are stored in the returned
-            // DwarfCtx next to the context, which is dropped first.
-            let s: &'static [u8] = unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) };
-            Ok(EndianSlice::new(s, LittleEndian))
+            // SAFETY: `s` is in `file` or in `owned`, kept with the context.
+            Ok(unsafe { extend(s) })
         })
         .ok()?;
         let dwarf = Arc::new(dwarf);
@@ -69,8 +82,323 @@ impl DwarfCtx {
             ctx,
             dwarf,
             _owned: owned,
+            _shared: None,
             _file: file,
         })
+    }
+}
+
+/// The small DWARF sections every unit uses (abbreviations, strings, range
+/// lists, addresses, `.debug_aranges`), read whole once per module.
+pub(super) struct Shared {
+    sections: Vec<(gimli::SectionId, Box<[u8]>)>,
+}
+
+impl Shared {
+    fn get(&self, id: gimli::SectionId) -> &[u8] {
+        self.sections
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, b)| &b[..])
+            .unwrap_or(&[])
+    }
+}
+
+/// Bound on the address ranges taken from `.debug_aranges`.
+const ARANGES_MAX: usize = 1 << 20;
+
+/// DWARF read by compilation unit: `.debug_aranges` says which unit covers
+/// an address, and only that unit's `.debug_info` and its line program in
+/// `.debug_line` are read (pyenv's libpython: 14 MB and 3 MB in all, a few
+/// hundred KB for the units a stack needs). Each unit gets its own context
+/// over sections of the full size whose other bytes are zero pages never
+/// touched: offsets stay those of the file, and a filler unit header at 0
+/// makes addr2line step over the unread units to the real one.
+pub(super) struct UnitDwarf {
+    file: Arc<Backing>,
+    shared: Arc<Shared>,
+    /// File ranges of `.debug_info` and `.debug_line`.
+    info: (u64, u64),
+    line: (u64, u64),
+    /// (begin, end, unit offset), sorted by begin.
+    ranges: Vec<(u64, u64, u64)>,
+    /// Unit offsets named by `.debug_aranges`, sorted.
+    starts: Vec<u64>,
+    /// Offset in the shared `.debug_abbrev` of the filler unit's table.
+    filler_abbrev: u32,
+    units: HashMap<u64, Option<DwarfCtx>>,
+}
+
+/// A module's DWARF: by unit where it can be (see [`UnitDwarf`]), else
+/// every section read whole for one context.
+pub(super) enum ModuleDwarf {
+    Units(UnitDwarf),
+    Whole {
+        ctx: DwarfCtx,
+        /// Where each unit starts in `.debug_info` (sorted), on first use.
+        starts: Option<Vec<u64>>,
+    },
+}
+
+/// Bound on the per-unit contexts kept (a large library has thousands).
+const UNIT_CTX_MAX: usize = 256;
+
+impl UnitDwarf {
+    /// None unless `file` is read sparsely and has `.debug_aranges` and
+    /// uncompressed `.debug_info` and `.debug_line`.
+    fn load(file: &Arc<Backing>) -> Option<UnitDwarf> {
+        if !file.is_sparse() {
+            return None;
+        }
+        let obj = object::File::parse(&file[..]).ok()?;
+        let plain = |name: &str| -> Option<(u64, u64)> {
+            let s = obj.section_by_name(name)?;
+            let object::SectionFlags::Elf { sh_flags } = s.flags() else {
+                return None;
+            };
+            if sh_flags & u64::from(object::elf::SHF_COMPRESSED) != 0 {
+                return None;
+            }
+            s.file_range()
+        };
+        let info = plain(".debug_info")?;
+        let line = plain(".debug_line").unwrap_or((0, 0));
+        obj.section_by_name(".debug_aranges")?;
+        let mut sections = Vec::new();
+        let mut filler_abbrev = u32::MAX;
+        for id in [
+            gimli::SectionId::DebugAbbrev,
+            gimli::SectionId::DebugAddr,
+            gimli::SectionId::DebugAranges,
+            gimli::SectionId::DebugLineStr,
+            gimli::SectionId::DebugRanges,
+            gimli::SectionId::DebugRngLists,
+            gimli::SectionId::DebugStr,
+            gimli::SectionId::DebugStrOffsets,
+        ] {
+            if let Some(s) = obj.section_by_name(id.name()) {
+                let mut b = dwarf_section(file, &s)?.into_owned();
+                if id == gimli::SectionId::DebugAbbrev {
+                    // The filler unit's table: code 1, a partial unit
+                    // without children or attributes.
+                    filler_abbrev = u32::try_from(b.len()).ok()?;
+                    b.extend_from_slice(&[1, gimli::DW_TAG_partial_unit.0 as u8, 0, 0, 0, 0]);
+                }
+                sections.push((id, b.into_boxed_slice()));
+            }
+        }
+        if filler_abbrev == u32::MAX {
+            return None;
+        }
+        let shared = Shared { sections };
+        let mut ranges = Vec::new();
+        let mut starts = Vec::new();
+        let aranges =
+            gimli::DebugAranges::new(shared.get(gimli::SectionId::DebugAranges), LittleEndian);
+        let mut headers = aranges.headers();
+        while let Ok(Some(h)) = headers.next() {
+            let unit = h.debug_info_offset().0 as u64;
+            starts.push(unit);
+            let mut entries = h.entries();
+            while let Ok(Some(e)) = entries.next() {
+                let r = e.range();
+                if r.end > r.begin && ranges.len() < ARANGES_MAX {
+                    ranges.push((r.begin, r.end, unit));
+                }
+            }
+        }
+        if ranges.is_empty() {
+            return None;
+        }
+        ranges.sort_unstable();
+        starts.sort_unstable();
+        starts.dedup();
+        Some(UnitDwarf {
+            file: file.clone(),
+            shared: Arc::new(shared),
+            info,
+            line,
+            ranges,
+            starts,
+            filler_abbrev,
+            units: HashMap::new(),
+        })
+    }
+
+    /// The unit covering `svma`, by `.debug_aranges`.
+    fn unit_of(&self, svma: u64) -> Option<u64> {
+        let i = self.ranges.partition_point(|r| r.0 <= svma);
+        // Ranges rarely overlap; look back a little for one that holds it.
+        self.ranges[..i]
+            .iter()
+            .rev()
+            .take(16)
+            .find(|r| svma < r.1)
+            .map(|r| r.2)
+    }
+
+    /// A 32-bit length at `off` of a section at `sec` (file offset, size),
+    /// and the end (section offset) of what it covers; None past the
+    /// section or for 64-bit DWARF.
+    fn extent(&self, sec: (u64, u64), off: u64) -> Option<u64> {
+        let mut b = [0u8; 4];
+        if off.checked_add(4)? > sec.1 {
+            return None;
+        }
+        self.file.read_into(sec.0 + off, &mut b)?;
+        let len = u32::from_le_bytes(b);
+        if len >= 0xffff_fff0 {
+            return None;
+        }
+        let end = off + 4 + u64::from(len);
+        (end <= sec.1).then_some(end)
+    }
+
+    /// A buffer of `end` zero bytes (pages never touched cost nothing)
+    /// with the section's bytes `off..end` read in.
+    fn partial(&self, sec: (u64, u64), off: u64, end: u64) -> Option<Box<[u8]>> {
+        let mut buf = vec![0u8; usize::try_from(end).ok()?].into_boxed_slice();
+        self.file
+            .read_into(sec.0 + off, buf.get_mut(off as usize..end as usize)?)?;
+        Some(buf)
+    }
+
+    /// The context of the unit at `unit` (a `.debug_info` offset).
+    fn load_unit(&self, unit: u64) -> Option<DwarfCtx> {
+        let end = self.extent(self.info, unit)?;
+        // A filler unit (a DWARF 5 partial unit: a 12-byte header and a
+        // one-byte DIE) must fit before the real one.
+        if unit != 0 && unit < 13 {
+            return None;
+        }
+        let mut info = self.partial(self.info, unit, end)?;
+        if unit != 0 {
+            let len = u32::try_from(unit - 4).ok()?;
+            info[..4].copy_from_slice(&len.to_le_bytes());
+            info[4..6].copy_from_slice(&5u16.to_le_bytes());
+            info[6] = gimli::DW_UT_partial.0;
+            info[7] = 8;
+            info[8..12].copy_from_slice(&self.filler_abbrev.to_le_bytes());
+            // Its DIE: no attributes and no children, so that neither
+            // gimli nor addr2line look at the unread bytes after it.
+            info[12] = 1;
+        }
+        // The unit's line program: where its DIE says.
+        let abbrev =
+            gimli::DebugAbbrev::new(self.shared.get(gimli::SectionId::DebugAbbrev), LittleEndian);
+        let stmt = (|| {
+            let header = gimli::DebugInfo::new(&info, LittleEndian)
+                .header_from_offset(gimli::DebugInfoOffset(usize::try_from(unit).ok()?))
+                .ok()?;
+            let abbrevs = header.abbreviations(&abbrev).ok()?;
+            let mut cursor = header.entries(&abbrevs);
+            let (_, root) = cursor.next_dfs().ok()??;
+            match root.attr_value(gimli::DW_AT_stmt_list).ok()?? {
+                gimli::AttributeValue::DebugLineRef(o) => Some(o.0 as u64),
+                gimli::AttributeValue::SecOffset(o) => Some(o as u64),
+                _ => None,
+            }
+        })();
+        let line = match stmt {
+            Some(off) => {
+                let end = self.extent(self.line, off)?;
+                self.partial(self.line, off, end)?
+            }
+            None => Box::default(),
+        };
+        let owned: Vec<Box<[u8]>> = vec![info, line];
+        let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
+            let s: &[u8] = match id {
+                gimli::SectionId::DebugInfo => &owned[0],
+                gimli::SectionId::DebugLine => &owned[1],
+                _ => self.shared.get(id),
+            };
+            // SAFETY: `s` is in `owned` or `shared`, kept with the context.
+            Ok(unsafe { extend(s) })
+        })
+        .ok()?;
+        let dwarf = Arc::new(dwarf);
+        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).ok()?;
+        Some(DwarfCtx {
+            ctx,
+            dwarf,
+            _owned: owned,
+            _shared: Some(self.shared.clone()),
+            _file: self.file.clone(),
+        })
+    }
+
+    /// The context of the unit at `unit`, loaded on first use.
+    fn unit(&mut self, unit: u64) -> Option<&DwarfCtx> {
+        if !self.units.contains_key(&unit) {
+            if self.units.len() >= UNIT_CTX_MAX {
+                self.units.clear();
+            }
+            let c = self.load_unit(unit);
+            self.units.insert(unit, c);
+        }
+        self.units.get(&unit)?.as_ref()
+    }
+}
+
+impl ModuleDwarf {
+    pub(super) fn load(file: Arc<Backing>) -> Option<ModuleDwarf> {
+        if let Some(u) = UnitDwarf::load(&file) {
+            return Some(ModuleDwarf::Units(u));
+        }
+        Some(ModuleDwarf::Whole {
+            ctx: DwarfCtx::load(file)?,
+            starts: None,
+        })
+    }
+
+    /// The context for `svma`, loading its unit on first use.
+    pub(super) fn ctx(&mut self, svma: u64) -> Option<&DwarfCtx> {
+        match self {
+            ModuleDwarf::Units(u) => {
+                let unit = u.unit_of(svma)?;
+                u.unit(unit)
+            }
+            ModuleDwarf::Whole { ctx, .. } => Some(ctx),
+        }
+    }
+
+    /// The context for `svma`, when loaded.
+    fn loaded(&self, svma: u64) -> Option<&DwarfCtx> {
+        match self {
+            ModuleDwarf::Units(u) => u.units.get(&u.unit_of(svma)?)?.as_ref(),
+            ModuleDwarf::Whole { ctx, .. } => Some(ctx),
+        }
+    }
+
+    /// The sections and start of the unit holding the DIE at `off` (a
+    /// `.debug_info` offset).
+    fn die_unit(&mut self, off: u64) -> Option<(Arc<gimli::Dwarf<Slice>>, u64)> {
+        match self {
+            ModuleDwarf::Units(u) => {
+                let i = u.starts.partition_point(|&s| s <= off).checked_sub(1)?;
+                let start = u.starts[i];
+                let d = u.unit(start)?.dwarf.clone();
+                // A unit `.debug_aranges` does not name may lie between.
+                let end = u.extent(u.info, start)?;
+                (off < end).then_some((d, start))
+            }
+            ModuleDwarf::Whole { ctx, starts } => {
+                let dwarf = ctx.dwarf.clone();
+                let starts = starts.get_or_insert_with(|| {
+                    let mut v = Vec::new();
+                    let mut it = dwarf.units();
+                    while let Ok(Some(h)) = it.next() {
+                        if let Some(o) = h.offset().as_debug_info_offset() {
+                            v.push(o.0 as u64);
+                        }
+                    }
+                    v
+                });
+                let i = starts.partition_point(|&s| s <= off).checked_sub(1)?;
+                Some((dwarf, starts[i]))
+            }
+        }
     }
 }
 
@@ -99,29 +427,32 @@ impl LoadedModule {
         self.lines.clear();
         self.call_sites.clear();
         self.die_targets.clear();
-        self.unit_starts = None;
     }
 
-    /// The module's DWARF: loaded on first use, from the module itself or,
-    /// when `debug_files` allows, from its separate debug file.
-    fn dwarf_ctx(&mut self, debug_files: bool) -> Option<&DwarfCtx> {
+    /// The module's DWARF for `svma`: loaded on first use, from the module
+    /// itself or, when `debug_files` allows, from its separate debug file.
+    fn dwarf_ctx(&mut self, svma: u64, debug_files: bool) -> Option<&DwarfCtx> {
+        self.module_dwarf(debug_files)?.ctx(svma)
+    }
+
+    fn module_dwarf(&mut self, debug_files: bool) -> Option<&mut ModuleDwarf> {
         if self.dwarf.is_none() {
-            let ctx = DwarfCtx::load(self.bytes.clone()).or_else(|| {
+            let d = ModuleDwarf::load(self.bytes.clone()).or_else(|| {
                 debug_files
                     .then(|| self.debug_file())
                     .flatten()
-                    .and_then(DwarfCtx::load)
+                    .and_then(ModuleDwarf::load)
             });
-            self.dwarf = Some(ctx);
+            self.dwarf = Some(d);
         }
-        self.dwarf.as_ref().and_then(Option::as_ref)
+        self.dwarf.as_mut().and_then(Option::as_mut)
     }
 
     /// The call sites of the compilation unit holding `svma`, indexed on
     /// first use (one pass over the unit's DIEs) and cached per unit.
     fn unit_call_sites(&mut self, svma: u64, debug_files: bool) -> Option<Arc<UnitCallSites>> {
-        self.dwarf_ctx(debug_files)?;
-        let d = self.dwarf.as_ref()?.as_ref()?;
+        self.dwarf_ctx(svma, debug_files)?;
+        let d = self.dwarf.as_ref()?.as_ref()?.loaded(svma)?;
         let u = d.ctx.find_dwarf_and_unit(svma).skip_all_loads()?;
         let (dwarf, unit) = (u.dwarf, u.unit);
         let key = unit.header.offset().as_debug_info_offset()?.0 as u64;
@@ -160,21 +491,9 @@ impl LoadedModule {
         if let Some(t) = self.die_targets.get(&off) {
             return t.clone();
         }
-        let dwarf = self.dwarf_ctx(debug_files)?.dwarf.clone();
-        if self.unit_starts.is_none() {
-            let mut starts = Vec::new();
-            let mut it = dwarf.units();
-            while let Ok(Some(h)) = it.next() {
-                if let Some(o) = h.offset().as_debug_info_offset() {
-                    starts.push(o.0 as u64);
-                }
-            }
-            self.unit_starts = Some(starts);
-        }
-        let starts = self.unit_starts.as_deref().unwrap_or(&[]);
-        let i = starts.partition_point(|&s| s <= off).checked_sub(1);
-        let t = i.and_then(|i| {
-            let start = gimli::DebugInfoOffset(usize::try_from(starts[i]).ok()?);
+        let die_unit = self.module_dwarf(debug_files)?.die_unit(off);
+        let t = die_unit.and_then(|(dwarf, start)| {
+            let start = gimli::DebugInfoOffset(usize::try_from(start).ok()?);
             let header = dwarf.debug_info.header_from_offset(start).ok()?;
             let unit = dwarf.unit(header).ok()?;
             let o =
@@ -238,7 +557,7 @@ impl LoadedModule {
             return l.clone();
         }
         let mut out = Vec::new();
-        if let Some(d) = self.dwarf_ctx(debug_files) {
+        if let Some(d) = self.dwarf_ctx(svma, debug_files) {
             // File names relative to the unit's compilation directory, as
             // the build saw them (`Objects/abstract.c`).
             let comp_dir = d

@@ -541,7 +541,7 @@ impl NativeUnwinder {
             .and_then(|t| c_lm.symbol(t))
             .and_then(|(n, _)| n.strip_suffix("@plt").map(str::to_string));
         if let Some(name) = stub {
-            if self.loaded(hi)?.function_by_name(&name) == Some(h) {
+            if self.loaded(hi)?.exported_function(&name) == Some(h) {
                 return None;
             }
         }
@@ -560,7 +560,7 @@ impl NativeUnwinder {
             // `pthread_mutex_unlock`, which tail-calls its internals).
             None if ci != hi => {
                 let name = c_lm.target_name(&target, debug_files)?;
-                self.loaded(hi)?.function_by_name(&name)?
+                self.loaded(hi)?.exported_function(&name)?
             }
             None => return None,
         };

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::backing::Backing;
 use super::callsites::{CallTarget, UnitCallSites};
 use super::cfi::{Cfi, CfiSections, SectionData};
-use super::dwarf::{DwarfCtx, LineFrame};
+use super::dwarf::{LineFrame, ModuleDwarf};
 use super::symbols::SymbolIndex;
 use object::{Object, ObjectSection, ObjectSegment};
 
@@ -32,16 +32,16 @@ pub(crate) struct LoadedModule {
     pub(super) debug: Option<Option<Arc<Backing>>>,
     pub(super) symbols: Option<SymbolIndex>,
     pub(super) names: HashMap<u64, Option<(Arc<str>, bool)>>,
-    pub(super) dwarf: Option<Option<DwarfCtx>>,
+    pub(super) dwarf: Option<Option<ModuleDwarf>>,
     pub(super) lines: HashMap<u64, Arc<[LineFrame]>>,
     /// Call sites per compilation unit (by its `.debug_info` offset).
     pub(super) call_sites: HashMap<u64, Arc<UnitCallSites>>,
     /// Call targets in other units than their call sites', by DIE offset.
     pub(super) die_targets: HashMap<u64, Option<CallTarget>>,
-    /// Where each unit starts in `.debug_info` (sorted), for those.
-    pub(super) unit_starts: Option<Vec<u64>>,
     /// Function symbols by exact name (None: several addresses).
     pub(super) by_name: Option<HashMap<Box<str>, Option<u64>>>,
+    /// Exported functions by name, as the hash table found them.
+    pub(super) exported: HashMap<Box<str>, Option<u64>>,
 }
 
 /// Bound on per-address caches, so a long `record` over code that keeps
@@ -132,8 +132,8 @@ impl LoadedModule {
                 lines: HashMap::new(),
                 call_sites: HashMap::new(),
                 die_targets: HashMap::new(),
-                unit_starts: None,
                 by_name: None,
+                exported: HashMap::new(),
             },
             fh,
         ))

@@ -106,6 +106,18 @@ fn sections(data: &[u8]) -> Option<Vec<Sec>> {
     )
 }
 
+/// The file bytes at `off..off + len`: borrowed when they were read with
+/// the file, else read into `buf` (one buffer reused for every chunk of a
+/// table, rather than a fresh allocation, zeroed and faulted in, per chunk).
+fn chunk<'a>(data: &'a Backing, off: u64, len: u64, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+    if data.has(off, len) {
+        return data.get(usize::try_from(off).ok()?..usize::try_from(off + len).ok()?);
+    }
+    buf.resize(usize::try_from(len).ok()?, 0);
+    data.read_into(off, buf)?;
+    Some(buf)
+}
+
 /// One Elf64_Sym: (st_name, st_info, st_shndx, st_value, st_size).
 fn parse_sym(b: &[u8]) -> (u32, u8, u16, u64, u64) {
     let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
@@ -169,9 +181,10 @@ impl SymbolIndex {
     fn add_symbols(&mut self, data: &Backing, s: Sec, base: u32, strsize: u64, dynamic: bool) {
         let n = s.size / 24;
         let mut i = 0;
+        let mut buf = Vec::new();
         while i < n && self.syms.len() < SYMS_MAX {
             let count = (n - i).min(CHUNK / 24);
-            let Some(bytes) = data.range(s.off + i * 24, count * 24) else {
+            let Some(bytes) = chunk(data, s.off + i * 24, count * 24, &mut buf) else {
                 return;
             };
             for e in bytes.chunks_exact(24) {
@@ -241,6 +254,17 @@ impl SymbolIndex {
                 16
             };
             for (i, entry) in bytes.chunks_exact(entsize).enumerate().take(1 << 20) {
+                // The lazy PLT's header (`push GOT+8; jmp *GOT+16`): no
+                // relocation names its slot, so looking for one would read
+                // every relocation table (libtorch_cpu's `.rela.dyn`: 8 MB).
+                if i == 0
+                    && sec_name == b".plt"
+                    && entry
+                        .get(..8)
+                        .is_some_and(|h| h.windows(2).any(|w| w == [0xFF, 0x35]))
+                {
+                    continue;
+                }
                 let at = s.addr + (i * entsize) as u64;
                 let jmp = entry.windows(2).position(|w| w == [0xFF, 0x25]);
                 let via = match jmp {
@@ -299,6 +323,7 @@ impl SymbolIndex {
             .filter(|s| s.kind == elf::SHT_RELA && s.link as usize == dyn_idx)
             .collect();
         let backwards = wanted_index.is_empty();
+        let mut buf = Vec::new();
         if backwards {
             rela.reverse();
         }
@@ -316,7 +341,7 @@ impl SymbolIndex {
             let mut i = 0;
             while i < n && seen < 1 << 20 {
                 let count = (n - i).min(CHUNK / 24);
-                let Some(bytes) = data.range(s.off + i * 24, count * 24) else {
+                let Some(bytes) = chunk(data, s.off + i * 24, count * 24, &mut buf) else {
                     break;
                 };
                 for r in bytes.chunks_exact(24) {
@@ -606,6 +631,28 @@ impl LoadedModule {
         r
     }
 
+    /// The address of the exported function `name` (in `.dynsym`, any
+    /// version), found as the dynamic linker finds it: through the
+    /// module's `.gnu.hash` (or SysV `.hash`) table, reading a few buckets,
+    /// chain words and names; None when no defined function, or several
+    /// at different addresses, have that name. What a call from another
+    /// module (a PLT stub, a declaration) binds to. Without a hash table,
+    /// [`Self::function_by_name`]. Cached per name.
+    pub(crate) fn exported_function(&mut self, name: &str) -> Option<u64> {
+        if let Some(r) = self.exported.get(name) {
+            return *r;
+        }
+        let r = match dyn_hash_lookup(&self.bytes, name) {
+            Some(r) => r,
+            None => self.function_by_name(name),
+        };
+        if self.exported.len() >= CACHE_MAX {
+            self.exported.clear();
+        }
+        self.exported.insert(name.into(), r);
+        r
+    }
+
     /// The address of the function symbol named `name`, exactly as the
     /// symbol tables have it (every alias counts); None when no function,
     /// or several at different addresses, have that name. The table is
@@ -619,10 +666,110 @@ impl LoadedModule {
     }
 }
 
+/// Bound on the symbols one hash chain may make us look at.
+const CHAIN_MAX: u32 = 1 << 16;
+
+/// [`LoadedModule::exported_function`] through `data`'s dynamic symbol hash
+/// table: Some(answer) when the module has one, None when it has none (or
+/// it cannot be read). Every index and offset comes from the file and is
+/// bounded by the sections it points into.
+fn dyn_hash_lookup(data: &Backing, name: &str) -> Option<Option<u64>> {
+    let secs = sections(data)?;
+    let (gnu, table) = match secs.iter().find(|s| s.kind == elf::SHT_GNU_HASH) {
+        Some(t) => (true, *t),
+        None => (false, *secs.iter().find(|s| s.kind == elf::SHT_HASH)?),
+    };
+    let dynsym = *secs.get(table.link as usize)?;
+    if dynsym.kind != elf::SHT_DYNSYM {
+        return None;
+    }
+    let dynstr = *secs.get(dynsym.link as usize)?;
+    let nsyms = dynsym.size / 24;
+    let u32_at = |off: u64| -> Option<u32> {
+        if off.checked_add(4)? > table.size {
+            return None;
+        }
+        let b = data.range(table.off + off, 4)?;
+        Some(u32::from_le_bytes(b[..4].try_into().ok()?))
+    };
+    let want = name.as_bytes();
+    let mut found: Option<u64> = None;
+    let mut ambiguous = false;
+    // Whether symbol `i` is a defined function named `name`; its address.
+    let mut check = |i: u32| -> Option<()> {
+        if u64::from(i) >= nsyms {
+            return None;
+        }
+        let e = data.range(dynsym.off + u64::from(i) * 24, 24)?;
+        let (st_name, info, shndx, value, _) = parse_sym(&e);
+        let defined =
+            shndx != elf::SHN_UNDEF && (shndx < elf::SHN_LORESERVE || shndx == elf::SHN_XINDEX);
+        if info & 0xf != elf::STT_FUNC || !defined || u64::from(st_name) >= dynstr.size {
+            return None;
+        }
+        let at = dynstr.off + u64::from(st_name);
+        let len = (want.len() as u64 + 1).min(dynstr.size - u64::from(st_name));
+        let b = data.range(at, len)?;
+        if b.len() == want.len() + 1 && &b[..want.len()] == want && b[want.len()] == 0 {
+            match found {
+                Some(a) if a != value => ambiguous = true,
+                _ => found = Some(value),
+            }
+        }
+        Some(())
+    };
+    if gnu {
+        let nbuckets = u32_at(0)?;
+        let symoffset = u32_at(4)?;
+        let bloom_size = u32_at(8)?;
+        if nbuckets == 0 {
+            return Some(None);
+        }
+        let h = want.iter().fold(5381u32, |h, &c| {
+            h.wrapping_mul(33).wrapping_add(u32::from(c))
+        });
+        let buckets = 16 + u64::from(bloom_size) * 8;
+        let mut i = u32_at(buckets + u64::from(h % nbuckets) * 4)?;
+        if i < symoffset {
+            return Some(None);
+        }
+        let chain = buckets + u64::from(nbuckets) * 4;
+        for _ in 0..CHAIN_MAX {
+            let c = u32_at(chain + u64::from(i - symoffset) * 4)?;
+            if c | 1 == h | 1 {
+                check(i);
+            }
+            if c & 1 != 0 {
+                break;
+            }
+            i = i.checked_add(1)?;
+        }
+    } else {
+        let nbucket = u32_at(0)?;
+        let nchain = u32_at(4)?;
+        if nbucket == 0 {
+            return Some(None);
+        }
+        let h = want.iter().fold(0u32, |h, &c| {
+            let h = (h << 4).wrapping_add(u32::from(c));
+            let g = h & 0xf000_0000;
+            (h ^ (g >> 24)) & !g
+        });
+        let mut i = u32_at(8 + u64::from(h % nbucket) * 4)?;
+        let mut steps = 0;
+        while i != 0 && i < nchain && steps < CHAIN_MAX {
+            check(i);
+            i = u32_at(8 + (u64::from(nbucket) + u64::from(i)) * 4)?;
+            steps += 1;
+        }
+    }
+    Some(if ambiguous { None } else { found })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native_unwind::dwarf::DwarfCtx;
+    use crate::native_unwind::dwarf::{DwarfCtx, ModuleDwarf};
     use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
     use std::ops::Range;
 
@@ -860,6 +1007,45 @@ mod tests {
         assert!(checked > 10, "only {checked} stubs checked");
     }
 
+    /// The hash-table lookup of exported functions finds what a scan of
+    /// `.dynsym` finds, for every exported function of libc (`.gnu.hash`)
+    /// and zlib, and nothing for names that are not there.
+    #[test]
+    fn exported_functions_found_through_the_hash_table() {
+        for path in [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/x86_64-linux-gnu/libz.so.1",
+        ] {
+            let whole = std::fs::read(path).unwrap();
+            let obj = object::File::parse(&whole[..]).unwrap();
+            let mut want: HashMap<String, Option<u64>> = HashMap::new();
+            for s in obj.dynamic_symbols() {
+                let object::SymbolFlags::Elf { st_info, .. } = s.flags() else {
+                    continue;
+                };
+                if st_info & 0xf != elf::STT_FUNC || !s.is_definition() {
+                    continue;
+                }
+                let Ok(n) = s.name() else { continue };
+                want.entry(n.to_string())
+                    .and_modify(|v| {
+                        if *v != Some(s.address()) {
+                            *v = None
+                        }
+                    })
+                    .or_insert(Some(s.address()));
+            }
+            assert!(want.len() > 50, "{path}");
+            let sparse = Backing::open(std::path::Path::new(path)).unwrap();
+            for (n, a) in &want {
+                assert_eq!(dyn_hash_lookup(&sparse, n), Some(*a), "{path}: {n}");
+            }
+            for n in ["no_such_function_here", "", "read@plt"] {
+                assert_eq!(dyn_hash_lookup(&sparse, n), Some(None), "{path}: {n}");
+            }
+        }
+    }
+
     #[test]
     fn display_names_drop_compiler_suffixes() {
         use crate::native_unwind::display_name;
@@ -933,6 +1119,10 @@ mod tests {
                 assert_eq!(path, libc, "only libc itself has no DWARF");
                 continue;
             };
+            // By unit (libpython: `.debug_aranges`, uncompressed), as whole.
+            let mut units = ModuleDwarf::load(sparse.clone()).unwrap();
+            let by_unit = matches!(units, ModuleDwarf::Units(_));
+            assert_eq!(by_unit, path != libc_dbg, "{path}");
             let mut lines = 0;
             for s in b.syms.iter().step_by(97) {
                 let frames = |d: &DwarfCtx| {
@@ -951,6 +1141,8 @@ mod tests {
                     .filter(|f| f.1.as_ref().is_some_and(|l| l.1.is_some()))
                     .count();
                 assert_eq!(fa, frames(&db), "{path} at {:#x}", s.start);
+                let fu = units.ctx(s.start + 1).map(frames).unwrap_or_default();
+                assert_eq!(fu, fa, "{path} at {:#x}, by unit", s.start);
             }
             assert!(lines > 20, "{path}: {lines} lines");
         }
