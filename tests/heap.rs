@@ -242,6 +242,113 @@ fn diff_names_the_growing_type() {
     });
 }
 
+/// The rows of the memory split, as JSON numbers (absent: None).
+fn rows(snapshot: &Value) -> BTreeMap<&'static str, Option<u64>> {
+    let m = &snapshot["memory"];
+    [
+        "rss",
+        "python_allocator",
+        "malloc_heap",
+        "anonymous",
+        "thread_stacks",
+        "files",
+        "other",
+    ]
+    .into_iter()
+    .map(|k| (k, m[k].as_u64()))
+    .collect()
+}
+
+/// The memory split puts growth where it is: 200 MB of bytes data in
+/// malloc's row, 200 MB of small str objects in the object allocator's,
+/// each within 10% of what the fixture added (for the objects, what the
+/// allocator's own blocks in use grew by), the other row growing by less
+/// than 10% of it; the rows add up to the RSS; the allocator's arena
+/// count is the one `sys._debugmallocstats()` gives.
+#[test]
+fn memory_split_puts_growth_in_its_row() {
+    for_each_interpreter("heap: memory split", has_heap, |interp| {
+        for kind in ["bytes", "objects"] {
+            let fx = Fixture::spawn(interp, "heap_memory.py", &[kind]);
+            let label = format!("{} {kind}", fx.label);
+            let pid = fx.pid.to_string();
+            let before = heap_json(&["--pid", &pid]);
+            let grew = fx.ask_within(libc::SIGUSR2, "GREW ", std::time::Duration::from_secs(60));
+            let (added, arenas) = grew.split_once(' ').unwrap();
+            let (added, arenas): (i64, i64) = (added.parse().unwrap(), arenas.parse().unwrap());
+            let after = heap_json(&["--pid", &pid]);
+            let memory = &after["memory"];
+            let (b, a) = (rows(&before), rows(&after));
+            for (s, r) in [(&before, &b), (&after, &a)] {
+                let parts: u64 = r
+                    .iter()
+                    .filter(|(k, _)| **k != "rss")
+                    .map(|(_, v)| v.unwrap_or(0))
+                    .sum();
+                assert_eq!(
+                    Some(parts),
+                    r["rss"],
+                    "{label}: rows add up: {}",
+                    s["memory"]
+                );
+            }
+            let unread = memory["allocator_unread"].as_str();
+            if let Some(why) = unread {
+                // Before 3.12 the table is in statics: a build without its
+                // symbol table cannot be read, and says so.
+                assert!(
+                    !interp.at_least(3, 12) && why.contains("symbol table"),
+                    "{label}: {why}"
+                );
+                if kind == "objects" {
+                    continue;
+                }
+            } else {
+                assert_eq!(
+                    memory["allocator"]["arenas"]
+                        .as_i64()
+                        .map(|n| (n - arenas).abs() <= 1),
+                    Some(true),
+                    "{label}: the allocator has {arenas} arenas: {memory}"
+                );
+            }
+            let delta = |k: &str| a[k].unwrap_or(0) as i64 - b[k].unwrap_or(0) as i64;
+            let (right, wrong) = if kind == "bytes" {
+                ("malloc_heap", "python_allocator")
+            } else {
+                ("python_allocator", "malloc_heap")
+            };
+            let tenth = added / 10;
+            assert!(
+                (delta(right) - added).abs() <= tenth && delta(wrong).abs() <= tenth,
+                "{label}: {added} bytes added: {right} grew {}, {wrong} {}\nbefore {}\nafter {}",
+                delta(right),
+                delta(wrong),
+                before["memory"],
+                memory
+            );
+        }
+        // The text: the split's table.
+        let fx = Fixture::spawn(interp, "heap_memory.py", &["bytes"]);
+        let text = pyinspect(&["heap", "--pid", &fx.pid.to_string(), "--top", "1"]);
+        text.assert_success();
+        for row in [
+            "Memory: ",
+            "  Python objects (obmalloc",
+            "  malloc heap",
+            "  thread stacks",
+            "  files and libraries",
+        ] {
+            assert!(
+                text.stdout.contains(row),
+                "{}: no {row:?}\n{}",
+                fx.label,
+                text.describe()
+            );
+        }
+    });
+}
+
 /// A core file reads as the live process it was taken from.
 #[test]
 fn a_gcore_reads_as_the_live_process() {
@@ -420,4 +527,78 @@ fn collector_table_matches_interpreter_headers() {
             .collect();
         assert!(bad.is_empty(), "{}:\n{}", interp.label, bad.join("\n"));
     });
+}
+
+/// The object allocator's table (src/cpython_layouts/obmalloc.rs) against
+/// the headers of each 3.12+ interpreter (3.8–3.11 keep it in statics of
+/// obmalloc.c, which no header describes: the memory split test proves
+/// those against `sys._debugmallocstats()`).
+#[test]
+fn obmalloc_table_matches_interpreter_headers() {
+    use pyinspect::cpython_layouts::obmalloc::{for_version, ArenaTable};
+    let dir = tempfile::tempdir().unwrap();
+    for_each_interpreter(
+        "heap: obmalloc table vs headers",
+        |i| i.at_least(3, 12),
+        |interp| {
+            let src = "#define Py_BUILD_CORE 1\n#define NDEBUG 1\n#include <Python.h>\n\
+                #include <internal/pycore_interp.h>\n#include <internal/pycore_obmalloc.h>\n\
+                #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n\
+                printf(\"%zu %zu %zu %zu %zu %d %d %zu %zu %zu\\n\", \
+                offsetof(PyInterpreterState, obmalloc), offsetof(struct _obmalloc_state, mgmt), \
+                offsetof(struct _obmalloc_mgmt, arenas), offsetof(struct _obmalloc_mgmt, maxarenas), \
+                offsetof(struct _obmalloc_mgmt, narenas_currently_allocated), ARENA_SIZE, POOL_SIZE, \
+                sizeof(struct arena_object), offsetof(struct arena_object, nfreepools), \
+                offsetof(struct arena_object, ntotalpools));\nreturn 0;\n}\n";
+            let name = format!("ob_{}", interp.label.replace([' ', '(', ')', ','], "_"));
+            let c = dir.path().join(format!("{name}.c"));
+            let exe = dir.path().join(&name);
+            std::fs::write(&c, src).unwrap();
+            let mut cmd = Command::new("gcc");
+            cmd.arg("-w");
+            for i in include_dirs(&interp.python) {
+                cmd.arg("-I").arg(i);
+            }
+            let out = cmd.arg(&c).arg("-o").arg(&exe).output().expect("run gcc");
+            assert!(
+                out.status.success(),
+                "{}: the probe does not compile:\n{}",
+                interp.label,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let out = Command::new(&exe).output().unwrap();
+            let h: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let (major, minor) = interp.version;
+            let t = for_version(major as u8, minor as u8).expect("an obmalloc table");
+            let offsets = match t.table {
+                ArenaTable::InInterp(o) | ArenaTable::InterpPointer(o) => o,
+                ArenaTable::Statics => panic!("{}: statics on 3.12+", interp.label),
+            };
+            assert!(
+                offsets.contains(&h[0]),
+                "{}: obmalloc at {} not in {offsets:?}",
+                interp.label,
+                h[0]
+            );
+            assert_eq!(
+                &h[1..],
+                &[
+                    t.mgmt,
+                    t.mgmt_arenas,
+                    t.mgmt_maxarenas,
+                    t.mgmt_narenas,
+                    t.arena_size,
+                    t.pool_size,
+                    t.arena_object_size,
+                    t.ao_nfreepools,
+                    t.ao_ntotalpools
+                ],
+                "{}",
+                interp.label
+            );
+        },
+    );
 }

@@ -105,6 +105,7 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
         process.interp_head_ptr,
         &mut c.containers,
     );
+    let memory = crate::heap::memsplit::split(source, &process);
     let paused_ms = match &guard {
         Some(g) => {
             if !g.not_stopped().is_empty() {
@@ -122,13 +123,9 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
         c.partial
             .push("read without pausing (--nonblocking): counts may be torn".into());
     }
-    Ok(Snapshot::new(
-        pid,
-        version.to_string(),
-        paused_ms,
-        live && nonblocking,
-        c,
-    ))
+    let mut snapshot = Snapshot::new(pid, version.to_string(), paused_ms, live && nonblocking, c);
+    snapshot.memory = Some(memory);
+    Ok(snapshot)
 }
 
 /// Attempts at a pause in which every thread stopped.

@@ -27,6 +27,10 @@ pub(crate) struct Snapshot {
     /// The largest containers and the module globals holding them.
     #[serde(default)]
     pub(crate) containers: Vec<SnapshotContainer>,
+    /// The whole process's memory split (None in snapshots from before
+    /// it was read).
+    #[serde(default)]
+    pub(crate) memory: Option<super::memsplit::MemorySplit>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -56,6 +60,7 @@ impl Snapshot {
         c: Census,
     ) -> Snapshot {
         Snapshot {
+            memory: None,
             pid,
             python,
             paused_ms,
@@ -162,6 +167,10 @@ pub(crate) fn write_text(s: &Snapshot, top: usize, w: &mut dyn Write) -> std::io
         human_bytes(s.bytes),
         ""
     )?;
+    if let Some(m) = &s.memory {
+        writeln!(w)?;
+        super::memsplit::write_text(m, w)?;
+    }
     if !s.containers.is_empty() {
         writeln!(w)?;
         writeln!(w, "Largest containers:")?;
