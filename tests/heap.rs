@@ -216,8 +216,8 @@ fn diff_names_the_growing_type() {
         let (b, a) = (before.to_str().unwrap(), after.to_str().unwrap());
         let out = pyinspect(&["heap", "--diff", b, a, "--json"]);
         out.assert_success();
-        let grown: Value = serde_json::from_str(out.stdout.trim()).unwrap();
-        let grown = grown.as_array().expect("a list of grown types");
+        let report: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        let grown = report["types"].as_array().expect("a list of grown types");
         let names: Vec<&str> = grown.iter().map(|g| g["type"].as_str().unwrap()).collect();
         // The 1 kB strings outweigh their holders; each Leak is one
         // object of its class and (3.10 and older) one __dict__.
@@ -236,10 +236,138 @@ fn diff_names_the_growing_type() {
             "{}: the leaking class among the first types: {names:?}",
             fx.label
         );
+        // The global holding them, named first among those that grew.
+        assert_eq!(
+            report["globals"][0]["holders"],
+            serde_json::json!(["__main__.LEAKED"]),
+            "{}: {}",
+            fx.label,
+            report["globals"]
+        );
+        assert_eq!(
+            report["globals"][0]["length_after"].as_u64().unwrap()
+                - report["globals"][0]["length_before"].as_u64().unwrap(),
+            5000
+        );
         let text = pyinspect(&["heap", "--diff", b, a]);
         text.assert_success();
         assert!(text.stdout.contains("__main__.Leak"), "{}", text.describe());
+        assert!(
+            text.stdout.contains("Module globals that grew:")
+                && text.stdout.contains("__main__.LEAKED (list, "),
+            "{}",
+            text.describe()
+        );
     });
+}
+
+/// `--every` on a live process: a baseline, then a report each interval;
+/// the one after the fixture grew names its growing types first and the
+/// global holding them; Ctrl-C ends it cleanly, and so does the target's exit.
+#[test]
+fn every_reports_what_grew_since_the_last_census() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    for_each_interpreter("heap: --every", has_heap, |interp| {
+        let fx = Fixture::spawn(interp, FIXTURE, &["grow"]);
+        let mut child = Command::new(common::pyinspect_bin())
+            .args([
+                "heap",
+                "--pid",
+                &fx.pid.to_string(),
+                "--every",
+                "2s",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut next = || -> Value {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("{}: --every ended early", fx.label))
+                .unwrap();
+            serde_json::from_str(&line).unwrap()
+        };
+        let baseline = next();
+        assert!(
+            baseline["baseline"]["objects"].as_u64().unwrap() > 0,
+            "{baseline}"
+        );
+        assert_eq!(fx.ask(libc::SIGUSR2, "GREW "), "5000");
+        // The report that saw the growth (one may have come in between).
+        let mut report = Value::Null;
+        for _ in 0..4 {
+            let r = next();
+            if r["report"]["globals"]
+                .as_array()
+                .is_some_and(|g| !g.is_empty())
+            {
+                report = r["report"].clone();
+                break;
+            }
+        }
+        let types: Vec<&str> = report["types"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}: no report saw the growth", fx.label))
+            .iter()
+            .map(|t| t["type"].as_str().unwrap())
+            .collect();
+        // 5000 Leak objects, each with its 1 kB str.
+        assert!(
+            types[0] == "str" || types[0] == "__main__.Leak",
+            "{}: {types:?}",
+            fx.label
+        );
+        assert!(
+            types.iter().take(4).any(|t| *t == "__main__.Leak"),
+            "{}: {types:?}",
+            fx.label
+        );
+        assert_eq!(
+            report["globals"][0]["holders"],
+            serde_json::json!(["__main__.LEAKED"]),
+            "{}: {}",
+            fx.label,
+            report["globals"]
+        );
+        // The target's exit ends it, cleanly.
+        drop(fx);
+        let status = wait_with_timeout(&mut child, 30);
+        assert_eq!(status.code(), Some(0));
+    });
+    // Ctrl-C ends it too, after the text's first line.
+    let fx = Fixture::spawn(common::pyenv((3, 12)), FIXTURE, &[]);
+    let mut child = Command::new(common::pyinspect_bin())
+        .args(["heap", "--pid", &fx.pid.to_string(), "--every", "500ms"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("a census every"), "{first}");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(wait_with_timeout(&mut child, 30).code(), Some(0));
+    assert_not_stopped(fx.pid);
+}
+
+fn wait_with_timeout(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("pyinspect heap --every did not end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The rows of the memory split, as JSON numbers (absent: None).

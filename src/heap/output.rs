@@ -31,6 +31,10 @@ pub(crate) struct Snapshot {
     /// it was read).
     #[serde(default)]
     pub(crate) memory: Option<super::memsplit::MemorySplit>,
+    /// The containers module globals hold, largest first (at most 50):
+    /// what `--diff` and `--every` follow by name.
+    #[serde(default)]
+    pub(crate) globals: Vec<SnapshotContainer>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -41,6 +45,18 @@ pub(crate) struct SnapshotContainer {
     pub(crate) length: u64,
     pub(crate) bytes: u64,
     pub(crate) holders: Vec<String>,
+}
+
+impl From<super::holders::Container> for SnapshotContainer {
+    fn from(k: super::holders::Container) -> SnapshotContainer {
+        SnapshotContainer {
+            name: k.type_name,
+            address: format!("0x{:x}", k.address),
+            length: k.length,
+            bytes: k.bytes,
+            holders: k.holders,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -74,14 +90,9 @@ impl Snapshot {
             containers: c
                 .containers
                 .into_iter()
-                .map(|k| SnapshotContainer {
-                    name: k.type_name,
-                    address: format!("0x{:x}", k.address),
-                    length: k.length,
-                    bytes: k.bytes,
-                    holders: k.holders,
-                })
+                .map(SnapshotContainer::from)
                 .collect(),
+            globals: c.globals.into_iter().map(SnapshotContainer::from).collect(),
             types: c
                 .types
                 .into_iter()
