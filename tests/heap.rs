@@ -477,6 +477,90 @@ fn memory_split_puts_growth_in_its_row() {
     });
 }
 
+/// One HTTP/1.1 GET, answered 200: the answer's body.
+fn get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "GET {path}: {answer}");
+    answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// A real service that leaks (Starlette under uvicorn, .ci/asyncio-deps),
+/// driven with requests between two snapshots: --diff names the leaking
+/// class first and the module global holding it.
+#[test]
+fn diff_of_a_leaking_service_names_the_type_and_the_global() {
+    let interp = common::find_interpreter("pyenv 3.12 (with .ci/asyncio-deps)", |i| {
+        i.label.starts_with("pyenv 3.12")
+    });
+    let fx = Fixture::spawn(interp, "heap_leaky_service.py", &[]);
+    let port = fx.ready["port"].as_u64().unwrap() as u16;
+    // What the first requests set up once (routing, the protocol's
+    // objects) is not the leak.
+    for _ in 0..5 {
+        get(port, "/ok");
+        get(port, "/leak?n=0");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = |name: &str| -> String {
+        let path = dir.path().join(name);
+        let path = path.to_str().unwrap().to_string();
+        pyinspect(&["heap", "--pid", &fx.pid.to_string(), "--json", "-o", &path]).assert_success();
+        path
+    };
+    let before = snapshot("before.json");
+    for i in 0..40 {
+        get(port, &format!("/leak?n=100&user=u{i}"));
+        get(port, "/ok");
+    }
+    assert_eq!(get(port, "/leak?n=0"), "4000");
+    let after = snapshot("after.json");
+    let out = pyinspect(&["heap", "--diff", &before, &after, "--json"]);
+    out.assert_success();
+    let report: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let types = &report["types"];
+    assert_eq!(types[0]["type"], "__main__.Session", "{}", report);
+    assert_eq!(
+        types[0]["count_after"].as_u64().unwrap() - types[0]["count_before"].as_u64().unwrap(),
+        4000,
+        "{report}"
+    );
+    assert_eq!(
+        report["globals"][0]["holders"],
+        serde_json::json!(["__main__.SESSIONS"]),
+        "{report}"
+    );
+    let text = pyinspect(&["heap", "--diff", &before, &after]);
+    text.assert_success();
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    let header = lines.iter().position(|l| l.contains("+COUNT")).unwrap();
+    assert!(
+        lines[header + 1].ends_with("  __main__.Session"),
+        "{}",
+        text.describe()
+    );
+    let globals = lines.iter().position(|l| l.contains("GLOBAL")).unwrap();
+    assert!(
+        lines[globals + 1].contains("  __main__.SESSIONS (list, 4000 items"),
+        "{}",
+        text.describe()
+    );
+}
+
 /// A core file reads as the live process it was taken from.
 #[test]
 fn a_gcore_reads_as_the_live_process() {

@@ -72,8 +72,9 @@ impl Largest {
 
 /// Every module global of every interpreter's `sys.modules` (bounded):
 /// the object it refers to → its `module.name`s (at most 8 each, sorted).
-/// Interpreter plumbing (`__builtins__`, dunders) is left out; what cannot
-/// be read is skipped.
+/// Interpreter plumbing (`__builtins__`, dunders) is left out, a module
+/// listed under two names is named by its first; what cannot be read is
+/// skipped.
 pub(crate) fn module_globals(
     mem: &dyn Memory,
     layout: &Layout,
@@ -82,6 +83,7 @@ pub(crate) fn module_globals(
     let reader = ObjReader::new(mem, layout).with_max_entries(MAX_GLOBALS);
     let mut found: HashMap<u64, Vec<String>> = HashMap::new();
     let mut seen = HashSet::new();
+    let mut modules_seen = HashSet::new();
     let mut total = 0usize;
     let mut interp = mem.read_u64(interp_head_ptr).unwrap_or(0);
     while interp != 0 && seen.len() < MAX_INTERPRETERS && seen.insert(interp) {
@@ -95,6 +97,11 @@ pub(crate) fn module_globals(
                     continue;
                 };
                 if globals == 0 || reader.type_name(module).ok().as_deref() != Some("module") {
+                    continue;
+                }
+                // A module under a second name (uvicorn's `__mp_main__`
+                // for `__main__`): named once, by its first.
+                if !modules_seen.insert(module) {
                     continue;
                 }
                 let Ok((m, _)) = reader.string(name, MAX_NAME) else {
