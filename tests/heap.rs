@@ -388,7 +388,7 @@ fn rows(snapshot: &Value) -> BTreeMap<&'static str, Option<u64>> {
 }
 
 /// The memory split puts growth where it is: 200 MB of bytes data in
-/// malloc's row, 200 MB of small str objects in the object allocator's,
+/// malloc's row, 200 MB of small bytes objects in the object allocator's,
 /// each within 10% of what the fixture added (for the objects, what the
 /// allocator's own blocks in use grew by), the other row growing by less
 /// than 10% of it; the rows add up to the RSS; the allocator's arena
