@@ -481,7 +481,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
         (t, 1.0)
     };
     match n.trim().parse::<f64>().map(|v| v * scale) {
-        Ok(v) if v.is_finite() && v >= 0.001 && v < 1e9 => Ok(Duration::from_secs_f64(v)),
+        Ok(v) if (0.001..1e9).contains(&v) => Ok(Duration::from_secs_f64(v)),
         _ => Err(format!(
             "'{s}' is not a duration (e.g. 30s, 500ms, 2m; at least 1ms)"
         )),
