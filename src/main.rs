@@ -63,6 +63,11 @@ struct HeapArgs {
     /// (instead of reading a process).
     #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["pid", "core", "nonblocking"])]
     diff: Option<Vec<std::path::PathBuf>>,
+    /// Take a census every DURATION (30s, 500ms, 2m; plain numbers are
+    /// seconds) and print what grew since the last one, until Ctrl-C or
+    /// the target exits.
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval, conflicts_with_all = ["core", "diff", "output"])]
+    every: Option<Duration>,
 }
 
 /// `--core` and the files it names: heap (dump defines its own, with its
@@ -461,6 +466,28 @@ fn parse_pid(s: &str) -> Result<i32, String> {
     }
 }
 
+/// A positive duration: seconds, or a number with `ms`, `s`, `m` or `h`.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (n, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    match n.trim().parse::<f64>().map(|v| v * scale) {
+        Ok(v) if (0.001..1e9).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "'{s}' is not a duration (e.g. 30s, 500ms, 2m; at least 1ms)"
+        )),
+    }
+}
+
 /// Seconds (fractions allowed) or "unlimited", which is like leaving it out.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     if s == "unlimited" {
@@ -676,6 +703,7 @@ fn main() {
                 nonblocking: a.nonblocking,
                 top: a.top,
                 output: a.output,
+                every: a.every,
             })
         }
         Command::Diff(a) => {

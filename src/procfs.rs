@@ -619,9 +619,166 @@ pub(crate) fn target_file(pid: i32, map: &MapEntry) -> Option<PathBuf> {
     Some(PathBuf::from(path)).filter(|p| p.exists())
 }
 
+/// One mapping of /proc/PID/smaps: its line of maps and what of it is
+/// resident, swapped out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SmapsEntry {
+    pub(crate) map: MapEntry,
+    /// `Rss`, bytes.
+    pub(crate) rss: u64,
+    /// `Swap`, bytes.
+    pub(crate) swap: u64,
+}
+
+/// /proc/PID/smaps, read once.
+pub(crate) fn smaps(pid: i32) -> Result<Vec<SmapsEntry>> {
+    let text = std::fs::read_to_string(proc_path(pid, "smaps")).map_err(|e| io_err(pid, e))?;
+    Ok(parse_smaps(&text))
+}
+
+/// Parse the text of /proc/PID/smaps: a maps line, then `Key: N kB`
+/// lines. A malformed header line drops its entry, not the rest.
+pub(crate) fn parse_smaps(text: &str) -> Vec<SmapsEntry> {
+    let mut out: Vec<SmapsEntry> = Vec::new();
+    let mut current: Option<SmapsEntry> = None;
+    for line in text.lines() {
+        let kb = |rest: &str| -> Option<u64> {
+            let n: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
+            n.checked_mul(1024)
+        };
+        if let Some(rest) = line.strip_prefix("Rss:") {
+            if let (Some(e), Some(b)) = (current.as_mut(), kb(rest)) {
+                e.rss = b;
+            }
+        } else if let Some(rest) = line.strip_prefix("Swap:") {
+            if let (Some(e), Some(b)) = (current.as_mut(), kb(rest)) {
+                e.swap = b;
+            }
+        } else if line
+            .split_once(' ')
+            .is_some_and(|(range, _)| range.contains('-') && !range.ends_with(':'))
+        {
+            out.extend(current.take());
+            current = parse_map_line(line).map(|map| SmapsEntry {
+                map,
+                rss: 0,
+                swap: 0,
+            });
+        }
+    }
+    out.extend(current);
+    out
+}
+
+/// Pages of /proc/PID/pagemap read at most by one [`resident_bytes`]
+/// call (128 MB of it: 64 GB of address space).
+pub(crate) const MAX_PAGEMAP_PAGES: u64 = 1 << 24;
+
+/// The bytes of `[start, end)` that are resident (in memory, not swapped),
+/// from /proc/PID/pagemap; None when it cannot be read, or the range is
+/// larger than [`MAX_PAGEMAP_PAGES`].
+pub(crate) fn resident_bytes(pagemap: &std::fs::File, start: u64, end: u64) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    const PAGE: u64 = 4096;
+    const PRESENT: u64 = 1 << 63;
+    let first = start / PAGE;
+    let last = end.checked_add(PAGE - 1)? / PAGE;
+    if last <= first {
+        return Some(0);
+    }
+    if last - first > MAX_PAGEMAP_PAGES {
+        return None;
+    }
+    let mut resident = 0u64;
+    let mut buf = vec![0u8; 8 * 8192];
+    let mut page = first;
+    while page < last {
+        let n = (last - page).min(8192) as usize;
+        let chunk = &mut buf[..n * 8];
+        let got = pagemap.read_at(chunk, page.checked_mul(8)?).ok()?;
+        if got != n * 8 {
+            return None;
+        }
+        resident += chunk
+            .chunks_exact(8)
+            .filter(|e| u64::from_le_bytes((*e).try_into().unwrap_or([0; 8])) & PRESENT != 0)
+            .count() as u64;
+        page += n as u64;
+    }
+    Some(resident * PAGE)
+}
+
+/// /proc/PID/pagemap opened (for [`resident_bytes`]).
+pub(crate) fn open_pagemap(pid: i32) -> Option<std::fs::File> {
+    std::fs::File::open(proc_path(pid, "pagemap")).ok()
+}
+
+/// A stopped or blocked thread's stack pointer, from
+/// /proc/PID/task/TID/syscall (`NR args… SP PC`, or `-1 SP PC`); None
+/// while it runs.
+pub(crate) fn thread_stack_pointer(pid: i32, tid: i32) -> Option<u64> {
+    let text = read_small(proc_path(pid, &format!("task/{tid}/syscall")), 512)?;
+    parse_syscall_sp(&text)
+}
+
+fn parse_syscall_sp(text: &str) -> Option<u64> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    if fields.len() < 3 {
+        return None;
+    }
+    let sp = fields[fields.len() - 2];
+    u64::from_str_radix(sp.strip_prefix("0x").unwrap_or(sp), 16).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn smaps_entries_with_rss_and_swap() {
+        let text = "\
+55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]
+Size:                132 kB
+Rss:                  12 kB
+Swap:                  0 kB
+VmFlags: rd wr mr mw me ac
+7f0000000000-7f0000100000 rw-p 00000000 00:00 0 
+Size:               1024 kB
+Rss:                 256 kB
+Swap:                 8 kB
+7f1000000000-7f1000001000 r--p 00000000 08:01 1234                       /usr/lib/libx.so
+Rss:                   4 kB
+";
+        let e = parse_smaps(text);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].map.path, "[heap]");
+        assert_eq!((e[0].rss, e[0].swap), (12 << 10, 0));
+        assert_eq!(e[1].map.path, "");
+        assert_eq!((e[1].rss, e[1].swap), (256 << 10, 8 << 10));
+        assert!(e[2].map.is_file());
+        assert_eq!(e[2].rss, 4 << 10);
+    }
+
+    #[test]
+    fn stack_pointer_of_a_syscall_line() {
+        assert_eq!(
+            parse_syscall_sp("202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffd1000 0x7f00aa\n"),
+            Some(0x7ffd1000)
+        );
+        assert_eq!(
+            parse_syscall_sp("-1 0x7ffd2000 0x7f00aa\n"),
+            Some(0x7ffd2000)
+        );
+        assert_eq!(parse_syscall_sp("running\n"), None);
+    }
+
+    #[test]
+    fn own_stack_is_resident() {
+        let x = [1u8; 64];
+        let addr = x.as_ptr() as u64;
+        let pm = open_pagemap(std::process::id() as i32).unwrap();
+        assert_eq!(resident_bytes(&pm, addr, addr + 1), Some(4096));
+    }
 
     #[test]
     fn only_dead_non_leaders_are_dead_threads() {

@@ -5,7 +5,7 @@ use crate::core::CoreFile;
 use crate::cpython_layouts::gc;
 use crate::error::Error;
 use crate::heap::census::census;
-use crate::heap::diff::{self, growth};
+use crate::heap::diff;
 use crate::heap::output::{write_text, Snapshot};
 use crate::pause::{self, PauseGuard};
 use crate::python::gc::{tracked_objects, GcWhere};
@@ -31,11 +31,17 @@ pub struct HeapOptions {
     pub top: usize,
     /// Where the output goes ("-": standard output), written atomically.
     pub output: PathBuf,
+    /// Take a census this often and print what grew since the last one,
+    /// until interrupted or the target exits (a live process).
+    pub every: Option<std::time::Duration>,
 }
 
 pub fn run(opts: &HeapOptions) -> anyhow::Result<i32> {
     if let Some((before, after)) = &opts.diff {
         return run_diff(opts, before, after);
+    }
+    if let Some(every) = opts.every {
+        return run_every(opts, every);
     }
     let snapshot = match &opts.core {
         Some(core) => {
@@ -97,14 +103,21 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
     } else {
         (None, Instant::now())
     };
+    let globals =
+        crate::heap::holders::module_globals(source, &process.layout, process.interp_head_ptr);
+    let watched: foldhash::HashSet<u64> = globals.keys().copied().collect();
     let tracked = tracked_objects(source, &at, MAX_OBJECTS);
-    let mut c = census(source, &process.layout, gc_layout, tracked, MAX_OBJECTS);
-    crate::heap::holders::name_holders(
+    let mut c = census(
         source,
         &process.layout,
-        process.interp_head_ptr,
-        &mut c.containers,
+        gc_layout,
+        tracked,
+        MAX_OBJECTS,
+        &watched,
     );
+    crate::heap::holders::name_holders(&globals, &mut c.containers);
+    crate::heap::holders::name_holders(&globals, &mut c.globals);
+    let memory = crate::heap::memsplit::split(source, &process);
     let paused_ms = match &guard {
         Some(g) => {
             if !g.not_stopped().is_empty() {
@@ -122,13 +135,9 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
         c.partial
             .push("read without pausing (--nonblocking): counts may be torn".into());
     }
-    Ok(Snapshot::new(
-        pid,
-        version.to_string(),
-        paused_ms,
-        live && nonblocking,
-        c,
-    ))
+    let mut snapshot = Snapshot::new(pid, version.to_string(), paused_ms, live && nonblocking, c);
+    snapshot.memory = Some(memory);
+    Ok(snapshot)
 }
 
 /// Attempts at a pause in which every thread stopped.
@@ -167,15 +176,98 @@ fn load(path: &Path) -> anyhow::Result<Snapshot> {
 fn run_diff(opts: &HeapOptions, before: &Path, after: &Path) -> anyhow::Result<i32> {
     let b = load(before)?;
     let a = load(after)?;
-    let grown = growth(&b, &a);
+    let r = diff::report(&b, &a);
     emit(opts, |w| {
         if opts.json {
-            serde_json::to_writer(&mut *w, &grown)?;
+            serde_json::to_writer(&mut *w, &r)?;
             writeln!(w)?;
             Ok(())
         } else {
-            diff::write_text(&b, &a, &grown, opts.top, w).map_err(Into::into)
+            diff::write_text(&b, &a, &r, opts.top, w).map_err(Into::into)
         }
     })?;
     Ok(0)
+}
+
+/// `--every`: a census now, then one each `every`, each followed by what
+/// grew since the one before (`--diff`'s report), on standard output, until
+/// Ctrl-C or the target's exit. With `--json`, one object a line: first
+/// `{"elapsed_s": 0, "baseline": {…}}`, then `{"elapsed_s", "report"}`.
+fn run_every(opts: &HeapOptions, every: std::time::Duration) -> anyhow::Result<i32> {
+    use std::io::Write;
+    crate::privilege::check_target(opts.pid)?;
+    pause::install_signal_flag();
+    let source = LiveProcess::new(opts.pid);
+    let identity = crate::procfs::identity(opts.pid);
+    let take = || -> anyhow::Result<Snapshot> {
+        let s = read(&source, opts.nonblocking);
+        pause::release_lingering(std::time::Duration::from_millis(200));
+        Ok(s?)
+    };
+    let gone = || identity.is_none() || crate::procfs::identity(opts.pid) != identity;
+    let started = Instant::now();
+    let mut before = take()?;
+    let stdout = std::io::stdout();
+    if opts.json {
+        let mut w = stdout.lock();
+        let line = serde_json::json!({
+            "elapsed_s": 0.0,
+            "baseline": {"pid": before.pid, "python": before.python,
+                         "objects": before.objects, "bytes": before.bytes},
+        });
+        serde_json::to_writer(&mut w, &line)?;
+        writeln!(w)?;
+        w.flush()?;
+    } else {
+        let mut w = stdout.lock();
+        writeln!(
+            w,
+            "Process {} (Python {}): {} objects, {}; a census every {:.3?} (Ctrl-C stops)",
+            before.pid,
+            before.python,
+            before.objects,
+            crate::heap::output::human_bytes(before.bytes),
+            every
+        )?;
+        w.flush()?;
+    }
+    let mut next = Instant::now() + every;
+    loop {
+        while Instant::now() < next {
+            if pause::interrupted() {
+                return Ok(0);
+            }
+            if gone() {
+                eprintln!("pyinspect: process {} exited", opts.pid);
+                return Ok(0);
+            }
+            std::thread::sleep(
+                next.saturating_duration_since(Instant::now())
+                    .min(std::time::Duration::from_millis(50)),
+            );
+        }
+        next += every;
+        let after = match take() {
+            Ok(a) => a,
+            Err(_) if gone() => {
+                eprintln!("pyinspect: process {} exited", opts.pid);
+                return Ok(0);
+            }
+            Err(e) => return Err(e),
+        };
+        let r = diff::report(&before, &after);
+        let mut w = stdout.lock();
+        let at = started.elapsed().as_secs_f64();
+        if opts.json {
+            let line = serde_json::json!({"elapsed_s": at, "report": r});
+            serde_json::to_writer(&mut w, &line)?;
+            writeln!(w)?;
+        } else {
+            writeln!(w)?;
+            writeln!(w, "+{at:.1}s:")?;
+            diff::write_text(&before, &after, &r, opts.top, &mut w)?;
+        }
+        w.flush()?;
+        before = after;
+    }
 }

@@ -15,6 +15,7 @@ pub mod asyncio;
 pub mod debug_offsets;
 pub mod gc;
 pub mod greenlet;
+pub mod obmalloc;
 mod v2_7;
 mod v3_10;
 mod v3_11;

@@ -23,6 +23,8 @@ const TYPE_SUBCLASS: u64 = 1 << 31;
 const MAX_ITEMS: u64 = 1 << 24;
 /// Objects handled through one page cache before a fresh one.
 const OBJECTS_PER_CACHE: usize = 4096;
+/// Module globals' containers kept for sorting, at most.
+const MAX_WATCHED: usize = 1 << 16;
 /// A type name, at most (bytes).
 const MAX_NAME: usize = 256;
 
@@ -50,6 +52,9 @@ pub struct Census {
     pub notes: Vec<String>,
     /// The largest containers, largest first (holders not named yet).
     pub containers: Vec<super::holders::Container>,
+    /// The containers among `watched` (module globals' values), largest
+    /// first, at most [`super::holders::TOP_GLOBALS`] (holders not named yet).
+    pub globals: Vec<super::holders::Container>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +88,9 @@ struct Counter<'a> {
     gc: &'a GcLayout,
     types: HashMap<u64, TypeFacts>,
     largest: super::holders::Largest,
+    watched: &'a HashSet<u64>,
+    /// (address, row, length, bytes) of the watched containers counted.
+    globals: Vec<(u64, usize, u64, u64)>,
     rows: Vec<TypeRow>,
     by_name: HashMap<String, usize>,
     errors: u64,
@@ -101,12 +109,15 @@ pub(crate) fn census(
     gc: &GcLayout,
     tracked: Tracked,
     max_objects: usize,
+    watched: &HashSet<u64>,
 ) -> Census {
     let mut c = Counter {
         layout,
         gc,
         types: HashMap::new(),
         largest: Default::default(),
+        watched,
+        globals: Vec::new(),
         rows: Vec::new(),
         by_name: HashMap::new(),
         errors: 0,
@@ -165,7 +176,27 @@ pub(crate) fn census(
         let reader = ObjReader::new(&cache, layout);
         for &obj in chunk {
             match reader.type_of(obj) {
-                Ok(ty) => c.count(&cache, &reader, obj, ty, None),
+                Ok(ty) => {
+                    // A global's container off the collector's lists (a
+                    // dict of atoms): its length, for the globals' list;
+                    // what it holds is not counted (the semantics').
+                    let kind = if watched.contains(&obj) {
+                        c.facts(&cache, &reader, ty).map(|f| f.kind)
+                    } else {
+                        None
+                    };
+                    let length = kind
+                        .filter(|k| k.container())
+                        .and_then(|k| items(&reader, k, obj).ok())
+                        .map(|(refs, _)| {
+                            if kind == Some(Kind::Dict) {
+                                refs.len() as u64 / 2
+                            } else {
+                                refs.len() as u64
+                            }
+                        });
+                    c.count(&cache, &reader, obj, ty, length)
+                }
                 Err(e) => c.error(format!("reading the type of 0x{obj:x}: {e}")),
             }
         }
@@ -198,6 +229,21 @@ pub(crate) fn census(
     for k in &mut containers {
         k.type_name = c.rows[k.row].name.clone();
     }
+    c.globals
+        .sort_by(|a, b| b.3.cmp(&a.3).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+    c.globals.truncate(super::holders::TOP_GLOBALS);
+    let globals = c
+        .globals
+        .iter()
+        .map(|&(address, row, length, bytes)| super::holders::Container {
+            address,
+            row,
+            type_name: c.rows[row].name.clone(),
+            length,
+            bytes,
+            holders: Vec::new(),
+        })
+        .collect();
     let mut types = c.rows;
     types.retain(|r| r.count > 0);
     types.sort_by(|a, b| {
@@ -215,6 +261,7 @@ pub(crate) fn census(
         partial,
         notes,
         containers,
+        globals,
     }
 }
 
@@ -386,6 +433,9 @@ impl Counter<'_> {
         r.bytes += bytes;
         if let Some(length) = length {
             self.largest.offer(obj, row, length, bytes);
+            if self.watched.contains(&obj) && self.globals.len() < MAX_WATCHED {
+                self.globals.push((obj, row, length, bytes));
+            }
         }
     }
 

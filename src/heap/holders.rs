@@ -1,14 +1,18 @@
-//! The largest containers of a census, and the module globals that hold
-//! them, named `module.name` (`app.cache`).
+//! The largest containers of a census, the containers module globals
+//! hold, and those globals' names, `module.name` (`app.cache`).
 
 use crate::cpython_layouts::Layout;
 use crate::memory::{Memory, MemoryExt};
 use crate::python::objects::ObjReader;
 use crate::python::reader::MAX_INTERPRETERS;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// Containers listed, at most.
 pub(crate) const TOP_CONTAINERS: usize = 10;
+/// Containers held by module globals listed, at most.
+pub(crate) const TOP_GLOBALS: usize = 50;
+/// Module globals read in all, at most.
+const MAX_ALL_GLOBALS: usize = 1 << 20;
 /// Modules, and globals of one module, looked through at most.
 const MAX_MODULES: u64 = 1 << 14;
 const MAX_GLOBALS: u64 = 1 << 16;
@@ -66,21 +70,21 @@ impl Largest {
     }
 }
 
-/// Name the module globals that refer to `containers`, reading every
-/// interpreter's `sys.modules` (bounded); what cannot be read is skipped.
-pub(crate) fn name_holders(
+/// Every module global of every interpreter's `sys.modules` (bounded):
+/// the object it refers to → its `module.name`s (at most 8 each, sorted).
+/// Interpreter plumbing (`__builtins__`, dunders) is left out, a module
+/// listed under two names is named by its first; what cannot be read is
+/// skipped.
+pub(crate) fn module_globals(
     mem: &dyn Memory,
     layout: &Layout,
     interp_head_ptr: u64,
-    containers: &mut [Container],
-) {
-    let wanted: HashSet<u64> = containers.iter().map(|c| c.address).collect();
-    if wanted.is_empty() {
-        return;
-    }
+) -> HashMap<u64, Vec<String>> {
     let reader = ObjReader::new(mem, layout).with_max_entries(MAX_GLOBALS);
-    let mut found: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut found: HashMap<u64, Vec<String>> = HashMap::new();
     let mut seen = HashSet::new();
+    let mut modules_seen = HashSet::new();
+    let mut total = 0usize;
     let mut interp = mem.read_u64(interp_head_ptr).unwrap_or(0);
     while interp != 0 && seen.len() < MAX_INTERPRETERS && seen.insert(interp) {
         let modules = mem
@@ -95,16 +99,21 @@ pub(crate) fn name_holders(
                 if globals == 0 || reader.type_name(module).ok().as_deref() != Some("module") {
                     continue;
                 }
+                // A module under a second name (uvicorn's `__mp_main__`
+                // for `__main__`): named once, by its first.
+                if !modules_seen.insert(module) {
+                    continue;
+                }
+                let Ok((m, _)) = reader.string(name, MAX_NAME) else {
+                    continue;
+                };
                 for (key, value) in reader.dict_items(globals, MAX_GLOBALS).unwrap_or_default() {
-                    if !wanted.contains(&value) {
-                        continue;
+                    if total >= MAX_ALL_GLOBALS {
+                        break;
                     }
-                    let (Ok((m, _)), Ok((k, _))) =
-                        (reader.string(name, MAX_NAME), reader.string(key, MAX_NAME))
-                    else {
+                    let Ok((k, _)) = reader.string(key, MAX_NAME) else {
                         continue;
                     };
-                    // Interpreter plumbing (`__builtins__`), not a holder.
                     if k.starts_with("__") && k.ends_with("__") {
                         continue;
                     }
@@ -112,6 +121,7 @@ pub(crate) fn name_holders(
                     let full = format!("{m}.{k}");
                     if !names.contains(&full) && names.len() < 8 {
                         names.push(full);
+                        total += 1;
                     }
                 }
             }
@@ -120,10 +130,17 @@ pub(crate) fn name_holders(
             .read_u64(interp.wrapping_add(layout.interp.next))
             .unwrap_or(0);
     }
+    for names in found.values_mut() {
+        names.sort();
+    }
+    found
+}
+
+/// Give `containers` the names of the globals that refer to them.
+pub(crate) fn name_holders(globals: &HashMap<u64, Vec<String>>, containers: &mut [Container]) {
     for c in containers.iter_mut() {
-        if let Some(mut names) = found.remove(&c.address) {
-            names.sort();
-            c.holders = names;
+        if let Some(names) = globals.get(&c.address) {
+            c.holders = names.clone();
         }
     }
 }

@@ -4,4 +4,5 @@
 pub(crate) mod census;
 pub(crate) mod diff;
 pub(crate) mod holders;
+pub(crate) mod memsplit;
 pub(crate) mod output;

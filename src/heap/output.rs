@@ -27,6 +27,14 @@ pub(crate) struct Snapshot {
     /// The largest containers and the module globals holding them.
     #[serde(default)]
     pub(crate) containers: Vec<SnapshotContainer>,
+    /// The whole process's memory split (None in snapshots from before
+    /// it was read).
+    #[serde(default)]
+    pub(crate) memory: Option<super::memsplit::MemorySplit>,
+    /// The containers module globals hold, largest first (at most 50):
+    /// what `--diff` and `--every` follow by name.
+    #[serde(default)]
+    pub(crate) globals: Vec<SnapshotContainer>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -37,6 +45,18 @@ pub(crate) struct SnapshotContainer {
     pub(crate) length: u64,
     pub(crate) bytes: u64,
     pub(crate) holders: Vec<String>,
+}
+
+impl From<super::holders::Container> for SnapshotContainer {
+    fn from(k: super::holders::Container) -> SnapshotContainer {
+        SnapshotContainer {
+            name: k.type_name,
+            address: format!("0x{:x}", k.address),
+            length: k.length,
+            bytes: k.bytes,
+            holders: k.holders,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -56,6 +76,7 @@ impl Snapshot {
         c: Census,
     ) -> Snapshot {
         Snapshot {
+            memory: None,
             pid,
             python,
             paused_ms,
@@ -69,14 +90,9 @@ impl Snapshot {
             containers: c
                 .containers
                 .into_iter()
-                .map(|k| SnapshotContainer {
-                    name: k.type_name,
-                    address: format!("0x{:x}", k.address),
-                    length: k.length,
-                    bytes: k.bytes,
-                    holders: k.holders,
-                })
+                .map(SnapshotContainer::from)
                 .collect(),
+            globals: c.globals.into_iter().map(SnapshotContainer::from).collect(),
             types: c
                 .types
                 .into_iter()
@@ -162,6 +178,10 @@ pub(crate) fn write_text(s: &Snapshot, top: usize, w: &mut dyn Write) -> std::io
         human_bytes(s.bytes),
         ""
     )?;
+    if let Some(m) = &s.memory {
+        writeln!(w)?;
+        super::memsplit::write_text(m, w)?;
+    }
     if !s.containers.is_empty() {
         writeln!(w)?;
         writeln!(w, "Largest containers:")?;

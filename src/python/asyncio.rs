@@ -1930,6 +1930,7 @@ mod tests {
             gil: GilSource::Unknown,
             gil_sync: crate::python::process::GilSyncSource::Unknown,
             warnings: Vec::new(),
+            obmalloc_statics: None,
         }))
     }
 

@@ -7,6 +7,7 @@ pub(crate) mod greenlet;
 pub(crate) mod linetable;
 pub(crate) mod native;
 pub(crate) mod objects;
+pub(crate) mod obmalloc;
 pub(crate) mod pagecache;
 pub(crate) mod process;
 pub(crate) mod reader;

@@ -125,6 +125,10 @@ pub(crate) struct PythonProcess {
     pub(crate) gil: GilSource,
     pub(crate) gil_sync: GilSyncSource,
     pub(crate) warnings: Vec<String>,
+    /// The obmalloc statics `arenas`, `maxarenas`,
+    /// `narenas_currently_allocated` (3.8–3.11; symbol table only), where
+    /// one binary has all three.
+    pub(crate) obmalloc_statics: Option<[u64; 3]>,
 }
 
 const WANTED: &[&str] = &[
@@ -141,6 +145,10 @@ const WANTED: &[&str] = &[
     "gil_mutex",
     "switch_cond",
     "switch_mutex",
+    // obmalloc's arena table before 3.12 (statics: symbol table only).
+    "arenas",
+    "maxarenas",
+    "narenas_currently_allocated",
 ];
 
 struct Binary {
@@ -354,7 +362,20 @@ impl PythonProcess {
             _ => GilSyncSource::Unknown,
         };
 
+        let obmalloc_statics = bins.iter().find_map(|b| {
+            let one = |n: &str| match b.info.symbols.get(n).map(Vec::as_slice) {
+                Some([r]) => Some(r.addr),
+                _ => None,
+            };
+            Some([
+                one("arenas")?,
+                one("maxarenas")?,
+                one("narenas_currently_allocated")?,
+            ])
+        });
+
         Ok(PythonProcess {
+            obmalloc_statics,
             pid,
             exe: exe_path,
             cmdline,

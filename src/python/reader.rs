@@ -1251,6 +1251,7 @@ mod tests {
             gil: GilSource::TstatePtr(head + 8),
             gil_sync: GilSyncSource::Unknown,
             warnings: Vec::new(),
+            obmalloc_statics: None,
         }
     }
 

@@ -496,10 +496,17 @@ impl Fixture {
     /// that starts with `prefix` (the rest of it), bounded in time.
     #[allow(dead_code)]
     pub fn ask(&self, signal: i32, prefix: &str) -> String {
+        self.ask_within(signal, prefix, Duration::from_secs(10))
+    }
+
+    /// [`Fixture::ask`], for an answer that takes up to `limit` (a debug
+    /// build's work on a loaded machine).
+    #[allow(dead_code)]
+    pub fn ask_within(&self, signal: i32, prefix: &str, limit: Duration) -> String {
         // SAFETY: kill(2) with a pid we own and a valid signal number.
         let rc = unsafe { libc::kill(self.pid, signal) };
         assert_eq!(rc, 0, "{}: kill({signal}) failed", self.label);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {

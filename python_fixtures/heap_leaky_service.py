@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+"""A service that leaks, for `pyinspect heap --diff`: a Starlette app under
+uvicorn whose handler keeps what each request made in a module-level list.
+
+GET /leak?n=N appends N Session objects to SESSIONS (and says how many it
+holds); GET /ok leaks nothing. READY (with the port) once the server
+listens. Needs uvicorn and starlette (.ci/asyncio-deps).
+"""
+import asyncio
+import os
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixture_util  # noqa: E402
+
+import uvicorn  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.responses import PlainTextResponse  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+# The leak: every session a request opened, never let go.
+SESSIONS = []
+
+
+class Session(object):
+    def __init__(self, user, n):
+        self.user = user
+        self.n = n
+
+
+async def leak(request):
+    n = int(request.query_params["n"])
+    user = request.query_params.get("user", "anonymous")
+    SESSIONS.extend(Session(user, i) for i in range(n))
+    return PlainTextResponse("%d\n" % len(SESSIONS))
+
+
+async def ok(request):
+    return PlainTextResponse("ok\n")
+
+
+app = Starlette(routes=[Route("/leak", leak), Route("/ok", ok)])
+
+
+def main():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_level="warning", loop="asyncio", http="h11", lifespan="off", access_log=False
+    )
+    server = uvicorn.Server(config)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    async def serve():
+        task = loop.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        fixture_util.ready({"port": port})
+        await task
+
+    loop.run_until_complete(serve())
+
+
+if __name__ == "__main__":
+    main()
