@@ -126,6 +126,8 @@ pub struct ReadConfig {
     pub waits: WaitDetail,
     /// asyncio tasks: shown under their loop's thread, or stitched into the stacks.
     pub asyncio: AsyncMode,
+    /// Each asyncio loop thread's turn ([`ProcessSample::loop_turns`]): watch.
+    pub loop_turns: bool,
 }
 
 /// What is done with the asyncio tasks of a target.
@@ -152,6 +154,10 @@ pub(crate) struct ProcessSample {
     pub(crate) cmdline: Arc<str>,
     pub(crate) python_version: String,
     pub(crate) threads: Vec<ThreadStack>,
+    /// With `loop_turns`: (OS thread id, how many callbacks the asyncio loop
+    /// it runs has begun), for the threads inside a loop's `_run_once`
+    /// (see [`asyncio::LoopTurns`]).
+    pub(crate) loop_turns: Vec<(u32, u64)>,
 }
 
 pub(crate) struct Tick {
@@ -297,6 +303,9 @@ pub(crate) struct Target {
     foreign_waits: HashMap<i32, wait::Wait>,
     foreign_seen: Vec<(i32, bool)>,
     tasks: Option<AsyncioReader>,
+    turns: asyncio::LoopTurns,
+    /// The latest sample's loop turns, taken by the sampler.
+    loop_turns: Vec<(u32, u64)>,
     /// Greenlets (gevent, eventlet) for dump.
     greenlets: crate::python::greenlet::GreenletReader,
     /// Kernel names of threads `threading` does not name, and when read.
@@ -524,6 +533,8 @@ impl Target {
             threads,
             states: HashMap::new(),
             tasks: None,
+            turns: Default::default(),
+            loop_turns: Vec::new(),
             greenlets: Default::default(),
             waits,
             pending: HashMap::new(),
@@ -1215,6 +1226,22 @@ impl Target {
             self.greenlets
                 .read(&mut self.reader, &cache, s, limit, &mut tasks);
         }
+        self.loop_turns.clear();
+        if let (Ok(s), true) = (&snap, cfg.read.loop_turns) {
+            let pl = &self.reader.process.layout;
+            let objr = crate::python::objects::ObjReader::new(&*self.source, pl);
+            for t in s {
+                let (Some(tid), Some(m)) = (
+                    t.stack.os_thread_id,
+                    crate::watch::run_once_frame(&t.stack.frames).and_then(|f| f.mark),
+                ) else {
+                    continue;
+                };
+                if let Some(turn) = self.turns.read(&objr, &pl.frame, m.addr) {
+                    self.loop_turns.push((tid, turn));
+                }
+            }
+        }
         drop(guard);
         let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
         if let Some(n) = self.native.as_mut() {
@@ -1633,6 +1660,7 @@ impl Sampler {
                     cmdline: t.cmdline.clone(),
                     python_version: t.version.clone(),
                     threads,
+                    loop_turns: std::mem::take(&mut t.loop_turns),
                 });
                 true
             }

@@ -547,6 +547,7 @@ impl BpfSampler {
                     cmdline: self.cmdline.clone(),
                     python_version: self.version.clone(),
                     threads: vec![stack],
+                    loop_turns: Vec::new(),
                 }],
                 errors,
                 ended: Vec::new(),

@@ -108,6 +108,9 @@ pub(crate) struct Streak {
     /// The thread it is about (for a frozen process, the thread stuck longest).
     pub(crate) tid: u32,
     key: u64,
+    /// Loop blocked: the loop's turn (callbacks begun) while it lasts, once
+    /// read: a streak goes on only while the loop runs the same callback.
+    turn: Option<u64>,
     /// The last sample before the stall was seen, and its first and last.
     pub(crate) before: Option<Duration>,
     pub(crate) first: Duration,
@@ -242,15 +245,24 @@ fn asyncio_internal(f: &Frame) -> bool {
     .any(|s| file_ends(f, &format!("asyncio/{s}")))
 }
 
+fn is_run_once(f: &Frame) -> bool {
+    f.function.ends_with("_run_once") && file_ends(f, "asyncio/base_events.py")
+}
+
+/// The frame of asyncio's `BaseEventLoop._run_once` in a thread's stack
+/// (innermost first), whose `self` is the loop: the sampler reads the
+/// loop's turn from it (`ReadConfig::loop_turns`).
+pub(crate) fn run_once_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames.iter().find(|f| is_run_once(f))
+}
+
 /// Where an event loop's thread is, from its Python frames (innermost
 /// first): in asyncio's `_run_once`, either in the selector or in a
 /// callback. uvloop's loop has no Python frames of its own: a thread inside
 /// `run_until_complete`/`run_forever`/`asyncio.run` without `_run_once` is
 /// taken to be in a uvloop callback when any frame of its own is above it.
 fn loop_state(frames: &[Frame]) -> Option<LoopState> {
-    let run_once = frames
-        .iter()
-        .position(|f| f.function.ends_with("_run_once") && file_ends(f, "asyncio/base_events.py"));
+    let run_once = frames.iter().position(is_run_once);
     let (r, uv) = match run_once {
         Some(r) => (r, false),
         None => {
@@ -388,6 +400,8 @@ struct Obs {
     /// The thread the slot is keyed by (0 for the process-wide triggers).
     slot: u32,
     key: u64,
+    /// Loop blocked: the loop's turn, when read (see [`Streak::turn`]).
+    turn: Option<u64>,
     culprit: Culprit,
     tid: u32,
     waiters: Vec<u32>,
@@ -410,9 +424,16 @@ impl ProcessWatch {
         }
     }
 
-    /// Take one tick's threads of this process (sampled at `ts`); returns
-    /// the incidents that opened and closed.
-    pub(crate) fn observe(&mut self, ts: Duration, threads: &[ThreadStack]) -> Vec<Event> {
+    /// Take one tick's threads of this process (sampled at `ts`), with the
+    /// turns of the asyncio loops they run (OS thread id, callbacks begun:
+    /// see [`crate::python::asyncio::LoopTurns`]); returns the incidents
+    /// that opened and closed.
+    pub(crate) fn observe(
+        &mut self,
+        ts: Duration,
+        threads: &[ThreadStack],
+        turns: &[(u32, u64)],
+    ) -> Vec<Event> {
         let views: Vec<View> = threads
             .iter()
             .filter_map(|t| {
@@ -460,12 +481,25 @@ impl ProcessWatch {
             if let Some(LoopState::Running(i)) = v.in_loop {
                 let f = &v.t.frames[i];
                 // The coroutine's frame lives in the coroutine (3.11+), so
-                // its address tells two tasks of one coroutine apart.
+                // its address tells two tasks of one coroutine apart. The
+                // loop's turn tells one callback from the next: two steps
+                // of one task, or two callbacks of one function, with no
+                // sample in the selector between them, are two spans, not
+                // one long one (asyncio's loop; uvloop's has no turn read,
+                // and its steps of one task still read as one).
                 let addr = f.mark.map(|m| m.addr).unwrap_or(0);
+                // A turn read halfway through the deque's update (odd: its
+                // length moved and its count not yet, or the other way) is
+                // no turn.
+                let turn = turns
+                    .iter()
+                    .find(|(t, n)| *t == v.tid && n % 2 == 0)
+                    .map(|(_, n)| *n);
                 obs.push(Obs {
                     trigger: Trigger::LoopBlocked,
                     slot: v.tid,
                     key: hash_of((&f.function, &f.file, addr)),
+                    turn,
                     culprit: Culprit {
                         frame: Some(f.clone()),
                         wait: None,
@@ -497,6 +531,7 @@ impl ProcessWatch {
                 trigger: Trigger::GilHeld,
                 slot: 0,
                 key: hash_of((h.tid, h.hash)),
+                turn: None,
                 culprit: Culprit {
                     frame: innermost_python(&h.t.frames).cloned(),
                     wait: None,
@@ -521,6 +556,7 @@ impl ProcessWatch {
                 trigger: Trigger::ThreadStuck,
                 slot: v.tid,
                 key: hash_of((v.hash, call)),
+                turn: None,
                 culprit: Culprit {
                     frame: innermost_python(&v.t.frames).cloned(),
                     wait: Some(short),
@@ -562,6 +598,7 @@ impl ProcessWatch {
                     trigger: Trigger::ProcessFrozen,
                     slot: 0,
                     key,
+                    turn: None,
                     culprit: Culprit {
                         frame: innermost_python(&c.t.frames).cloned(),
                         wait: c
@@ -594,11 +631,16 @@ impl ProcessWatch {
                 || s.trigger != Trigger::ProcessFrozen
                 || ts.saturating_sub(s.last) <= self.thresholds.of(s.trigger) / 2;
             let hit = obs.iter().enumerate().find(|(i, o)| {
-                gap_ok && !taken[*i] && (o.trigger, o.slot) == slot && o.key == s.key
+                gap_ok
+                    && !taken[*i]
+                    && (o.trigger, o.slot) == slot
+                    && o.key == s.key
+                    && (s.turn.is_none() || o.turn.is_none() || o.turn == s.turn)
             });
             match hit {
                 Some((i, o)) => {
                     taken[i] = true;
+                    s.turn = s.turn.or(o.turn);
                     s.waited += u64::from(!o.waiters.is_empty());
                     s.last = ts;
                     s.samples += 1;
@@ -632,6 +674,7 @@ impl ProcessWatch {
                 trigger: o.trigger,
                 tid: o.tid,
                 key: o.key,
+                turn: o.turn,
                 before,
                 first,
                 seen: ts,
@@ -829,7 +872,7 @@ mod tests {
         let mut closed = Vec::new();
         for i in 0..60u64 {
             let t = if (10..40).contains(&i) { &busy } else { &idle };
-            for e in w.observe(ms(i * 10), std::slice::from_ref(t)) {
+            for e in w.observe(ms(i * 10), std::slice::from_ref(t), &[]) {
                 match e {
                     Event::Opened(_) => opened += 1,
                     Event::Closed(s) => closed.push(*s),
@@ -846,6 +889,41 @@ mod tests {
             Some("handler")
         );
     }
+    /// Steps of one task, each 50 ms and one after another with no sample
+    /// in the selector between them: the same coroutine frame at every
+    /// sample, but the loop's turn moves at each step. No incident; and
+    /// without the turns (uvloop's loop), one long span, as before.
+    #[test]
+    fn consecutive_steps_of_one_task_are_not_one_long_block() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_millis(100),
+            gil_held: Duration::from_secs(10),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
+        let select = py("EpollSelector.select", "/x/selectors.py", 2);
+        let idle = thread(7, vec![select, run_once.clone()]);
+        let busy = thread(7, vec![py("run_asgi", "h11_impl.py", 403), run_once]);
+        let ms = Duration::from_millis;
+        for with_turns in [true, false] {
+            let mut w = ProcessWatch::new(th);
+            let mut opened = 0;
+            for i in 0..60u64 {
+                let t = if (10..40).contains(&i) { &busy } else { &idle };
+                // A new step every 5 samples.
+                let turns = [(7, 2 * (i / 5))];
+                let turns: &[(u32, u64)] = if with_turns { &turns } else { &[] };
+                for e in w.observe(ms(i * 10), std::slice::from_ref(t), turns) {
+                    if let Event::Opened(_) = e {
+                        opened += 1;
+                    }
+                }
+            }
+            assert_eq!(opened, usize::from(!with_turns), "with turns: {with_turns}");
+        }
+    }
+
     /// A thread in a one-line loop (`while True: n += 1`) shows the same
     /// stack at every sample, but not the same instruction: with the main
     /// thread blocked on a lock for good, the process is not frozen.
@@ -875,7 +953,7 @@ mod tests {
                 instr: 0x3000 + 2 * (i % 7),
             });
             let busy = thread(2, vec![f]);
-            let events = w.observe(ms(i * 10), &[main.clone(), busy]);
+            let events = w.observe(ms(i * 10), &[main.clone(), busy], &[]);
             assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
         }
     }
@@ -908,7 +986,7 @@ mod tests {
         let ms = Duration::from_millis;
         for i in 0..500u64 {
             let other = if i % 100 == 50 { &waiter } else { &sleeper };
-            let events = w.observe(ms(i * 10), &[busy.clone(), other.clone()]);
+            let events = w.observe(ms(i * 10), &[busy.clone(), other.clone()], &[]);
             assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
         }
     }
@@ -972,7 +1050,7 @@ mod tests {
                     resting(thread(3, beat.clone())),
                 ]
             };
-            for e in w.observe(ms(i * 10), &threads) {
+            for e in w.observe(ms(i * 10), &threads, &[]) {
                 match e {
                     Event::Opened(i) => opened.push(w.streaks[i].tid),
                     Event::Closed(s) => closed.push(*s),
