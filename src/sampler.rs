@@ -154,6 +154,11 @@ pub(crate) struct ProcessSample {
     pub(crate) cmdline: Arc<str>,
     pub(crate) python_version: String,
     pub(crate) threads: Vec<ThreadStack>,
+    /// Since the sampler started, when its frames were read: later than the
+    /// tick's timestamp by what came first (kernel states, waits, the
+    /// pause), by much more when a loaded machine held the sampler up
+    /// in between.
+    pub(crate) read_at: Duration,
     /// With `loop_turns`: (OS thread id, how many callbacks the asyncio loop
     /// it runs has begun), for the threads inside a loop's `_run_once`
     /// (see [`asyncio::LoopTurns`]).
@@ -306,6 +311,9 @@ pub(crate) struct Target {
     turns: asyncio::LoopTurns,
     /// The latest sample's loop turns, taken by the sampler.
     loop_turns: Vec<(u32, u64)>,
+    /// When the latest sample's frames were read (its threads stopped, or
+    /// read as they ran).
+    read_at: Instant,
     /// Greenlets (gevent, eventlet) for dump.
     greenlets: crate::python::greenlet::GreenletReader,
     /// Kernel names of threads `threading` does not name, and when read.
@@ -535,6 +543,7 @@ impl Target {
             tasks: None,
             turns: Default::default(),
             loop_turns: Vec::new(),
+            read_at: Instant::now(),
             greenlets: Default::default(),
             waits,
             pending: HashMap::new(),
@@ -1116,6 +1125,7 @@ impl Target {
             gil_sync: want_waits,
             lock_locals: cfg.read.waits == WaitDetail::Full,
         };
+        self.read_at = Instant::now();
         let mut snap = self
             .reader
             .snapshot(&*self.source, opts, &self.states, &self.ran);
@@ -1126,6 +1136,7 @@ impl Target {
                 self.stop_backoff = (self.stop_backoff * 2).clamp(1, 64);
                 self.stop_first = self.stop_backoff;
                 guard = Some(PauseGuard::new(self.pid, &pause)?);
+                self.read_at = Instant::now();
                 snap = self
                     .reader
                     .snapshot(&*self.source, opts, &self.states, &self.ran);
@@ -1647,6 +1658,7 @@ impl Sampler {
         let mut errors = Vec::new();
         let mut ended = Vec::new();
         let cfg = &self.cfg;
+        let start = self.start;
         let merges = &mut self.merges;
         self.targets.retain_mut(|t| match t.sample(cfg) {
             Ok(threads) => {
@@ -1661,6 +1673,7 @@ impl Sampler {
                     python_version: t.version.clone(),
                     threads,
                     loop_turns: std::mem::take(&mut t.loop_turns),
+                    read_at: t.read_at.saturating_duration_since(start),
                 });
                 true
             }

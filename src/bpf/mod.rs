@@ -548,6 +548,7 @@ impl BpfSampler {
                     python_version: self.version.clone(),
                     threads: vec![stack],
                     loop_turns: Vec::new(),
+                    read_at: Duration::from_nanos(time.saturating_sub(self.start_ns)),
                 }],
                 errors,
                 ended: Vec::new(),

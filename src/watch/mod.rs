@@ -65,6 +65,11 @@ impl Thresholds {
 /// Distinct stacks kept per streak; the samples of any other are counted
 /// as "other".
 pub(crate) const MAX_DURING_STACKS: usize = 64;
+/// Intervals between samples kept to tell the usual one.
+const INTERVALS_KEPT: usize = 31;
+/// A loop callback is dated back into the gap before it by at least this
+/// much (or the usual interval, if longer) when that gap allows.
+const MIN_DATE_BACK: Duration = Duration::from_millis(10);
 /// Threads followed per process (beyond it, new threads are not watched).
 const MAX_THREADS: usize = 4096;
 
@@ -195,6 +200,10 @@ struct Track {
 pub(crate) struct ProcessWatch {
     thresholds: Thresholds,
     last: Option<Duration>,
+    /// The latest intervals between samples (a ring), for
+    /// [`ProcessWatch::usual_interval`].
+    intervals: Vec<Duration>,
+    intervals_next: usize,
     tracks: HashMap<u32, Track>,
     pub(crate) streaks: Vec<Streak>,
 }
@@ -412,9 +421,19 @@ impl ProcessWatch {
         ProcessWatch {
             thresholds,
             last: None,
+            intervals: Vec::with_capacity(INTERVALS_KEPT),
+            intervals_next: 0,
             tracks: HashMap::new(),
             streaks: Vec::new(),
         }
+    }
+
+    /// The median of the latest intervals between samples: what the
+    /// sampler keeps to when nothing holds it up.
+    fn usual_interval(&self) -> Duration {
+        let mut v = self.intervals.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or_default()
     }
 
     fn slot_of(s: &Streak) -> (Trigger, u32) {
@@ -692,6 +711,16 @@ impl ProcessWatch {
             });
         }
         self.streaks = kept;
+        if let Some(l) = self.last {
+            let gap = ts.saturating_sub(l);
+            if self.intervals.len() < INTERVALS_KEPT {
+                self.intervals.push(gap);
+            } else {
+                let i = self.intervals_next % INTERVALS_KEPT;
+                self.intervals[i] = gap;
+            }
+            self.intervals_next = self.intervals_next.wrapping_add(1);
+        }
         self.last = Some(ts);
 
         // Which pass their threshold now, in precedence: a loop blocked
@@ -734,6 +763,19 @@ impl ProcessWatch {
             // waiter and open at once, on one sample.
             let seen_for = match s.trigger {
                 Trigger::GilHeld => s.last.saturating_sub(s.seen),
+                // A callback is dated back into the gap before its first
+                // sample by one usual sampling interval at most: after a
+                // long gap (the sampler held up on a loaded machine) half
+                // that gap would make a short callback read as a long one.
+                // (Its duration, once open, still counts the half gaps,
+                // with their uncertainty.)
+                Trigger::LoopBlocked => {
+                    let back = s
+                        .before
+                        .map_or(Duration::ZERO, |b| s.first.saturating_sub(b) / 2)
+                        .min(self.usual_interval().max(MIN_DATE_BACK));
+                    s.last.saturating_sub(s.first.saturating_sub(back))
+                }
                 _ => s.so_far(),
             };
             if s.opened || s.vetoed || seen_for < self.thresholds.of(s.trigger) {
