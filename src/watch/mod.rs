@@ -244,14 +244,14 @@ fn file_ends(f: &Frame, suffix: &str) -> bool {
 /// apart, read as one long `extract_stack`).
 fn asyncio_internal(f: &Frame) -> bool {
     [
-        "events.py",
-        "tasks.py",
-        "futures.py",
-        "base_events.py",
-        "format_helpers.py",
+        "asyncio/events.py",
+        "asyncio/tasks.py",
+        "asyncio/futures.py",
+        "asyncio/base_events.py",
+        "asyncio/format_helpers.py",
     ]
     .iter()
-    .any(|s| file_ends(f, &format!("asyncio/{s}")))
+    .any(|s| file_ends(f, s))
 }
 
 fn is_run_once(f: &Frame) -> bool {
@@ -370,8 +370,15 @@ fn frame_hash<H: Hasher>(f: &Frame, h: &mut H) {
     f.line.hash(h);
 }
 
+/// A hasher for the identities compared from one tick to the next (stacks,
+/// streak keys): fast, and the same within one run, which is all they need.
+fn hasher() -> impl Hasher {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x5eed_1dea_7ab1_e5e5).build_hasher()
+}
+
 fn stack_hash(frames: &[Frame]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = hasher();
     for f in frames {
         frame_hash(f, &mut h);
     }
@@ -382,7 +389,7 @@ fn stack_hash(frames: &[Frame]) -> u64 {
 /// (`while True: n += 1`) moves, a call that does not return (a regex in C,
 /// a lock's acquire) does not.
 fn motion_hash(shape: u64, frames: &[Frame]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = hasher();
     shape.hash(&mut h);
     for f in frames {
         f.mark.map(|m| m.instr).hash(&mut h);
@@ -391,7 +398,7 @@ fn motion_hash(shape: u64, frames: &[Frame]) -> u64 {
 }
 
 fn hash_of(v: impl Hash) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = hasher();
     v.hash(&mut h);
     h.finish()
 }
@@ -411,9 +418,48 @@ struct Obs {
     key: u64,
     /// Loop blocked: the loop's turn, when read (see [`Streak::turn`]).
     turn: Option<u64>,
-    culprit: Culprit,
+    /// Where its culprit is, made into a [`Culprit`] only when a streak
+    /// starts (most ticks go on with a streak, and need none).
+    culprit: CulpritAt,
     tid: u32,
     waiters: Vec<u32>,
+}
+
+/// Where a tick's culprit is in its thread's view.
+#[derive(Debug, Clone, Copy)]
+enum CulpritAt {
+    /// A loop callback's outermost own frame (its index).
+    Frame(usize),
+    /// The innermost Python frame (a GIL holder).
+    Innermost,
+    /// The innermost Python frame and the wait (a stuck thread).
+    Waiting,
+    /// The same, an empty wait being none (a frozen process's thread).
+    Frozen,
+}
+
+impl CulpritAt {
+    fn culprit(self, t: &ThreadStack) -> Culprit {
+        let inner = || innermost_python(&t.frames).cloned();
+        match self {
+            CulpritAt::Frame(i) => Culprit {
+                frame: t.frames.get(i).cloned(),
+                wait: None,
+            },
+            CulpritAt::Innermost => Culprit {
+                frame: inner(),
+                wait: None,
+            },
+            CulpritAt::Waiting => Culprit {
+                frame: inner(),
+                wait: t.wait.as_ref().map(|w| w.short()),
+            },
+            CulpritAt::Frozen => Culprit {
+                frame: inner(),
+                wait: t.wait.as_ref().map(|w| w.short()).filter(|s| !s.is_empty()),
+            },
+        }
+    }
 }
 
 impl ProcessWatch {
@@ -519,10 +565,7 @@ impl ProcessWatch {
                     slot: v.tid,
                     key: hash_of((&f.function, &f.file, addr)),
                     turn,
-                    culprit: Culprit {
-                        frame: Some(f.clone()),
-                        wait: None,
-                    },
+                    culprit: CulpritAt::Frame(i),
                     tid: v.tid,
                     waiters: Vec::new(),
                 });
@@ -551,10 +594,7 @@ impl ProcessWatch {
                 slot: 0,
                 key: hash_of((h.tid, h.hash)),
                 turn: None,
-                culprit: Culprit {
-                    frame: innermost_python(&h.t.frames).cloned(),
-                    wait: None,
-                },
+                culprit: CulpritAt::Innermost,
                 tid: h.tid,
                 waiters: waiters.clone(),
             });
@@ -567,7 +607,6 @@ impl ProcessWatch {
             if v.idle || loop_busy.contains(&v.tid) {
                 continue;
             }
-            let short = w.short();
             // The call and its fd: the fd's description may be learnt a
             // few samples into the wait.
             let call = (&w.syscall, w.fd.as_ref().map(|f| f.fd), &w.futex);
@@ -576,10 +615,7 @@ impl ProcessWatch {
                 slot: v.tid,
                 key: hash_of((v.hash, call)),
                 turn: None,
-                culprit: Culprit {
-                    frame: innermost_python(&v.t.frames).cloned(),
-                    wait: Some(short),
-                },
+                culprit: CulpritAt::Waiting,
                 tid: v.tid,
                 waiters: Vec::new(),
             });
@@ -618,15 +654,7 @@ impl ProcessWatch {
                     slot: 0,
                     key,
                     turn: None,
-                    culprit: Culprit {
-                        frame: innermost_python(&c.t.frames).cloned(),
-                        wait: c
-                            .t
-                            .wait
-                            .as_ref()
-                            .map(|w| w.short())
-                            .filter(|s| !s.is_empty()),
-                    },
+                    culprit: CulpritAt::Frozen,
                     tid: c.tid,
                     waiters: Vec::new(),
                 });
@@ -701,7 +729,7 @@ impl ProcessWatch {
                 after: None,
                 samples: 1,
                 start: v.t.clone(),
-                culprit: o.culprit,
+                culprit: o.culprit.culprit(v.t),
                 during,
                 waited: u64::from(!o.waiters.is_empty()),
                 waiters: o.waiters,
