@@ -526,6 +526,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             native: a.read.native,
             native_all: false,
             native_debug_info: false,
+            loop_turns: false,
             full_names: a.read.names.full_names,
             function_lines: a.function,
             locals: 0,

@@ -130,6 +130,8 @@ pub struct ReadConfig {
     pub waits: WaitDetail,
     /// asyncio tasks: shown under their loop's thread, or stitched into the stacks.
     pub asyncio: AsyncMode,
+    /// Each asyncio loop thread's turn ([`ProcessSample::loop_turns`]): watch.
+    pub loop_turns: bool,
 }
 
 /// What is done with the asyncio tasks of a target.
@@ -156,6 +158,15 @@ pub(crate) struct ProcessSample {
     pub(crate) cmdline: Arc<str>,
     pub(crate) python_version: String,
     pub(crate) threads: Vec<ThreadStack>,
+    /// Since the sampler started, when its frames were read: later than the
+    /// tick's timestamp by what came first (kernel states, waits, the
+    /// pause), by much more when a loaded machine held the sampler up
+    /// in between.
+    pub(crate) read_at: Duration,
+    /// With `loop_turns`: (OS thread id, how many callbacks the asyncio loop
+    /// it runs has begun), for the threads inside a loop's `_run_once`
+    /// (see [`asyncio::LoopTurns`]).
+    pub(crate) loop_turns: Vec<(u32, u64)>,
 }
 
 pub(crate) struct Tick {
@@ -301,6 +312,12 @@ pub(crate) struct Target {
     foreign_waits: HashMap<i32, wait::Wait>,
     foreign_seen: Vec<(i32, bool)>,
     tasks: Option<AsyncioReader>,
+    turns: asyncio::LoopTurns,
+    /// The latest sample's loop turns, taken by the sampler.
+    loop_turns: Vec<(u32, u64)>,
+    /// When the latest sample's frames were read (its threads stopped, or
+    /// read as they ran).
+    read_at: Instant,
     /// Greenlets (gevent, eventlet) for dump.
     greenlets: crate::python::greenlet::GreenletReader,
     /// Kernel names of threads `threading` does not name, and when read.
@@ -528,6 +545,9 @@ impl Target {
             threads,
             states: HashMap::new(),
             tasks: None,
+            turns: Default::default(),
+            loop_turns: Vec::new(),
+            read_at: Instant::now(),
             greenlets: Default::default(),
             waits,
             pending: HashMap::new(),
@@ -1116,6 +1136,7 @@ impl Target {
             gil_sync: want_waits,
             lock_locals: cfg.read.waits == WaitDetail::Full,
         };
+        self.read_at = Instant::now();
         let mut snap = self
             .reader
             .snapshot(&*self.source, opts, &self.states, &self.ran);
@@ -1126,6 +1147,7 @@ impl Target {
                 self.stop_backoff = (self.stop_backoff * 2).clamp(1, 64);
                 self.stop_first = self.stop_backoff;
                 guard = Some(PauseGuard::new(self.pid, &pause)?);
+                self.read_at = Instant::now();
                 snap = self
                     .reader
                     .snapshot(&*self.source, opts, &self.states, &self.ran);
@@ -1225,6 +1247,22 @@ impl Target {
             let cache = crate::python::pagecache::PageCache::new(&*self.source);
             self.greenlets
                 .read(&mut self.reader, &cache, s, limit, &mut tasks);
+        }
+        self.loop_turns.clear();
+        if let (Ok(s), true) = (&snap, cfg.read.loop_turns) {
+            let pl = &self.reader.process.layout;
+            let objr = crate::python::objects::ObjReader::new(&*self.source, pl);
+            for t in s {
+                let (Some(tid), Some(m)) = (
+                    t.stack.os_thread_id,
+                    crate::watch::run_once_frame(&t.stack.frames).and_then(|f| f.mark),
+                ) else {
+                    continue;
+                };
+                if let Some(turn) = self.turns.read(&objr, &pl.frame, m.addr) {
+                    self.loop_turns.push((tid, turn));
+                }
+            }
         }
         drop(guard);
         let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
@@ -1631,6 +1669,7 @@ impl Sampler {
         let mut errors = Vec::new();
         let mut ended = Vec::new();
         let cfg = &self.cfg;
+        let start = self.start;
         let merges = &mut self.merges;
         self.targets.retain_mut(|t| match t.sample(cfg) {
             Ok(threads) => {
@@ -1644,6 +1683,8 @@ impl Sampler {
                     cmdline: t.cmdline.clone(),
                     python_version: t.version.clone(),
                     threads,
+                    loop_turns: std::mem::take(&mut t.loop_turns),
+                    read_at: t.read_at.saturating_duration_since(start),
                 });
                 true
             }

@@ -547,6 +547,8 @@ impl BpfSampler {
                     cmdline: self.cmdline.clone(),
                     python_version: self.version.clone(),
                     threads: vec![stack],
+                    loop_turns: Vec::new(),
+                    read_at: Duration::from_nanos(time.saturating_sub(self.start_ns)),
                 }],
                 errors,
                 ended: Vec::new(),

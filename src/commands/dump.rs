@@ -55,6 +55,7 @@ fn config(opts: &DumpOptions) -> SamplerConfig {
             native: opts.native,
             native_all: opts.native_all,
             native_debug_info: opts.native_debug_info,
+            loop_turns: false,
             full_names: opts.full_names,
             function_lines: false,
             locals: opts.locals,

@@ -212,6 +212,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             native: opts.native,
             native_all: false,
             native_debug_info: false,
+            loop_turns: false,
             full_names: opts.full_names,
             function_lines: false,
             locals: 0,

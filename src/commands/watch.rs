@@ -63,6 +63,7 @@ fn steady_config(o: &WatchOptions) -> SamplerConfig {
             positions: false,
             waits: crate::wait::WaitDetail::Short,
             asyncio: AsyncMode::Off,
+            loop_turns: true,
             full_names: o.full_names,
         },
     }
@@ -327,7 +328,10 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
                 .entry(p.pid)
                 .or_insert_with(|| ProcessWatch::new(th));
             let mut tick_read: Option<Result<ProcessStacks, String>> = None;
-            for e in w.observe(tick.timestamp, &p.threads) {
+            // Dated by when its frames were read, not when the tick began:
+            // on a loaded machine the sampler can be held up in between
+            // (a stall of the sampler read as one of the target).
+            for e in w.observe(p.read_at, &p.threads, &p.loop_turns) {
                 match e {
                     crate::watch::Event::Opened(i) => {
                         // One full read per process per tick, shared by

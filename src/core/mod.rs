@@ -893,6 +893,7 @@ mod sample_tests {
                 native: true,
                 native_all: false,
                 native_debug_info: false,
+                loop_turns: false,
                 full_names: false,
                 function_lines: false,
                 locals: 0,

@@ -1760,6 +1760,85 @@ fn deque_items(objr: &ObjReader, l: &AsyncioLayout, dq: u64, max: u64) -> Vec<u6
     out
 }
 
+/// From a deque's `ob_size` to its `state`, the count of its index moves
+/// (`leftblock`, `rightblock`, `leftindex`, `rightindex` before it; the ring
+/// buffer's `ob_item`, `allocated`, `first_element`, `maxlen` in 3.15): 40
+/// bytes on every version.
+const DEQUE_STATE_AFTER_SIZE: u64 = 40;
+/// Event loops whose ready queue is remembered per process.
+const MAX_TURN_LOOPS: usize = 64;
+
+/// How many callbacks each asyncio event loop has begun: what tells one
+/// callback (one task step) from the next when no sample lands in the
+/// selector between them.
+///
+/// asyncio's loop takes each callback it runs off the left end of
+/// `loop._ready`, a `collections.deque`, and adds new ones on the right.
+/// The deque's `state` counts both (each append and each popleft adds one)
+/// and its length is appends less pops, so `state - len` is twice the
+/// number of callbacks taken so far: it stays put while one callback runs,
+/// whatever that callback schedules, and moves when the next one begins.
+/// The loop comes from the `self` of `_run_once`'s frame; its `_ready`
+/// deque is found once (checked by type), then each read is one copy of
+/// the deque's header, checked by its type pointer.
+#[derive(Default)]
+pub(crate) struct LoopTurns {
+    /// Loop → its ready deque and that deque's type, or when it was last
+    /// looked for in vain (looked for again after [`TURN_RETRY`]: a read
+    /// that raced the loop's own writes must not leave it without turns).
+    ready: HashMap<u64, Result<(u64, u64), Instant>>,
+}
+
+/// How long a loop whose ready queue was not found waits for another look.
+const TURN_RETRY: Duration = Duration::from_secs(1);
+
+impl LoopTurns {
+    /// The turn of the loop whose `_run_once` runs in the frame at `frame`.
+    pub(crate) fn read(
+        &mut self,
+        objr: &ObjReader,
+        fl: &crate::cpython_layouts::FrameLayout,
+        frame: u64,
+    ) -> Option<u64> {
+        let lp = objr.mem.read_u64(frame.wrapping_add(fl.localsplus)).ok()? & !fl.pointer_tag_bits;
+        if lp == 0 {
+            return None;
+        }
+        let look = match self.ready.get(&lp) {
+            Some(Ok(_)) => false,
+            Some(Err(at)) => at.elapsed() >= TURN_RETRY,
+            None => true,
+        };
+        if look {
+            if self.ready.len() >= MAX_TURN_LOOPS {
+                self.ready.clear();
+            }
+            let found = instance_attrs(objr, lp, &["_ready"])
+                .first()
+                .map(|(_, v)| *v)
+                .filter(|d| objr.type_name(*d).is_ok_and(|t| t == "collections.deque"))
+                .and_then(|d| Some((d, objr.type_of(d).ok()?)));
+            self.ready.insert(lp, found.ok_or_else(Instant::now));
+        }
+        let (dq, ty) = (*self.ready.get(&lp)?).ok()?;
+        let o = &objr.layout.object;
+        let state_at = o.ob_size + DEQUE_STATE_AFTER_SIZE;
+        let mut buf = [0u8; 96];
+        let len = (state_at + 8).min(buf.len() as u64) as usize;
+        if state_at + 8 > len as u64 || objr.mem.read(dq, &mut buf[..len]).is_err() {
+            return None;
+        }
+        if le_u64(&buf, o.ob_type) != ty {
+            // Freed, or something else now: found again next time.
+            self.ready.remove(&lp);
+            return None;
+        }
+        let size = le_u64(&buf, o.ob_size);
+        let state = le_u64(&buf, state_at);
+        Some(state.wrapping_sub(size))
+    }
+}
+
 /// A Python-level future's `_state` string → the C enum's value.
 fn py_state(objr: &ObjReader, s: u64) -> Option<u8> {
     match objr.string(s, 16).ok()?.0.as_str() {

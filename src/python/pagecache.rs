@@ -45,17 +45,6 @@ pub(crate) struct PageStore {
     spare: Vec<Box<[u8]>>,
 }
 
-impl PageStore {
-    /// The blocks the snapshot that handed this store over read from
-    /// (readable ones), as (address, length) for [`PageCache::prefetch`].
-    pub(crate) fn used_blocks(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
-        self.pages
-            .iter()
-            .filter(|(_, p)| p.used && !p.unreadable)
-            .map(|(a, _)| (*a, PAGE as usize))
-    }
-}
-
 pub(crate) struct PageCache<'m> {
     inner: &'m dyn Memory,
     /// Every page here was read during this cache's life.
@@ -128,6 +117,17 @@ impl<'m> PageCache<'m> {
 
     /// The pages reads were served from (readable ones only), lowest
     /// address first.
+    /// The blocks read from so far in this snapshot (readable ones), as
+    /// (address, length) for [`PageCache::prefetch`].
+    pub(crate) fn used_blocks_now(&self) -> Vec<(u64, usize)> {
+        self.pages
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.used && !p.unreadable)
+            .map(|(a, _)| (*a, PAGE as usize))
+            .collect()
+    }
+
     #[cfg(test)]
     pub(crate) fn used_pages(&self) -> Vec<u64> {
         let pages = self.pages.borrow();

@@ -175,6 +175,10 @@ pub(crate) struct Reader {
     walked: Vec<Chain>,
     /// And the GIL holder of each interpreter it found.
     walked_gil: Vec<(u64, Option<u64>)>,
+    /// The blocks that walk read (thread states, frames, data stack chunks,
+    /// the GIL): what [`Reader::stood_still`] reads again, without the
+    /// code objects, names and line tables the rest of the snapshot read.
+    walked_blocks: Vec<(u64, usize)>,
 }
 
 /// One thread's frame chain as a snapshot walked it: where its thread state
@@ -268,6 +272,7 @@ impl Reader {
             epoch: 0,
             walked: Vec::new(),
             walked_gil: Vec::new(),
+            walked_blocks: Vec::new(),
         }
     }
 
@@ -370,13 +375,13 @@ impl Reader {
     pub(crate) fn stood_still(&mut self, src: &dyn TargetSource) -> bool {
         let l = &self.process.layout;
         let (tsize, fsize) = (l.thread.size as usize, l.frame.size as usize);
-        // The blocks the snapshot read, in one batch (the code objects'
-        // among them are not looked at, but are read as part of the same
-        // ranges), and any block of a chain that is not among them.
+        // The blocks the snapshot's walk read, in one batch, and any block
+        // of a chain that is not among them.
         let cache = PageCache::new(src);
         cache.prefetch(
-            self.snapshot_pages
-                .used_blocks()
+            self.walked_blocks
+                .iter()
+                .copied()
                 .chain(self.walked.iter().flat_map(|c| {
                     std::iter::once((c.tstate, tsize))
                         .chain((c.cframe != 0).then_some((c.cframe, 64)))
@@ -791,6 +796,8 @@ impl Reader {
         self.walked_gil.clear();
         self.walked_gil
             .extend(gil_by_interp.iter().map(|(&i, &h)| (i, h)));
+        self.walked_blocks.clear();
+        self.walked_blocks.extend(cache.used_blocks_now());
         // Check all code objects in one batched read, with the collectors' flags.
         let code_size = self.process.layout.code.size as usize;
         let gc_flags: FastMap<u64, Option<u64>> = gil_by_interp

@@ -65,6 +65,11 @@ impl Thresholds {
 /// Distinct stacks kept per streak; the samples of any other are counted
 /// as "other".
 pub(crate) const MAX_DURING_STACKS: usize = 64;
+/// Intervals between samples kept to tell the usual one.
+const INTERVALS_KEPT: usize = 31;
+/// A loop callback is dated back into the gap before it by at least this
+/// much (or the usual interval, if longer) when that gap allows.
+const MIN_DATE_BACK: Duration = Duration::from_millis(10);
 /// Threads followed per process (beyond it, new threads are not watched).
 const MAX_THREADS: usize = 4096;
 
@@ -108,6 +113,9 @@ pub(crate) struct Streak {
     /// The thread it is about (for a frozen process, the thread stuck longest).
     pub(crate) tid: u32,
     key: u64,
+    /// Loop blocked: the loop's turn (callbacks begun) while it lasts, once
+    /// read: a streak goes on only while the loop runs the same callback.
+    turn: Option<u64>,
     /// The last sample before the stall was seen, and its first and last.
     pub(crate) before: Option<Duration>,
     pub(crate) first: Duration,
@@ -192,6 +200,10 @@ struct Track {
 pub(crate) struct ProcessWatch {
     thresholds: Thresholds,
     last: Option<Duration>,
+    /// The latest intervals between samples (a ring), for
+    /// [`ProcessWatch::usual_interval`].
+    intervals: Vec<Duration>,
+    intervals_next: usize,
     tracks: HashMap<u32, Track>,
     pub(crate) streaks: Vec<Streak>,
 }
@@ -232,14 +244,25 @@ fn file_ends(f: &Frame, suffix: &str) -> bool {
 /// apart, read as one long `extract_stack`).
 fn asyncio_internal(f: &Frame) -> bool {
     [
-        "events.py",
-        "tasks.py",
-        "futures.py",
-        "base_events.py",
-        "format_helpers.py",
+        "asyncio/events.py",
+        "asyncio/tasks.py",
+        "asyncio/futures.py",
+        "asyncio/base_events.py",
+        "asyncio/format_helpers.py",
     ]
     .iter()
-    .any(|s| file_ends(f, &format!("asyncio/{s}")))
+    .any(|s| file_ends(f, s))
+}
+
+fn is_run_once(f: &Frame) -> bool {
+    f.function.ends_with("_run_once") && file_ends(f, "asyncio/base_events.py")
+}
+
+/// The frame of asyncio's `BaseEventLoop._run_once` in a thread's stack
+/// (innermost first), whose `self` is the loop: the sampler reads the
+/// loop's turn from it (`ReadConfig::loop_turns`).
+pub(crate) fn run_once_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames.iter().find(|f| is_run_once(f))
 }
 
 /// Where an event loop's thread is, from its Python frames (innermost
@@ -248,9 +271,7 @@ fn asyncio_internal(f: &Frame) -> bool {
 /// `run_until_complete`/`run_forever`/`asyncio.run` without `_run_once` is
 /// taken to be in a uvloop callback when any frame of its own is above it.
 fn loop_state(frames: &[Frame]) -> Option<LoopState> {
-    let run_once = frames
-        .iter()
-        .position(|f| f.function.ends_with("_run_once") && file_ends(f, "asyncio/base_events.py"));
+    let run_once = frames.iter().position(is_run_once);
     let (r, uv) = match run_once {
         Some(r) => (r, false),
         None => {
@@ -349,8 +370,15 @@ fn frame_hash<H: Hasher>(f: &Frame, h: &mut H) {
     f.line.hash(h);
 }
 
+/// A hasher for the identities compared from one tick to the next (stacks,
+/// streak keys): fast, and the same within one run, which is all they need.
+fn hasher() -> impl Hasher {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x5eed_1dea_7ab1_e5e5).build_hasher()
+}
+
 fn stack_hash(frames: &[Frame]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = hasher();
     for f in frames {
         frame_hash(f, &mut h);
     }
@@ -361,7 +389,7 @@ fn stack_hash(frames: &[Frame]) -> u64 {
 /// (`while True: n += 1`) moves, a call that does not return (a regex in C,
 /// a lock's acquire) does not.
 fn motion_hash(shape: u64, frames: &[Frame]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = hasher();
     shape.hash(&mut h);
     for f in frames {
         f.mark.map(|m| m.instr).hash(&mut h);
@@ -370,7 +398,7 @@ fn motion_hash(shape: u64, frames: &[Frame]) -> u64 {
 }
 
 fn hash_of(v: impl Hash) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = hasher();
     v.hash(&mut h);
     h.finish()
 }
@@ -388,9 +416,50 @@ struct Obs {
     /// The thread the slot is keyed by (0 for the process-wide triggers).
     slot: u32,
     key: u64,
-    culprit: Culprit,
+    /// Loop blocked: the loop's turn, when read (see [`Streak::turn`]).
+    turn: Option<u64>,
+    /// Where its culprit is, made into a [`Culprit`] only when a streak
+    /// starts (most ticks go on with a streak, and need none).
+    culprit: CulpritAt,
     tid: u32,
     waiters: Vec<u32>,
+}
+
+/// Where a tick's culprit is in its thread's view.
+#[derive(Debug, Clone, Copy)]
+enum CulpritAt {
+    /// A loop callback's outermost own frame (its index).
+    Frame(usize),
+    /// The innermost Python frame (a GIL holder).
+    Innermost,
+    /// The innermost Python frame and the wait (a stuck thread).
+    Waiting,
+    /// The same, an empty wait being none (a frozen process's thread).
+    Frozen,
+}
+
+impl CulpritAt {
+    fn culprit(self, t: &ThreadStack) -> Culprit {
+        let inner = || innermost_python(&t.frames).cloned();
+        match self {
+            CulpritAt::Frame(i) => Culprit {
+                frame: t.frames.get(i).cloned(),
+                wait: None,
+            },
+            CulpritAt::Innermost => Culprit {
+                frame: inner(),
+                wait: None,
+            },
+            CulpritAt::Waiting => Culprit {
+                frame: inner(),
+                wait: t.wait.as_ref().map(|w| w.short()),
+            },
+            CulpritAt::Frozen => Culprit {
+                frame: inner(),
+                wait: t.wait.as_ref().map(|w| w.short()).filter(|s| !s.is_empty()),
+            },
+        }
+    }
 }
 
 impl ProcessWatch {
@@ -398,9 +467,19 @@ impl ProcessWatch {
         ProcessWatch {
             thresholds,
             last: None,
+            intervals: Vec::with_capacity(INTERVALS_KEPT),
+            intervals_next: 0,
             tracks: HashMap::new(),
             streaks: Vec::new(),
         }
+    }
+
+    /// The median of the latest intervals between samples: what the
+    /// sampler keeps to when nothing holds it up.
+    fn usual_interval(&self) -> Duration {
+        let mut v = self.intervals.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or_default()
     }
 
     fn slot_of(s: &Streak) -> (Trigger, u32) {
@@ -410,9 +489,16 @@ impl ProcessWatch {
         }
     }
 
-    /// Take one tick's threads of this process (sampled at `ts`); returns
-    /// the incidents that opened and closed.
-    pub(crate) fn observe(&mut self, ts: Duration, threads: &[ThreadStack]) -> Vec<Event> {
+    /// Take one tick's threads of this process (sampled at `ts`), with the
+    /// turns of the asyncio loops they run (OS thread id, callbacks begun:
+    /// see [`crate::python::asyncio::LoopTurns`]); returns the incidents
+    /// that opened and closed.
+    pub(crate) fn observe(
+        &mut self,
+        ts: Duration,
+        threads: &[ThreadStack],
+        turns: &[(u32, u64)],
+    ) -> Vec<Event> {
         let views: Vec<View> = threads
             .iter()
             .filter_map(|t| {
@@ -460,16 +546,26 @@ impl ProcessWatch {
             if let Some(LoopState::Running(i)) = v.in_loop {
                 let f = &v.t.frames[i];
                 // The coroutine's frame lives in the coroutine (3.11+), so
-                // its address tells two tasks of one coroutine apart.
+                // its address tells two tasks of one coroutine apart. The
+                // loop's turn tells one callback from the next: two steps
+                // of one task, or two callbacks of one function, with no
+                // sample in the selector between them, are two spans, not
+                // one long one (asyncio's loop; uvloop's has no turn read,
+                // and its steps of one task still read as one).
                 let addr = f.mark.map(|m| m.addr).unwrap_or(0);
+                // A turn read halfway through the deque's update (odd: its
+                // length moved and its count not yet, or the other way) is
+                // no turn.
+                let turn = turns
+                    .iter()
+                    .find(|(t, n)| *t == v.tid && n % 2 == 0)
+                    .map(|(_, n)| *n);
                 obs.push(Obs {
                     trigger: Trigger::LoopBlocked,
                     slot: v.tid,
                     key: hash_of((&f.function, &f.file, addr)),
-                    culprit: Culprit {
-                        frame: Some(f.clone()),
-                        wait: None,
-                    },
+                    turn,
+                    culprit: CulpritAt::Frame(i),
                     tid: v.tid,
                     waiters: Vec::new(),
                 });
@@ -497,10 +593,8 @@ impl ProcessWatch {
                 trigger: Trigger::GilHeld,
                 slot: 0,
                 key: hash_of((h.tid, h.hash)),
-                culprit: Culprit {
-                    frame: innermost_python(&h.t.frames).cloned(),
-                    wait: None,
-                },
+                turn: None,
+                culprit: CulpritAt::Innermost,
                 tid: h.tid,
                 waiters: waiters.clone(),
             });
@@ -513,7 +607,6 @@ impl ProcessWatch {
             if v.idle || loop_busy.contains(&v.tid) {
                 continue;
             }
-            let short = w.short();
             // The call and its fd: the fd's description may be learnt a
             // few samples into the wait.
             let call = (&w.syscall, w.fd.as_ref().map(|f| f.fd), &w.futex);
@@ -521,10 +614,8 @@ impl ProcessWatch {
                 trigger: Trigger::ThreadStuck,
                 slot: v.tid,
                 key: hash_of((v.hash, call)),
-                culprit: Culprit {
-                    frame: innermost_python(&v.t.frames).cloned(),
-                    wait: Some(short),
-                },
+                turn: None,
+                culprit: CulpritAt::Waiting,
                 tid: v.tid,
                 waiters: Vec::new(),
             });
@@ -562,15 +653,8 @@ impl ProcessWatch {
                     trigger: Trigger::ProcessFrozen,
                     slot: 0,
                     key,
-                    culprit: Culprit {
-                        frame: innermost_python(&c.t.frames).cloned(),
-                        wait: c
-                            .t
-                            .wait
-                            .as_ref()
-                            .map(|w| w.short())
-                            .filter(|s| !s.is_empty()),
-                    },
+                    turn: None,
+                    culprit: CulpritAt::Frozen,
                     tid: c.tid,
                     waiters: Vec::new(),
                 });
@@ -594,11 +678,16 @@ impl ProcessWatch {
                 || s.trigger != Trigger::ProcessFrozen
                 || ts.saturating_sub(s.last) <= self.thresholds.of(s.trigger) / 2;
             let hit = obs.iter().enumerate().find(|(i, o)| {
-                gap_ok && !taken[*i] && (o.trigger, o.slot) == slot && o.key == s.key
+                gap_ok
+                    && !taken[*i]
+                    && (o.trigger, o.slot) == slot
+                    && o.key == s.key
+                    && (s.turn.is_none() || o.turn.is_none() || o.turn == s.turn)
             });
             match hit {
                 Some((i, o)) => {
                     taken[i] = true;
+                    s.turn = s.turn.or(o.turn);
                     s.waited += u64::from(!o.waiters.is_empty());
                     s.last = ts;
                     s.samples += 1;
@@ -632,6 +721,7 @@ impl ProcessWatch {
                 trigger: o.trigger,
                 tid: o.tid,
                 key: o.key,
+                turn: o.turn,
                 before,
                 first,
                 seen: ts,
@@ -639,7 +729,7 @@ impl ProcessWatch {
                 after: None,
                 samples: 1,
                 start: v.t.clone(),
-                culprit: o.culprit,
+                culprit: o.culprit.culprit(v.t),
                 during,
                 waited: u64::from(!o.waiters.is_empty()),
                 waiters: o.waiters,
@@ -649,6 +739,16 @@ impl ProcessWatch {
             });
         }
         self.streaks = kept;
+        if let Some(l) = self.last {
+            let gap = ts.saturating_sub(l);
+            if self.intervals.len() < INTERVALS_KEPT {
+                self.intervals.push(gap);
+            } else {
+                let i = self.intervals_next % INTERVALS_KEPT;
+                self.intervals[i] = gap;
+            }
+            self.intervals_next = self.intervals_next.wrapping_add(1);
+        }
         self.last = Some(ts);
 
         // Which pass their threshold now, in precedence: a loop blocked
@@ -691,6 +791,19 @@ impl ProcessWatch {
             // waiter and open at once, on one sample.
             let seen_for = match s.trigger {
                 Trigger::GilHeld => s.last.saturating_sub(s.seen),
+                // A callback is dated back into the gap before its first
+                // sample by one usual sampling interval at most: after a
+                // long gap (the sampler held up on a loaded machine) half
+                // that gap would make a short callback read as a long one.
+                // (Its duration, once open, still counts the half gaps,
+                // with their uncertainty.)
+                Trigger::LoopBlocked => {
+                    let back = s
+                        .before
+                        .map_or(Duration::ZERO, |b| s.first.saturating_sub(b) / 2)
+                        .min(self.usual_interval().max(MIN_DATE_BACK));
+                    s.last.saturating_sub(s.first.saturating_sub(back))
+                }
                 _ => s.so_far(),
             };
             if s.opened || s.vetoed || seen_for < self.thresholds.of(s.trigger) {
@@ -829,7 +942,7 @@ mod tests {
         let mut closed = Vec::new();
         for i in 0..60u64 {
             let t = if (10..40).contains(&i) { &busy } else { &idle };
-            for e in w.observe(ms(i * 10), std::slice::from_ref(t)) {
+            for e in w.observe(ms(i * 10), std::slice::from_ref(t), &[]) {
                 match e {
                     Event::Opened(_) => opened += 1,
                     Event::Closed(s) => closed.push(*s),
@@ -846,6 +959,41 @@ mod tests {
             Some("handler")
         );
     }
+    /// Steps of one task, each 50 ms and one after another with no sample
+    /// in the selector between them: the same coroutine frame at every
+    /// sample, but the loop's turn moves at each step. No incident; and
+    /// without the turns (uvloop's loop), one long span, as before.
+    #[test]
+    fn consecutive_steps_of_one_task_are_not_one_long_block() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_millis(100),
+            gil_held: Duration::from_secs(10),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
+        let select = py("EpollSelector.select", "/x/selectors.py", 2);
+        let idle = thread(7, vec![select, run_once.clone()]);
+        let busy = thread(7, vec![py("run_asgi", "h11_impl.py", 403), run_once]);
+        let ms = Duration::from_millis;
+        for with_turns in [true, false] {
+            let mut w = ProcessWatch::new(th);
+            let mut opened = 0;
+            for i in 0..60u64 {
+                let t = if (10..40).contains(&i) { &busy } else { &idle };
+                // A new step every 5 samples.
+                let turns = [(7, 2 * (i / 5))];
+                let turns: &[(u32, u64)] = if with_turns { &turns } else { &[] };
+                for e in w.observe(ms(i * 10), std::slice::from_ref(t), turns) {
+                    if let Event::Opened(_) = e {
+                        opened += 1;
+                    }
+                }
+            }
+            assert_eq!(opened, usize::from(!with_turns), "with turns: {with_turns}");
+        }
+    }
+
     /// A thread in a one-line loop (`while True: n += 1`) shows the same
     /// stack at every sample, but not the same instruction: with the main
     /// thread blocked on a lock for good, the process is not frozen.
@@ -875,7 +1023,7 @@ mod tests {
                 instr: 0x3000 + 2 * (i % 7),
             });
             let busy = thread(2, vec![f]);
-            let events = w.observe(ms(i * 10), &[main.clone(), busy]);
+            let events = w.observe(ms(i * 10), &[main.clone(), busy], &[]);
             assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
         }
     }
@@ -908,7 +1056,7 @@ mod tests {
         let ms = Duration::from_millis;
         for i in 0..500u64 {
             let other = if i % 100 == 50 { &waiter } else { &sleeper };
-            let events = w.observe(ms(i * 10), &[busy.clone(), other.clone()]);
+            let events = w.observe(ms(i * 10), &[busy.clone(), other.clone()], &[]);
             assert!(events.is_empty(), "at {} ms: {events:?}", i * 10);
         }
     }
@@ -972,7 +1120,7 @@ mod tests {
                     resting(thread(3, beat.clone())),
                 ]
             };
-            for e in w.observe(ms(i * 10), &threads) {
+            for e in w.observe(ms(i * 10), &threads, &[]) {
                 match e {
                     Event::Opened(i) => opened.push(w.streaks[i].tid),
                     Event::Closed(s) => closed.push(*s),
