@@ -94,26 +94,6 @@ thread_local! {
     /// Held while LINGERING is not empty (for a second at most: a thread
     /// that takes longer sleeps in the kernel, and will not be quick to stop).
     static LINGER_BOOST: RefCell<Option<(Option<Boost>, Instant)>> = const { RefCell::new(None) };
-    /// The stop budget of the pauses begun on this thread (see
-    /// [`with_stop_budget`]).
-    static BUDGET: std::cell::Cell<Duration> = const { std::cell::Cell::new(STOP_BUDGET) };
-}
-
-/// Run `f` with the pauses it begins waiting up to `budget` (instead of
-/// [`STOP_BUDGET`]) for their threads to stop. For a one-shot reading
-/// (`dump`) whose earlier tries, within the budget, missed a thread that a
-/// loaded machine left without a CPU: holding the target once a little
-/// longer beats showing that thread without its native stack.
-pub(crate) fn with_stop_budget<R>(budget: Duration, f: impl FnOnce() -> R) -> R {
-    let before = BUDGET.with(|b| b.replace(budget));
-    struct Restore(Duration);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            BUDGET.with(|b| b.set(self.0));
-        }
-    }
-    let _restore = Restore(before);
-    f()
 }
 
 impl Boost {
@@ -177,8 +157,6 @@ pub struct PauseGuard {
     _boost: Option<Boost>,
     /// When the first thread was interrupted.
     begun: Option<Instant>,
-    /// How long to wait for the threads to stop (see [`with_stop_budget`]).
-    budget: Duration,
 }
 
 /// Whether pauses have lately been slow, so that this one takes the
@@ -632,7 +610,6 @@ impl PauseGuard {
             not_stopped: Vec::new(),
             _boost: None,
             begun: None,
-            budget: BUDGET.with(|b| b.get()),
         }
     }
 
@@ -717,7 +694,7 @@ impl PauseGuard {
         if !waiting.is_empty() {
             // Block on each thread in turn under one deadline: a thread
             // that stopped while we waited for another is collected at once.
-            let left = self.budget.saturating_sub(begun.elapsed());
+            let left = STOP_BUDGET.saturating_sub(begun.elapsed());
             let deadline = (!left.is_zero()).then(|| Deadline::arm(left)).flatten();
             let mut i = 0;
             while i < waiting.len() {
@@ -734,7 +711,7 @@ impl PauseGuard {
                     }
                     Polled::Waiting if *n > MAX_SIGNAL_STOPS || block.is_some() => i += 1,
                     // No timer: poll until the budget is spent.
-                    Polled::Waiting if begun.elapsed() < self.budget => {
+                    Polled::Waiting if begun.elapsed() < STOP_BUDGET => {
                         std::thread::sleep(Duration::from_micros(20))
                     }
                     Polled::Waiting => i += 1,

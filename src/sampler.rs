@@ -57,10 +57,6 @@ const HELD_SHARE: f64 = 0.95;
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 /// How long a kernel thread name is trusted before it is read again.
 const OS_NAME_TTL: Duration = Duration::from_secs(1);
-/// `sample_whole`'s tries within the usual stop budget; the tries after
-/// them (up to ten in all) wait [`LONG_STOP_BUDGET`] for the stops.
-const SHORT_TRIES: u32 = 3;
-const LONG_STOP_BUDGET: Duration = Duration::from_millis(50);
 
 /// What a sampler is told: when to sample, whether it may pause, which
 /// threads it keeps, and what it reads of each.
@@ -932,19 +928,12 @@ impl Target {
     /// unwind found its stack in the copy, if a few tries can get one
     /// (dump): a thread that a busy machine leaves without CPU misses the
     /// stop budget now and then, and a first copy may be too shallow (the
-    /// next try copies as deep as the unwind went). The first
-    /// [`SHORT_TRIES`] wait the usual budget for the stops, later ones
-    /// [`LONG_STOP_BUDGET`]; the last try's sample is taken as it is.
+    /// next try copies as deep as the unwind went). Each try holds no thread
+    /// longer than the budget; the last try's sample is taken as it is.
     pub(crate) fn sample_whole(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         let mut tries = 0;
         loop {
-            // The last tries wait longer for the stops: on a loaded machine
-            // a busy thread can miss the usual budget every time.
-            let r = if tries < SHORT_TRIES {
-                self.sample(cfg)
-            } else {
-                pause::with_stop_budget(LONG_STOP_BUDGET, || self.sample(cfg))
-            };
+            let r = self.sample(cfg);
             tries += 1;
             if self.late_threads == 0 || tries >= 10 || r.is_err() {
                 return r;
