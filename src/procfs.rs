@@ -68,6 +68,15 @@ impl Identity {
     pub(crate) fn parse(stat: &str) -> Option<Identity> {
         Some(parse_live_stat(stat)?.0)
     }
+
+    /// Whether the leader still has its memory: the kernel writes 0 for
+    /// the code and stack addresses of a task without one, which is a
+    /// leader that exited (the whole process, or only the main thread), or
+    /// the moment of an exec from another thread, before that thread takes
+    /// the leader's place. Neither is a new program yet.
+    pub(crate) fn has_memory(&self) -> bool {
+        self.start_code != 0 || self.start_stack != 0
+    }
 }
 
 /// The identity, and field 20 (the process's number of threads), of a stat
@@ -855,6 +864,19 @@ garbage line
         assert_eq!(Some(id.start_code), stat_field(&own, 26));
         assert_eq!(Some(id.start_stack), stat_field(&own, 28));
         assert_eq!(Some(threads), stat_field(&own, 20));
+        assert!(id.has_memory());
+    }
+
+    #[test]
+    fn a_leader_that_exited_has_no_memory() {
+        // The stat line of a process whose main thread called pthread_exit
+        // while a second thread runs on (seen on 6.x kernels): the leader is
+        // a zombie, and its code and stack addresses read 0.
+        let line = "25557 (python) Z 1 25557 25557 0 -1 4194380 0 0 0 0 0 0 0 0 20 0 2 0 \
+                    538101 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let (id, threads) = parse_live_stat(line).unwrap();
+        assert_eq!((id.start_time, threads), (538101, 2));
+        assert!(!id.has_memory());
     }
 
     #[test]

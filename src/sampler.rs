@@ -57,6 +57,10 @@ const HELD_SHARE: f64 = 0.95;
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 /// How long a kernel thread name is trusted before it is read again.
 const OS_NAME_TTL: Duration = Duration::from_secs(1);
+/// How often, and how far apart, an identity check looks again at a leader
+/// without memory before taking it for an exit (see `check_identity`).
+const LEADER_GONE_LOOKS: u32 = 5;
+const LEADER_GONE_WAIT: Duration = Duration::from_millis(2);
 
 /// What a sampler is told: when to sample, whether it may pause, which
 /// threads it keeps, and what it reads of each.
@@ -580,10 +584,23 @@ impl Target {
             live.num_threads = n;
             return Ok(());
         }
-        let now = live.stat.read().map(|(id, n)| {
+        let mut now = live.stat.read().map(|(id, n)| {
             live.num_threads = n;
             id
         });
+        // A leader without memory: an exit, or an exec from another thread
+        // that has yet to take the leader's place. Look again a few times
+        // before calling it an exit (the exec's new program has memory).
+        for _ in 0..LEADER_GONE_LOOKS {
+            if now.is_none_or(|id| id.has_memory()) {
+                break;
+            }
+            std::thread::sleep(LEADER_GONE_WAIT);
+            now = live.stat.read().map(|(id, _)| id);
+        }
+        if now.is_some_and(|id| !id.has_memory()) {
+            return Err(Error::ProcessExited { pid: self.pid });
+        }
         match now {
             None => {
                 // The open file fails once its task is gone: the process
@@ -593,6 +610,7 @@ impl Target {
                     Some(id) if id.start_time != live.identity.start_time => {
                         Err(Error::PidReused { pid: self.pid })
                     }
+                    Some(id) if !id.has_memory() => Err(Error::ProcessExited { pid: self.pid }),
                     Some(id) if id != live.identity => Err(Error::Execed { pid: self.pid }),
                     Some(_) => {
                         // The same process and program: follow it through
