@@ -523,6 +523,9 @@ fn same(g: &Frame, p: &Frame) -> bool {
                     || qualified(a, b)
                     || qualified(b, a)
                     || (a.contains("::") && without_generics(a) == without_generics(b))
+                    || (a.contains("::")
+                        && b.contains("::")
+                        && demangler_neutral(a) == demangler_neutral(b))
             }
             (None, None) => true,
             _ => false,
@@ -545,6 +548,45 @@ fn without_generics(name: &str) -> String {
         }
     }
     out
+}
+
+/// A C++ name as both demanglers reduce it, where libiberty (gdb) and
+/// cpp_demangle (pyinspect) print one symbol differently: without its
+/// generic arguments; without the return type libiberty keeps before a
+/// template function (`ns::State ns::Base<…>::combine<…>`); and, for a
+/// piece of a longer name that the argument-list cut left (an inlined
+/// lambda's `T const&)::{lambda(…)#1}`), from its first `)::` on.
+fn demangler_neutral(name: &str) -> String {
+    let g = without_generics(name);
+    let mut n = g.as_str();
+    let mut depth = 0i32;
+    for (i, c) in n.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => {
+                if n[i..].starts_with(")::") {
+                    n = &n[i + 1..];
+                }
+                break;
+            }
+            ')' => depth -= 1,
+            _ => {}
+        }
+    }
+    let mut depth = 0i32;
+    let mut last = None;
+    for (i, c) in n.char_indices() {
+        match c {
+            '(' | '{' => depth += 1,
+            ')' | '}' => depth -= 1,
+            ' ' if depth == 0 && !n[..i].ends_with("operator") => last = Some(i),
+            _ => {}
+        }
+    }
+    match last {
+        Some(i) if n[i + 1..].contains("::") => n[i + 1..].to_string(),
+        _ => n.to_string(),
+    }
 }
 
 /// Longest common subsequence under [`same`]: which of gdb's frames matched.
@@ -1093,6 +1135,17 @@ fn names_reduce_alike() {
     );
     assert_eq!(normalise("operator<<(std::ostream&, int)"), "operator<<");
     assert_eq!(normalise("a::b<4ul>(int)"), "a::b<4ul>");
+    // JAX's absl and slinky frames as gdb (libiberty) and pyinspect
+    // (cpp_demangle) print them.
+    assert_eq!(
+        demangler_neutral("ns::State ns::Base<ns::State>::combine<x::T, std::vector<long> >"),
+        demangler_neutral("ns::Base<ns::State>::combine<x::T, std::vector<long> >")
+    );
+    assert_eq!(
+        demangler_neutral("const&)::{lambda(void**, long, long const*)#1}>"),
+        demangler_neutral("slinky::raw_buffer)::{lambda(void**, long, long const*)#1}>")
+    );
+    assert_ne!(demangler_neutral("a::f"), demangler_neutral("a::g"));
     assert_eq!(normalise("<a<…> as b<…>>::c"), "<a<…> as b<…>>::c");
     assert_eq!(
         without_generics("slinky::internal::for_each_element_impl<4ul>"),
