@@ -1090,17 +1090,18 @@ fn pool_wait_shown(pid: i32, pool: &str) -> String {
 }
 
 /// Pool threads Python does not know show what they wait on, as Python
-/// threads do: tokenizers' rayon pool and XLA's pool under JAX, each
-/// workload pausing between steps so that its pool sleeps (torch's OpenMP
-/// pool: in `torch_worker_agrees_with_gdb`). (onnxruntime's wheel strips
-/// its module, so its pool's worker loop has no name to name the thread
-/// by; its waits are shown all the same.)
+/// threads do: tokenizers' rayon pool, onnxruntime's pool and XLA's pool
+/// under JAX, each workload pausing between steps so that its pool sleeps
+/// (torch's OpenMP pool: in `torch_worker_agrees_with_gdb`). onnxruntime's
+/// wheel strips its module, so its pool's threads are named by the library
+/// their worker loop is in.
 #[test]
 fn pool_threads_show_their_waits() {
     let i = matrix("pyenv's 3.11", (3, 11), "pyenv");
     let dir = built().to_str().unwrap().to_string();
     for (mode, pool) in [
         ("tokenizers", "rayon worker"),
+        ("onnx", "onnxruntime pool worker"),
         ("jax", "XLA (TSL) pool worker"),
     ] {
         let fixture = Fixture::spawn_with_timeout(

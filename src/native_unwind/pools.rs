@@ -101,10 +101,22 @@ const POOLS: &[Pool] = &[
     },
 ];
 
+/// Threads named by the library they start in, when that library's own
+/// function there has no name (a stripped wheel) or none that says more:
+/// the prefix of the module's file name, and the name shown.
+const STARTED_IN: &[(&str, &str)] = &[
+    ("libcuda.", "CUDA driver thread"),
+    // onnxruntime's wheels strip their module, so its pools' worker
+    // loops are bare addresses; it starts no threads but its pools'.
+    ("onnxruntime_pybind11_state", "onnxruntime pool worker"),
+    ("libonnxruntime", "onnxruntime pool worker"),
+];
+
 /// The pool whose worker loop the thread runs (`frames` innermost first),
-/// by the outermost frame that names one; a thread started by the CUDA
-/// driver (its outermost frame past the thread start in `libcuda`) is a
-/// "CUDA driver thread".
+/// by the outermost frame that names one; else, by [`STARTED_IN`], the
+/// library its outermost frame past the thread start is in (a `std::thread`
+/// trampoline in the C++ runtime skipped): a thread the CUDA driver
+/// started is a "CUDA driver thread".
 pub(crate) fn pool_worker(frames: &[NativeFrame]) -> Option<&'static str> {
     for f in frames.iter().rev() {
         let Some(function) = f.function.as_deref() else {
@@ -123,13 +135,19 @@ pub(crate) fn pool_worker(frames: &[NativeFrame]) -> Option<&'static str> {
         }
     }
     let base = frames.iter().rev().find(|f| {
-        !f.function
+        let start = f
+            .function
             .as_deref()
-            .is_some_and(super::merge::is_start_frame)
+            .is_some_and(super::merge::is_start_frame);
+        let trampoline = ["libstdc++", "libc++"]
+            .iter()
+            .any(|p| f.module.starts_with(p));
+        !start && !trampoline
     })?;
-    base.module
-        .starts_with("libcuda.")
-        .then_some("CUDA driver thread")
+    STARTED_IN
+        .iter()
+        .find(|(module, _)| base.module.starts_with(module))
+        .map(|&(_, name)| name)
 }
 
 /// Whether a thread's OS name says nothing of its own: empty, the
@@ -242,6 +260,22 @@ mod tests {
             nf("start_thread", "libc.so.6"),
         ];
         assert_eq!(pool_worker(&ort), Some("onnxruntime pool worker"));
+        // The PyPI wheel's stripped worker loop, started by std::thread.
+        let stripped = [
+            nf("std::condition_variable::wait", "libstdc++.so.6.0.30"),
+            nf(
+                "",
+                "onnxruntime_pybind11_state.cpython-311-x86_64-linux-gnu.so",
+            ),
+            nf("", "libstdc++.so.6.0.30"),
+            nf("start_thread", "libc.so.6"),
+        ];
+        assert_eq!(pool_worker(&stripped), Some("onnxruntime pool worker"));
+        // An unnamed frame of another library names nothing.
+        assert_eq!(
+            pool_worker(&[nf("", "libfoo.so"), nf("start_thread", "libc.so.6")]),
+            None
+        );
         // tokenizers' rayon pool (v0-mangled Rust, main_loop inlined).
         let rayon = [
             nf("syscall", "libc.so.6"),
