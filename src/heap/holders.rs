@@ -3,8 +3,8 @@
 
 use crate::cpython_layouts::Layout;
 use crate::memory::{Memory, MemoryExt};
+use crate::python::bounds::MAX_INTERPRETERS;
 use crate::python::objects::ObjReader;
-use crate::python::reader::MAX_INTERPRETERS;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// Containers listed, at most.

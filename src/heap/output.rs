@@ -2,6 +2,7 @@
 //! the one format `heap --diff` reads back.
 
 use super::census::{Census, TypeRow};
+use super::memsplit::MemorySplit;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 
@@ -30,7 +31,7 @@ pub(crate) struct Snapshot {
     /// The whole process's memory split (None in snapshots from before
     /// it was read).
     #[serde(default)]
-    pub(crate) memory: Option<super::memsplit::MemorySplit>,
+    pub(crate) memory: Option<MemorySplit>,
     /// The containers module globals hold, largest first (at most 50):
     /// what `--diff` and `--every` follow by name.
     #[serde(default)]
@@ -180,7 +181,7 @@ pub(crate) fn write_text(s: &Snapshot, top: usize, w: &mut dyn Write) -> std::io
     )?;
     if let Some(m) = &s.memory {
         writeln!(w)?;
-        super::memsplit::write_text(m, w)?;
+        write_memory(m, w)?;
     }
     if !s.containers.is_empty() {
         writeln!(w)?;
@@ -201,6 +202,71 @@ pub(crate) fn write_text(s: &Snapshot, top: usize, w: &mut dyn Write) -> std::io
                 crate::stack::escape_controls(&held)
             )?;
         }
+    }
+    Ok(())
+}
+
+/// The split as a short table.
+fn write_memory(s: &MemorySplit, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let allocator = match (&s.allocator, &s.allocator_unread) {
+        (Some(a), _) => format!(
+            "{} arenas of {}: pools {} in use, {} free",
+            a.arenas,
+            human_bytes(a.arena_size),
+            human_bytes(a.pools_used_bytes),
+            human_bytes(a.pools_free_bytes)
+        ),
+        (None, Some(why)) => format!("not read: {why}"),
+        (None, None) => "not read".into(),
+    };
+    let Some(rss) = s.rss else {
+        writeln!(w, "Python's object allocator: {allocator}")?;
+        for n in &s.notes {
+            writeln!(w, "note: {}", crate::stack::escape_controls(n))?;
+        }
+        return Ok(());
+    };
+    writeln!(w, "Memory: {} resident ({rss} bytes)", human_bytes(rss))?;
+    let share = |b: u64| {
+        if rss > 0 {
+            b as f64 * 100.0 / rss as f64
+        } else {
+            0.0
+        }
+    };
+    let row = |w: &mut dyn std::io::Write, b: Option<u64>, what: &str| -> std::io::Result<()> {
+        match b {
+            Some(b) => writeln!(w, "{:>12} {:>6.1}%  {what}", human_bytes(b), share(b)),
+            None => writeln!(w, "{:>12} {:>7}  {what}", "?", ""),
+        }
+    };
+    row(
+        w,
+        s.python_allocator,
+        &format!(
+            "Python objects (obmalloc; {})",
+            crate::stack::escape_controls(&allocator)
+        ),
+    )?;
+    row(
+        w,
+        s.malloc_heap,
+        "malloc heap ([heap], glibc arenas and mmapped chunks)",
+    )?;
+    row(w, s.anonymous, "other anonymous memory")?;
+    row(w, s.thread_stacks, "thread stacks")?;
+    row(w, s.files, "files and libraries")?;
+    row(w, s.other, "kernel ([vdso], [vvar])")?;
+    if let Some(swap) = s.swap.filter(|&b| b > 0) {
+        writeln!(
+            w,
+            "{:>12} {:>7}  swapped out (not in the above)",
+            human_bytes(swap),
+            ""
+        )?;
+    }
+    for n in &s.notes {
+        writeln!(w, "note: {}", crate::stack::escape_controls(n))?;
     }
     Ok(())
 }
