@@ -20,7 +20,7 @@
 use crate::cpython_layouts::Layout;
 use crate::memory::{le_u64, Memory, MemoryExt};
 
-use super::reader::MAX_FRAMES;
+use super::bounds::MAX_FRAMES;
 
 /// Largest chunk believed: CPython doubles 16 KiB until one frame fits.
 const MAX_CHUNK_BYTES: u64 = 1 << 30;

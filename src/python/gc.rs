@@ -14,8 +14,8 @@
 use crate::cpython_layouts::gc::GcLayout;
 use crate::cpython_layouts::Layout;
 use crate::memory::{le_u64, Memory, MemoryExt};
+use crate::python::bounds::MAX_INTERPRETERS;
 use crate::python::pagecache::PageCache;
-use crate::python::reader::MAX_INTERPRETERS;
 
 /// The low bits of `_gc_next` (`NEXT_MASK_UNREACHABLE` during a collection)
 /// and `_gc_prev` (`PREV_MASK_COLLECTING`, `FINALIZED`) are flags.

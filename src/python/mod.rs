@@ -1,6 +1,7 @@
 //! The CPython reader: finds the interpreter, walks threads and frames.
 
 pub(crate) mod asyncio;
+pub(crate) mod bounds;
 pub(crate) mod datastack;
 pub(crate) mod gc;
 pub(crate) mod greenlet;

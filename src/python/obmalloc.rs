@@ -5,8 +5,8 @@
 
 use crate::cpython_layouts::obmalloc::{ArenaTable, ObmallocLayout};
 use crate::memory::{le_u32, le_u64, Memory, MemoryExt};
+use crate::python::bounds::MAX_INTERPRETERS;
 use crate::python::process::PythonProcess;
-use crate::python::reader::MAX_INTERPRETERS;
 
 /// Arena slots read from one table, at most (1 TiB of 1 MiB arenas).
 const MAX_ARENA_SLOTS: u64 = 1 << 20;

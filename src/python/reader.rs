@@ -21,10 +21,7 @@ use std::time::{Duration, Instant};
 // What the eBPF engine (src/bpf/) asks of the reader.
 pub(crate) mod bpf;
 
-/// Bounds on what a corrupt or racing target can make us walk.
-pub(crate) const MAX_INTERPRETERS: usize = 256;
-pub(crate) const MAX_THREADS: usize = 8192;
-pub(crate) const MAX_FRAMES: usize = 16384;
+pub(crate) use super::bounds::{MAX_FRAMES, MAX_INTERPRETERS, MAX_THREADS};
 const MAX_CODE_CACHE: usize = 100_000;
 const MAX_CODE_TYPES: usize = 1024;
 /// Longest line table we decode; CPython's own are far smaller.
