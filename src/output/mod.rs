@@ -17,6 +17,7 @@
 mod chrometrace;
 mod collapsed;
 mod diff;
+mod dump_text;
 mod filenames;
 mod gecko;
 mod heatmap;
@@ -31,6 +32,7 @@ use thiserror::Error;
 
 pub use diff::wire;
 pub(crate) use diff::{read_recording, share_changes, write_differential, Recording};
+pub(crate) use dump_text::write_text as write_dump_text;
 pub(crate) use filenames::shorten as short_filename;
 pub use profile::Profile;
 

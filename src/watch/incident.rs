@@ -407,7 +407,7 @@ pub(crate) fn write_text(
     if let Some(p) = p {
         writeln!(out, "  every thread when it opened:")?;
         let mut buf = Vec::new();
-        crate::commands::dump::write_text(&mut buf, p, false)?;
+        crate::output::write_dump_text(&mut buf, p, false)?;
         for line in String::from_utf8_lossy(&buf).lines() {
             writeln!(out, "  | {line}")?;
         }
