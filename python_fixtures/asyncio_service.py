@@ -8,17 +8,14 @@ GET /block?ms=N blocks the loop N ms in the handler; GET /fast does not.
 READY (with the port) once the server listens. Needs uvicorn and
 starlette (.ci/asyncio-deps).
 """
-import asyncio
 import logging
 import os
-import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import asgi_util  # noqa: E402
 import fixture_util  # noqa: E402
-
-import uvicorn  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import PlainTextResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -44,32 +41,7 @@ def main():
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="%(created).6f %(name)s: %(message)s"
     )
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", loop="asyncio", http="h11", lifespan="off", access_log=False
-    )
-    server = uvicorn.Server(config)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    loop.set_debug(True)
-    loop.slow_callback_duration = 0.1
-
-    async def serve():
-        task = loop.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.01)
-        fixture_util.ready(
-            {
-                "port": port,
-                "block": fixture_util.frame(block, MARKS["block"]),
-            }
-        )
-        await task
-
-    loop.run_until_complete(serve())
+    asgi_util.serve(app, {"block": fixture_util.frame(block, MARKS["block"])}, debug=True)
 
 
 if __name__ == "__main__":

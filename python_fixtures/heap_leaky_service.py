@@ -6,15 +6,11 @@ GET /leak?n=N appends N Session objects to SESSIONS (and says how many it
 holds); GET /ok leaks nothing. READY (with the port) once the server
 listens. Needs uvicorn and starlette (.ci/asyncio-deps).
 """
-import asyncio
 import os
-import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fixture_util  # noqa: E402
-
-import uvicorn  # noqa: E402
+import asgi_util  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import PlainTextResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -44,25 +40,7 @@ app = Starlette(routes=[Route("/leak", leak), Route("/ok", ok)])
 
 
 def main():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", loop="asyncio", http="h11", lifespan="off", access_log=False
-    )
-    server = uvicorn.Server(config)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-
-    async def serve():
-        task = loop.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.01)
-        fixture_util.ready({"port": port})
-        await task
-
-    loop.run_until_complete(serve())
+    asgi_util.serve(app)
 
 
 if __name__ == "__main__":

@@ -16,21 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// `gcore -o DIR/core PID`: the path of the core it wrote.
-fn gcore(pid: i32, dir: &Path) -> PathBuf {
-    let base = dir.join("core");
-    let mut c = Command::new("gcore");
-    c.arg("-o").arg(&base).arg(pid.to_string());
-    let out = run_command(c, Duration::from_secs(180));
-    let path = PathBuf::from(format!("{}.{pid}", base.display()));
-    assert!(
-        out.status.success() && path.exists(),
-        "gcore (gdb, installed by .ci/core-deps) failed\n{}",
-        out.describe()
-    );
-    path
-}
-
 fn stop(pid: i32) {
     // SAFETY: kill(2) on the test's own fixture.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);

@@ -15,8 +15,8 @@
 mod common;
 
 use common::{
-    assert_not_stopped, assert_one_clean_error_line, for_each_interpreter, gcore, pyinspect,
-    Fixture, Interpreter,
+    assert_not_stopped, assert_one_clean_error_line, for_each_interpreter, gcore, http_get,
+    pyinspect, Fixture, Interpreter,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -477,28 +477,6 @@ fn memory_split_puts_growth_in_its_row() {
     });
 }
 
-/// One HTTP/1.1 GET, answered 200: the answer's body.
-fn get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    assert!(answer.starts_with("HTTP/1.1 200"), "GET {path}: {answer}");
-    answer
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// A real service that leaks (Starlette under uvicorn, .ci/asyncio-deps),
 /// driven with requests between two snapshots: --diff names the leaking
 /// class first and the module global holding it.
@@ -512,8 +490,8 @@ fn diff_of_a_leaking_service_names_the_type_and_the_global() {
     // What the first requests set up once (routing, the protocol's
     // objects) is not the leak.
     for _ in 0..5 {
-        get(port, "/ok");
-        get(port, "/leak?n=0");
+        http_get(port, "/ok");
+        http_get(port, "/leak?n=0");
     }
     let dir = tempfile::tempdir().unwrap();
     let snapshot = |name: &str| -> String {
@@ -524,10 +502,10 @@ fn diff_of_a_leaking_service_names_the_type_and_the_global() {
     };
     let before = snapshot("before.json");
     for i in 0..40 {
-        get(port, &format!("/leak?n=100&user=u{i}"));
-        get(port, "/ok");
+        http_get(port, &format!("/leak?n=100&user=u{i}"));
+        http_get(port, "/ok");
     }
-    assert_eq!(get(port, "/leak?n=0"), "4000");
+    assert_eq!(http_get(port, "/leak?n=0"), "4000");
     let after = snapshot("after.json");
     let out = pyinspect(&["heap", "--diff", &before, &after, "--json"]);
     out.assert_success();

@@ -266,26 +266,6 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
     );
 }
 
-/// One HTTP/1.1 GET, answered 200: the answer's body.
-fn get(port: u16, path: &str) -> String {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    assert!(answer.starts_with("HTTP/1.1 200"), "GET {path}: {answer}");
-    answer
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// asyncio's own account (debug mode): each "Executing <Task ...
 /// name='Task-5' ...> took 0.251 seconds" as (task name, seconds, when it
 /// ended); a callback that is not a task ("<Handle cb(...)") by its name.
@@ -438,8 +418,8 @@ fn loop_incidents_are_what_asyncio_debug_mode_reports() {
         })
         .collect();
     for ms in &lengths {
-        get(port, "/fast");
-        get(port, &format!("/block?ms={ms}"));
+        http_get(port, "/fast");
+        http_get(port, &format!("/block?ms={ms}"));
     }
     std::thread::sleep(Duration::from_millis(300));
     let stderr = fixture.stderr();
@@ -529,7 +509,7 @@ fn a_service_that_does_not_stall_gives_no_false_incident() {
     let end = Instant::now() + Duration::from_secs(secs);
     let mut requests = 0u64;
     while Instant::now() < end {
-        get(port, "/fast");
+        http_get(port, "/fast");
         requests += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -635,7 +615,7 @@ fn with_subprocesses_a_stalled_worker_is_the_one_named() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    let blocked: u64 = get(port, "/block?ms=400")
+    let blocked: u64 = http_get(port, "/block?ms=400")
         .trim()
         .parse()
         .expect("a worker's pid");

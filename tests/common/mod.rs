@@ -939,3 +939,26 @@ pub fn gcore(pid: i32, dir: &Path) -> PathBuf {
     );
     path
 }
+
+/// One HTTP/1.1 GET to a fixture's server on 127.0.0.1, which must answer
+/// 200: the answer's body, trimmed.
+#[allow(dead_code)]
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "GET {path}: {answer}");
+    answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
