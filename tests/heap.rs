@@ -15,8 +15,8 @@
 mod common;
 
 use common::{
-    assert_not_stopped, assert_one_clean_error_line, for_each_interpreter, gcore, http_get,
-    pyinspect, Fixture, Interpreter,
+    assert_not_stopped, assert_one_clean_error_line, c_include_dirs, for_each_interpreter, gcore,
+    http_get, pyinspect, run_c_probe, Fixture, Interpreter,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -619,31 +619,6 @@ const PROBE: &[(&str, &str)] = &[
     ("utf8", "offsetof(PyCompactUnicodeObject, utf8)"),
 ];
 
-fn include_dirs(python: &Path) -> Vec<PathBuf> {
-    let out = Command::new(python)
-        .args([
-            "-c",
-            "import sysconfig; p = sysconfig.get_paths(); print(p['include']); print(p['platinclude'])",
-        ])
-        .output()
-        .expect("run the interpreter");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut dirs: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(PathBuf::from)
-        .collect();
-    // Debian's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>.
-    if let Some(parent) = dirs.first().and_then(|d| d.parent()) {
-        dirs.push(parent.to_path_buf());
-    }
-    dirs.dedup();
-    dirs
-}
-
 fn probe(interp: &Interpreter, dir: &Path) -> BTreeMap<String, u64> {
     let internal = if interp.at_least(3, 9) {
         "internal/pycore_interp.h"
@@ -658,27 +633,12 @@ fn probe(interp: &Interpreter, dir: &Path) -> BTreeMap<String, u64> {
         src += &format!("    printf(\"{k} %lld\\n\", (long long)({expr}));\n");
     }
     src += "    return 0;\n}\n";
-    let name = interp.label.replace([' ', '(', ')', ','], "_");
-    let c = dir.join(format!("{name}.c"));
-    let exe = dir.join(&name);
-    std::fs::write(&c, &src).unwrap();
-    let mut cmd = Command::new("gcc");
-    cmd.arg("-w");
-    for i in include_dirs(&interp.python) {
-        cmd.arg("-I").arg(i);
-    }
-    let out = cmd.arg(&c).arg("-o").arg(&exe).output().expect("run gcc");
-    assert!(
-        out.status.success(),
-        "{}: the probe does not compile:\n{}",
-        interp.label,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(&exe).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+    let includes =
+        c_include_dirs(&interp.python).unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+    run_c_probe(dir, &interp.label, &src, &includes)
+        .unwrap_or_else(|e| panic!("{}: {e}", interp.label))
+        .into_iter()
+        .map(|(k, v)| (k, v as u64))
         .collect()
 }
 
@@ -731,35 +691,32 @@ fn obmalloc_table_matches_interpreter_headers() {
         "heap: obmalloc table vs headers",
         |i| i.at_least(3, 12),
         |interp| {
-            let src = "#define Py_BUILD_CORE 1\n#define NDEBUG 1\n#include <Python.h>\n\
+            let fields = [
+                "offsetof(PyInterpreterState, obmalloc)",
+                "offsetof(struct _obmalloc_state, mgmt)",
+                "offsetof(struct _obmalloc_mgmt, arenas)",
+                "offsetof(struct _obmalloc_mgmt, maxarenas)",
+                "offsetof(struct _obmalloc_mgmt, narenas_currently_allocated)",
+                "ARENA_SIZE",
+                "POOL_SIZE",
+                "sizeof(struct arena_object)",
+                "offsetof(struct arena_object, nfreepools)",
+                "offsetof(struct arena_object, ntotalpools)",
+            ];
+            let mut src = "#define Py_BUILD_CORE 1\n#define NDEBUG 1\n#include <Python.h>\n\
                 #include <internal/pycore_interp.h>\n#include <internal/pycore_obmalloc.h>\n\
-                #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n\
-                printf(\"%zu %zu %zu %zu %zu %d %d %zu %zu %zu\\n\", \
-                offsetof(PyInterpreterState, obmalloc), offsetof(struct _obmalloc_state, mgmt), \
-                offsetof(struct _obmalloc_mgmt, arenas), offsetof(struct _obmalloc_mgmt, maxarenas), \
-                offsetof(struct _obmalloc_mgmt, narenas_currently_allocated), ARENA_SIZE, POOL_SIZE, \
-                sizeof(struct arena_object), offsetof(struct arena_object, nfreepools), \
-                offsetof(struct arena_object, ntotalpools));\nreturn 0;\n}\n";
-            let name = format!("ob_{}", interp.label.replace([' ', '(', ')', ','], "_"));
-            let c = dir.path().join(format!("{name}.c"));
-            let exe = dir.path().join(&name);
-            std::fs::write(&c, src).unwrap();
-            let mut cmd = Command::new("gcc");
-            cmd.arg("-w");
-            for i in include_dirs(&interp.python) {
-                cmd.arg("-I").arg(i);
+                #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n"
+                .to_string();
+            for (k, expr) in fields.iter().enumerate() {
+                src += &format!("    printf(\"f{k} %lld\\n\", (long long)({expr}));\n");
             }
-            let out = cmd.arg(&c).arg("-o").arg(&exe).output().expect("run gcc");
-            assert!(
-                out.status.success(),
-                "{}: the probe does not compile:\n{}",
-                interp.label,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let out = Command::new(&exe).output().unwrap();
-            let h: Vec<u64> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(|v| v.parse().unwrap())
+            src += "    return 0;\n}\n";
+            let includes =
+                c_include_dirs(&interp.python).unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+            let values = run_c_probe(dir.path(), &format!("ob_{}", interp.label), &src, &includes)
+                .unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+            let h: Vec<u64> = (0..fields.len())
+                .map(|k| values[&format!("f{k}")] as u64)
                 .collect();
             let (major, minor) = interp.version;
             let t = for_version(major as u8, minor as u8).expect("an obmalloc table");

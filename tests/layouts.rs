@@ -45,36 +45,20 @@ struct Interpreter {
 
 /// Ask the interpreter for its version and header directories (2.7-compatible code).
 fn describe(label: String, python: PathBuf) -> Result<Interpreter, String> {
-    let code = "import sys, sysconfig\n\
-                p = sysconfig.get_paths()\n\
-                sys.stdout.write('%d %d\\n%s\\n%s\\n' % (sys.version_info[0], sys.version_info[1], \
-                p['include'], p['platinclude']))\n";
+    let code = "import sys; sys.stdout.write('%d %d' % sys.version_info[:2])";
     let out = Command::new(&python)
         .args(["-c", code])
         .output()
         .map_err(|e| format!("{label}: cannot run {}: {e}", python.display()))?;
-    if !out.status.success() {
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut ver = text.split_whitespace().map(|s| s.parse().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (ver.next(), ver.next()) else {
         return Err(format!(
-            "{label}: {} failed: {}",
-            python.display(),
+            "{label}: unexpected answer {text:?} ({})",
             String::from_utf8_lossy(&out.stderr)
         ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let mut lines = text.lines();
-    let mut ver = lines.next().unwrap_or("").split_whitespace();
-    let major = ver.next().and_then(|s| s.parse().ok());
-    let minor = ver.next().and_then(|s| s.parse().ok());
-    let (Some(major), Some(minor)) = (major, minor) else {
-        return Err(format!("{label}: unexpected answer {text:?}"));
     };
-    let mut includes: Vec<PathBuf> = lines.map(PathBuf::from).collect();
-    // Debian's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>
-    // from the directory above.
-    if let Some(parent) = includes.first().and_then(|p| p.parent()) {
-        includes.push(parent.to_path_buf());
-    }
-    includes.dedup();
+    let includes = common::c_include_dirs(&python).map_err(|e| format!("{label}: {e}"))?;
     Ok(Interpreter {
         label,
         python,
@@ -566,43 +550,8 @@ fn probe_source(p: &Probe) -> String {
 /// Compile and run the probe; returns field name -> value.
 fn run_probe(interp: &Interpreter, dir: &Path) -> Result<BTreeMap<String, i64>, String> {
     let src = probe_source(&probe(interp.major, interp.minor));
-    let name = interp.label.replace(' ', "_");
-    let c = dir.join(format!("{name}.c"));
-    let exe = dir.join(&name);
-    std::fs::write(&c, &src).map_err(|e| e.to_string())?;
-    let mut cmd = Command::new("gcc");
-    cmd.arg("-O0").arg("-w");
-    for i in &interp.includes {
-        cmd.arg("-I").arg(i);
-    }
-    let out = cmd
-        .arg(&c)
-        .arg("-o")
-        .arg(&exe)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: cannot run gcc: {e}", interp.label))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{}: probe does not compile against {:?}:\n{}\n--- probe source ---\n{src}",
-            interp.label,
-            interp.includes,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let out = Command::new(&exe)
-        .output()
-        .map_err(|e| format!("{}: cannot run probe: {e}", interp.label))?;
-    if !out.status.success() {
-        return Err(format!("{}: probe failed: {}", interp.label, out.status));
-    }
-    let mut values = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if let Some((k, v)) = line.split_once(' ') {
-            values.insert(k.to_string(), v.parse::<i64>().map_err(|e| e.to_string())?);
-        }
-    }
-    Ok(values)
+    common::run_c_probe(dir, &interp.label, &src, &interp.includes)
+        .map_err(|e| format!("{}: {e}", interp.label))
 }
 
 /// 3.6–3.10 keep `PyDictKeysObject` in Objects/dict-common.h, which is not
@@ -1086,27 +1035,8 @@ fn debug_offsets_member_lists_match_headers() {
         src += "    printf(\"sizeof %zu\\n\", sizeof(_Py_DebugOffsets));\n    return 0;\n}\n";
         expected.insert("sizeof".to_string(), at);
         for interp in chosen {
-            let name = interp.label.replace([' ', '(', ')', ','], "_");
-            let c = dir.path().join(format!("{name}.c"));
-            let exe = dir.path().join(&name);
-            std::fs::write(&c, &src).unwrap();
-            let mut cmd = Command::new("gcc");
-            for i in &interp.includes {
-                cmd.arg("-I").arg(i);
-            }
-            let out = cmd.arg("-w").arg(&c).arg("-o").arg(&exe).output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}: {}\n{src}",
-                interp.label,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let out = Command::new(&exe).output().unwrap();
-            let header: BTreeMap<String, i64> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| l.split_once(' '))
-                .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-                .collect();
+            let header = common::run_c_probe(dir.path(), &interp.label, &src, &interp.includes)
+                .unwrap_or_else(|e| panic!("{}: {e}", interp.label));
             assert_eq!(header, expected, "{}", interp.label);
             covered.push(interp.label.clone());
         }

@@ -962,3 +962,93 @@ pub fn http_get(port: u16, path: &str) -> String {
         .trim()
         .to_string()
 }
+
+/// The directories holding `python`'s C headers (Python.h, pyconfig.h), as
+/// its sysconfig says (2.7-compatible code), with the one above the first:
+/// Debian's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>.
+#[allow(dead_code)]
+pub fn c_include_dirs(python: &Path) -> Result<Vec<PathBuf>, String> {
+    let code = "import sys, sysconfig\n\
+                p = sysconfig.get_paths()\n\
+                sys.stdout.write('%s\\n%s\\n' % (p['include'], p['platinclude']))\n";
+    let out = Command::new(python)
+        .args(["-c", code])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut dirs: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect();
+    if let Some(parent) = dirs.first().and_then(|d| d.parent()) {
+        dirs.push(parent.to_path_buf());
+    }
+    dirs.dedup();
+    Ok(dirs)
+}
+
+/// A C probe: `src` written to DIR/NAME.c, compiled against `includes`
+/// (warnings off) and run; the `key value` pairs of its output, values as
+/// numbers. Err says what failed (the compiler's output with the source).
+#[allow(dead_code)]
+pub fn run_c_probe(
+    dir: &Path,
+    name: &str,
+    src: &str,
+    includes: &[PathBuf],
+) -> Result<std::collections::BTreeMap<String, i64>, String> {
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let c = dir.join(format!("{name}.c"));
+    let exe = dir.join(&name);
+    std::fs::write(&c, src).map_err(|e| format!("write {}: {e}", c.display()))?;
+    let mut cmd = Command::new("gcc");
+    cmd.arg("-O0").arg("-w");
+    for i in includes {
+        cmd.arg("-I").arg(i);
+    }
+    let out = cmd
+        .arg(&c)
+        .arg("-o")
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run gcc: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the probe does not compile against {includes:?}:\n{}\n--- probe source ---\n{src}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let out = Command::new(&exe)
+        .output()
+        .map_err(|e| format!("cannot run the probe: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("the probe failed: {}", out.status));
+    }
+    let mut values = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((k, v)) = line.split_once(' ') {
+            let v = v
+                .trim()
+                .parse::<i64>()
+                .map_err(|e| format!("{line:?}: {e}"))?;
+            values.insert(k.to_string(), v);
+        }
+    }
+    Ok(values)
+}
