@@ -139,7 +139,7 @@ pub struct ThreadTasks {
 
 /// One greenlet, as read from the target's greenlet objects.
 #[derive(Debug, Clone, Serialize)]
-pub struct Greenlet {
+pub(crate) struct Greenlet {
     /// The greenlet object's address (Python's `id()`).
     pub(crate) id: u64,
     /// gevent's `Greenlet.name` when one was given, else the function it

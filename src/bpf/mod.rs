@@ -53,7 +53,7 @@ pub enum Engine {
 
 /// Set (to anything but empty or "0") to act as if the kernel had no
 /// perf_event eBPF programs: what tests use to see the refusal.
-pub const UNAVAILABLE_ENV: &str = "PYINSPECT_BPF_UNAVAILABLE";
+pub(crate) const UNAVAILABLE_ENV: &str = "PYINSPECT_BPF_UNAVAILABLE";
 
 /// How often the ring buffer is drained: each wake-up costs some 20 µs
 /// before any work on this machine, so rarely. The ring buffer (4 MiB)

@@ -57,12 +57,12 @@ macro_rules! groups {
             }
             impl $group {
                 /// The sub-struct's name in C.
-                pub const SECTION: &'static str = $section;
+                pub(crate) const SECTION: &'static str = $section;
                 /// Every member, for tests that check the names.
                 #[cfg(test)]
                 const ALL: &'static [$group] = &[$($group::$member,)*];
                 /// The member's name in C.
-                pub const fn c_name(self) -> &'static str {
+                pub(crate) const fn c_name(self) -> &'static str {
                     match self {
                         $($group::$member => $c,)*
                     }
@@ -82,13 +82,13 @@ macro_rules! groups {
         }
         impl Member {
             /// The sub-struct's name in C, e.g. `interpreter_frame`.
-            pub const fn section(self) -> &'static str {
+            pub(crate) const fn section(self) -> &'static str {
                 match self {
                     $(Member::$group(_) => $group::SECTION,)*
                 }
             }
             /// The member's name in C, e.g. `stackpointer`.
-            pub const fn name(self) -> &'static str {
+            pub(crate) const fn name(self) -> &'static str {
                 match self {
                     $(Member::$group(m) => m.c_name(),)*
                 }

@@ -93,7 +93,7 @@ const PREHEADER_311: u64 = 1 << 4;
 const PREHEADER_312: u64 = (1 << 4) | (1 << 3);
 
 /// Every table, oldest first.
-pub static ALL: &[GcLayout] = &[
+pub(crate) static ALL: &[GcLayout] = &[
     table!(
         8,
         true,

@@ -138,7 +138,7 @@ const fn g332_314(python: (u8, u8)) -> GreenletLayout {
     }
 }
 
-pub static GREENLET_LAYOUTS: &[GreenletLayout] = &[
+pub(crate) static GREENLET_LAYOUTS: &[GreenletLayout] = &[
     g311_39((3, 7), "3.1.1"),
     g311_39((3, 8), "3.1.1"),
     g311_39((3, 9), "3.2.5"),
@@ -203,7 +203,7 @@ const fn python(
     }
 }
 
-pub static GREENLET_PYTHONS: &[GreenletPython] = &[
+pub(crate) static GREENLET_PYTHONS: &[GreenletPython] = &[
     GreenletPython {
         gc_in_runtime: true,
         gc_generation_size: 48,

@@ -67,7 +67,7 @@ const fn layout(minor: u8, table: ArenaTable, large: bool) -> ObmallocLayout {
     }
 }
 
-pub static ALL: &[ObmallocLayout] = &[
+pub(crate) static ALL: &[ObmallocLayout] = &[
     layout(8, ArenaTable::Statics, false),
     layout(9, ArenaTable::Statics, false),
     layout(10, ArenaTable::Statics, true),

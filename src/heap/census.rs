@@ -30,7 +30,7 @@ const MAX_NAME: usize = 256;
 
 /// One type's line of the census.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TypeRow {
+pub(crate) struct TypeRow {
     /// `module.Name` for classes, `tp_name` for built-in types.
     pub name: String,
     pub count: u64,
@@ -38,7 +38,7 @@ pub struct TypeRow {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Census {
+pub(crate) struct Census {
     /// Largest first (bytes, then count, then name).
     pub types: Vec<TypeRow>,
     pub objects: u64,

@@ -21,7 +21,7 @@ const MAX_NAME: u64 = 200;
 
 /// One of the largest containers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Container {
+pub(crate) struct Container {
     pub address: u64,
     /// Row of its type in the census, and the type's name.
     pub(crate) row: usize,

@@ -166,7 +166,7 @@ fn collapsed(text: &str) -> Result<Recording, ReadError> {
 /// protobuf's wire format, read defensively: every length is checked. The
 /// one reader of it: the tests read the pprof files back with it too.
 pub mod wire {
-    pub enum Value<'a> {
+    pub(crate) enum Value<'a> {
         Varint(u64),
         Bytes(&'a [u8]),
     }
@@ -184,7 +184,7 @@ pub mod wire {
         Err("a varint is too long".into())
     }
 
-    pub fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
+    pub(crate) fn fields(b: &[u8]) -> Result<Vec<(u64, Value<'_>)>, String> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < b.len() {

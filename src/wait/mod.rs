@@ -32,7 +32,7 @@ use syscall::short_name;
 pub(crate) use fd::FdDesc;
 pub(crate) use live::{CallProbe, WaitReader, SAME_CALL_TTL};
 pub(crate) use locks::{futex_is_lock, lock_kind};
-pub use syscall::SyscallLine;
+pub(crate) use syscall::SyscallLine;
 pub(crate) use syscall::{asleep_in_call, call_from_registers, CallArgs};
 
 /// Most characters of a wait's text form in a dump's thread header, with

@@ -20,7 +20,7 @@ use std::time::Duration;
 /// What fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// An asyncio loop ran one callback (a task step) longer than the threshold.
     LoopBlocked,
     /// One thread held the GIL longer than the threshold while others waited for it.
