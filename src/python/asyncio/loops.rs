@@ -3,8 +3,9 @@
 //! of callbacks each loop has begun.
 
 use super::objects::{deque_items, instance_attrs, slot_offset};
+use super::registry::Found;
 use super::state::{AsyncioReader, Kind, RawTask, MAX_TASKS};
-use crate::cpython_layouts::asyncio::AsyncioLayout;
+use crate::cpython_layouts::asyncio::{AsyncioLayout, GenFrame};
 use crate::memory::{le_u64, MemoryExt};
 use crate::python::objects::ObjReader;
 use crate::python::reader::ThreadSnapshot;
@@ -27,16 +28,63 @@ pub(super) type Timers = HashMap<u64, (f64, bool)>;
 
 /// One event loop's queues as one snapshot read them.
 pub(super) struct LoopScan {
-    pub(super) queues: LoopQueues,
+    queues: LoopQueues,
     pub(super) timers: Timers,
     /// The tasks a queued handle's callback runs, and in which queue.
-    pub(super) runs: Vec<(u64, &'static str)>,
+    runs: Vec<(u64, &'static str)>,
 }
 
 impl AsyncioReader {
+    /// Which thread runs each task's loop (`found.loop_thread` holds those
+    /// known, and gains the others): per thread, its tasks (indexes into
+    /// `tasks`). A loop no thread claims runs on the interpreter's main
+    /// thread.
+    pub(super) fn tasks_by_thread(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        tasks: &[RawTask],
+        found: &mut Found,
+        snaps: &[ThreadSnapshot],
+        threads: &[usize],
+    ) -> HashMap<usize, Vec<usize>> {
+        let (running, loop_thread) = (&found.running, &mut found.loop_thread);
+        let main_thread = *threads.last().unwrap_or(&0);
+        let by_addr: HashMap<u64, &RawTask> = tasks.iter().map(|t| (t.addr, t)).collect();
+        // A loop without `_thread_id` (uvloop's) that runs a task: the
+        // thread whose stack holds that task's coroutine frame.
+        let running_on = |lp: u64| -> Option<usize> {
+            let t = by_addr.get(running.get(&lp)?)?;
+            let frame = match l.gen_frame {
+                GenFrame::Pointer(o) => objr.mem.read_u64(t.coro.wrapping_add(o)).ok()?,
+                GenFrame::Embedded(o) => t.coro.wrapping_add(o),
+            };
+            threads
+                .iter()
+                .copied()
+                .find(|&i| frame != 0 && snaps[i].frame_index(frame).is_some())
+        };
+        let mut by_thread: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (k, t) in tasks.iter().enumerate() {
+            let th = match loop_thread.get(&t.loop_) {
+                Some(th) => *th,
+                None => {
+                    let th = self
+                        .loop_thread(objr, t.loop_, snaps, threads)
+                        .or_else(|| running_on(t.loop_))
+                        .unwrap_or(main_thread);
+                    loop_thread.insert(t.loop_, th);
+                    th
+                }
+            };
+            by_thread.entry(th).or_default().push(k);
+        }
+        by_thread
+    }
+
     /// The thread whose loop this is: `loop._thread_id` (Python loops), else
     /// the thread whose stack shows one of its running coroutines.
-    pub(super) fn loop_thread(
+    fn loop_thread(
         &mut self,
         objr: &ObjReader,
         lp: u64,
@@ -303,6 +351,28 @@ impl AsyncioReader {
             .ok()
             .filter(|v| *v != 0)
     }
+}
+
+/// Each loop's queues under the thread that runs it, and each loop's
+/// timers (what a sleeping task awaits).
+pub(super) fn queues_by_thread(
+    scans: HashMap<u64, LoopScan>,
+    loop_thread: &HashMap<u64, usize>,
+) -> (
+    HashMap<usize, Vec<LoopQueues>>,
+    HashMap<u64, Option<Timers>>,
+) {
+    let mut queues: HashMap<usize, Vec<LoopQueues>> = HashMap::new();
+    let mut sleeps: HashMap<u64, Option<Timers>> = HashMap::new();
+    let mut scanned: Vec<(u64, LoopScan)> = scans.into_iter().collect();
+    scanned.sort_by_key(|(lp, _)| *lp);
+    for (lp, scan) in scanned {
+        if let Some(&th) = loop_thread.get(&lp) {
+            queues.entry(th).or_default().push(scan.queues);
+        }
+        sleeps.insert(lp, Some(scan.timers));
+    }
+    (queues, sleeps)
 }
 
 /// From a deque's `ob_size` to its `state`, the count of its index moves

@@ -1,19 +1,18 @@
-//! One snapshot's read: from the registries and lists to each thread's
-//! tasks, with the sample cache that lets `record`/`top --async` read only
-//! the running tasks and their awaiters.
+//! One snapshot's read, step by step: from the registries and lists to
+//! each thread's tasks, with the sample cache that lets `record`/`top
+//! --async` read only the running tasks and their awaiters.
 
-use super::loops::{LoopScan, Timers};
-use super::registry::weakset_members;
+use super::loops::{queues_by_thread, LoopScan};
+use super::registry::{c_module, tasks_module_dict, Found, TasksModule};
 use super::state::{
     AsyncRead, AsyncioReader, RawTask, SampleCache, TasksByThread, MAX_CHAIN, MAX_TASKS,
 };
 use crate::cpython_layouts::asyncio::{AsyncioLayout, GenFrame};
 use crate::elf;
-use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
 use crate::python::pagecache::PageCache;
 use crate::python::reader::{Reader, ThreadSnapshot};
-use crate::stack::LoopQueues;
+use crate::stack::ThreadTasks;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -22,6 +21,16 @@ use std::time::{Duration, Instant};
 /// tasks, the tasks awaiting them and those whose frames are on a thread's
 /// stack. A sample whose running task is not among them reads all again.
 const SAMPLE_CACHE_TTL: Duration = Duration::from_millis(250);
+
+/// One interpreter of the snapshot, as the steps of a read see it.
+struct Interp<'s> {
+    addr: u64,
+    /// `asyncio.tasks`' dict.
+    tasks_dict: u64,
+    snaps: &'s [ThreadSnapshot],
+    /// Its threads: indexes into `snaps`.
+    threads: Vec<usize>,
+}
 
 impl AsyncioReader {
     /// Read the tasks of every event loop of the snapshot's threads.
@@ -36,23 +45,12 @@ impl AsyncioReader {
         let pl = reader.process.layout.clone();
         let objr = ObjReader::new(mem, &pl);
         let mut out = HashMap::new();
-        // `sys.modules[name]` of an interpreter.
-        let sys_module = |interp: u64, name: &str| {
-            mem.read_u64(interp.wrapping_add(pl.interp.modules))
-                .ok()
-                .filter(|m| *m != 0)
-                .and_then(|m| objr.dict_get(m, name).ok().flatten())
-        };
         // Only processes that imported asyncio are looked at further.
-        let tasks_module = |interp: u64| {
-            sys_module(interp, "asyncio.tasks")
-                .and_then(|m| mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok())
-        };
         let mut modules: HashMap<u64, Option<u64>> = HashMap::new();
         for s in snaps {
             modules
                 .entry(s.interp)
-                .or_insert_with(|| tasks_module(s.interp));
+                .or_insert_with(|| tasks_module_dict(&objr, s.interp));
         }
         if modules.values().all(|m| m.is_none()) {
             return out;
@@ -66,290 +64,196 @@ impl AsyncioReader {
             return out;
         };
         self.find_lists(mem, sections);
-
-        let mut interps: Vec<u64> = snaps.iter().map(|s| s.interp).collect();
-        interps.dedup();
         let mut seen_interp = HashSet::new();
-        for interp in interps {
-            if !seen_interp.insert(interp) {
+        for s in snaps {
+            if !seen_interp.insert(s.interp) {
                 continue;
             }
-            let threads: Vec<usize> = (0..snaps.len())
-                .filter(|i| snaps[*i].interp == interp)
-                .collect();
-            let mut addrs: Vec<u64> = Vec::new();
-            let mut seen: HashSet<u64> = HashSet::new();
-            let mut running: HashMap<u64, u64> = HashMap::new(); // loop → task
-            let mut loop_thread: HashMap<u64, usize> = HashMap::new();
-            let mut too_many = None;
-            let mut add = |a: u64, addrs: &mut Vec<u64>| {
-                if a != 0 && addrs.len() < want.max_tasks.min(MAX_TASKS) && seen.insert(a) {
-                    addrs.push(a);
-                }
-            };
-            // The Python-level registries.
-            let Some(md) = modules.get(&interp).copied().flatten() else {
+            let Some(tasks_dict) = modules.get(&s.interp).copied().flatten() else {
                 continue;
             };
-            // The C accelerator, unless blocked (`sys.modules["_asyncio"] = None`):
-            // looked up once the loop is known not to be idle.
-            let c_module;
-            let cached;
-            {
-                let items = objr.dict_items(md, 1 << 16).unwrap_or_default();
-                let named = |want_name: &str| -> Option<u64> {
-                    items.iter().find_map(|(k, v)| {
-                        matches!(objr.string(*k, 64), Ok((s, false)) if s == want_name)
-                            .then_some(*v)
-                    })
-                };
-                // Attributing samples needs a running task: without one
-                // (an idle loop, most samples) nothing else is read.
-                if want.running_only {
-                    let idle = match named("_current_tasks") {
-                        Some(cur) => objr.dict_items(cur, 4096).unwrap_or_default().is_empty(),
-                        None => true,
-                    };
-                    let idle_lists = match self.lists {
-                        Some(lists) => threads.iter().all(|&i| {
-                            mem.read_u64(snaps[i].tstate.wrapping_add(lists.ts_running_task))
-                                .map_or(true, |t| t == 0)
-                        }),
-                        None => true,
-                    };
-                    if idle && idle_lists {
-                        continue;
-                    }
-                }
-                c_module = sys_module(interp, "_asyncio")
-                    .filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"));
-                // The running tasks first: are they among an earlier
-                // sample's tasks (`SAMPLE_CACHE_TTL`)?
-                if let Some(cur) = named("_current_tasks") {
-                    for (lp, t) in objr.dict_items(cur, 4096).unwrap_or_default() {
-                        running.insert(lp, t);
-                    }
-                }
-                if let (Some(lists), true) = (self.lists, layout.awaited_by.is_some()) {
-                    for &i in &threads {
-                        let ts = snaps[i].tstate;
-                        let lp = mem
-                            .read_u64(ts.wrapping_add(lists.ts_running_loop))
-                            .unwrap_or(0);
-                        let rt = mem
-                            .read_u64(ts.wrapping_add(lists.ts_running_task))
-                            .unwrap_or(0);
-                        if lp != 0 && rt != 0 {
-                            running.insert(lp, rt);
-                        }
-                    }
-                }
-                cached = want.running_only
-                    && self.sample_cache.as_ref().is_some_and(|c| {
-                        c.interp == interp
-                            && c.at.elapsed() < SAMPLE_CACHE_TTL
-                            && running.values().all(|t| c.index.contains_key(t))
-                    });
-                let limit = want.max_tasks.min(MAX_TASKS) as u64 + 1;
-                for ws in ["_all_tasks", "_scheduled_tasks"] {
-                    if cached {
-                        break;
-                    }
-                    let Some(w) = named(ws) else { continue };
-                    match weakset_members(mem, &objr, layout, w, limit) {
-                        Ok(objs) => {
-                            if objs.len() as u64 >= limit {
-                                too_many = Some(objs.len());
-                            }
-                            for o in objs {
-                                add(o, &mut addrs);
-                            }
-                        }
-                        Err(e) => self.note(format!("asyncio.tasks.{ws} unreadable: {e}")),
-                    }
-                }
-                if let Some(eager) = named("_eager_tasks").filter(|_| !cached) {
-                    for t in objr.set_items(eager, 1 << 16).unwrap_or_default() {
-                        add(t, &mut addrs);
-                    }
-                }
-                // 3.14+: the tasks that are no C tasks, in `_asyncio`'s state.
-                if let (Some(ms), Some(module), false) = (layout.module_state, c_module, cached) {
-                    let (objs, full) =
-                        self.module_state_tasks(mem, &objr, layout, &ms, module, limit);
-                    if full {
-                        too_many = Some(objs.len());
-                    }
-                    for o in objs {
-                        add(o, &mut addrs);
-                    }
-                }
-                if let Some(cur) = named("_current_tasks") {
-                    for (lp, t) in objr.dict_items(cur, 4096).unwrap_or_default() {
-                        running.insert(lp, t);
-                        add(t, &mut addrs);
-                    }
-                }
-            }
-            // 3.14+: the per-thread lists.
-            if let (Some(lists), Some(ab)) = (self.lists, layout.awaited_by) {
-                let mut heads: Vec<(u64, Option<usize>)> = threads
-                    .iter()
-                    .map(|&i| (snaps[i].tstate.wrapping_add(lists.ts_tasks_head), Some(i)))
-                    .collect();
-                heads.push((interp.wrapping_add(lists.interp_tasks_head), None));
-                for (head, thread) in heads {
-                    let mut node = if cached {
-                        0
-                    } else {
-                        mem.read_u64(head).unwrap_or(0)
-                    };
-                    let mut steps = 0;
-                    while node != 0 && node != head && steps < want.max_tasks.min(MAX_TASKS) {
-                        steps += 1;
-                        let task = node.wrapping_sub(ab.node);
-                        add(task, &mut addrs);
-                        node = mem.read_u64(node).unwrap_or(0);
-                    }
-                    if steps >= want.max_tasks.min(MAX_TASKS) {
-                        too_many = Some(steps);
-                    }
-                    if let Some(i) = thread {
-                        let ts = snaps[i].tstate;
-                        let lp = mem
-                            .read_u64(ts.wrapping_add(lists.ts_running_loop))
-                            .unwrap_or(0);
-                        let rt = mem
-                            .read_u64(ts.wrapping_add(lists.ts_running_task))
-                            .unwrap_or(0);
-                        if lp != 0 {
-                            loop_thread.insert(lp, i);
-                            if rt != 0 {
-                                running.insert(lp, rt);
-                                add(rt, &mut addrs);
-                            }
-                        }
-                    }
-                }
-            } else if layout.awaited_by.is_some() && c_module.is_some() {
-                // (Without `_asyncio`, the C accelerator blocked, every
-                // task is a Python one, in the registries.)
-                self.note(
-                    "no AsyncioDebug section found in the target's _asyncio module: only the \
-                     tasks in asyncio.tasks' registries are shown"
-                        .into(),
-                );
-            }
-            if let Some(n) = too_many {
-                self.note(format!(
-                    "more than {n} asyncio tasks: not all were read (--async reads up to {MAX_TASKS})"
-                ));
-            }
-            if addrs.is_empty() {
-                continue;
-            }
-            let mut scans: HashMap<u64, LoopScan> = HashMap::new();
-            let (tasks, parents) = if cached {
-                self.tasks_from_sample_cache(&objr, layout, &running, snaps, &threads)
-            } else {
-                // One batched read for every task's struct.
-                mem.prefetch(addrs.iter().map(|a| (*a, layout.task_size as usize)));
-                let mut tasks = self.read_tasks(&objr, layout, &addrs);
-                if !want.running_only {
-                    let room = want.max_tasks.min(MAX_TASKS).saturating_sub(tasks.len());
-                    let queued =
-                        self.queued_tasks(&objr, layout, &tasks, &running, &mut scans, room);
-                    tasks.extend(queued);
-                }
-                let index: HashMap<u64, usize> =
-                    tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
-                let parents = self.parents(&objr, layout, &tasks, &index);
-                if want.running_only {
-                    let frames = match layout.gen_frame {
-                        GenFrame::Embedded(o) => tasks
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, t)| t.coro != 0)
-                            .map(|(k, t)| (t.coro.wrapping_add(o), k))
-                            .collect(),
-                        GenFrame::Pointer(_) => HashMap::new(),
-                    };
-                    self.sample_cache = Some(SampleCache {
-                        at: Instant::now(),
-                        interp,
-                        tasks: tasks.clone(),
-                        parents: parents.clone(),
-                        index,
-                        frames,
-                    });
-                }
-                (tasks, parents)
+            let it = Interp {
+                addr: s.interp,
+                tasks_dict,
+                snaps,
+                threads: (0..snaps.len())
+                    .filter(|i| snaps[*i].interp == s.interp)
+                    .collect(),
             };
-            if tasks.is_empty() {
-                continue;
-            }
-            // Which thread runs each loop.
-            let main_thread = *threads.last().unwrap_or(&0);
-            let running_tasks: HashSet<u64> = running.values().copied().collect();
-            let by_addr: HashMap<u64, &RawTask> = tasks.iter().map(|t| (t.addr, t)).collect();
-            // A loop without `_thread_id` (uvloop's) that runs a task: the
-            // thread whose stack holds that task's coroutine frame.
-            let running_on = |lp: u64| -> Option<usize> {
-                let t = by_addr.get(running.get(&lp)?)?;
-                let frame = match layout.gen_frame {
-                    GenFrame::Pointer(o) => mem.read_u64(t.coro.wrapping_add(o)).ok()?,
-                    GenFrame::Embedded(o) => t.coro.wrapping_add(o),
-                };
-                threads
-                    .iter()
-                    .copied()
-                    .find(|&i| frame != 0 && snaps[i].frame_index(frame).is_some())
-            };
-            let mut by_thread: HashMap<usize, Vec<usize>> = HashMap::new();
-            for (k, t) in tasks.iter().enumerate() {
-                let th = match loop_thread.get(&t.loop_) {
-                    Some(th) => *th,
-                    None => {
-                        let th = self
-                            .loop_thread(&objr, t.loop_, snaps, &threads)
-                            .or_else(|| running_on(t.loop_))
-                            .unwrap_or(main_thread);
-                        loop_thread.insert(t.loop_, th);
-                        th
-                    }
-                };
-                by_thread.entry(th).or_default().push(k);
-            }
-            // Each loop's queues under the thread that runs it.
-            let mut queues: HashMap<usize, Vec<LoopQueues>> = HashMap::new();
-            let mut sleeps: HashMap<u64, Option<Timers>> = HashMap::new();
-            let mut scanned: Vec<(u64, LoopScan)> = scans.into_iter().collect();
-            scanned.sort_by_key(|(lp, _)| *lp);
-            for (lp, scan) in scanned {
-                if let Some(&th) = loop_thread.get(&lp) {
-                    queues.entry(th).or_default().push(scan.queues);
-                }
-                sleeps.insert(lp, Some(scan.timers));
-            }
-            for (th, ks) in by_thread {
-                let tt = self.thread_tasks(
-                    reader,
-                    &objr,
-                    layout,
-                    &tasks,
-                    &ks,
-                    &parents,
-                    &running_tasks,
-                    &snaps[th],
-                    &mut sleeps,
-                    want.limit,
-                    want.running_only,
-                    queues.remove(&th).unwrap_or_default(),
-                );
-                out.insert(th, tt);
-            }
+            out.extend(self.read_interp(reader, &objr, mem, layout, &it, want));
         }
         out
+    }
+
+    /// One interpreter's tasks: found, read (or recalled from an earlier
+    /// sample), put under the threads that run their loops, and shown per
+    /// thread.
+    fn read_interp(
+        &mut self,
+        reader: &mut Reader,
+        objr: &ObjReader,
+        mem: &PageCache,
+        layout: &AsyncioLayout,
+        it: &Interp,
+        want: AsyncRead,
+    ) -> Vec<(usize, ThreadTasks)> {
+        let Some(mut found) = self.find_tasks(objr, mem, layout, it, want) else {
+            return Vec::new();
+        };
+        if let Some(n) = found.too_many {
+            self.note(format!(
+                "more than {n} asyncio tasks: not all were read (--async reads up to {MAX_TASKS})"
+            ));
+        }
+        if found.addrs.is_empty() {
+            return Vec::new();
+        }
+        let mut scans: HashMap<u64, LoopScan> = HashMap::new();
+        let (tasks, parents) = if found.cached {
+            self.tasks_from_sample_cache(objr, layout, &found.running, it.snaps, &it.threads)
+        } else {
+            self.fresh_tasks(mem, objr, layout, it.addr, &found, want, &mut scans)
+        };
+        if tasks.is_empty() {
+            return Vec::new();
+        }
+        let by_thread =
+            self.tasks_by_thread(objr, layout, &tasks, &mut found, it.snaps, &it.threads);
+        let (mut queues, mut sleeps) = queues_by_thread(scans, &found.loop_thread);
+        let running_tasks: HashSet<u64> = found.running.values().copied().collect();
+        let mut out = Vec::with_capacity(by_thread.len());
+        for (th, ks) in by_thread {
+            let tt = self.thread_tasks(
+                reader,
+                objr,
+                layout,
+                &tasks,
+                &ks,
+                &parents,
+                &running_tasks,
+                &it.snaps[th],
+                &mut sleeps,
+                want.limit,
+                want.running_only,
+                queues.remove(&th).unwrap_or_default(),
+            );
+            out.push((th, tt));
+        }
+        out
+    }
+
+    /// The tasks an interpreter's registries and lists name, and which
+    /// loop runs which; `None` when only the running tasks are wanted and
+    /// none runs (an idle loop, most samples: nothing else is read). Where
+    /// the running tasks are among an earlier sample's, the registries and
+    /// lists are not read (`found.cached`).
+    fn find_tasks(
+        &mut self,
+        objr: &ObjReader,
+        mem: &PageCache,
+        layout: &AsyncioLayout,
+        it: &Interp,
+        want: AsyncRead,
+    ) -> Option<Found> {
+        let module = TasksModule::read(objr, it.tasks_dict);
+        let current = module.current_tasks(objr);
+        let on_threads = self.thread_loops(objr, it.snaps, &it.threads);
+        // Attributing samples needs a running task: without one (an idle
+        // loop, most samples) nothing else is read.
+        if want.running_only
+            && current.is_empty()
+            && on_threads
+                .as_ref()
+                .is_none_or(|ts| ts.iter().all(|t| t.task == 0))
+        {
+            return None;
+        }
+        let c_module = c_module(objr, it.addr);
+        let on_threads = on_threads.filter(|_| layout.awaited_by.is_some());
+        let mut found = Found::new(want.max_tasks.min(MAX_TASKS));
+        // The running tasks first: are they among an earlier sample's tasks?
+        found.running.extend(current.iter().copied());
+        for t in on_threads.iter().flatten() {
+            if t.loop_ != 0 && t.task != 0 {
+                found.running.insert(t.loop_, t.task);
+            }
+        }
+        found.cached = want.running_only && self.recalls(it.addr, &found.running);
+        if !found.cached {
+            self.registered_tasks(mem, objr, layout, &module, c_module, &mut found);
+        }
+        for &(lp, t) in &current {
+            found.running.insert(lp, t);
+            found.add(t);
+        }
+        self.listed_tasks(
+            objr,
+            layout,
+            it.addr,
+            on_threads.as_deref(),
+            c_module,
+            &mut found,
+        );
+        Some(found)
+    }
+
+    /// Whether an earlier sample's tasks serve this one (see
+    /// `SAMPLE_CACHE_TTL`): the same interpreter, recent, and every running
+    /// task among them.
+    fn recalls(&self, interp: u64, running: &HashMap<u64, u64>) -> bool {
+        self.sample_cache.as_ref().is_some_and(|c| {
+            c.interp == interp
+                && c.at.elapsed() < SAMPLE_CACHE_TTL
+                && running.values().all(|t| c.index.contains_key(t))
+        })
+    }
+
+    /// The tasks found, read afresh, with (unless only the running ones are
+    /// wanted) those that only their loops' queues hold, the loops' scans
+    /// kept in `scans`; and who awaits whom. When only the running ones are
+    /// wanted, kept for the next samples.
+    #[allow(clippy::too_many_arguments)]
+    fn fresh_tasks(
+        &mut self,
+        mem: &PageCache,
+        objr: &ObjReader,
+        layout: &AsyncioLayout,
+        interp: u64,
+        found: &Found,
+        want: AsyncRead,
+        scans: &mut HashMap<u64, LoopScan>,
+    ) -> (Vec<RawTask>, Vec<Vec<usize>>) {
+        // One batched read for every task's struct.
+        mem.prefetch(found.addrs.iter().map(|a| (*a, layout.task_size as usize)));
+        let mut tasks = self.read_tasks(objr, layout, &found.addrs);
+        if !want.running_only {
+            let room = want.max_tasks.min(MAX_TASKS).saturating_sub(tasks.len());
+            let queued = self.queued_tasks(objr, layout, &tasks, &found.running, scans, room);
+            tasks.extend(queued);
+        }
+        let index: HashMap<u64, usize> =
+            tasks.iter().enumerate().map(|(k, t)| (t.addr, k)).collect();
+        let parents = self.parents(objr, layout, &tasks, &index);
+        if want.running_only {
+            let frames = match layout.gen_frame {
+                GenFrame::Embedded(o) => tasks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.coro != 0)
+                    .map(|(k, t)| (t.coro.wrapping_add(o), k))
+                    .collect(),
+                GenFrame::Pointer(_) => HashMap::new(),
+            };
+            self.sample_cache = Some(SampleCache {
+                at: Instant::now(),
+                interp,
+                tasks: tasks.clone(),
+                parents: parents.clone(),
+                index,
+                frames,
+            });
+        }
+        (tasks, parents)
     }
 
     /// From an earlier sample's tasks: the running ones, those whose

@@ -8,6 +8,8 @@ use crate::elf;
 use crate::memory::{le_u64, Memory, MemoryExt};
 use crate::python::objects::ObjReader;
 use crate::python::pagecache::PageCache;
+use crate::python::reader::ThreadSnapshot;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How often a missing `AsyncioDebug` section is looked for again.
@@ -15,6 +17,104 @@ const DEBUG_RESCAN: Duration = Duration::from_secs(1);
 
 /// `AsyncioDebug`: 13 `uint64_t` (3.14).
 const DEBUG_WORDS: usize = 13;
+
+/// `sys.modules[name]` of an interpreter.
+fn sys_module(objr: &ObjReader, interp: u64, name: &str) -> Option<u64> {
+    objr.mem
+        .read_u64(interp.wrapping_add(objr.layout.interp.modules))
+        .ok()
+        .filter(|m| *m != 0)
+        .and_then(|m| objr.dict_get(m, name).ok().flatten())
+}
+
+/// The dict of `asyncio.tasks`, where its registries are: `None` in an
+/// interpreter that has not imported asyncio (nothing more is looked at).
+pub(super) fn tasks_module_dict(objr: &ObjReader, interp: u64) -> Option<u64> {
+    sys_module(objr, interp, "asyncio.tasks").and_then(|m| {
+        objr.mem
+            .read_u64(m.wrapping_add(objr.layout.object.module_dict))
+            .ok()
+    })
+}
+
+/// The C accelerator `_asyncio`, unless blocked (`sys.modules["_asyncio"] = None`).
+pub(super) fn c_module(objr: &ObjReader, interp: u64) -> Option<u64> {
+    sys_module(objr, interp, "_asyncio").filter(|m| objr.type_name(*m).is_ok_and(|t| t == "module"))
+}
+
+/// `asyncio.tasks`' dict, its items read once.
+pub(super) struct TasksModule {
+    items: Vec<(u64, u64)>,
+}
+
+impl TasksModule {
+    pub(super) fn read(objr: &ObjReader, dict: u64) -> TasksModule {
+        TasksModule {
+            items: objr.dict_items(dict, 1 << 16).unwrap_or_default(),
+        }
+    }
+
+    fn named(&self, objr: &ObjReader, name: &str) -> Option<u64> {
+        self.items.iter().find_map(|(k, v)| {
+            matches!(objr.string(*k, 64), Ok((s, false)) if s == name).then_some(*v)
+        })
+    }
+
+    /// `_current_tasks`: each running loop and its task.
+    pub(super) fn current_tasks(&self, objr: &ObjReader) -> Vec<(u64, u64)> {
+        self.named(objr, "_current_tasks")
+            .map(|cur| objr.dict_items(cur, 4096).unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+/// 3.14+: what a thread's state says of asyncio (0 where unread).
+#[derive(Clone, Copy)]
+pub(super) struct ThreadLoop {
+    /// Index into the snapshot's threads.
+    pub(super) thread: usize,
+    tstate: u64,
+    /// The loop running on the thread, and its running task.
+    pub(super) loop_: u64,
+    pub(super) task: u64,
+}
+
+/// The tasks that one interpreter's registries and lists name, each once,
+/// in the order found, at most `cap`.
+pub(super) struct Found {
+    pub(super) addrs: Vec<u64>,
+    seen: HashSet<u64>,
+    cap: usize,
+    /// Loop → the task it runs.
+    pub(super) running: HashMap<u64, u64>,
+    /// Loop → the thread that runs it, where 3.14's thread states say.
+    pub(super) loop_thread: HashMap<u64, usize>,
+    /// How many tasks a registry or list held that held too many.
+    pub(super) too_many: Option<usize>,
+    /// An earlier sample's tasks serve this one: the registries and lists
+    /// are not read.
+    pub(super) cached: bool,
+}
+
+impl Found {
+    pub(super) fn new(cap: usize) -> Found {
+        Found {
+            addrs: Vec::new(),
+            seen: HashSet::new(),
+            cap,
+            running: HashMap::new(),
+            loop_thread: HashMap::new(),
+            too_many: None,
+            cached: false,
+        }
+    }
+
+    pub(super) fn add(&mut self, a: u64) {
+        if a != 0 && self.addrs.len() < self.cap && self.seen.insert(a) {
+            self.addrs.push(a);
+        }
+    }
+}
 
 impl AsyncioReader {
     /// Check `AsyncioDebug` (3.14+) in the sections `sections` finds (the
@@ -48,6 +148,129 @@ impl AsyncioReader {
                 Err(e) => self.note(format!("{file}: {e}")),
             }
             return;
+        }
+    }
+
+    /// 3.14+, once `AsyncioDebug` is found: each thread's running loop and
+    /// task.
+    pub(super) fn thread_loops(
+        &self,
+        objr: &ObjReader,
+        snaps: &[ThreadSnapshot],
+        threads: &[usize],
+    ) -> Option<Vec<ThreadLoop>> {
+        let lists = self.lists?;
+        let loops = threads.iter().map(|&i| {
+            let tstate = snaps[i].tstate;
+            let word = |off: u64| objr.mem.read_u64(tstate.wrapping_add(off)).unwrap_or(0);
+            ThreadLoop {
+                thread: i,
+                tstate,
+                loop_: word(lists.ts_running_loop),
+                task: word(lists.ts_running_task),
+            }
+        });
+        Some(loops.collect())
+    }
+
+    /// The tasks in `asyncio.tasks`' registries (`_all_tasks` ≤3.11,
+    /// `_scheduled_tasks` and `_eager_tasks` 3.12+) and, 3.14+, in
+    /// `_asyncio`'s module state (`c_module`'s).
+    pub(super) fn registered_tasks(
+        &mut self,
+        cache: &PageCache,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        module: &TasksModule,
+        c_module: Option<u64>,
+        found: &mut Found,
+    ) {
+        let limit = found.cap as u64 + 1;
+        for ws in ["_all_tasks", "_scheduled_tasks"] {
+            let Some(w) = module.named(objr, ws) else {
+                continue;
+            };
+            match weakset_members(cache, objr, l, w, limit) {
+                Ok(objs) => {
+                    if objs.len() as u64 >= limit {
+                        found.too_many = Some(objs.len());
+                    }
+                    for o in objs {
+                        found.add(o);
+                    }
+                }
+                Err(e) => self.note(format!("asyncio.tasks.{ws} unreadable: {e}")),
+            }
+        }
+        if let Some(eager) = module.named(objr, "_eager_tasks") {
+            for t in objr.set_items(eager, 1 << 16).unwrap_or_default() {
+                found.add(t);
+            }
+        }
+        // 3.14+: the tasks that are no C tasks, in `_asyncio`'s state.
+        if let (Some(ms), Some(module)) = (l.module_state, c_module) {
+            let (objs, full) = self.module_state_tasks(cache, objr, l, &ms, module, limit);
+            if full {
+                found.too_many = Some(objs.len());
+            }
+            for o in objs {
+                found.add(o);
+            }
+        }
+    }
+
+    /// 3.14+: the tasks on each thread's list and on the interpreter's
+    /// (those of threads that ended), unless `found.cached`; and each
+    /// thread's running loop and task (`on_threads`), which run on that
+    /// thread.
+    pub(super) fn listed_tasks(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        interp: u64,
+        on_threads: Option<&[ThreadLoop]>,
+        c_module: Option<u64>,
+        found: &mut Found,
+    ) {
+        let (Some(lists), Some(ab), Some(on_threads)) = (self.lists, l.awaited_by, on_threads)
+        else {
+            if l.awaited_by.is_some() && c_module.is_some() {
+                // (Without `_asyncio`, the C accelerator blocked, every
+                // task is a Python one, in the registries.)
+                self.note(
+                    "no AsyncioDebug section found in the target's _asyncio module: only the \
+                     tasks in asyncio.tasks' registries are shown"
+                        .into(),
+                );
+            }
+            return;
+        };
+        let heads = on_threads
+            .iter()
+            .map(|t| (t.tstate.wrapping_add(lists.ts_tasks_head), Some(t)))
+            .chain([(interp.wrapping_add(lists.interp_tasks_head), None)]);
+        for (head, thread) in heads {
+            let mut node = if found.cached {
+                0
+            } else {
+                objr.mem.read_u64(head).unwrap_or(0)
+            };
+            let mut steps = 0;
+            while node != 0 && node != head && steps < found.cap {
+                steps += 1;
+                found.add(node.wrapping_sub(ab.node));
+                node = objr.mem.read_u64(node).unwrap_or(0);
+            }
+            if steps >= found.cap {
+                found.too_many = Some(steps);
+            }
+            if let Some(t) = thread.filter(|t| t.loop_ != 0) {
+                found.loop_thread.insert(t.loop_, t.thread);
+                if t.task != 0 {
+                    found.running.insert(t.loop_, t.task);
+                    found.add(t.task);
+                }
+            }
         }
     }
 
