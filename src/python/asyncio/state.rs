@@ -1,0 +1,140 @@
+//! The reader itself: what it keeps from one snapshot to the next (the
+//! type caches, the sample cache, the notes), and the types and limits
+//! that the other rooms share.
+
+use crate::cpython_layouts::asyncio::{for_version, AsyncioLayout};
+use crate::stack::ThreadTasks;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Most tasks read from one process per snapshot.
+pub(crate) const MAX_TASKS: usize = 1_000_000;
+/// Default on (`dump` without `--async`): a registry larger than this is
+/// not read, and the dump says so.
+pub(crate) const AUTO_MAX_TASKS: usize = 100_000;
+/// Longest coroutine chain followed (`await` nesting).
+pub(super) const MAX_CHAIN: usize = 256;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lists {
+    pub(super) ts_running_loop: u64,
+    pub(super) ts_running_task: u64,
+    pub(super) ts_tasks_head: u64,
+    pub(super) interp_tasks_head: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    CTask,
+    CFuture,
+    /// A Python-level Task or Future (attributes in `__dict__`).
+    PyTask,
+    PyFuture,
+    Other,
+}
+
+/// What one read of the tasks wants.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AsyncRead {
+    /// Most tasks shown per thread (the rest are counted).
+    pub(crate) limit: usize,
+    /// Registries holding more tasks than this are not read.
+    pub(crate) max_tasks: usize,
+    /// Only the running tasks and their awaiters are wanted (`record`/`top
+    /// --async`): the others' stacks are not read.
+    pub(crate) running_only: bool,
+}
+
+#[derive(Clone)]
+pub(super) struct RawTask {
+    pub(super) addr: u64,
+    pub(super) loop_: u64,
+    pub(super) state: u8,
+    pub(super) log_tb: bool,
+    pub(super) cancelling: bool,
+    pub(super) name: u64,
+    pub(super) coro: u64,
+    pub(super) waiter: u64,
+    pub(super) callbacks: Vec<u64>,
+    /// 3.14+: the awaiters the task recorded.
+    pub(super) awaited_by: Option<Vec<u64>>,
+    /// Found through a handle in its loop's queues, not in a registry.
+    pub(super) via: Option<&'static str>,
+}
+
+/// The tasks of one interpreter as a sample read them (see `SAMPLE_CACHE_TTL`).
+pub(super) struct SampleCache {
+    pub(super) at: Instant,
+    pub(super) interp: u64,
+    pub(super) tasks: Vec<RawTask>,
+    pub(super) parents: Vec<Vec<usize>>,
+    pub(super) index: HashMap<u64, usize>,
+    /// Coroutine frame (3.11+, inside the coroutine) → task.
+    pub(super) frames: HashMap<u64, usize>,
+}
+
+pub(crate) struct AsyncioReader {
+    pub(super) layout: Option<&'static AsyncioLayout>,
+    pub(super) sample_cache: Option<SampleCache>,
+    pub(super) lists: Option<Lists>,
+    pub(super) last_debug_scan: Option<Instant>,
+    /// Said once: why some tasks cannot be read.
+    pub(crate) notes: Vec<String>,
+    pub(super) kinds: HashMap<u64, Kind>,
+    pub(super) mro_names: HashMap<u64, Vec<String>>,
+    pub(super) slots: HashMap<(u64, &'static str), Option<u64>>,
+    /// How long ago the target's moment was (a core: when it was written),
+    /// in seconds: its loops' clock then read `monotonic() - age`.
+    pub(super) age: f64,
+}
+
+/// Result for one process: per thread index of the snapshot, its tasks.
+pub(crate) type TasksByThread = HashMap<usize, ThreadTasks>;
+
+impl AsyncioReader {
+    pub(crate) fn new(major: u8, minor: u8) -> AsyncioReader {
+        AsyncioReader {
+            layout: for_version(major, minor),
+            sample_cache: None,
+            lists: None,
+            last_debug_scan: None,
+            notes: Vec::new(),
+            kinds: HashMap::new(),
+            mro_names: HashMap::new(),
+            slots: HashMap::new(),
+            age: 0.0,
+        }
+    }
+
+    /// Deadlines counted from a moment `age` seconds ago (a core's), not
+    /// from now.
+    pub(crate) fn with_age(mut self, age: f64) -> AsyncioReader {
+        self.age = age.max(0.0);
+        self
+    }
+
+    /// The loops' clock at the target's moment.
+    pub(super) fn loop_now(&self) -> f64 {
+        monotonic() - self.age
+    }
+
+    pub(super) fn note(&mut self, s: String) {
+        if !self.notes.contains(&s) && self.notes.len() < 16 {
+            self.notes.push(s);
+        }
+    }
+}
+
+/// `time.monotonic()`, which asyncio's loops use as their clock: the same
+/// clock in every process of the machine.
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
