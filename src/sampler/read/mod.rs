@@ -1,0 +1,777 @@
+//! One followed Python process and what is kept between its samples, and
+//! its read: list the threads, read their states and waits, stop the ones
+//! that must stand still, read the Python frames (and copy the native
+//! stacks), let them go, unwind, merge and filter.
+
+mod stack_copy;
+mod tasks;
+mod threads;
+
+use super::config::{AsyncMode, SamplerConfig};
+use super::live::Liveness;
+use crate::error::Error;
+use crate::native_unwind::NativeFrame;
+use crate::pause::{self, PauseGuard};
+use crate::procfs;
+use crate::python::asyncio::{self, AsyncRead, AsyncioReader};
+use crate::python::native::{MergeCounts, NativeStacks};
+use crate::python::process::PythonProcess;
+use crate::python::reader::{ReadOptions, Reader};
+use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
+use crate::target::{LiveProcess, SourceKind, TargetSource};
+use crate::wait::{self, WaitDetail, WaitReader};
+use foldhash::{HashMap, HashMapExt, HashSet};
+use stack_copy::{copy_stack, StackCopy, STACK_COPY_FIRST, STACK_COPY_MARGIN, STACK_COPY_MAX};
+use std::fs::File;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tasks::asyncio_debug_sections;
+
+/// How often, and how far apart, an identity check looks again at a leader
+/// without memory before taking it for an exit (see `check_identity`).
+const LEADER_GONE_LOOKS: u32 = 5;
+const LEADER_GONE_WAIT: Duration = Duration::from_millis(2);
+
+/// One followed Python process and what is kept between its samples. `dump`
+/// reads through this too, once: one read path for every command.
+pub(crate) struct Target {
+    pub(crate) pid: i32,
+    pub(crate) exe: String,
+    pub(crate) cmdline: Arc<str>,
+    pub(crate) version: String,
+    /// A live process, or a core file (read once, nothing paused).
+    source: Rc<dyn TargetSource>,
+    reader: Reader,
+    native: Option<NativeStacks>,
+    /// Open `/proc/PID/task/TID/stat` of each Python thread, read with
+    /// pread each tick rather than reopened.
+    stat_files: HashMap<i32, File>,
+    /// Open `/proc/PID/task/TID/schedstat` of each Python thread, and what
+    /// it said this pass for the threads seen off their CPU just before:
+    /// the reader keeps the stacks of threads whose counts do not move.
+    sched_files: HashMap<i32, File>,
+    ran: HashMap<i32, (u64, u64)>,
+    /// Python threads' kernel tids as of the latest read, and which holds the GIL.
+    threads: Vec<(i32, bool)>,
+    states: HashMap<i32, char>,
+    /// A live process's identity checks; None for a core.
+    live: Option<Liveness>,
+    /// Bytes of each thread's stack to copy at the next pause (--native).
+    stack_copy: HashMap<i32, usize>,
+    pause_notes: Vec<Error>,
+    waits: WaitReader,
+    /// The waits of the threads that are not running, read before pausing
+    /// (a pause interrupts a call, and the kernel may rewrite its arguments).
+    pending: HashMap<i32, (wait::Wait, Option<wait::CallArgs>)>,
+    /// The waits of threads Python does not know (--native-all: pool
+    /// workers), read before pausing like `pending`; and those threads as
+    /// of the latest read, whose syscall files the wait reader keeps open.
+    foreign_waits: HashMap<i32, wait::Wait>,
+    foreign_seen: Vec<(i32, bool)>,
+    tasks: Option<AsyncioReader>,
+    turns: asyncio::LoopTurns,
+    /// The latest sample's loop turns, taken by the sampler.
+    pub(super) loop_turns: Vec<(u32, u64)>,
+    /// When the latest sample's frames were read (its threads stopped, or
+    /// read as they ran).
+    pub(super) read_at: Instant,
+    /// Greenlets (gevent, eventlet) for dump.
+    greenlets: crate::python::greenlet::GreenletReader,
+    /// Kernel names of threads `threading` does not name, and when read.
+    os_names: HashMap<i32, (Option<String>, Instant)>,
+    /// Threads that did not stop within the budget at the latest sample,
+    /// or whose unwind read beyond the stack copied during the pause.
+    late_threads: usize,
+    /// The threads the latest pause stopped: most often those the next
+    /// must stop (see [`Target::sample`]).
+    last_paused: Vec<i32>,
+    /// Whether a pause has held threads of this process yet: the first read
+    /// always stops them (so that another tracer is found at once).
+    stopped_once: bool,
+    /// Reads to make stopped before a read without a stop is tried again,
+    /// and how many that was after the latest failed try (see `sample`).
+    stop_first: u32,
+    stop_backoff: u32,
+}
+
+impl Target {
+    /// Whether a garbage collection was running at the latest sample.
+    pub(crate) fn gc_collecting(&self) -> Option<bool> {
+        self.reader.gc_collecting
+    }
+
+    /// Open a live process.
+    pub(crate) fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
+        let stat = procfs::StatFile::open(pid)?;
+        let (identity, num_threads) = stat.read().ok_or_else(|| procfs::absent(pid))?;
+        crate::privilege::check_target(pid)?;
+        let live = Liveness {
+            same: None,
+            stat,
+            identity,
+            num_threads,
+            listed: None,
+        };
+        Target::open_with(Rc::new(LiveProcess::new(pid)), cfg, Some(live))
+    }
+
+    /// Open a target that is not a live process (a core file): its samples
+    /// pause nothing and take each thread's registers from the source.
+    pub(crate) fn open_source(
+        source: Box<dyn TargetSource>,
+        cfg: &SamplerConfig,
+    ) -> Result<Target, Error> {
+        let source: Rc<dyn TargetSource> = Rc::from(source);
+        if source.kind() == SourceKind::Live {
+            return Target::open(source.pid(), cfg);
+        }
+        Target::open_with(source, cfg, None)
+    }
+
+    fn open_with(
+        source: Rc<dyn TargetSource>,
+        cfg: &SamplerConfig,
+        mut live: Option<Liveness>,
+    ) -> Result<Target, Error> {
+        let pid = source.pid();
+        let process = PythonProcess::open(&*source)?;
+        let mut reader = Reader::new(process);
+        // Opened very early, interpreter discovery can settle on a wrong
+        // candidate; its thread ids then are not threads of the process.
+        // One thread that is not (any more) is churn, or a target writing
+        // other ids into its thread states: those are never paused. A list
+        // read while threads come and go can be torn: read it again.
+        let mut attempts = 0;
+        let threads = loop {
+            // Fails while the interpreter is not up yet (NotInitialized).
+            let threads = reader.python_threads(&*source)?;
+            let tasks = source.threads()?;
+            if threads.is_empty() || threads.iter().any(|(t, _)| tasks.contains(t)) {
+                break threads;
+            }
+            attempts += 1;
+            if attempts >= 5 {
+                return Err(Error::NotInitialized { pid });
+            }
+        };
+        if !cfg.pause.nonblocking && live.is_some() {
+            // Another tracer: say who, before any pause fails on it.
+            let me = std::process::id() as i32;
+            for &(tid, _) in &threads {
+                match procfs::tracer_pid(pid, tid) {
+                    Some(tp) if tp != 0 && tp != me => {
+                        return Err(Error::Traced {
+                            pid,
+                            tracer: tp,
+                            tracer_command: procfs::comm(tp, tp).unwrap_or_else(|| "?".into()),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let native = if cfg.read.native {
+            Some(NativeStacks::new(
+                source.clone(),
+                cfg.read.native_all,
+                cfg.read.native_debug_info,
+                cfg.read.full_names,
+            )?)
+        } else {
+            None
+        };
+        // An exec while we opened it (a program just launched): its
+        // identity is that of the old image; open it again. The memory the
+        // cheap check reads is opened first, so that it is this image's.
+        if let Some(l) = live.as_mut() {
+            l.same = procfs::SameMemory::open(pid, reader.process.interp_head_ptr);
+            if l.stat.identity() != Some(l.identity) {
+                return Err(Error::NotInitialized { pid });
+            }
+        }
+        // A core's calls come from its registers, decoded the same way;
+        // its deadlines are counted from when it was written.
+        let waits = if live.is_some() {
+            WaitReader::new(pid, cfg.read.waits)
+        } else {
+            let age = source
+                .recorded_at()
+                .and_then(|at| at.elapsed().ok())
+                .map_or(0.0, |d| d.as_secs_f64());
+            WaitReader::recorded(pid, cfg.read.waits, age)
+        };
+        let p = &reader.process;
+        let mut t = Target {
+            pid,
+            exe: p.exe.clone(),
+            cmdline: Arc::from(escape_controls(&p.cmdline).as_ref()),
+            version: p.version.to_string(),
+            source,
+            reader,
+            native,
+            stat_files: HashMap::new(),
+            sched_files: HashMap::new(),
+            ran: HashMap::new(),
+            last_paused: Vec::new(),
+            stopped_once: false,
+            stop_first: 0,
+            stop_backoff: 0,
+            threads,
+            states: HashMap::new(),
+            tasks: None,
+            turns: Default::default(),
+            loop_turns: Vec::new(),
+            read_at: Instant::now(),
+            greenlets: Default::default(),
+            waits,
+            pending: HashMap::new(),
+            foreign_waits: HashMap::new(),
+            foreign_seen: Vec::new(),
+            os_names: HashMap::new(),
+            live,
+            stack_copy: HashMap::new(),
+            pause_notes: Vec::new(),
+            late_threads: 0,
+        };
+        // One read without pausing fills the code-object and name caches,
+        // so that the first paused read is as short as the later ones
+        // (what it finds is thrown away: it may be torn).
+        let opts = ReadOptions {
+            locals: cfg.read.locals,
+            names: true,
+            function_lines: cfg.read.function_lines,
+            positions: cfg.read.positions,
+            gil_sync: false,
+            lock_locals: false,
+        };
+        let _ = t.reader.snapshot(&*t.source, opts, &t.states, &t.ran);
+        Ok(t)
+    }
+
+    /// Still the process we opened: not exited, not another process under a
+    /// reused pid, not another program after an exec.
+    fn check_identity(&mut self) -> Result<(), Error> {
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
+        if let Some(n) = live.same.as_ref().and_then(|s| s.threads()) {
+            live.num_threads = n;
+            return Ok(());
+        }
+        let mut now = live.stat.read().map(|(id, n)| {
+            live.num_threads = n;
+            id
+        });
+        // A leader without memory: an exit, or an exec from another thread
+        // that has yet to take the leader's place. Look again a few times
+        // before calling it an exit (the exec's new program has memory).
+        for _ in 0..LEADER_GONE_LOOKS {
+            if now.is_none_or(|id| id.has_memory()) {
+                break;
+            }
+            std::thread::sleep(LEADER_GONE_WAIT);
+            now = live.stat.read().map(|(id, _)| id);
+        }
+        if now.is_some_and(|id| !id.has_memory()) {
+            return Err(Error::ProcessExited { pid: self.pid });
+        }
+        match now {
+            None => {
+                // The open file fails once its task is gone: the process
+                // exited (whatever now holds the pid), or a thread other than
+                // the leader exec'd and took the leader's place.
+                match procfs::identity(self.pid) {
+                    Some(id) if id.start_time != live.identity.start_time => {
+                        Err(Error::PidReused { pid: self.pid })
+                    }
+                    Some(id) if !id.has_memory() => Err(Error::ProcessExited { pid: self.pid }),
+                    Some(id) if id != live.identity => Err(Error::Execed { pid: self.pid }),
+                    Some(_) => {
+                        // The same process and program: follow it through
+                        // a new file.
+                        live.stat = procfs::StatFile::open(self.pid)?;
+                        Ok(())
+                    }
+                    None => Err(Error::ProcessExited { pid: self.pid }),
+                }
+            }
+            Some(id) if id.start_time != live.identity.start_time => {
+                Err(Error::PidReused { pid: self.pid })
+            }
+            Some(id) if id != live.identity => Err(Error::Execed { pid: self.pid }),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Native unwinds that failed and merges that fell back since the last
+    /// call: the samples were kept, but the summary counts them.
+    pub(crate) fn take_merge_counts(&mut self) -> MergeCounts {
+        self.native
+            .as_mut()
+            .map(|n| n.take_merge_counts())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn take_notes(&mut self) -> Vec<Error> {
+        let mut notes = std::mem::take(&mut self.pause_notes);
+        if let Some(n) = self.native.as_mut() {
+            notes.extend(n.take_notes());
+        }
+        notes
+    }
+
+    /// What went wrong without stopping the read (shown once by dump).
+    pub(crate) fn warnings(&mut self) -> Vec<String> {
+        let mut w = self.reader.process.warnings.clone();
+        if let Some(t) = &self.tasks {
+            w.extend(t.notes.iter().cloned());
+        }
+        w.extend(self.greenlets.notes.iter().cloned());
+        if let Some(n) = self.native.as_mut() {
+            w.extend(n.warnings());
+        }
+        w
+    }
+
+    /// One sample in which every thread to pause stopped, and every native
+    /// unwind found its stack in the copy, if a few tries can get one
+    /// (dump): a thread that a busy machine leaves without CPU misses the
+    /// stop budget now and then, and a first copy may be too shallow (the
+    /// next try copies as deep as the unwind went). Each try holds no thread
+    /// longer than the budget; the last try's sample is taken as it is.
+    pub(crate) fn sample_whole(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+        let mut tries = 0;
+        loop {
+            let r = self.sample(cfg);
+            tries += 1;
+            if self.late_threads == 0 || tries >= 10 || r.is_err() {
+                return r;
+            }
+            pause::release_lingering(Duration::from_millis(200));
+        }
+    }
+
+    pub(crate) fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+        self.check_identity()?;
+        // The set to pause must be current: a thread missed here would be
+        // read running. The list the latest paused read found is current
+        // enough while the process has as many threads as when the list was
+        // last walked, for SAME_CALL_TTL at most, and while its GIL holder
+        // has not gone to sleep (then the GIL moved; see below).
+        let started = Instant::now();
+        let reuse_list = !cfg.pause.nonblocking
+            && self.live.as_ref().is_some_and(|l| {
+                l.listed.is_some_and(|(at, n)| {
+                    n == l.num_threads
+                        && started.saturating_duration_since(at) < wait::SAME_CALL_TTL
+                })
+            });
+        if !cfg.pause.nonblocking && !reuse_list {
+            self.list_threads(started)?;
+        }
+        // Kernel states decide what to pause and which threads are idle:
+        // reading them (the kernel formats a whole stat line per thread) is
+        // skipped when neither is needed.
+        let filter_idle = !cfg.filter.include_idle && !cfg.filter.gil_only;
+        let live = self.live.is_some();
+        let want_waits = cfg.read.waits != WaitDetail::Off;
+        let pausing = live && !cfg.pause.nonblocking;
+        // Each thread's state and wait is read before it is seized (a
+        // thread we stop would read as stopped), and the seizes of one pause
+        // are made in one loop, with nothing read between them: a seize
+        // blocks while an exec in the target holds its credentials, and that
+        // exec waits for any thread of ours it killed to be reaped. Seizing
+        // one thread after another was stopped and killed would wait forever
+        // (it did, 1 run in about 20 of the exec test, when the seizes were
+        // spread around these reads).
+        let read_kernel_states =
+            live && (filter_idle || cfg.read.statuses || want_waits || pausing);
+        // The threads the latest pause stopped are most often the ones to
+        // stop now (the busy ones, the GIL holder): when each of them still
+        // must stand still by its state read now, they are interrupted at
+        // once, and the other threads' states and waits are read while they
+        // come to a stop (a stop takes tens of microseconds to arrive from
+        // another CPU). The seizes are still made in one loop. If the reads
+        // show another thread to stop, this pause is let go whole and a new
+        // one made, in one loop again.
+        let mut early: Option<PauseGuard> = None;
+        // The threads whose states that path read already (sorted).
+        let mut read_first: Option<Vec<i32>> = None;
+        // A read without a stop, checked by a second read of the frames it
+        // walked: kept when every chain and the GIL holder are as they were,
+        // else the threads are stopped and read again. Not for what only a
+        // stop gives (registers, locals, lock objects, asyncio's objects),
+        // nor for the first read. After a failed check, reads stop at once
+        // for a while (1, 2, 4 ... 64 reads), so code whose frames move all
+        // the time pays little for the tries.
+        let unstopped = pausing
+            && self.stopped_once
+            && self.native.is_none()
+            && !cfg.read.native_all
+            && cfg.read.locals == 0
+            && cfg.read.waits != WaitDetail::Full
+            && matches!(cfg.read.asyncio, AsyncMode::Off)
+            && self.stop_first == 0;
+        self.stop_first = self.stop_first.saturating_sub(1);
+        if pausing && reuse_list && read_kernel_states && !cfg.read.native_all && !unstopped {
+            let now = Instant::now();
+            let listed: HashSet<i32> = self.threads.iter().map(|(t, _)| *t).collect();
+            let mut predicted = std::mem::take(&mut self.last_paused);
+            predicted.retain(|t| listed.contains(t));
+            predicted.sort_unstable();
+            self.begin_states();
+            for &tid in &predicted {
+                self.read_state(tid, now);
+            }
+            // Each must be on a CPU or waiting for one: one asleep need not
+            // stop, and a GIL holder found asleep means the listing is
+            // stale, and a new one is walked before anything is stopped.
+            let running = predicted
+                .iter()
+                .all(|t| !matches!(self.states.get(t), Some('S' | 'I' | 'D')));
+            if running && !predicted.is_empty() {
+                early = Some(PauseGuard::interrupted(self.pid, &predicted)?);
+            }
+            read_first = Some(predicted);
+        }
+        if !live {
+            // A core's states, as far as it recorded them.
+            self.states = self
+                .threads
+                .iter()
+                .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
+                .collect();
+        } else if read_kernel_states {
+            match &read_first {
+                Some(done) => {
+                    let now = Instant::now();
+                    for i in 0..self.threads.len() {
+                        let tid = self.threads[i].0;
+                        if done.binary_search(&tid).is_err() {
+                            self.read_state(tid, now);
+                        }
+                    }
+                }
+                None => self.read_states(),
+            }
+            let holder_asleep = self
+                .threads
+                .iter()
+                .any(|(t, gil)| *gil && matches!(self.states.get(t), Some('S' | 'I')));
+            if reuse_list && holder_asleep {
+                // Who holds the GIL now decides who must stand still: the
+                // threads stopped early are let go before the new listing.
+                early = None;
+                self.list_threads(started)?;
+                self.read_states();
+            }
+        } else {
+            self.states.clear();
+        }
+        self.pending.clear();
+        self.foreign_waits.clear();
+        if want_waits {
+            // Only threads that are not running have a call to read, and it
+            // must be read before any of them is stopped.
+            if self.foreign_seen.is_empty() {
+                self.waits.begin_pass(&self.threads);
+            } else {
+                let mut all = self.threads.clone();
+                all.extend_from_slice(&self.foreign_seen);
+                self.waits.begin_pass(&all);
+            }
+            self.read_waits();
+        }
+        let pause = if pausing {
+            self.to_pause(cfg)?
+        } else {
+            Vec::new()
+        };
+        // Threads Python does not know (--native-all): their states too
+        // must be read before they are stopped.
+        let foreign_states: HashMap<i32, char> = pause
+            .iter()
+            .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
+            .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
+            .collect();
+        // And their waits (a pool worker's futex), before they are stopped.
+        if want_waits && live {
+            for (&tid, &state) in &foreign_states {
+                let line = if state == 'R' {
+                    None
+                } else {
+                    self.waits.syscall(tid)
+                };
+                let (w, _) = self.waits.read(tid, state, line, &*self.source);
+                self.foreign_waits.insert(tid, w);
+            }
+        }
+        self.foreign_seen = foreign_states.keys().map(|&t| (t, false)).collect();
+        let stopping = read_first.as_deref().unwrap_or_default();
+        let mut guard = match early {
+            Some(mut g) if pause.iter().all(|t| stopping.binary_search(t).is_ok()) => {
+                g.wait_stops();
+                Some(g)
+            }
+            Some(g) => {
+                // Another thread must stop too: this pause goes first.
+                drop(g);
+                Some(PauseGuard::new(self.pid, &pause)?)
+            }
+            None if pausing && (!unstopped || pause.is_empty()) => {
+                Some(PauseGuard::new(self.pid, &pause)?)
+            }
+            None => None,
+        };
+        if pausing {
+            self.last_paused.clone_from(&pause);
+        }
+        let opts = ReadOptions {
+            locals: cfg.read.locals,
+            names: true,
+            function_lines: cfg.read.function_lines,
+            positions: cfg.read.positions,
+            gil_sync: want_waits,
+            lock_locals: cfg.read.waits == WaitDetail::Full,
+        };
+        self.read_at = Instant::now();
+        let mut snap = self
+            .reader
+            .snapshot(&*self.source, opts, &self.states, &self.ran);
+        if pausing && guard.is_none() && !pause.is_empty() {
+            if snap.is_ok() && self.reader.stood_still(&*self.source) {
+                self.stop_backoff = 0;
+            } else {
+                self.stop_backoff = (self.stop_backoff * 2).clamp(1, 64);
+                self.stop_first = self.stop_backoff;
+                guard = Some(PauseGuard::new(self.pid, &pause)?);
+                self.read_at = Instant::now();
+                snap = self
+                    .reader
+                    .snapshot(&*self.source, opts, &self.states, &self.ran);
+            }
+        }
+        if guard.as_ref().is_some_and(|g| g.tids().next().is_some()) {
+            self.stopped_once = true;
+        }
+        // Native stacks: only the registers and a copy of the stack are
+        // taken while the threads are stopped; the unwind runs from the
+        // copy after they are let go (a cold unwind takes far longer than
+        // the pause budget).
+        let mut copies = Vec::new();
+        if let (Some(_), Some(g)) = (self.native.as_ref(), guard.as_ref()) {
+            for tid in g.tids() {
+                match g.registers(tid) {
+                    Ok((ip, sp, bp)) => {
+                        let want = self
+                            .stack_copy
+                            .get(&tid)
+                            .copied()
+                            .unwrap_or(STACK_COPY_FIRST);
+                        let (base, bytes) = copy_stack(&*self.source, sp, want);
+                        copies.push((tid, ip, sp, bp, base, bytes, want));
+                    }
+                    Err(e) => self.pause_notes.push(Error::NativeUnwind(Box::new(e))),
+                }
+            }
+        }
+        if self.native.is_some() && !live {
+            // A core: its threads stand still, with their registers saved;
+            // the unwind reads the stack from the source itself (an empty
+            // copy), and never asks for a deeper one.
+            let tids: Vec<i32> = if cfg.read.native_all {
+                self.source.threads().unwrap_or_default()
+            } else {
+                self.threads.iter().map(|(t, _)| *t).collect()
+            };
+            for tid in tids {
+                match self.source.saved_registers(tid) {
+                    Some(r) => copies.push((tid, r.ip, r.sp, r.bp, 0, Vec::new(), usize::MAX)),
+                    None => self.pause_notes.push(Error::NativeUnwind(Box::new(
+                        Error::NoSavedRegisters { tid },
+                    ))),
+                }
+            }
+        }
+        self.late_threads = guard.as_ref().map_or(0, |g| g.not_stopped().len());
+        if self.late_threads > 0 {
+            // Read with a thread running that should have stood still: the
+            // list it finds may be torn, so the next pause walks it afresh.
+            if let Some(l) = self.live.as_mut() {
+                l.listed = None;
+            }
+        }
+        // Tasks are read while the threads still stand still.
+        let mut tasks = match (&snap, cfg.read.asyncio) {
+            (Ok(s), mode) if mode != AsyncMode::Off => {
+                let want = match mode {
+                    AsyncMode::Tree { forced, limit } => AsyncRead {
+                        limit,
+                        max_tasks: if forced {
+                            asyncio::MAX_TASKS
+                        } else {
+                            asyncio::AUTO_MAX_TASKS
+                        },
+                        running_only: false,
+                    },
+                    AsyncMode::Stitch { all } => AsyncRead {
+                        limit: asyncio::MAX_TASKS,
+                        max_tasks: asyncio::MAX_TASKS,
+                        running_only: !all,
+                    },
+                    // Not read when off.
+                    AsyncMode::Off => AsyncRead {
+                        limit: 0,
+                        max_tasks: 0,
+                        running_only: true,
+                    },
+                };
+                let v = &self.reader.process.version;
+                let (major, minor) = (v.major, v.minor);
+                let age = self.waits.age();
+                let r = self
+                    .tasks
+                    .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
+                let cache = crate::python::pagecache::PageCache::new(&*self.source);
+                let source = &*self.source;
+                r.read(&mut self.reader, &cache, s, want, &|| {
+                    asyncio_debug_sections(source)
+                })
+            }
+            _ => std::collections::HashMap::new(),
+        };
+        // Greenlets (dump), beside the tasks, while the threads stand still.
+        if let (Ok(s), AsyncMode::Tree { limit, .. }) = (&snap, cfg.read.asyncio) {
+            let cache = crate::python::pagecache::PageCache::new(&*self.source);
+            self.greenlets
+                .read(&mut self.reader, &cache, s, limit, &mut tasks);
+        }
+        self.loop_turns.clear();
+        if let (Ok(s), true) = (&snap, cfg.read.loop_turns) {
+            let pl = &self.reader.process.layout;
+            let objr = crate::python::objects::ObjReader::new(&*self.source, pl);
+            for t in s {
+                let (Some(tid), Some(m)) = (
+                    t.stack.os_thread_id,
+                    crate::watch::run_once_frame(&t.stack.frames).and_then(|f| f.mark),
+                ) else {
+                    continue;
+                };
+                if let Some(turn) = self.turns.read(&objr, &pl.frame, m.addr) {
+                    self.loop_turns.push((tid, turn));
+                }
+            }
+        }
+        drop(guard);
+        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
+        if let Some(n) = self.native.as_mut() {
+            let mut depths = HashMap::new();
+            for (tid, ip, sp, bp, base, bytes, want) in copies {
+                let copy = StackCopy {
+                    base,
+                    bytes,
+                    live: &*self.source,
+                    beyond: std::cell::Cell::new(0),
+                };
+                unwound.insert(tid, n.unwind_regs(tid, (ip, sp, bp), &copy));
+                // Next time copy as deep as this unwind read, and a margin.
+                let needed = copy.beyond.get().saturating_sub(sp) as usize;
+                if needed > want {
+                    self.late_threads += 1;
+                }
+                let next = if needed > want {
+                    (needed + STACK_COPY_MARGIN).min(STACK_COPY_MAX)
+                } else {
+                    want
+                };
+                depths.insert(tid, next);
+            }
+            self.stack_copy = depths;
+        }
+        let mut snap = snap?;
+        for (i, t) in snap.iter_mut().enumerate() {
+            t.stack.asyncio = tasks.remove(&i);
+        }
+        if cfg.pause.nonblocking || self.live.is_some() {
+            // Non-blocking: no pause needs the list up front, the next tick
+            // reads the states of the threads this one saw. Pausing: what
+            // this read found (with the GIL holder stopped) is the list the
+            // next tick may pause from.
+            self.threads = snap
+                .iter()
+                .filter_map(|t| Some((t.stack.os_thread_id? as i32, t.stack.holds_gil)))
+                .collect();
+        }
+        if want_waits {
+            self.attach_waits(&mut snap);
+        }
+        let mut foreign = Vec::new();
+        if let Some(n) = self.native.as_mut() {
+            for t in snap.iter_mut() {
+                if let Some(frames) = t
+                    .stack
+                    .os_thread_id
+                    .and_then(|tid| unwound.get(&(tid as i32)))
+                {
+                    n.merge(t, frames);
+                }
+            }
+            for (tid, frames) in &unwound {
+                if !self.threads.iter().any(|(t, _)| t == tid) {
+                    let state = foreign_states.get(tid).copied();
+                    let mut t = n.foreign_thread(&*self.source, *tid, state, frames);
+                    t.wait = self.foreign_waits.remove(tid);
+                    foreign.push(t);
+                }
+            }
+            foreign.sort_by_key(|t| t.os_thread_id);
+        }
+        if want_waits && !live {
+            // A core's threads Python does not know: the calls their
+            // registers recorded.
+            for t in foreign.iter_mut() {
+                let Some(tid) = t.os_thread_id.map(|v| v as i32) else {
+                    continue;
+                };
+                let state = self.source.thread_state(tid);
+                t.wait = self.recorded_wait(tid, state).map(|r| r.0);
+            }
+        }
+        let mut threads: Vec<ThreadStack> = snap
+            .into_iter()
+            .map(|mut t| {
+                if t.in_gc && cfg.read.gc_frames {
+                    t.stack.frames.insert(0, crate::stack::Frame::gc_marker());
+                }
+                t.stack
+            })
+            .collect();
+        let mut waiting = Vec::new();
+        if let AsyncMode::Stitch { all } = cfg.read.asyncio {
+            for t in threads.iter_mut() {
+                waiting.extend(asyncio::stitch(t, all));
+            }
+        }
+        if cfg.filter.gil_only {
+            threads.retain(|t| t.holds_gil);
+        } else if !cfg.filter.include_idle {
+            threads.retain(|t| t.status != ThreadStatus::Idle);
+            foreign.retain(|t| t.status != ThreadStatus::Idle);
+        }
+        // Only the threads that are kept: a name costs a read of /proc.
+        self.name_from_os(&mut threads);
+        threads.extend(waiting);
+        // Oldest interpreter and thread first, as dump shows them (the
+        // interpreter's lists are newest first).
+        threads.reverse();
+        threads.sort_by_key(|t| t.interpreter);
+        threads.extend(foreign);
+        // Names come from the target: none may reach a terminal or a
+        // document with control characters in it.
+        for t in &mut threads {
+            t.escape_names();
+        }
+        Ok(threads)
+    }
+}
