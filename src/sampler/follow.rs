@@ -5,7 +5,7 @@
 
 use super::config::SamplerConfig;
 use super::live::is_zombie;
-use super::rate::{micros, own_cpu_time, RateHealth, RateStats, HELD_SHARE};
+use super::rate::{RateHealth, RateStats};
 use super::read::Target;
 use crate::error::Error;
 use crate::pause;
@@ -141,14 +141,7 @@ impl Sampler {
             due: Duration::ZERO,
             rng: rand::rng(),
             merges: MergeCounts::default(),
-            stats: RateStats {
-                taken: 0,
-                reading: Duration::ZERO,
-                threads: 0,
-                frames: 0,
-                cpu_at_start: Duration::ZERO,
-                wait_at_start: None,
-            },
+            stats: RateStats::new(),
         };
         // Since when the root has run this executable without Python in it.
         let mut not_python_since: Option<(String, Instant)> = None;
@@ -216,8 +209,7 @@ impl Sampler {
         tighten_timer_slack();
         s.start = Instant::now();
         s.last_scan = s.start;
-        s.stats.cpu_at_start = own_cpu_time();
-        s.stats.wait_at_start = procfs::own_run_delay();
+        s.stats.start();
         Ok(s)
     }
 
@@ -389,65 +381,10 @@ impl Sampler {
     }
 
     /// Whether the asked rate has been held so far and, if not, the likely
-    /// cause: the machine (time spent waiting for a CPU), the target (reads
-    /// as long as the interval), or our own CPU.
+    /// cause (see [`RateStats::health`]).
     pub(crate) fn rate_health(&self) -> RateHealth {
-        let asked = self.cfg.schedule.rate;
-        let elapsed = self.start.elapsed();
-        let secs = elapsed.as_secs_f64();
-        let st = &self.stats;
-        let delivered = if secs > 0.0 {
-            st.taken as f64 / secs
-        } else {
-            asked
-        };
-        let mut health = RateHealth {
-            asked,
-            delivered,
-            reason: None,
-        };
-        // Too early to judge: the first ticks are taken at once.
-        if secs < 0.5 || st.taken == 0 || delivered >= HELD_SHARE * asked {
-            return health;
-        }
-        let mut why = Vec::new();
-        let waited = match (procfs::own_run_delay(), st.wait_at_start) {
-            (Some(now), Some(then)) => now.saturating_sub(then).as_secs_f64() / secs,
-            _ => 0.0,
-        };
-        if waited > 0.05 {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let load = procfs::load_average()
-                .map(|l| format!(", load average {l:.1} on {cpus} CPUs"))
-                .unwrap_or_default();
-            why.push(format!(
-                "machine load: pyinspect waited for a CPU {:.0}% of the time{load}",
-                waited * 100.0
-            ));
-        }
-        let per_read = st.reading / st.taken.max(1) as u32;
-        if per_read.as_secs_f64() * asked > 0.5 {
-            why.push(format!(
-                "target size: a read of {:.0} threads and {:.0} frames takes {}, against \
-                 {} between samples",
-                st.threads as f64 / st.taken as f64,
-                st.frames as f64 / st.taken as f64,
-                micros(per_read),
-                micros(self.mean)
-            ));
-        }
-        let cpu = own_cpu_time().saturating_sub(st.cpu_at_start).as_secs_f64() / secs;
-        if cpu > 0.8 {
-            why.push(format!("CPU: pyinspect used {:.0}% of a core", cpu * 100.0));
-        }
-        if why.is_empty() {
-            why.push(format!(
-                "the schedule: sleeps overran (pyinspect used {:.0}% of a core)",
-                cpu * 100.0
-            ));
-        }
-        health.reason = Some(why.join("; "));
-        health
+        self.stats
+            .health(self.cfg.schedule.rate, self.mean, self.start.elapsed())
     }
 
     /// Samples whose native and Python frames were merged by stack address,

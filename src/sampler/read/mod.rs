@@ -12,7 +12,6 @@ use super::live::Liveness;
 use crate::error::Error;
 use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
-use crate::procfs;
 use crate::python::asyncio::{self, AsyncRead, AsyncioReader};
 use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
@@ -27,11 +26,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tasks::asyncio_debug_sections;
-
-/// How often, and how far apart, an identity check looks again at a leader
-/// without memory before taking it for an exit (see `check_identity`).
-const LEADER_GONE_LOOKS: u32 = 5;
-const LEADER_GONE_WAIT: Duration = Duration::from_millis(2);
 
 /// One followed Python process and what is kept between its samples. `dump`
 /// reads through this too, once: one read path for every command.
@@ -103,16 +97,8 @@ impl Target {
 
     /// Open a live process.
     pub(crate) fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
-        let stat = procfs::StatFile::open(pid)?;
-        let (identity, num_threads) = stat.read().ok_or_else(|| procfs::absent(pid))?;
+        let live = Liveness::open(pid)?;
         crate::privilege::check_target(pid)?;
-        let live = Liveness {
-            same: None,
-            stat,
-            identity,
-            num_threads,
-            listed: None,
-        };
         Target::open_with(Rc::new(LiveProcess::new(pid)), cfg, Some(live))
     }
 
@@ -157,19 +143,7 @@ impl Target {
         };
         if !cfg.pause.nonblocking && live.is_some() {
             // Another tracer: say who, before any pause fails on it.
-            let me = std::process::id() as i32;
-            for &(tid, _) in &threads {
-                match procfs::tracer_pid(pid, tid) {
-                    Some(tp) if tp != 0 && tp != me => {
-                        return Err(Error::Traced {
-                            pid,
-                            tracer: tp,
-                            tracer_command: procfs::comm(tp, tp).unwrap_or_else(|| "?".into()),
-                        })
-                    }
-                    _ => {}
-                }
-            }
+            super::live::check_not_traced(pid, &threads)?;
         }
         let native = if cfg.read.native {
             Some(NativeStacks::new(
@@ -185,10 +159,7 @@ impl Target {
         // identity is that of the old image; open it again. The memory the
         // cheap check reads is opened first, so that it is this image's.
         if let Some(l) = live.as_mut() {
-            l.same = procfs::SameMemory::open(pid, reader.process.interp_head_ptr);
-            if l.stat.identity() != Some(l.identity) {
-                return Err(Error::NotInitialized { pid });
-            }
+            l.watch_memory(pid, reader.process.interp_head_ptr)?;
         }
         // A core's calls come from its registers, decoded the same way;
         // its deadlines are counted from when it was written.
@@ -252,55 +223,9 @@ impl Target {
     /// Still the process we opened: not exited, not another process under a
     /// reused pid, not another program after an exec.
     fn check_identity(&mut self) -> Result<(), Error> {
-        let Some(live) = self.live.as_mut() else {
-            return Ok(());
-        };
-        if let Some(n) = live.same.as_ref().and_then(|s| s.threads()) {
-            live.num_threads = n;
-            return Ok(());
-        }
-        let mut now = live.stat.read().map(|(id, n)| {
-            live.num_threads = n;
-            id
-        });
-        // A leader without memory: an exit, or an exec from another thread
-        // that has yet to take the leader's place. Look again a few times
-        // before calling it an exit (the exec's new program has memory).
-        for _ in 0..LEADER_GONE_LOOKS {
-            if now.is_none_or(|id| id.has_memory()) {
-                break;
-            }
-            std::thread::sleep(LEADER_GONE_WAIT);
-            now = live.stat.read().map(|(id, _)| id);
-        }
-        if now.is_some_and(|id| !id.has_memory()) {
-            return Err(Error::ProcessExited { pid: self.pid });
-        }
-        match now {
-            None => {
-                // The open file fails once its task is gone: the process
-                // exited (whatever now holds the pid), or a thread other than
-                // the leader exec'd and took the leader's place.
-                match procfs::identity(self.pid) {
-                    Some(id) if id.start_time != live.identity.start_time => {
-                        Err(Error::PidReused { pid: self.pid })
-                    }
-                    Some(id) if !id.has_memory() => Err(Error::ProcessExited { pid: self.pid }),
-                    Some(id) if id != live.identity => Err(Error::Execed { pid: self.pid }),
-                    Some(_) => {
-                        // The same process and program: follow it through
-                        // a new file.
-                        live.stat = procfs::StatFile::open(self.pid)?;
-                        Ok(())
-                    }
-                    None => Err(Error::ProcessExited { pid: self.pid }),
-                }
-            }
-            Some(id) if id.start_time != live.identity.start_time => {
-                Err(Error::PidReused { pid: self.pid })
-            }
-            Some(id) if id != live.identity => Err(Error::Execed { pid: self.pid }),
-            Some(_) => Ok(()),
+        match self.live.as_mut() {
+            Some(live) => live.check(self.pid),
+            None => Ok(()),
         }
     }
 

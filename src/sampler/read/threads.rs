@@ -3,14 +3,11 @@
 
 use super::Target;
 use crate::error::Error;
-use crate::procfs;
 use crate::sampler::config::SamplerConfig;
-use crate::sampler::live::read_ran;
+use crate::sampler::live::{read_ran, read_thread_state};
 use crate::stack::ThreadStack;
 use crate::wait::{self, GilWait, LockWait, WaitDetail};
 use foldhash::{HashSet, HashSetExt};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 /// How long a kernel thread name is trusted before it is read again.
@@ -52,7 +49,6 @@ impl Target {
     /// The scheduler state of one Python thread, into `states` (and `ran`).
     pub(super) fn read_state(&mut self, tid: i32, now: Instant) {
         let pid = self.pid;
-        let mut buf = [0u8; 512];
         // The syscall file first (cheaper for the kernel to write, and
         // the waits read it anyway): a thread on a CPU says so there,
         // and one still in the call its state was read in keeps it.
@@ -78,22 +74,7 @@ impl Target {
             }
             wait::CallProbe::Read => {}
         }
-        let f = match self.stat_files.entry(tid) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                match File::open(format!("/proc/{pid}/task/{tid}/stat")) {
-                    Ok(f) => e.insert(f),
-                    Err(_) => return,
-                }
-            }
-        };
-        let Ok(n) = f.read_at(&mut buf, 0) else {
-            return;
-        };
-        if let Some(s) = std::str::from_utf8(&buf[..n])
-            .ok()
-            .and_then(procfs::parse_stat_state)
-        {
+        if let Some(s) = read_thread_state(&mut self.stat_files, pid, tid) {
             self.states.insert(tid, s);
             self.waits.set_state(tid, s, now);
         }
