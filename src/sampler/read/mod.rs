@@ -1,31 +1,31 @@
 //! One followed Python process and what is kept between its samples, and
-//! its read: list the threads, read their states and waits, stop the ones
-//! that must stand still, read the Python frames (and copy the native
-//! stacks), let them go, unwind, merge and filter.
+//! its read, step by step (see [`Target::sample`]): list the threads, read
+//! their states and waits, stop the ones that must stand still, read the
+//! Python frames, let them go, then keep, name and order the threads.
+//! The steps around the threads' states, waits and names are in
+//! `threads.rs`; the native stacks (copy, unwind, merge) in `native.rs`;
+//! asyncio tasks, greenlets and loop turns in `tasks.rs`.
 
-mod stack_copy;
+mod native;
 mod tasks;
 mod threads;
 
 use super::config::{AsyncMode, SamplerConfig};
 use super::live::Liveness;
 use crate::error::Error;
-use crate::native_unwind::NativeFrame;
 use crate::pause::{self, PauseGuard};
-use crate::python::asyncio::{self, AsyncRead, AsyncioReader};
+use crate::python::asyncio::{self, AsyncioReader};
 use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
-use crate::python::reader::{ReadOptions, Reader};
+use crate::python::reader::{ReadOptions, Reader, ThreadSnapshot};
 use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
 use crate::target::{LiveProcess, SourceKind, TargetSource};
 use crate::wait::{self, WaitDetail, WaitReader};
-use foldhash::{HashMap, HashMapExt, HashSet};
-use stack_copy::{copy_stack, StackCopy, STACK_COPY_FIRST, STACK_COPY_MARGIN, STACK_COPY_MAX};
+use foldhash::{HashMap, HashMapExt};
 use std::fs::File;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tasks::asyncio_debug_sections;
 
 /// One followed Python process and what is kept between its samples. `dump`
 /// reads through this too, once: one read path for every command.
@@ -87,6 +87,32 @@ pub(crate) struct Target {
     /// and how many that was after the latest failed try (see `sample`).
     stop_first: u32,
     stop_backoff: u32,
+}
+
+/// What one sample does, decided at its start (see [`Target::sample`]).
+struct Pass {
+    started: Instant,
+    /// A live process (a core is read once, nothing paused).
+    live: bool,
+    /// Threads are stopped for the read (a live process, not `nonblocking`).
+    pausing: bool,
+    /// The list the latest paused read found is current enough to pause
+    /// from (see `begin_sample`).
+    reuse_list: bool,
+    read_kernel_states: bool,
+    want_waits: bool,
+    /// Read first without a stop, checked by a second read.
+    unstopped: bool,
+}
+
+/// The threads stopped before the other threads' states are read (see
+/// `stop_predicted`).
+struct Early {
+    /// Their pause; none when one of them need not stop, or when the
+    /// states read after it showed the GIL gone to another thread.
+    guard: Option<PauseGuard>,
+    /// The threads whose states were read first (sorted).
+    read: Vec<i32>,
 }
 
 impl Target {
@@ -277,13 +303,71 @@ impl Target {
         }
     }
 
+    /// One read of the process: its threads' states and waits (before any
+    /// is stopped: a thread we stop would read as stopped), the pause of
+    /// those that must stand still, their Python frames (and native
+    /// registers and stack copies, asyncio tasks, greenlets, loop turns)
+    /// while they do, and after they are let go the native unwinds, the
+    /// merge, and the threads kept, named and ordered.
     pub(crate) fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
+        let pass = self.begin_sample(cfg)?;
+        let mut early = self.stop_predicted(cfg, &pass)?;
+        self.read_states_before_stop(&pass, &mut early)?;
+        self.read_waits_before_stop(&pass);
+        let pause = if pass.pausing {
+            self.to_pause(cfg)?
+        } else {
+            Vec::new()
+        };
+        let foreign_states = self.read_foreign_before_stop(&pass, &pause);
+        let mut guard = self.stop(&pass, &pause, early)?;
+        let opts = ReadOptions {
+            locals: cfg.read.locals,
+            names: true,
+            function_lines: cfg.read.function_lines,
+            positions: cfg.read.positions,
+            gil_sync: pass.want_waits,
+            lock_locals: cfg.read.waits == WaitDetail::Full,
+        };
+        let mut snap = self.read_frames(opts);
+        if pass.pausing && guard.is_none() && !pause.is_empty() {
+            guard = self.confirm_unstopped(opts, &pause, &mut snap)?;
+        }
+        if guard.as_ref().is_some_and(|g| g.tids().next().is_some()) {
+            self.stopped_once = true;
+        }
+        let copies = self.copy_stacks(cfg, guard.as_ref());
+        self.note_late(guard.as_ref());
+        // Tasks are read while the threads still stand still.
+        let mut tasks = self.read_tasks(cfg, snap.as_deref().ok());
+        self.read_loop_turns(cfg, snap.as_deref().ok());
+        drop(guard);
+        let unwound = self.unwind(copies);
+        let mut snap = snap?;
+        for (i, t) in snap.iter_mut().enumerate() {
+            t.stack.asyncio = tasks.remove(&i);
+        }
+        self.keep_thread_list(cfg, &snap);
+        if pass.want_waits {
+            self.attach_waits(&mut snap);
+        }
+        let mut foreign = self.merge_native(&mut snap, &unwound, &foreign_states);
+        if pass.want_waits && !pass.live {
+            self.attach_recorded_waits(&mut foreign);
+        }
+        Ok(self.keep_and_order(cfg, snap, foreign))
+    }
+
+    /// What this sample does, decided at its start; the Python thread list
+    /// walked afresh when the latest is not current enough to pause from.
+    fn begin_sample(&mut self, cfg: &SamplerConfig) -> Result<Pass, Error> {
         // The set to pause must be current: a thread missed here would be
         // read running. The list the latest paused read found is current
         // enough while the process has as many threads as when the list was
         // last walked, for SAME_CALL_TTL at most, and while its GIL holder
-        // has not gone to sleep (then the GIL moved; see below).
+        // has not gone to sleep (then the GIL moved; see
+        // `read_states_before_stop`).
         let started = Instant::now();
         let reuse_list = !cfg.pause.nonblocking
             && self.live.as_ref().is_some_and(|l| {
@@ -312,17 +396,6 @@ impl Target {
         // spread around these reads).
         let read_kernel_states =
             live && (filter_idle || cfg.read.statuses || want_waits || pausing);
-        // The threads the latest pause stopped are most often the ones to
-        // stop now (the busy ones, the GIL holder): when each of them still
-        // must stand still by its state read now, they are interrupted at
-        // once, and the other threads' states and waits are read while they
-        // come to a stop (a stop takes tens of microseconds to arrive from
-        // another CPU). The seizes are still made in one loop. If the reads
-        // show another thread to stop, this pause is let go whole and a new
-        // one made, in one loop again.
-        let mut early: Option<PauseGuard> = None;
-        // The threads whose states that path read already (sorted).
-        let mut read_first: Option<Vec<i32>> = None;
         // A read without a stop, checked by a second read of the frames it
         // walked: kept when every chain and the GIL holder are as they were,
         // else the threads are stopped and read again. Not for what only a
@@ -339,102 +412,31 @@ impl Target {
             && matches!(cfg.read.asyncio, AsyncMode::Off)
             && self.stop_first == 0;
         self.stop_first = self.stop_first.saturating_sub(1);
-        if pausing && reuse_list && read_kernel_states && !cfg.read.native_all && !unstopped {
-            let now = Instant::now();
-            let listed: HashSet<i32> = self.threads.iter().map(|(t, _)| *t).collect();
-            let mut predicted = std::mem::take(&mut self.last_paused);
-            predicted.retain(|t| listed.contains(t));
-            predicted.sort_unstable();
-            self.begin_states();
-            for &tid in &predicted {
-                self.read_state(tid, now);
-            }
-            // Each must be on a CPU or waiting for one: one asleep need not
-            // stop, and a GIL holder found asleep means the listing is
-            // stale, and a new one is walked before anything is stopped.
-            let running = predicted
-                .iter()
-                .all(|t| !matches!(self.states.get(t), Some('S' | 'I' | 'D')));
-            if running && !predicted.is_empty() {
-                early = Some(PauseGuard::interrupted(self.pid, &predicted)?);
-            }
-            read_first = Some(predicted);
-        }
-        if !live {
-            // A core's states, as far as it recorded them.
-            self.states = self
-                .threads
-                .iter()
-                .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
-                .collect();
-        } else if read_kernel_states {
-            match &read_first {
-                Some(done) => {
-                    let now = Instant::now();
-                    for i in 0..self.threads.len() {
-                        let tid = self.threads[i].0;
-                        if done.binary_search(&tid).is_err() {
-                            self.read_state(tid, now);
-                        }
-                    }
-                }
-                None => self.read_states(),
-            }
-            let holder_asleep = self
-                .threads
-                .iter()
-                .any(|(t, gil)| *gil && matches!(self.states.get(t), Some('S' | 'I')));
-            if reuse_list && holder_asleep {
-                // Who holds the GIL now decides who must stand still: the
-                // threads stopped early are let go before the new listing.
-                early = None;
-                self.list_threads(started)?;
-                self.read_states();
-            }
-        } else {
-            self.states.clear();
-        }
-        self.pending.clear();
-        self.foreign_waits.clear();
-        if want_waits {
-            // Only threads that are not running have a call to read, and it
-            // must be read before any of them is stopped.
-            if self.foreign_seen.is_empty() {
-                self.waits.begin_pass(&self.threads);
-            } else {
-                let mut all = self.threads.clone();
-                all.extend_from_slice(&self.foreign_seen);
-                self.waits.begin_pass(&all);
-            }
-            self.read_waits();
-        }
-        let pause = if pausing {
-            self.to_pause(cfg)?
-        } else {
-            Vec::new()
+        Ok(Pass {
+            started,
+            live,
+            pausing,
+            reuse_list,
+            read_kernel_states,
+            want_waits,
+            unstopped,
+        })
+    }
+
+    /// The pause of this sample: the early one when it stops every thread
+    /// to pause (its stops are waited for now), else a new one made in one
+    /// loop (the early one let go first); none for a read without a stop.
+    fn stop(
+        &mut self,
+        pass: &Pass,
+        pause: &[i32],
+        early: Option<Early>,
+    ) -> Result<Option<PauseGuard>, Error> {
+        let (early, stopping) = match early {
+            Some(e) => (e.guard, e.read),
+            None => (None, Vec::new()),
         };
-        // Threads Python does not know (--native-all): their states too
-        // must be read before they are stopped.
-        let foreign_states: HashMap<i32, char> = pause
-            .iter()
-            .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
-            .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
-            .collect();
-        // And their waits (a pool worker's futex), before they are stopped.
-        if want_waits && live {
-            for (&tid, &state) in &foreign_states {
-                let line = if state == 'R' {
-                    None
-                } else {
-                    self.waits.syscall(tid)
-                };
-                let (w, _) = self.waits.read(tid, state, line, &*self.source);
-                self.foreign_waits.insert(tid, w);
-            }
-        }
-        self.foreign_seen = foreign_states.keys().map(|&t| (t, false)).collect();
-        let stopping = read_first.as_deref().unwrap_or_default();
-        let mut guard = match early {
+        let guard = match early {
             Some(mut g) if pause.iter().all(|t| stopping.binary_search(t).is_ok()) => {
                 g.wait_stops();
                 Some(g)
@@ -442,84 +444,51 @@ impl Target {
             Some(g) => {
                 // Another thread must stop too: this pause goes first.
                 drop(g);
-                Some(PauseGuard::new(self.pid, &pause)?)
+                Some(PauseGuard::new(self.pid, pause)?)
             }
-            None if pausing && (!unstopped || pause.is_empty()) => {
-                Some(PauseGuard::new(self.pid, &pause)?)
+            None if pass.pausing && (!pass.unstopped || pause.is_empty()) => {
+                Some(PauseGuard::new(self.pid, pause)?)
             }
             None => None,
         };
-        if pausing {
-            self.last_paused.clone_from(&pause);
+        if pass.pausing {
+            self.last_paused.clear();
+            self.last_paused.extend_from_slice(pause);
         }
-        let opts = ReadOptions {
-            locals: cfg.read.locals,
-            names: true,
-            function_lines: cfg.read.function_lines,
-            positions: cfg.read.positions,
-            gil_sync: want_waits,
-            lock_locals: cfg.read.waits == WaitDetail::Full,
-        };
+        Ok(guard)
+    }
+
+    /// The Python frames, as they are now (stopped or not).
+    fn read_frames(&mut self, opts: ReadOptions) -> Result<Vec<ThreadSnapshot>, Error> {
         self.read_at = Instant::now();
-        let mut snap = self
-            .reader
-            .snapshot(&*self.source, opts, &self.states, &self.ran);
-        if pausing && guard.is_none() && !pause.is_empty() {
-            if snap.is_ok() && self.reader.stood_still(&*self.source) {
-                self.stop_backoff = 0;
-            } else {
-                self.stop_backoff = (self.stop_backoff * 2).clamp(1, 64);
-                self.stop_first = self.stop_backoff;
-                guard = Some(PauseGuard::new(self.pid, &pause)?);
-                self.read_at = Instant::now();
-                snap = self
-                    .reader
-                    .snapshot(&*self.source, opts, &self.states, &self.ran);
-            }
+        self.reader
+            .snapshot(&*self.source, opts, &self.states, &self.ran)
+    }
+
+    /// A read without a stop is kept when a second look finds every chain
+    /// and the GIL holder as they were; else the threads in `pause` are
+    /// stopped and `snap` is read again (and the next reads stop at once,
+    /// twice as many as after the previous failed try, up to 64).
+    fn confirm_unstopped(
+        &mut self,
+        opts: ReadOptions,
+        pause: &[i32],
+        snap: &mut Result<Vec<ThreadSnapshot>, Error>,
+    ) -> Result<Option<PauseGuard>, Error> {
+        if snap.is_ok() && self.reader.stood_still(&*self.source) {
+            self.stop_backoff = 0;
+            return Ok(None);
         }
-        if guard.as_ref().is_some_and(|g| g.tids().next().is_some()) {
-            self.stopped_once = true;
-        }
-        // Native stacks: only the registers and a copy of the stack are
-        // taken while the threads are stopped; the unwind runs from the
-        // copy after they are let go (a cold unwind takes far longer than
-        // the pause budget).
-        let mut copies = Vec::new();
-        if let (Some(_), Some(g)) = (self.native.as_ref(), guard.as_ref()) {
-            for tid in g.tids() {
-                match g.registers(tid) {
-                    Ok((ip, sp, bp)) => {
-                        let want = self
-                            .stack_copy
-                            .get(&tid)
-                            .copied()
-                            .unwrap_or(STACK_COPY_FIRST);
-                        let (base, bytes) = copy_stack(&*self.source, sp, want);
-                        copies.push((tid, ip, sp, bp, base, bytes, want));
-                    }
-                    Err(e) => self.pause_notes.push(Error::NativeUnwind(Box::new(e))),
-                }
-            }
-        }
-        if self.native.is_some() && !live {
-            // A core: its threads stand still, with their registers saved;
-            // the unwind reads the stack from the source itself (an empty
-            // copy), and never asks for a deeper one.
-            let tids: Vec<i32> = if cfg.read.native_all {
-                self.source.threads().unwrap_or_default()
-            } else {
-                self.threads.iter().map(|(t, _)| *t).collect()
-            };
-            for tid in tids {
-                match self.source.saved_registers(tid) {
-                    Some(r) => copies.push((tid, r.ip, r.sp, r.bp, 0, Vec::new(), usize::MAX)),
-                    None => self.pause_notes.push(Error::NativeUnwind(Box::new(
-                        Error::NoSavedRegisters { tid },
-                    ))),
-                }
-            }
-        }
-        self.late_threads = guard.as_ref().map_or(0, |g| g.not_stopped().len());
+        self.stop_backoff = (self.stop_backoff * 2).clamp(1, 64);
+        self.stop_first = self.stop_backoff;
+        let guard = PauseGuard::new(self.pid, pause)?;
+        *snap = self.read_frames(opts);
+        Ok(Some(guard))
+    }
+
+    /// Threads that did not stop in time are counted.
+    fn note_late(&mut self, guard: Option<&PauseGuard>) {
+        self.late_threads = guard.map_or(0, |g| g.not_stopped().len());
         if self.late_threads > 0 {
             // Read with a thread running that should have stood still: the
             // list it finds may be torn, so the next pause walks it afresh.
@@ -527,97 +496,11 @@ impl Target {
                 l.listed = None;
             }
         }
-        // Tasks are read while the threads still stand still.
-        let mut tasks = match (&snap, cfg.read.asyncio) {
-            (Ok(s), mode) if mode != AsyncMode::Off => {
-                let want = match mode {
-                    AsyncMode::Tree { forced, limit } => AsyncRead {
-                        limit,
-                        max_tasks: if forced {
-                            asyncio::MAX_TASKS
-                        } else {
-                            asyncio::AUTO_MAX_TASKS
-                        },
-                        running_only: false,
-                    },
-                    AsyncMode::Stitch { all } => AsyncRead {
-                        limit: asyncio::MAX_TASKS,
-                        max_tasks: asyncio::MAX_TASKS,
-                        running_only: !all,
-                    },
-                    // Not read when off.
-                    AsyncMode::Off => AsyncRead {
-                        limit: 0,
-                        max_tasks: 0,
-                        running_only: true,
-                    },
-                };
-                let v = &self.reader.process.version;
-                let (major, minor) = (v.major, v.minor);
-                let age = self.waits.age();
-                let r = self
-                    .tasks
-                    .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
-                let cache = crate::python::pagecache::PageCache::new(&*self.source);
-                let source = &*self.source;
-                r.read(&mut self.reader, &cache, s, want, &|| {
-                    asyncio_debug_sections(source)
-                })
-            }
-            _ => std::collections::HashMap::new(),
-        };
-        // Greenlets (dump), beside the tasks, while the threads stand still.
-        if let (Ok(s), AsyncMode::Tree { limit, .. }) = (&snap, cfg.read.asyncio) {
-            let cache = crate::python::pagecache::PageCache::new(&*self.source);
-            self.greenlets
-                .read(&mut self.reader, &cache, s, limit, &mut tasks);
-        }
-        self.loop_turns.clear();
-        if let (Ok(s), true) = (&snap, cfg.read.loop_turns) {
-            let pl = &self.reader.process.layout;
-            let objr = crate::python::objects::ObjReader::new(&*self.source, pl);
-            for t in s {
-                let (Some(tid), Some(m)) = (
-                    t.stack.os_thread_id,
-                    crate::watch::run_once_frame(&t.stack.frames).and_then(|f| f.mark),
-                ) else {
-                    continue;
-                };
-                if let Some(turn) = self.turns.read(&objr, &pl.frame, m.addr) {
-                    self.loop_turns.push((tid, turn));
-                }
-            }
-        }
-        drop(guard);
-        let mut unwound: HashMap<i32, Vec<NativeFrame>> = HashMap::new();
-        if let Some(n) = self.native.as_mut() {
-            let mut depths = HashMap::new();
-            for (tid, ip, sp, bp, base, bytes, want) in copies {
-                let copy = StackCopy {
-                    base,
-                    bytes,
-                    live: &*self.source,
-                    beyond: std::cell::Cell::new(0),
-                };
-                unwound.insert(tid, n.unwind_regs(tid, (ip, sp, bp), &copy));
-                // Next time copy as deep as this unwind read, and a margin.
-                let needed = copy.beyond.get().saturating_sub(sp) as usize;
-                if needed > want {
-                    self.late_threads += 1;
-                }
-                let next = if needed > want {
-                    (needed + STACK_COPY_MARGIN).min(STACK_COPY_MAX)
-                } else {
-                    want
-                };
-                depths.insert(tid, next);
-            }
-            self.stack_copy = depths;
-        }
-        let mut snap = snap?;
-        for (i, t) in snap.iter_mut().enumerate() {
-            t.stack.asyncio = tasks.remove(&i);
-        }
+    }
+
+    /// The Python thread list the next sample starts from: what this read
+    /// found.
+    fn keep_thread_list(&mut self, cfg: &SamplerConfig, snap: &[ThreadSnapshot]) {
         if cfg.pause.nonblocking || self.live.is_some() {
             // Non-blocking: no pause needs the list up front, the next tick
             // reads the states of the threads this one saw. Pausing: what
@@ -628,41 +511,18 @@ impl Target {
                 .filter_map(|t| Some((t.stack.os_thread_id? as i32, t.stack.holds_gil)))
                 .collect();
         }
-        if want_waits {
-            self.attach_waits(&mut snap);
-        }
-        let mut foreign = Vec::new();
-        if let Some(n) = self.native.as_mut() {
-            for t in snap.iter_mut() {
-                if let Some(frames) = t
-                    .stack
-                    .os_thread_id
-                    .and_then(|tid| unwound.get(&(tid as i32)))
-                {
-                    n.merge(t, frames);
-                }
-            }
-            for (tid, frames) in &unwound {
-                if !self.threads.iter().any(|(t, _)| t == tid) {
-                    let state = foreign_states.get(tid).copied();
-                    let mut t = n.foreign_thread(&*self.source, *tid, state, frames);
-                    t.wait = self.foreign_waits.remove(tid);
-                    foreign.push(t);
-                }
-            }
-            foreign.sort_by_key(|t| t.os_thread_id);
-        }
-        if want_waits && !live {
-            // A core's threads Python does not know: the calls their
-            // registers recorded.
-            for t in foreign.iter_mut() {
-                let Some(tid) = t.os_thread_id.map(|v| v as i32) else {
-                    continue;
-                };
-                let state = self.source.thread_state(tid);
-                t.wait = self.recorded_wait(tid, state).map(|r| r.0);
-            }
-        }
+    }
+
+    /// The threads a sample gives: `snap`'s with a `[GC]` frame where
+    /// asked, asyncio's stitched, the idle ones dropped unless kept, named,
+    /// oldest interpreter and thread first, then `foreign`, every name
+    /// escaped.
+    fn keep_and_order(
+        &mut self,
+        cfg: &SamplerConfig,
+        snap: Vec<ThreadSnapshot>,
+        mut foreign: Vec<ThreadStack>,
+    ) -> Vec<ThreadStack> {
         let mut threads: Vec<ThreadStack> = snap
             .into_iter()
             .map(|mut t| {
@@ -697,6 +557,6 @@ impl Target {
         for t in &mut threads {
             t.escape_names();
         }
-        Ok(threads)
+        threads
     }
 }

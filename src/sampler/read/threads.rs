@@ -1,13 +1,14 @@
 //! The threads of a target around a pause: their kernel states, what they
 //! wait for, which must stand still, and the names the kernel gives them.
 
-use super::Target;
+use super::{Early, Pass, Target};
 use crate::error::Error;
+use crate::pause::PauseGuard;
 use crate::sampler::config::SamplerConfig;
 use crate::sampler::live::{read_ran, read_thread_state};
 use crate::stack::ThreadStack;
 use crate::wait::{self, GilWait, LockWait, WaitDetail};
-use foldhash::{HashSet, HashSetExt};
+use foldhash::{HashMap, HashSet, HashSetExt};
 use std::time::{Duration, Instant};
 
 /// How long a kernel thread name is trusted before it is read again.
@@ -279,5 +280,157 @@ impl Target {
             file: f.file.as_deref().unwrap_or_default().to_string(),
             line: f.line.unwrap_or(0),
         })
+    }
+    /// The threads the latest pause stopped are most often the ones to
+    /// stop now (the busy ones, the GIL holder): when each of them still
+    /// must stand still by its state read now, they are interrupted at
+    /// once, and the other threads' states and waits are read while they
+    /// come to a stop (a stop takes tens of microseconds to arrive from
+    /// another CPU). The seizes are still made in one loop. If the reads
+    /// show another thread to stop, this pause is let go whole and a new
+    /// one made, in one loop again (see `stop`).
+    pub(super) fn stop_predicted(
+        &mut self,
+        cfg: &SamplerConfig,
+        pass: &Pass,
+    ) -> Result<Option<Early>, Error> {
+        if !(pass.pausing
+            && pass.reuse_list
+            && pass.read_kernel_states
+            && !cfg.read.native_all
+            && !pass.unstopped)
+        {
+            return Ok(None);
+        }
+        let now = Instant::now();
+        let listed: HashSet<i32> = self.threads.iter().map(|(t, _)| *t).collect();
+        let mut predicted = std::mem::take(&mut self.last_paused);
+        predicted.retain(|t| listed.contains(t));
+        predicted.sort_unstable();
+        self.begin_states();
+        for &tid in &predicted {
+            self.read_state(tid, now);
+        }
+        // Each must be on a CPU or waiting for one: one asleep need not
+        // stop, and a GIL holder found asleep means the listing is
+        // stale, and a new one is walked before anything is stopped.
+        let running = predicted
+            .iter()
+            .all(|t| !matches!(self.states.get(t), Some('S' | 'I' | 'D')));
+        let guard = if running && !predicted.is_empty() {
+            Some(PauseGuard::interrupted(self.pid, &predicted)?)
+        } else {
+            None
+        };
+        Ok(Some(Early {
+            guard,
+            read: predicted,
+        }))
+    }
+
+    /// The states of the threads `early` did not read (a core's, as far as
+    /// it recorded them). A GIL holder found asleep on a reused list means
+    /// the GIL moved: the early pause is let go, and the list walked and
+    /// its states read afresh.
+    pub(super) fn read_states_before_stop(
+        &mut self,
+        pass: &Pass,
+        early: &mut Option<Early>,
+    ) -> Result<(), Error> {
+        if !pass.live {
+            // A core's states, as far as it recorded them.
+            self.states = self
+                .threads
+                .iter()
+                .filter_map(|&(tid, _)| Some((tid, self.source.thread_state(tid)?)))
+                .collect();
+        } else if pass.read_kernel_states {
+            match early {
+                Some(e) => {
+                    let now = Instant::now();
+                    for i in 0..self.threads.len() {
+                        let tid = self.threads[i].0;
+                        if e.read.binary_search(&tid).is_err() {
+                            self.read_state(tid, now);
+                        }
+                    }
+                }
+                None => self.read_states(),
+            }
+            let holder_asleep = self
+                .threads
+                .iter()
+                .any(|(t, gil)| *gil && matches!(self.states.get(t), Some('S' | 'I')));
+            if pass.reuse_list && holder_asleep {
+                // Who holds the GIL now decides who must stand still: the
+                // threads stopped early are let go before the new listing.
+                if let Some(e) = early.as_mut() {
+                    e.guard = None;
+                }
+                self.list_threads(pass.started)?;
+                self.read_states();
+            }
+        } else {
+            self.states.clear();
+        }
+        Ok(())
+    }
+
+    /// The waits of the Python threads, into `pending`: only threads that
+    /// are not running have a call to read, and it must be read before any
+    /// of them is stopped.
+    pub(super) fn read_waits_before_stop(&mut self, pass: &Pass) {
+        self.pending.clear();
+        self.foreign_waits.clear();
+        if pass.want_waits {
+            if self.foreign_seen.is_empty() {
+                self.waits.begin_pass(&self.threads);
+            } else {
+                let mut all = self.threads.clone();
+                all.extend_from_slice(&self.foreign_seen);
+                self.waits.begin_pass(&all);
+            }
+            self.read_waits();
+        }
+    }
+
+    /// Threads Python does not know (--native-all) among those to `pause`:
+    /// their states, and their waits (a pool worker's futex), read before
+    /// they are stopped.
+    pub(super) fn read_foreign_before_stop(
+        &mut self,
+        pass: &Pass,
+        pause: &[i32],
+    ) -> HashMap<i32, char> {
+        let foreign_states: HashMap<i32, char> = pause
+            .iter()
+            .filter(|tid| !self.threads.iter().any(|(t, _)| t == *tid))
+            .filter_map(|&tid| Some((tid, self.source.thread_state(tid)?)))
+            .collect();
+        if pass.want_waits && pass.live {
+            for (&tid, &state) in &foreign_states {
+                let line = if state == 'R' {
+                    None
+                } else {
+                    self.waits.syscall(tid)
+                };
+                let (w, _) = self.waits.read(tid, state, line, &*self.source);
+                self.foreign_waits.insert(tid, w);
+            }
+        }
+        self.foreign_seen = foreign_states.keys().map(|&t| (t, false)).collect();
+        foreign_states
+    }
+
+    /// A core's threads Python does not know: the calls their registers
+    /// recorded.
+    pub(super) fn attach_recorded_waits(&mut self, foreign: &mut [ThreadStack]) {
+        for t in foreign.iter_mut() {
+            let Some(tid) = t.os_thread_id.map(|v| v as i32) else {
+                continue;
+            };
+            let state = self.source.thread_state(tid);
+            t.wait = self.recorded_wait(tid, state).map(|r| r.0);
+        }
     }
 }
