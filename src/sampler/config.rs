@@ -1,14 +1,23 @@
-//! What a sampler is told: when to sample, whether it may pause, which
-//! threads it keeps, and what it reads of each.
+//! What a sampler is told: when to sample ([`Schedule`]), and for each read
+//! of a process ([`TargetConfig`]) whether it may pause, which threads it
+//! keeps, and what it reads of each.
 
 use crate::wait::WaitDetail;
 use std::time::Duration;
 
-/// What a sampler is told: when to sample, whether it may pause, which
-/// threads it keeps, and what it reads of each.
+/// What a sampler is told: when to sample, and what each read of a
+/// followed process does.
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
     pub schedule: Schedule,
+    pub target: TargetConfig,
+}
+
+/// What one read of a process is told (`dump` reads once with this alone,
+/// no schedule): whether it may pause, which threads it keeps, and what it
+/// reads of each.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
     pub pause: PausePolicy,
     pub filter: Filters,
     pub read: ReadConfig,

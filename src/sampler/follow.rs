@@ -146,7 +146,7 @@ impl Sampler {
         // Since when the root has run this executable without Python in it.
         let mut not_python_since: Option<(String, Instant)> = None;
         loop {
-            let root_err = match Target::open(root_pid, &s.cfg) {
+            let root_err = match Target::open(root_pid, &s.cfg.target) {
                 Ok(t) => {
                     s.targets.push(t);
                     None
@@ -235,7 +235,7 @@ impl Sampler {
                     continue;
                 }
             }
-            match Target::open(pid, &self.cfg) {
+            match Target::open(pid, &self.cfg.target) {
                 Ok(t) => {
                     self.not_python.remove(&pid);
                     self.targets.push(t);
@@ -322,7 +322,7 @@ impl Sampler {
         let mut processes = Vec::with_capacity(self.targets.len());
         let mut errors = Vec::new();
         let mut ended = Vec::new();
-        let cfg = &self.cfg;
+        let cfg = &self.cfg.target;
         let start = self.start;
         let merges = &mut self.merges;
         self.targets.retain_mut(|t| match t.sample(cfg) {

@@ -17,7 +17,9 @@ mod live;
 mod rate;
 mod read;
 
-pub use config::{AsyncMode, Filters, PausePolicy, ReadConfig, SamplerConfig, Schedule};
+pub use config::{
+    AsyncMode, Filters, PausePolicy, ReadConfig, SamplerConfig, Schedule, TargetConfig,
+};
 pub(crate) use follow::{ProcessSample, Sampler, Tick};
 pub(crate) use rate::{format_rate, RateHealth};
 pub(crate) use read::Target;

@@ -10,7 +10,7 @@ mod native;
 mod tasks;
 mod threads;
 
-use super::config::{AsyncMode, SamplerConfig};
+use super::config::{AsyncMode, TargetConfig};
 use super::live::Liveness;
 use crate::error::Error;
 use crate::pause::{self, PauseGuard};
@@ -122,7 +122,7 @@ impl Target {
     }
 
     /// Open a live process.
-    pub(crate) fn open(pid: i32, cfg: &SamplerConfig) -> Result<Target, Error> {
+    pub(crate) fn open(pid: i32, cfg: &TargetConfig) -> Result<Target, Error> {
         let live = Liveness::open(pid)?;
         crate::privilege::check_target(pid)?;
         Target::open_with(Rc::new(LiveProcess::new(pid)), cfg, Some(live))
@@ -132,7 +132,7 @@ impl Target {
     /// pause nothing and take each thread's registers from the source.
     pub(crate) fn open_source(
         source: Box<dyn TargetSource>,
-        cfg: &SamplerConfig,
+        cfg: &TargetConfig,
     ) -> Result<Target, Error> {
         let source: Rc<dyn TargetSource> = Rc::from(source);
         if source.kind() == SourceKind::Live {
@@ -143,7 +143,7 @@ impl Target {
 
     fn open_with(
         source: Rc<dyn TargetSource>,
-        cfg: &SamplerConfig,
+        cfg: &TargetConfig,
         mut live: Option<Liveness>,
     ) -> Result<Target, Error> {
         let pid = source.pid();
@@ -291,7 +291,7 @@ impl Target {
     /// stop budget now and then, and a first copy may be too shallow (the
     /// next try copies as deep as the unwind went). Each try holds no thread
     /// longer than the budget; the last try's sample is taken as it is.
-    pub(crate) fn sample_whole(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+    pub(crate) fn sample_whole(&mut self, cfg: &TargetConfig) -> Result<Vec<ThreadStack>, Error> {
         let mut tries = 0;
         loop {
             let r = self.sample(cfg);
@@ -309,7 +309,7 @@ impl Target {
     /// registers and stack copies, asyncio tasks, greenlets, loop turns)
     /// while they do, and after they are let go the native unwinds, the
     /// merge, and the threads kept, named and ordered.
-    pub(crate) fn sample(&mut self, cfg: &SamplerConfig) -> Result<Vec<ThreadStack>, Error> {
+    pub(crate) fn sample(&mut self, cfg: &TargetConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
         let pass = self.begin_sample(cfg)?;
         let mut early = self.stop_predicted(cfg, &pass)?;
@@ -361,7 +361,7 @@ impl Target {
 
     /// What this sample does, decided at its start; the Python thread list
     /// walked afresh when the latest is not current enough to pause from.
-    fn begin_sample(&mut self, cfg: &SamplerConfig) -> Result<Pass, Error> {
+    fn begin_sample(&mut self, cfg: &TargetConfig) -> Result<Pass, Error> {
         // The set to pause must be current: a thread missed here would be
         // read running. The list the latest paused read found is current
         // enough while the process has as many threads as when the list was
@@ -500,7 +500,7 @@ impl Target {
 
     /// The Python thread list the next sample starts from: what this read
     /// found.
-    fn keep_thread_list(&mut self, cfg: &SamplerConfig, snap: &[ThreadSnapshot]) {
+    fn keep_thread_list(&mut self, cfg: &TargetConfig, snap: &[ThreadSnapshot]) {
         if cfg.pause.nonblocking || self.live.is_some() {
             // Non-blocking: no pause needs the list up front, the next tick
             // reads the states of the threads this one saw. Pausing: what
@@ -519,7 +519,7 @@ impl Target {
     /// escaped.
     fn keep_and_order(
         &mut self,
-        cfg: &SamplerConfig,
+        cfg: &TargetConfig,
         snap: Vec<ThreadSnapshot>,
         mut foreign: Vec<ThreadStack>,
     ) -> Vec<ThreadStack> {

@@ -9,7 +9,7 @@ use crate::memory::Memory;
 use crate::native_unwind::NativeFrame;
 use crate::pause::PauseGuard;
 use crate::python::reader::ThreadSnapshot;
-use crate::sampler::config::SamplerConfig;
+use crate::sampler::config::TargetConfig;
 use crate::stack::ThreadStack;
 use foldhash::{HashMap, HashMapExt};
 
@@ -99,7 +99,7 @@ impl Target {
     /// the pause budget).
     pub(super) fn copy_stacks(
         &mut self,
-        cfg: &SamplerConfig,
+        cfg: &TargetConfig,
         guard: Option<&PauseGuard>,
     ) -> Vec<Copied> {
         let mut copies = Vec::new();

@@ -6,7 +6,7 @@ use super::Target;
 use crate::python::asyncio::{self, AsyncRead, AsyncioReader, TasksByThread};
 use crate::python::pagecache::PageCache;
 use crate::python::reader::ThreadSnapshot;
-use crate::sampler::config::{AsyncMode, SamplerConfig};
+use crate::sampler::config::{AsyncMode, TargetConfig};
 use crate::target::TargetSource;
 
 /// Where the target may carry `_asyncio`'s `AsyncioDebug` section: the
@@ -51,7 +51,7 @@ impl Target {
     /// `snap`, by thread index, read while the threads stand still.
     pub(super) fn read_tasks(
         &mut self,
-        cfg: &SamplerConfig,
+        cfg: &TargetConfig,
         snap: Option<&[ThreadSnapshot]>,
     ) -> TasksByThread {
         let Some(s) = snap else {
@@ -84,7 +84,7 @@ impl Target {
 
     /// With `loop_turns`: each asyncio loop thread's turn, into
     /// `loop_turns` (emptied first).
-    pub(super) fn read_loop_turns(&mut self, cfg: &SamplerConfig, snap: Option<&[ThreadSnapshot]>) {
+    pub(super) fn read_loop_turns(&mut self, cfg: &TargetConfig, snap: Option<&[ThreadSnapshot]>) {
         self.loop_turns.clear();
         if let (Some(s), true) = (snap, cfg.read.loop_turns) {
             let pl = &self.reader.process.layout;

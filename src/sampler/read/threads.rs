@@ -4,7 +4,7 @@
 use super::{Early, Pass, Target};
 use crate::error::Error;
 use crate::pause::PauseGuard;
-use crate::sampler::config::SamplerConfig;
+use crate::sampler::config::TargetConfig;
 use crate::sampler::live::{read_ran, read_thread_state};
 use crate::stack::ThreadStack;
 use crate::wait::{self, GilWait, LockWait, WaitDetail};
@@ -135,7 +135,7 @@ impl Target {
     ///
     /// A thread in uninterruptible sleep (D: a vfork parent, NFS, a frozen
     /// cgroup) cannot stop until it wakes; it is read without pausing.
-    pub(super) fn to_pause(&self, cfg: &SamplerConfig) -> Result<Vec<i32>, Error> {
+    pub(super) fn to_pause(&self, cfg: &TargetConfig) -> Result<Vec<i32>, Error> {
         if cfg.read.native_all {
             return Ok(self
                 .source
@@ -154,7 +154,7 @@ impl Target {
 
     /// Whether the Python thread `tid` must stand still (see `to_pause`),
     /// by the state read for it this pass.
-    fn must_stop(&self, cfg: &SamplerConfig, tid: i32, gil: bool) -> bool {
+    fn must_stop(&self, cfg: &TargetConfig, tid: i32, gil: bool) -> bool {
         let state = self.states.get(&tid);
         if state == Some(&'D') {
             return false;
@@ -291,7 +291,7 @@ impl Target {
     /// one made, in one loop again (see `stop`).
     pub(super) fn stop_predicted(
         &mut self,
-        cfg: &SamplerConfig,
+        cfg: &TargetConfig,
         pass: &Pass,
     ) -> Result<Option<Early>, Error> {
         if !(pass.pausing
