@@ -515,29 +515,31 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             duration: a.duration.filter(|d| *d != Duration::MAX),
             subprocesses: a.read.subprocesses,
         },
-        pause: pyinspect::sampler::PausePolicy {
-            nonblocking: a.read.nonblocking,
-        },
-        filter: pyinspect::sampler::Filters {
-            gil_only: false,
-            include_idle: false,
-        },
-        read: pyinspect::sampler::ReadConfig {
-            native: a.read.native,
-            native_all: false,
-            native_debug_info: false,
-            loop_turns: false,
-            full_names: a.read.names.full_names,
-            function_lines: a.function,
-            locals: 0,
-            statuses: false,
-            gc_frames: true,
-            positions: false,
-            waits: pyinspect::wait::WaitDetail::Off,
-            asyncio: a.sample.asyncio.mode(),
+        target: pyinspect::sampler::TargetConfig {
+            pause: pyinspect::sampler::PausePolicy {
+                nonblocking: a.read.nonblocking,
+            },
+            filter: pyinspect::sampler::Filters {
+                gil_only: false,
+                include_idle: false,
+            },
+            read: pyinspect::sampler::ReadConfig {
+                native: a.read.native,
+                native_all: false,
+                native_debug_info: false,
+                loop_turns: false,
+                full_names: a.read.names.full_names,
+                function_lines: a.function,
+                locals: 0,
+                statuses: false,
+                gc_frames: true,
+                positions: false,
+                waits: pyinspect::wait::WaitDetail::Off,
+                asyncio: a.sample.asyncio.mode(),
+            },
         },
     };
-    mode.configure(&mut sampler);
+    mode.configure(&mut sampler.target);
     record::run(record::RecordOptions {
         pid: a.target.pid.pid,
         command: a.target.command,

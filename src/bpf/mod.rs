@@ -146,15 +146,15 @@ pub(crate) fn unavailable() -> Option<String> {
 
 /// What the engine cannot do yet, from the options asked.
 fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
-    if cfg.read.native {
+    if cfg.target.read.native {
         Some("--native")
     } else if cfg.schedule.subprocesses {
         Some("--subprocesses")
-    } else if cfg.filter.gil_only {
+    } else if cfg.target.filter.gil_only {
         Some("--gil / --mode gil")
-    } else if cfg.filter.include_idle {
+    } else if cfg.target.filter.include_idle {
         Some("--idle / --mode wall, offcpu")
-    } else if cfg.read.asyncio != crate::sampler::AsyncMode::Off {
+    } else if cfg.target.read.asyncio != crate::sampler::AsyncMode::Off {
         Some("--async")
     } else {
         None
@@ -364,7 +364,7 @@ impl BpfSampler {
             refresh_soon: false,
             memo: CodeMemo::new(),
             pending: VecDeque::new(),
-            function_lines: cfg.read.function_lines,
+            function_lines: cfg.target.read.function_lines,
             rate: cfg.schedule.rate,
             weight: Duration::from_secs_f64(1.0 / cfg.schedule.rate),
             duration: cfg.schedule.duration,

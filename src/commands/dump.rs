@@ -4,7 +4,7 @@ use crate::core::CoreFile;
 use crate::error::Error;
 use crate::pause;
 use crate::procfs;
-use crate::sampler::{SamplerConfig, Target};
+use crate::sampler::{Target, TargetConfig};
 use crate::stack::{CrashReport, FrameKind, ProcessStacks};
 use crate::target::TargetSource;
 use std::io::Write;
@@ -36,13 +36,8 @@ pub struct DumpOptions {
 }
 
 /// What one dump reads.
-fn config(opts: &DumpOptions) -> SamplerConfig {
-    SamplerConfig {
-        schedule: crate::sampler::Schedule {
-            rate: 1.0,
-            duration: None,
-            subprocesses: false,
-        },
+fn config(opts: &DumpOptions) -> TargetConfig {
+    TargetConfig {
         pause: crate::sampler::PausePolicy {
             nonblocking: opts.nonblocking,
         },

@@ -5,7 +5,7 @@ use crate::launch::{Launched, Stop, CHILD_GRACE_AT_END};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
-use crate::sampler::{format_rate, RateHealth, SamplerConfig};
+use crate::sampler::{format_rate, RateHealth, SamplerConfig, TargetConfig};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ pub enum RecordMode {
 
 impl RecordMode {
     /// The sampler settings this mode needs, on top of `cfg`.
-    pub fn configure(self, cfg: &mut SamplerConfig) {
+    pub fn configure(self, cfg: &mut TargetConfig) {
         match self {
             RecordMode::Cpu => {}
             RecordMode::Gil => cfg.filter.gil_only = true,

@@ -193,40 +193,42 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             duration: None,
             subprocesses: opts.subprocesses,
         },
-        pause: crate::sampler::PausePolicy {
-            nonblocking: opts.nonblocking,
-        },
-        filter: crate::sampler::Filters {
-            // The GIL filter applies to the function table only (in the
-            // aggregator), so the threads panel still sees the other threads.
-            // Idle threads are dropped by the sampler, which alone knows the
-            // kernel states at sampling time; the panel lists them from /proc.
-            gil_only: false,
-            // Idle threads reach the aggregator (which leaves them out of the
-            // function table unless --idle) so that the panel shows what they
-            // wait for; with --native that would pause them all, so then only
-            // --idle keeps them.
-            include_idle: opts.idle || !opts.native,
-        },
-        read: crate::sampler::ReadConfig {
-            native: opts.native,
-            native_all: false,
-            native_debug_info: false,
-            loop_turns: false,
-            full_names: opts.full_names,
-            function_lines: false,
-            locals: 0,
-            statuses: true,
-            gc_frames: true,
-            positions: false,
-            waits: crate::wait::WaitDetail::Short,
-            asyncio: opts.asyncio,
+        target: crate::sampler::TargetConfig {
+            pause: crate::sampler::PausePolicy {
+                nonblocking: opts.nonblocking,
+            },
+            filter: crate::sampler::Filters {
+                // The GIL filter applies to the function table only (in the
+                // aggregator), so the threads panel still sees the other threads.
+                // Idle threads are dropped by the sampler, which alone knows the
+                // kernel states at sampling time; the panel lists them from /proc.
+                gil_only: false,
+                // Idle threads reach the aggregator (which leaves them out of the
+                // function table unless --idle) so that the panel shows what they
+                // wait for; with --native that would pause them all, so then only
+                // --idle keeps them.
+                include_idle: opts.idle || !opts.native,
+            },
+            read: crate::sampler::ReadConfig {
+                native: opts.native,
+                native_all: false,
+                native_debug_info: false,
+                loop_turns: false,
+                full_names: opts.full_names,
+                function_lines: false,
+                locals: 0,
+                statuses: true,
+                gc_frames: true,
+                positions: false,
+                waits: crate::wait::WaitDetail::Short,
+                asyncio: opts.asyncio,
+            },
         },
     };
     if opts.engine == crate::bpf::Engine::Bpf && !opts.idle {
         // The eBPF engine samples threads on a CPU only: the panel lists
         // the others from /proc.
-        cfg.filter.include_idle = false;
+        cfg.target.filter.include_idle = false;
     }
     let (rx, sampler) = start_sampler(pid, cfg, opts.engine);
     // Attach errors (not Python, permission) are printed plainly, before

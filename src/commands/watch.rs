@@ -6,7 +6,7 @@ use crate::launch::{Launched, Stop, CHILD_GRACE_AT_END};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
-use crate::sampler::{AsyncMode, Sampler, SamplerConfig, Target};
+use crate::sampler::{AsyncMode, Sampler, SamplerConfig, Target, TargetConfig};
 use crate::stack::ProcessStacks;
 use crate::watch::incident::{self, Incident, Opening, RateLimit, Summary};
 use crate::watch::{ProcessWatch, Streak, Thresholds, Trigger};
@@ -45,33 +45,35 @@ fn steady_config(o: &WatchOptions) -> SamplerConfig {
             duration: o.duration,
             subprocesses: o.subprocesses,
         },
-        pause: crate::sampler::PausePolicy {
-            nonblocking: o.nonblocking,
-        },
-        filter: crate::sampler::Filters {
-            gil_only: false,
-            include_idle: true,
-        },
-        read: crate::sampler::ReadConfig {
-            native: false,
-            native_all: false,
-            native_debug_info: false,
-            function_lines: false,
-            locals: 0,
-            statuses: false,
-            gc_frames: false,
-            positions: false,
-            waits: crate::wait::WaitDetail::Short,
-            asyncio: AsyncMode::Off,
-            loop_turns: true,
-            full_names: o.full_names,
+        target: crate::sampler::TargetConfig {
+            pause: crate::sampler::PausePolicy {
+                nonblocking: o.nonblocking,
+            },
+            filter: crate::sampler::Filters {
+                gil_only: false,
+                include_idle: true,
+            },
+            read: crate::sampler::ReadConfig {
+                native: false,
+                native_all: false,
+                native_debug_info: false,
+                function_lines: false,
+                locals: 0,
+                statuses: false,
+                gc_frames: false,
+                positions: false,
+                waits: crate::wait::WaitDetail::Short,
+                asyncio: AsyncMode::Off,
+                loop_turns: true,
+                full_names: o.full_names,
+            },
         },
     }
 }
 
 /// What is read once when an incident opens: what `dump` reads.
-fn detail_config(o: &WatchOptions) -> SamplerConfig {
-    let mut cfg = steady_config(o);
+fn detail_config(o: &WatchOptions) -> TargetConfig {
+    let mut cfg = steady_config(o).target;
     cfg.read.native = o.native;
     cfg.read.statuses = true;
     cfg.read.positions = true;
@@ -166,7 +168,7 @@ fn write_flamegraph(
 fn read_detail(
     details: &mut HashMap<i32, Target>,
     pid: i32,
-    cfg: &SamplerConfig,
+    cfg: &TargetConfig,
 ) -> Result<ProcessStacks, Error> {
     let t = match details.entry(pid) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),

@@ -843,9 +843,7 @@ mod tests {
 #[cfg(test)]
 mod sample_tests {
     use super::*;
-    use crate::sampler::{
-        AsyncMode, Filters, PausePolicy, ReadConfig, SamplerConfig, Schedule, Target,
-    };
+    use crate::sampler::{AsyncMode, Filters, PausePolicy, ReadConfig, Target, TargetConfig};
 
     #[test]
     fn target_samples_a_gcore_of_a_python_process() {
@@ -878,12 +876,7 @@ mod sample_tests {
         assert!(out.status.success(), "gcore failed: {out:?}");
         let path = PathBuf::from(format!("{}.{pid}", base.display()));
         let core = CoreFile::open(&path, &CoreOptions::default()).unwrap();
-        let cfg = SamplerConfig {
-            schedule: Schedule {
-                rate: 1.0,
-                duration: None,
-                subprocesses: false,
-            },
+        let cfg = TargetConfig {
             pause: PausePolicy { nonblocking: false },
             filter: Filters {
                 gil_only: false,

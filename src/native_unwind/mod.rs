@@ -633,7 +633,7 @@ impl NativeUnwinder {
     /// Unwind thread `tid`, which the caller has stopped with ptrace
     /// (PTRACE_SEIZE + PTRACE_INTERRUPT + waitpid), over live memory.
     /// Innermost first. The samplers take the registers from the pauser and
-    /// unwind a copy of the stack instead (see `sampler.rs`).
+    /// unwind a copy of the stack instead (see `sampler/read/native.rs`).
     pub fn unwind(&mut self, tid: i32, mem: &dyn Memory) -> Result<Vec<NativeFrame>, Error> {
         let regs =
             nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)).map_err(|e| match e {

@@ -43,5 +43,5 @@ mod tasks;
 mod tests;
 
 pub(crate) use loops::LoopTurns;
-pub(crate) use state::{AsyncRead, AsyncioReader, AUTO_MAX_TASKS, MAX_TASKS};
+pub(crate) use state::{AsyncRead, AsyncioReader, TasksByThread, AUTO_MAX_TASKS, MAX_TASKS};
 pub(crate) use stitch::stitch;

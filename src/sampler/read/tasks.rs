@@ -1,0 +1,126 @@
+//! What a sample reads beside the frames while the threads stand still:
+//! asyncio tasks, greenlets and each asyncio loop's turn; and where 3.14's
+//! `_asyncio` keeps its `AsyncioDebug` section in the target.
+
+use super::Target;
+use crate::python::asyncio::{self, AsyncRead, AsyncioReader, TasksByThread};
+use crate::python::pagecache::PageCache;
+use crate::python::reader::ThreadSnapshot;
+use crate::sampler::config::{AsyncMode, TargetConfig};
+use crate::target::TargetSource;
+
+/// Where the target may carry `_asyncio`'s `AsyncioDebug` section: the
+/// `_asyncio` extension module, or the interpreter's binary when the module
+/// is built in; each as (file, section's address in the target).
+fn asyncio_debug_sections(source: &dyn TargetSource) -> Vec<(String, crate::elf::Range)> {
+    let Ok(maps) = source.maps() else {
+        return Vec::new();
+    };
+    let mut paths: Vec<&str> = Vec::new();
+    for m in &maps {
+        let name = m.path.rsplit('/').next().unwrap_or("");
+        let candidate = name.starts_with("_asyncio")
+            || name.starts_with("libpython3")
+            || name.starts_with("python3");
+        if m.is_file() && candidate && !paths.contains(&m.path.as_str()) {
+            paths.push(&m.path);
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let file_maps: Vec<&crate::mapping::MapEntry> =
+            maps.iter().filter(|m| m.path == p).collect();
+        let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
+            continue;
+        };
+        let Some(file) = source.mapped_file(first) else {
+            continue;
+        };
+        if let Some(sec) = crate::elf::load(&file, &file_maps, &[])
+            .ok()
+            .and_then(|i| i.asyncio_debug)
+        {
+            out.push((p.to_string(), sec));
+        }
+    }
+    out
+}
+
+impl Target {
+    /// The asyncio tasks (and for dump the greenlets) of the threads in
+    /// `snap`, by thread index, read while the threads stand still.
+    pub(super) fn read_tasks(
+        &mut self,
+        cfg: &TargetConfig,
+        snap: Option<&[ThreadSnapshot]>,
+    ) -> TasksByThread {
+        let Some(s) = snap else {
+            return TasksByThread::default();
+        };
+        let mut tasks = match async_read(cfg.read.asyncio) {
+            Some(want) => {
+                let v = &self.reader.process.version;
+                let (major, minor) = (v.major, v.minor);
+                let age = self.waits.age();
+                let r = self
+                    .tasks
+                    .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
+                let cache = PageCache::new(&*self.source);
+                let source = &*self.source;
+                r.read(&mut self.reader, &cache, s, want, &|| {
+                    asyncio_debug_sections(source)
+                })
+            }
+            None => TasksByThread::default(),
+        };
+        // Greenlets (dump), beside the tasks, while the threads stand still.
+        if let AsyncMode::Tree { limit, .. } = cfg.read.asyncio {
+            let cache = PageCache::new(&*self.source);
+            self.greenlets
+                .read(&mut self.reader, &cache, s, limit, &mut tasks);
+        }
+        tasks
+    }
+
+    /// With `loop_turns`: each asyncio loop thread's turn, into
+    /// `loop_turns` (emptied first).
+    pub(super) fn read_loop_turns(&mut self, cfg: &TargetConfig, snap: Option<&[ThreadSnapshot]>) {
+        self.loop_turns.clear();
+        if let (Some(s), true) = (snap, cfg.read.loop_turns) {
+            let pl = &self.reader.process.layout;
+            let objr = crate::python::objects::ObjReader::new(&*self.source, pl);
+            for t in s {
+                let (Some(tid), Some(m)) = (
+                    t.stack.os_thread_id,
+                    crate::watch::run_once_frame(&t.stack.frames).and_then(|f| f.mark),
+                ) else {
+                    continue;
+                };
+                if let Some(turn) = self.turns.read(&objr, &pl.frame, m.addr) {
+                    self.loop_turns.push((tid, turn));
+                }
+            }
+        }
+    }
+}
+
+/// What to read of the asyncio tasks in `mode`; None when off.
+fn async_read(mode: AsyncMode) -> Option<AsyncRead> {
+    match mode {
+        AsyncMode::Off => None,
+        AsyncMode::Tree { forced, limit } => Some(AsyncRead {
+            limit,
+            max_tasks: if forced {
+                asyncio::MAX_TASKS
+            } else {
+                asyncio::AUTO_MAX_TASKS
+            },
+            running_only: false,
+        }),
+        AsyncMode::Stitch { all } => Some(AsyncRead {
+            limit: asyncio::MAX_TASKS,
+            max_tasks: asyncio::MAX_TASKS,
+            running_only: !all,
+        }),
+    }
+}
