@@ -560,16 +560,23 @@ fn is_lingering(tid: i32) -> bool {
     LINGERING.with(|l| l.borrow().iter().any(|&(_, t)| t == tid))
 }
 
-/// Why a seize was refused: another tracer (named), or permission.
-fn seize_refused(pid: i32, tid: i32) -> Error {
+/// Another tracer of thread `tid` of `pid` (not us): the error that names
+/// it. The one check, before a pause and when a seize is refused.
+pub(crate) fn other_tracer(pid: i32, tid: i32) -> Option<Error> {
+    let me = std::process::id() as i32;
     match procfs::tracer_pid(pid, tid) {
-        Some(tp) if tp > 0 => Error::Traced {
+        Some(tp) if tp > 0 && tp != me => Some(Error::Traced {
             pid,
             tracer: tp,
             tracer_command: procfs::comm(tp, tp).unwrap_or_else(|| "?".into()),
-        },
-        _ => Error::Permission { pid },
+        }),
+        _ => None,
     }
+}
+
+/// Why a seize was refused: another tracer (named), or permission.
+fn seize_refused(pid: i32, tid: i32) -> Error {
+    other_tracer(pid, tid).unwrap_or(Error::Permission { pid })
 }
 
 impl PauseGuard {

@@ -124,20 +124,13 @@ impl Liveness {
 /// Another tracer of a thread of `pid` (not us): say who, before any pause
 /// fails on it.
 pub(super) fn check_not_traced(pid: i32, threads: &[(i32, bool)]) -> Result<(), Error> {
-    let me = std::process::id() as i32;
-    for &(tid, _) in threads {
-        match procfs::tracer_pid(pid, tid) {
-            Some(tp) if tp != 0 && tp != me => {
-                return Err(Error::Traced {
-                    pid,
-                    tracer: tp,
-                    tracer_command: procfs::comm(tp, tp).unwrap_or_else(|| "?".into()),
-                })
-            }
-            _ => {}
-        }
+    match threads
+        .iter()
+        .find_map(|&(tid, _)| crate::pause::other_tracer(pid, tid))
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 pub(super) fn is_zombie(pid: i32) -> bool {
