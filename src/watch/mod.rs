@@ -21,26 +21,30 @@ pub(crate) use streak::{Event, Streak, Trigger};
 
 use crate::stack::ThreadStack;
 use foldhash::{HashMap, HashMapExt};
-use stacks::{hash_of, idle, loop_state, motion_hash, stack_hash, LoopState};
 use std::time::Duration;
 use streak::During;
-use triggers::{CulpritAt, Obs, View};
-use window::{Track, INTERVALS_KEPT};
+use triggers::{Obs, View};
+use window::{Intervals, Track};
 
 /// A loop callback is dated back into the gap before it by at least this
 /// much (or the usual interval, if longer) when that gap allows.
 const MIN_DATE_BACK: Duration = Duration::from_millis(10);
-/// Threads followed per process (beyond it, new threads are not watched).
-const MAX_THREADS: usize = 4096;
+
+/// Which triggers hold the others back this tick (see
+/// [`ProcessWatch::precedence`]).
+struct Precedence {
+    /// The threads whose loop is blocked.
+    loop_on: Vec<u32>,
+    gil_on: bool,
+    frozen_open: bool,
+}
 
 /// The state of one watched process.
 pub(crate) struct ProcessWatch {
     thresholds: Thresholds,
     last: Option<Duration>,
-    /// The latest intervals between samples (a ring), for
-    /// [`ProcessWatch::usual_interval`].
-    intervals: Vec<Duration>,
-    intervals_next: usize,
+    /// The latest intervals between samples.
+    intervals: Intervals,
     tracks: HashMap<u32, Track>,
     pub(crate) streaks: Vec<Streak>,
 }
@@ -50,19 +54,10 @@ impl ProcessWatch {
         ProcessWatch {
             thresholds,
             last: None,
-            intervals: Vec::with_capacity(INTERVALS_KEPT),
-            intervals_next: 0,
+            intervals: Intervals::default(),
             tracks: HashMap::new(),
             streaks: Vec::new(),
         }
-    }
-
-    /// The median of the latest intervals between samples: what the
-    /// sampler keeps to when nothing holds it up.
-    fn usual_interval(&self) -> Duration {
-        let mut v = self.intervals.clone();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or_default()
     }
 
     fn slot_of(s: &Streak) -> (Trigger, u32) {
@@ -82,25 +77,24 @@ impl ProcessWatch {
         threads: &[ThreadStack],
         turns: &[(u32, u64)],
     ) -> Vec<Event> {
-        let views: Vec<View> = threads
-            .iter()
-            .filter_map(|t| {
-                let tid = t.os_thread_id?;
-                let shape = stack_hash(&t.frames);
-                Some(View {
-                    t,
-                    tid,
-                    hash: motion_hash(shape, &t.frames),
-                    shape,
-                    idle: idle(t),
-                    in_loop: loop_state(&t.frames),
-                })
-            })
-            .take(MAX_THREADS)
-            .collect();
-        // Each thread's stack: since when it has been the same.
+        let views = triggers::views(threads);
+        self.follow_tracks(ts, &views);
+        let obs = self.observations(&views, turns);
+        let mut events = Vec::new();
+        self.match_streaks(ts, &views, obs, &mut events);
+        if let Some(l) = self.last {
+            self.intervals.push(ts.saturating_sub(l));
+        }
+        self.last = Some(ts);
+        let p = self.precedence();
+        self.open_passed(ts, &p, &mut events);
+        events
+    }
+
+    /// Each thread's stack: since when it has been the same.
+    fn follow_tracks(&mut self, ts: Duration, views: &[View]) {
         let mut tracks = HashMap::with_capacity(views.len());
-        for v in &views {
+        for v in views {
             let prev = self.tracks.get(&v.tid).filter(|tr| tr.hash == v.hash);
             let (since, before) = match prev {
                 Some(tr) => (tr.since, tr.before),
@@ -122,153 +116,34 @@ impl ProcessWatch {
             );
         }
         self.tracks = tracks;
+    }
 
-        let mut obs: Vec<Obs> = Vec::new();
-        // Event loop blocked: a loop thread inside a callback.
-        for v in &views {
-            if let Some(LoopState::Running(i)) = v.in_loop {
-                let f = &v.t.frames[i];
-                // The coroutine's frame lives in the coroutine (3.11+), so
-                // its address tells two tasks of one coroutine apart. The
-                // loop's turn tells one callback from the next: two steps
-                // of one task, or two callbacks of one function, with no
-                // sample in the selector between them, are two spans, not
-                // one long one (asyncio's loop; uvloop's has no turn read,
-                // and its steps of one task still read as one).
-                let addr = f.mark.map(|m| m.addr).unwrap_or(0);
-                // A turn read halfway through the deque's update (odd: its
-                // length moved and its count not yet, or the other way) is
-                // no turn.
-                let turn = turns
-                    .iter()
-                    .find(|(t, n)| *t == v.tid && n % 2 == 0)
-                    .map(|(_, n)| *n);
-                obs.push(Obs {
-                    trigger: Trigger::LoopBlocked,
-                    slot: v.tid,
-                    key: hash_of((&f.function, &f.file, addr)),
-                    turn,
-                    culprit: CulpritAt::Frame(i),
-                    tid: v.tid,
-                    waiters: Vec::new(),
-                });
-            }
-        }
+    /// What each trigger sees of this tick.
+    fn observations(&self, views: &[View], turns: &[(u32, u64)]) -> Vec<Obs> {
+        let mut obs = triggers::loop_blocked(views, turns);
         let loop_busy: Vec<u32> = obs.iter().map(|o| o.tid).collect();
-        // GIL held: one holder, unchanged stack, while others wait for it.
-        let waiters: Vec<u32> = views
-            .iter()
-            .filter(|v| v.t.wait.as_ref().is_some_and(|w| w.gil.is_some()))
-            .map(|v| v.tid)
-            .collect();
-        let holder = views.iter().find(|v| v.t.holds_gil);
-        // A waiter is not seen in every sample (on 3.2+ it wakes every
-        // switch interval to ask for the GIL again): a hold that began with
-        // waiters goes on while the holder holds it in the same place.
-        let holding = |h: &View| {
-            let key = hash_of((h.tid, h.hash));
-            self.streaks
-                .iter()
-                .any(|s| s.trigger == Trigger::GilHeld && s.key == key)
-        };
-        if let Some(h) = holder.filter(|h| !waiters.is_empty() || holding(h)) {
-            obs.push(Obs {
-                trigger: Trigger::GilHeld,
-                slot: 0,
-                key: hash_of((h.tid, h.hash)),
-                turn: None,
-                culprit: CulpritAt::Innermost,
-                tid: h.tid,
-                waiters: waiters.clone(),
-            });
-        }
-        // Thread stuck: the same wait and stack, in a wait that is not rest.
-        for v in &views {
-            let Some(w) = v.t.wait.as_ref().filter(|w| w.off_cpu() && w.gil.is_none()) else {
-                continue;
-            };
-            if v.idle || loop_busy.contains(&v.tid) {
-                continue;
-            }
-            // The call and its fd: the fd's description may be learnt a
-            // few samples into the wait.
-            let call = (&w.syscall, w.fd.as_ref().map(|f| f.fd), &w.futex);
-            obs.push(Obs {
-                trigger: Trigger::ThreadStuck,
-                slot: v.tid,
-                key: hash_of((v.hash, call)),
-                turn: None,
-                culprit: CulpritAt::Waiting,
-                tid: v.tid,
-                waiters: Vec::new(),
-            });
-        }
-        // Process frozen: no stack changed, and some thread neither at rest
-        // nor merely waiting for a CPU: one in a wait that is not rest (a
-        // lock, a socket), or one holding the GIL (a stuck C call). A thread
-        // that is runnable without the GIL, with its stack unchanged, is
-        // one a busy machine keeps off a CPU: not a freeze of the process.
-        let stalled =
-            |v: &View| !v.idle && (v.t.holds_gil || v.t.wait.as_ref().is_some_and(|w| w.off_cpu()));
-        if views.iter().any(stalled) {
-            let key = hash_of(views.iter().map(|v| (v.tid, v.hash)).collect::<Vec<_>>());
-            // The culprit: the thread not at rest whose stack has stood
-            // still longest.
-            // A select or poll may be a sleep (before 3.11): a thread in
-            // any other wait comes first.
-            let maybe_asleep = |v: &View| {
-                v.t.wait.as_ref().is_some_and(|w| {
-                    matches!(
-                        w.syscall.as_deref(),
-                        Some("select" | "pselect6" | "poll" | "ppoll")
-                    )
-                })
-            };
-            let c = views.iter().filter(|v| stalled(v)).min_by_key(|v| {
-                (
-                    maybe_asleep(v),
-                    self.tracks.get(&v.tid).map(|t| t.since),
-                    v.tid,
-                )
-            });
-            if let Some(c) = c {
-                obs.push(Obs {
-                    trigger: Trigger::ProcessFrozen,
-                    slot: 0,
-                    key,
-                    turn: None,
-                    culprit: CulpritAt::Frozen,
-                    tid: c.tid,
-                    waiters: Vec::new(),
-                });
-            }
-        }
+        obs.extend(triggers::gil_held(views, &self.streaks));
+        obs.extend(triggers::thread_stuck(views, &loop_busy));
+        obs.extend(triggers::process_frozen(views, &self.tracks));
+        obs
+    }
 
-        let mut events = Vec::new();
-        // Streaks that go on, and those that end.
+    /// Match the tick's observations to the streaks: a streak seen again
+    /// goes on, one not seen ends (an open one with a [`Event::Closed`]),
+    /// and an observation that matched none starts a streak.
+    fn match_streaks(
+        &mut self,
+        ts: Duration,
+        views: &[View],
+        obs: Vec<Obs>,
+        events: &mut Vec<Event>,
+    ) {
         let mut kept = Vec::with_capacity(self.streaks.len());
         let mut taken = vec![false; obs.len()];
         for mut s in std::mem::take(&mut self.streaks) {
-            let slot = Self::slot_of(&s);
-            // Samples further apart than half the threshold cannot tell a
-            // still process from one that moved and came back (the sampler
-            // was held up, and a thread's loop shows the same stack at each
-            // sample): a frozen streak not yet open starts again after one.
-            // Only the frozen trigger needs it: the others' identities (a
-            // coroutine's frame, a holder in one place, one call on one fd)
-            // rarely repeat across a gap by chance.
-            let gap_ok = s.opened
-                || s.trigger != Trigger::ProcessFrozen
-                || ts.saturating_sub(s.last) <= self.thresholds.of(s.trigger) / 2;
-            let hit = obs.iter().enumerate().find(|(i, o)| {
-                gap_ok
-                    && !taken[*i]
-                    && (o.trigger, o.slot) == slot
-                    && o.key == s.key
-                    && (s.turn.is_none() || o.turn.is_none() || o.turn == s.turn)
-            });
-            match hit {
-                Some((i, o)) => {
+            match self.seen_again(ts, &s, &obs, &taken) {
+                Some(i) => {
+                    let o = &obs[i];
                     taken[i] = true;
                     s.turn = s.turn.or(o.turn);
                     s.waited += u64::from(!o.waiters.is_empty());
@@ -288,57 +163,78 @@ impl ProcessWatch {
             }
         }
         for (o, _) in obs.into_iter().zip(taken).filter(|(_, t)| !t) {
-            let Some(v) = views.iter().find(|v| v.tid == o.tid) else {
-                continue;
-            };
-            let mut during = During::default();
-            during.add(v.shape, &v.t.frames);
-            // The GIL is held from when its holder was first seen holding
-            // it where it holds it (the waiters may take a while to be seen
-            // waiting).
-            let (before, first) = match (o.trigger, self.tracks.get(&o.tid).and_then(|t| t.held)) {
-                (Trigger::GilHeld, Some((since, before))) => (before, since),
-                _ => (self.last, ts),
-            };
-            kept.push(Streak {
-                trigger: o.trigger,
-                tid: o.tid,
-                key: o.key,
-                turn: o.turn,
-                before,
-                first,
-                seen: ts,
-                last: ts,
-                after: None,
-                samples: 1,
-                start: v.t.clone(),
-                culprit: o.culprit.culprit(v.t),
-                during,
-                waited: u64::from(!o.waiters.is_empty()),
-                waiters: o.waiters,
-                opened: false,
-                vetoed: false,
-                id: 0,
-            });
+            if let Some(s) = self.start_streak(ts, views, o) {
+                kept.push(s);
+            }
         }
         self.streaks = kept;
-        if let Some(l) = self.last {
-            let gap = ts.saturating_sub(l);
-            if self.intervals.len() < INTERVALS_KEPT {
-                self.intervals.push(gap);
-            } else {
-                let i = self.intervals_next % INTERVALS_KEPT;
-                self.intervals[i] = gap;
-            }
-            self.intervals_next = self.intervals_next.wrapping_add(1);
-        }
-        self.last = Some(ts);
+    }
 
-        // Which pass their threshold now, in precedence: a loop blocked
-        // explains its thread's GIL and its process's stillness; a GIL held
-        // explains the stillness of the threads waiting for it; a thread is
-        // stuck only while other threads of its process go on (else the
-        // process is frozen).
+    /// The observation (not yet `taken`) that streak `s` goes on with.
+    fn seen_again(&self, ts: Duration, s: &Streak, obs: &[Obs], taken: &[bool]) -> Option<usize> {
+        let slot = Self::slot_of(s);
+        // Samples further apart than half the threshold cannot tell a
+        // still process from one that moved and came back (the sampler
+        // was held up, and a thread's loop shows the same stack at each
+        // sample): a frozen streak not yet open starts again after one.
+        // Only the frozen trigger needs it: the others' identities (a
+        // coroutine's frame, a holder in one place, one call on one fd)
+        // rarely repeat across a gap by chance.
+        let gap_ok = s.opened
+            || s.trigger != Trigger::ProcessFrozen
+            || ts.saturating_sub(s.last) <= self.thresholds.of(s.trigger) / 2;
+        obs.iter()
+            .enumerate()
+            .find(|(i, o)| {
+                gap_ok
+                    && !taken[*i]
+                    && (o.trigger, o.slot) == slot
+                    && o.key == s.key
+                    && (s.turn.is_none() || o.turn.is_none() || o.turn == s.turn)
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// A new streak from an observation that matched none.
+    fn start_streak(&self, ts: Duration, views: &[View], o: Obs) -> Option<Streak> {
+        let v = views.iter().find(|v| v.tid == o.tid)?;
+        let mut during = During::default();
+        during.add(v.shape, &v.t.frames);
+        // The GIL is held from when its holder was first seen holding
+        // it where it holds it (the waiters may take a while to be seen
+        // waiting).
+        let (before, first) = match (o.trigger, self.tracks.get(&o.tid).and_then(|t| t.held)) {
+            (Trigger::GilHeld, Some((since, before))) => (before, since),
+            _ => (self.last, ts),
+        };
+        Some(Streak {
+            trigger: o.trigger,
+            tid: o.tid,
+            key: o.key,
+            turn: o.turn,
+            before,
+            first,
+            seen: ts,
+            last: ts,
+            after: None,
+            samples: 1,
+            start: v.t.clone(),
+            culprit: o.culprit.culprit(v.t),
+            during,
+            waited: u64::from(!o.waiters.is_empty()),
+            waiters: o.waiters,
+            opened: false,
+            vetoed: false,
+            id: 0,
+        })
+    }
+
+    /// The triggers' precedence: a loop blocked explains its thread's GIL
+    /// and its process's stillness; a GIL held explains the stillness of
+    /// the threads waiting for it; a thread is stuck only while other
+    /// threads of its process go on (else the process is frozen). Drops
+    /// and vetoes the streaks that another explains.
+    fn precedence(&mut self) -> Precedence {
         let loop_on: Vec<u32> = self
             .streaks
             .iter()
@@ -365,58 +261,76 @@ impl ProcessWatch {
                 }
             }
         }
+        Precedence {
+            loop_on,
+            gil_on,
+            frozen_open,
+        }
+    }
+
+    /// Open the streaks that pass their threshold now and that
+    /// [`ProcessWatch::may_open`] lets open.
+    fn open_passed(&mut self, ts: Duration, p: &Precedence, events: &mut Vec<Event>) {
         for i in 0..self.streaks.len() {
             let s = &self.streaks[i];
+            if s.opened || s.vetoed || self.seen_for(s) < self.thresholds.of(s.trigger) {
+                continue;
+            }
+            if self.may_open(ts, s, p) {
+                self.streaks[i].opened = true;
+                events.push(Event::Opened(i));
+            }
+        }
+    }
+
+    /// How long a streak has been seen, as its threshold is measured.
+    fn seen_for(&self, s: &Streak) -> Duration {
+        match s.trigger {
             // A GIL hold opens once it has been seen, with waiters, for the
             // threshold: a pure-Python holder that other threads wake to
             // wait for now and then (they get the GIL within a switch
             // interval) would otherwise be dated back past it at its first
             // waiter and open at once, on one sample.
-            let seen_for = match s.trigger {
-                Trigger::GilHeld => s.last.saturating_sub(s.seen),
-                // A callback is dated back into the gap before its first
-                // sample by one usual sampling interval at most: after a
-                // long gap (the sampler held up on a loaded machine) half
-                // that gap would make a short callback read as a long one.
-                // (Its duration, once open, still counts the half gaps,
-                // with their uncertainty.)
-                Trigger::LoopBlocked => {
-                    let back = s
-                        .before
-                        .map_or(Duration::ZERO, |b| s.first.saturating_sub(b) / 2)
-                        .min(self.usual_interval().max(MIN_DATE_BACK));
-                    s.last.saturating_sub(s.first.saturating_sub(back))
-                }
-                _ => s.so_far(),
-            };
-            if s.opened || s.vetoed || seen_for < self.thresholds.of(s.trigger) {
-                continue;
+            Trigger::GilHeld => s.last.saturating_sub(s.seen),
+            // A callback is dated back into the gap before its first
+            // sample by one usual sampling interval at most: after a
+            // long gap (the sampler held up on a loaded machine) half
+            // that gap would make a short callback read as a long one.
+            // (Its duration, once open, still counts the half gaps,
+            // with their uncertainty.)
+            Trigger::LoopBlocked => {
+                let back = s
+                    .before
+                    .map_or(Duration::ZERO, |b| s.first.saturating_sub(b) / 2)
+                    .min(self.intervals.usual().max(MIN_DATE_BACK));
+                s.last.saturating_sub(s.first.saturating_sub(back))
             }
-            let allowed = match s.trigger {
-                Trigger::LoopBlocked => true,
-                // Waiters seen in a quarter of the samples at least: a
-                // hold that others contend for.
-                Trigger::GilHeld => !loop_on.contains(&s.tid) && s.waited * 4 >= s.samples,
-                Trigger::ThreadStuck => {
-                    // Another thread moved since this one stopped, and
-                    // lately (within half the frozen threshold): else the
-                    // whole process may be still, which is the frozen
-                    // trigger's to report.
-                    let lately = ts.saturating_sub(self.thresholds.process_frozen / 2);
-                    !frozen_open
-                        && self
-                            .tracks
-                            .iter()
-                            .any(|(tid, t)| *tid != s.tid && t.since > s.first && t.since >= lately)
-                }
-                Trigger::ProcessFrozen => loop_on.is_empty() && !gil_on,
-            };
-            if allowed {
-                self.streaks[i].opened = true;
-                events.push(Event::Opened(i));
-            }
+            _ => s.so_far(),
         }
-        events
+    }
+
+    /// Whether a streak past its threshold opens, by the triggers'
+    /// precedence.
+    fn may_open(&self, ts: Duration, s: &Streak, p: &Precedence) -> bool {
+        match s.trigger {
+            Trigger::LoopBlocked => true,
+            // Waiters seen in a quarter of the samples at least: a
+            // hold that others contend for.
+            Trigger::GilHeld => !p.loop_on.contains(&s.tid) && s.waited * 4 >= s.samples,
+            Trigger::ThreadStuck => {
+                // Another thread moved since this one stopped, and
+                // lately (within half the frozen threshold): else the
+                // whole process may be still, which is the frozen
+                // trigger's to report.
+                let lately = ts.saturating_sub(self.thresholds.process_frozen / 2);
+                !p.frozen_open
+                    && self
+                        .tracks
+                        .iter()
+                        .any(|(tid, t)| *tid != s.tid && t.since > s.first && t.since >= lately)
+            }
+            Trigger::ProcessFrozen => p.loop_on.is_empty() && !p.gil_on,
+        }
     }
 
     /// The streak `i` that just opened is not a stall after all (the
