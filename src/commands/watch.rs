@@ -6,10 +6,10 @@ use crate::launch::{Launched, Stop, CHILD_GRACE_AT_END};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
-use crate::sampler::{AsyncMode, Sampler, SamplerConfig, Target, TargetConfig};
+use crate::sampler::{AsyncMode, ProcessSample, Sampler, SamplerConfig, Target, TargetConfig};
 use crate::stack::ProcessStacks;
 use crate::watch::incident::{self, Incident, Opening, RateLimit, Summary};
-use crate::watch::{ProcessWatch, Streak, Thresholds, Trigger};
+use crate::watch::{Event, ProcessWatch, Streak, Thresholds, Trigger};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -230,11 +230,9 @@ fn ms(d: Duration) -> String {
     incident::human(d)
 }
 
-pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
-    pause::install_signal_flag();
-    crate::options::check_target(opts.pid, &opts.command)?;
-    crate::options::check_read(opts.native, opts.nonblocking)?;
-    // Outputs first, so that a bad path fails before anything starts.
+/// Open the outputs before anything starts, so that a bad path fails
+/// first: the incidents file (appended to), and the incidents folder.
+fn open_outputs(opts: &WatchOptions) -> anyhow::Result<Option<std::fs::File>> {
     let file = match &opts.output {
         Some(p) => Some(
             std::fs::OpenOptions::new()
@@ -249,7 +247,169 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
         std::fs::create_dir_all(d)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", d.display()))?;
     }
-    let launched = if opts.command.is_empty() {
+    Ok(file)
+}
+
+/// The sampler on `root`; when it cannot start on a program we launched,
+/// that program is ended and `Err` carries the exit code.
+fn start_sampler(
+    root: i32,
+    steady: SamplerConfig,
+    launched: &mut Option<Launched>,
+) -> anyhow::Result<Result<Sampler, i32>> {
+    match Sampler::new(root, steady) {
+        Ok(s) => Ok(Ok(s)),
+        Err(e) => {
+            if let Some(l) = launched.take() {
+                eprintln!("pyinspect: {e}");
+                let done = l.finish(Stop::Interrupt {
+                    grace: CHILD_GRACE_AT_END,
+                })?;
+                eprintln!("pyinspect: nothing to watch: {}", done.describe());
+                return Ok(Err(1));
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// What the watch keeps while it runs: where incidents go, the rate
+/// limit, the incidents open, and the targets kept for full reads.
+struct Incidents {
+    sinks: Sinks,
+    limit: RateLimit,
+    thresholds: Thresholds,
+    detail: TargetConfig,
+    started_wall: SystemTime,
+    openings: HashMap<u64, Opening>,
+    details: HashMap<i32, Target>,
+    next_id: u64,
+    counted: u64,
+}
+
+impl Incidents {
+    /// One tick of process `p`, through its watch `w`: the incidents that
+    /// open and close.
+    fn observe(&mut self, w: &mut ProcessWatch, p: &ProcessSample) {
+        let mut tick_read: Option<Result<ProcessStacks, String>> = None;
+        // Dated by when its frames were read, not when the tick began:
+        // on a loaded machine the sampler can be held up in between
+        // (a stall of the sampler read as one of the target).
+        for e in w.observe(p.read_at, &p.threads, &p.loop_turns) {
+            match e {
+                Event::Opened(i) => self.opened(w, i, p.pid, &mut tick_read),
+                Event::Closed(s) => self.close(*s, p.pid, false, &p.cmdline),
+            }
+        }
+    }
+
+    /// Streak `i` of `w` passed its threshold: read its process in full
+    /// (once per tick, `tick_read`), let it go if that read finds it at
+    /// rest, else give it an id and say it opened (rate limit allowing).
+    fn opened(
+        &mut self,
+        w: &mut ProcessWatch,
+        i: usize,
+        pid: i32,
+        tick_read: &mut Option<Result<ProcessStacks, String>>,
+    ) {
+        // One full read per process per tick, shared by
+        // the incidents that open together.
+        let tid = w.streaks[i].tid;
+        let lacks = |r: &Result<ProcessStacks, String>| {
+            r.as_ref()
+                .is_ok_and(|ps| !ps.threads.iter().any(|t| t.os_thread_id == Some(tid)))
+        };
+        if tick_read.as_ref().is_none_or(lacks) {
+            let mut r =
+                read_detail(&mut self.details, pid, &self.detail).map_err(|e| e.to_string());
+            if lacks(&r) {
+                // A kept target's thread list can lag behind
+                // threads that just started: a fresh one.
+                self.details.remove(&pid);
+                r = read_detail(&mut self.details, pid, &self.detail).map_err(|e| e.to_string());
+            }
+            *tick_read = Some(r);
+        }
+        let Some(read) = tick_read.as_ref() else {
+            return;
+        };
+        let mut opening = Opening::default();
+        match read {
+            Ok(ps) => opening.process = Some(ps.clone()),
+            Err(e) => opening.error = Some(e.clone()),
+        }
+        if at_rest(&w.streaks[i], opening.process.as_ref()) {
+            w.veto(i);
+            return;
+        }
+        let s = &mut w.streaks[i];
+        s.id = self.next_id;
+        self.next_id += 1;
+        opening.shown = self.limit.allow(Instant::now());
+        if opening.shown {
+            let c = incident::culprit_of(s, &opening);
+            eprintln!("{}", incident::opened_line(s, &c, pid));
+        } else {
+            opening.process = None;
+        }
+        self.openings.insert(s.id, opening);
+    }
+
+    /// Streak `s` of `pid` ended (or, `ongoing`, the watch did): count it,
+    /// and write its incident if it was shown when it opened.
+    fn close(&mut self, s: Streak, pid: i32, ongoing: bool, cmdline: &str) {
+        let opening = self.openings.remove(&s.id).unwrap_or_default();
+        let shown = opening.shown;
+        let process = if shown && !self.sinks.json && self.sinks.file.is_none() {
+            opening.process.clone()
+        } else {
+            None
+        };
+        let th = self.thresholds.of(s.trigger);
+        let i = incident::build(&s, opening, pid, self.started_wall, th, ongoing);
+        self.sinks.summary.add(&i);
+        self.counted += 1;
+        if shown {
+            self.sinks.emit(i, process, &s, cmdline);
+        }
+    }
+
+    /// The closing summary on stderr; the exit code (1 when writing an
+    /// incident failed).
+    fn report(&self, started: Instant, max_per_minute: u32) -> i32 {
+        eprintln!(
+            "pyinspect: {} incidents in {:.1} s{}",
+            self.counted,
+            started.elapsed().as_secs_f64(),
+            if self.limit.held_back > 0 {
+                format!(
+                    ", {} not written (more than {} a minute)",
+                    self.limit.held_back, max_per_minute
+                )
+            } else {
+                String::new()
+            }
+        );
+        for line in self.sinks.summary.lines() {
+            eprintln!("pyinspect:   {line}");
+        }
+        let mut code = 0;
+        if let Some(e) = &self.sinks.failed {
+            eprintln!("pyinspect: writing incidents failed: {e}");
+            code = 1;
+        }
+        code
+    }
+}
+
+pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
+    pause::install_signal_flag();
+    crate::options::check_target(opts.pid, &opts.command)?;
+    crate::options::check_read(opts.native, opts.nonblocking)?;
+    // Outputs first, so that a bad path fails before anything starts.
+    let file = open_outputs(&opts)?;
+    let mut launched = if opts.command.is_empty() {
         None
     } else {
         Some(Launched::spawn(&opts.command)?)
@@ -259,21 +419,9 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
         (None, Some(p)) => p,
         (None, None) => unreachable!("checked above"),
     };
-    let steady = steady_config(&opts);
-    let detail = detail_config(&opts);
-    let mut sampler = match Sampler::new(root, steady) {
+    let mut sampler = match start_sampler(root, steady_config(&opts), &mut launched)? {
         Ok(s) => s,
-        Err(e) => {
-            if let Some(l) = launched {
-                eprintln!("pyinspect: {e}");
-                let done = l.finish(Stop::Interrupt {
-                    grace: CHILD_GRACE_AT_END,
-                })?;
-                eprintln!("pyinspect: nothing to watch: {}", done.describe());
-                return Ok(1);
-            }
-            return Err(e.into());
-        }
+        Err(code) => return Ok(code),
     };
     // Tick timestamps count from the sampler's start, which is now.
     let started_wall = SystemTime::now();
@@ -287,104 +435,34 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
         ms(th.thread_stuck),
         ms(th.process_frozen)
     );
-    let mut sinks = Sinks {
-        json: opts.json,
-        file,
-        dir: opts.incident_dir.clone(),
-        rate: opts.rate,
-        summary: Summary::default(),
-        written: 0,
-        failed: None,
+    let mut incidents = Incidents {
+        sinks: Sinks {
+            json: opts.json,
+            file,
+            dir: opts.incident_dir.clone(),
+            rate: opts.rate,
+            summary: Summary::default(),
+            written: 0,
+            failed: None,
+        },
+        limit: RateLimit::new(opts.max_per_minute),
+        thresholds: th,
+        detail: detail_config(&opts),
+        started_wall,
+        openings: HashMap::new(),
+        details: HashMap::new(),
+        next_id: 1,
+        counted: 0,
     };
-    let mut limit = RateLimit::new(opts.max_per_minute);
     let mut watches: HashMap<i32, ProcessWatch> = HashMap::new();
     let mut cmdlines: HashMap<i32, std::sync::Arc<str>> = HashMap::new();
-    let mut openings: HashMap<u64, Opening> = HashMap::new();
-    let mut details: HashMap<i32, Target> = HashMap::new();
-    let mut next_id = 1u64;
-    let mut counted = 0u64;
-    let mut close = |s: Streak,
-                     pid: i32,
-                     ongoing: bool,
-                     openings: &mut HashMap<u64, Opening>,
-                     sinks: &mut Sinks,
-                     cmdline: &str| {
-        let opening = openings.remove(&s.id).unwrap_or_default();
-        let shown = opening.shown;
-        let process = if shown && !sinks.json && sinks.file.is_none() {
-            opening.process.clone()
-        } else {
-            None
-        };
-        let i = incident::build(&s, opening, pid, started_wall, th.of(s.trigger), ongoing);
-        sinks.summary.add(&i);
-        counted += 1;
-        if shown {
-            sinks.emit(i, process, &s, cmdline);
-        }
-    };
     while let Some(tick) = sampler.next_tick() {
         for p in &tick.processes {
             cmdlines.entry(p.pid).or_insert_with(|| p.cmdline.clone());
             let w = watches
                 .entry(p.pid)
                 .or_insert_with(|| ProcessWatch::new(th));
-            let mut tick_read: Option<Result<ProcessStacks, String>> = None;
-            // Dated by when its frames were read, not when the tick began:
-            // on a loaded machine the sampler can be held up in between
-            // (a stall of the sampler read as one of the target).
-            for e in w.observe(p.read_at, &p.threads, &p.loop_turns) {
-                match e {
-                    crate::watch::Event::Opened(i) => {
-                        // One full read per process per tick, shared by
-                        // the incidents that open together.
-                        let tid = w.streaks[i].tid;
-                        let lacks = |r: &Result<ProcessStacks, String>| {
-                            r.as_ref().is_ok_and(|ps| {
-                                !ps.threads.iter().any(|t| t.os_thread_id == Some(tid))
-                            })
-                        };
-                        if tick_read.as_ref().is_none_or(lacks) {
-                            let mut r = read_detail(&mut details, p.pid, &detail)
-                                .map_err(|e| e.to_string());
-                            if lacks(&r) {
-                                // A kept target's thread list can lag behind
-                                // threads that just started: a fresh one.
-                                details.remove(&p.pid);
-                                r = read_detail(&mut details, p.pid, &detail)
-                                    .map_err(|e| e.to_string());
-                            }
-                            tick_read = Some(r);
-                        }
-                        let Some(read) = tick_read.as_ref() else {
-                            continue;
-                        };
-                        let mut opening = Opening::default();
-                        match read {
-                            Ok(ps) => opening.process = Some(ps.clone()),
-                            Err(e) => opening.error = Some(e.clone()),
-                        }
-                        if at_rest(&w.streaks[i], opening.process.as_ref()) {
-                            w.veto(i);
-                            continue;
-                        }
-                        let s = &mut w.streaks[i];
-                        s.id = next_id;
-                        next_id += 1;
-                        opening.shown = limit.allow(Instant::now());
-                        if opening.shown {
-                            let c = incident::culprit_of(s, &opening);
-                            eprintln!("{}", incident::opened_line(s, &c, p.pid));
-                        } else {
-                            opening.process = None;
-                        }
-                        openings.insert(s.id, opening);
-                    }
-                    crate::watch::Event::Closed(s) => {
-                        close(*s, p.pid, false, &mut openings, &mut sinks, &p.cmdline)
-                    }
-                }
-            }
+            incidents.observe(w, p);
         }
         for e in &tick.ended {
             eprintln!("pyinspect: {e}");
@@ -393,7 +471,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
     let stopped = pause::interrupted();
     let by_duration = !stopped && sampler.duration_over();
     drop(sampler);
-    drop(details);
+    incidents.details.clear();
     pause::release_lingering(Duration::from_millis(200));
     let mut pids: Vec<i32> = watches.keys().copied().collect();
     pids.sort_unstable();
@@ -401,31 +479,11 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
         let cmdline = cmdlines.get(&pid).cloned().unwrap_or_default();
         if let Some(w) = watches.get_mut(&pid) {
             for s in w.finish() {
-                close(s, pid, true, &mut openings, &mut sinks, &cmdline);
+                incidents.close(s, pid, true, &cmdline);
             }
         }
     }
-    eprintln!(
-        "pyinspect: {} incidents in {:.1} s{}",
-        counted,
-        started.elapsed().as_secs_f64(),
-        if limit.held_back > 0 {
-            format!(
-                ", {} not written (more than {} a minute)",
-                limit.held_back, opts.max_per_minute
-            )
-        } else {
-            String::new()
-        }
-    );
-    for line in sinks.summary.lines() {
-        eprintln!("pyinspect:   {line}");
-    }
-    let mut code = 0;
-    if let Some(e) = &sinks.failed {
-        eprintln!("pyinspect: writing incidents failed: {e}");
-        code = 1;
-    }
+    let code = incidents.report(started, opts.max_per_minute);
     match launched {
         Some(l) => Ok(l.end_sampling(stopped, by_duration, code)?),
         None => Ok(code),

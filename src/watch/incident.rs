@@ -3,7 +3,8 @@
 //! culprit at exit; and the rate limit that keeps a service that is always
 //! slow from flooding the output.
 
-use super::{frame_label, Streak, Trigger};
+use super::stacks::frame_label;
+use super::streak::{Streak, Trigger};
 use crate::stack::{Frame, ProcessStacks, ThreadStack, ThreadTasks};
 use serde::Serialize;
 use std::collections::BTreeMap;
