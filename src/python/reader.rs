@@ -12,7 +12,7 @@ use crate::target::TargetSource;
 use foldhash::HashMap as FastMap;
 use foldhash::HashMapExt;
 use std::sync::Arc;
-use types::{Chain, CodeInfo, Kept};
+use types::{Chain, CodeInfo, Kept, LockRef, RawThread};
 
 // What the eBPF engine (src/bpf/) asks of the reader.
 pub(crate) mod bpf;
@@ -44,67 +44,9 @@ impl Reader {
         let mut raw = self.threads(src, &cache)?;
         // Locals can be written by other threads; only plain stacks are kept.
         let keep = opts.locals == 0 && !opts.lock_locals;
-        let mut walked = std::mem::take(&mut self.walked);
-        let mut n_walked = 0;
-        for t in raw.iter_mut() {
-            let ran_now = t.native_tid.and_then(|tid| ran.get(&(tid as i32)));
-            t.kept = keep
-                && ran_now.is_some_and(|r| {
-                    self.kept
-                        .get(&t.tstate)
-                        .is_some_and(|k| Some(k.tid) == t.native_tid && k.ran == *r)
-                });
-            if !t.kept {
-                self.walk_thread(&cache, t);
-                if walked.len() <= n_walked {
-                    walked.push(Chain::default());
-                }
-                let c = &mut walked[n_walked];
-                n_walked += 1;
-                c.tstate = t.tstate;
-                c.cframe = t.cframe;
-                c.truncated = t.truncated.is_some();
-                c.frames.clear();
-                c.frames.extend(t.frames.iter().map(|f| (f.addr, f.code)));
-            }
-        }
-        walked.truncate(n_walked);
-        self.walked = walked;
-        let mut gil_by_interp: FastMap<u64, Option<u64>> = FastMap::new();
-        for t in &raw {
-            gil_by_interp
-                .entry(t.interp)
-                .or_insert_with(|| self.gil_holder(&cache, t.interp));
-        }
-        self.walked_gil.clear();
-        self.walked_gil
-            .extend(gil_by_interp.iter().map(|(&i, &h)| (i, h)));
-        self.walked_blocks.clear();
-        self.walked_blocks.extend(cache.used_blocks_now());
-        // Check all code objects in one batched read, with the collectors' flags.
-        let code_size = self.process.layout.code.size as usize;
-        let gc_flags: FastMap<u64, Option<u64>> = gil_by_interp
-            .keys()
-            .map(|&i| (i, self.gc_flag_addr(i)))
-            .collect();
-        cache.prefetch(
-            raw.iter()
-                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size)))
-                .chain(gc_flags.values().flatten().map(|&a| (a, 4))),
-        );
-        // Whether each interpreter's collector is running, read in the same pause.
-        let gc_by_interp: FastMap<u64, Option<bool>> = gc_flags
-            .iter()
-            .map(|(&i, a)| (i, a.and_then(|a| cache.read_u32(a).ok()).map(|v| v != 0)))
-            .collect();
-        self.gc_collecting = gc_by_interp
-            .values()
-            .copied()
-            .reduce(|a, b| match (a, b) {
-                (Some(x), Some(y)) => Some(x || y),
-                (x, None) | (None, x) => x,
-            })
-            .flatten();
+        self.walk_threads(&cache, &mut raw, keep, ran);
+        let gil_by_interp = self.gil_holders(&cache, &raw);
+        let gc_by_interp = self.read_collectors(&cache, &raw, &gil_by_interp);
         if opts.names {
             self.refresh_names(&cache, &raw);
         }
@@ -135,58 +77,13 @@ impl Reader {
             };
             let mut frames = Vec::with_capacity(t.frames.len());
             let mut truncated = t.truncated.take();
-            let mut locks = Vec::new();
             if let Some(k) = self.kept.get(&t.tstate).filter(|_| t.kept) {
                 frames.clone_from(&k.frames);
                 truncated.clone_from(&k.truncated);
                 t.anchors.clone_from(&k.anchors);
             }
-            for f in &t.frames {
-                // Recursion repeats code objects: check each once per snapshot.
-                let info = match resolved.get(&f.code) {
-                    Some(r) => r.clone(),
-                    None => {
-                        let r = self.code_info(&cache, f.code, opts.positions);
-                        resolved.insert(f.code, r.clone());
-                        r
-                    }
-                };
-                match info {
-                    Ok(Some(ci)) => {
-                        let offset = self.byte_offset(f);
-                        let line = if opts.function_lines {
-                            ci.firstlineno.max(0) as u32
-                        } else {
-                            ci.lines
-                                .line_at(offset)
-                                .unwrap_or(ci.firstlineno.max(0) as u32)
-                        };
-                        let mut fr = Frame::python(ci.function.clone(), ci.file.clone(), line);
-                        if let (Some(p), false) = (&ci.positions, opts.function_lines) {
-                            fr.position = Some(p.at(offset));
-                        }
-                        if opts.locals > 0 {
-                            let chars = LOCAL_REPR_CHARS * opts.locals as usize;
-                            fr.locals = Some(self.locals(&cache, &ci, f, chars));
-                        }
-                        if opts.lock_locals {
-                            locks.extend(self.lock_locals(&cache, &ci, f, frames.len()));
-                        }
-                        fr.mark = Some(f.mark());
-                        frames.push(fr);
-                    }
-                    // Not a code object (3.13+ frames of C-level executables): not a Python frame.
-                    Ok(None) => {}
-                    Err(e) => {
-                        truncated.get_or_insert_with(|| {
-                            format!("code object at 0x{:x} unreadable: {e}", f.code)
-                        });
-                        let mut fr = Frame::python("<unknown>", "<unknown>", 0);
-                        fr.mark = Some(f.mark());
-                        frames.push(fr);
-                    }
-                }
-            }
+            let locks =
+                self.python_frames(&cache, &t, opts, &mut resolved, &mut frames, &mut truncated);
             let name = self.names.get(&(t.interp, t.thread_id)).cloned();
             out.push(ThreadSnapshot {
                 stack: ThreadStack {
@@ -219,12 +116,174 @@ impl Reader {
             });
         }
         self.snapshot_pages = cache.into_store();
-        // What to keep for the next snapshot: the stacks of the threads the
-        // caller saw off their CPU (with the kernel's counts read then).
+        self.keep_stacks(&out, keep, ran);
+        Ok(out)
+    }
+
+    /// Walk the frames of each thread that has run since its stack was kept
+    /// (or has none kept), and note each chain walked for
+    /// [`Reader::stood_still`].
+    fn walk_threads(
+        &mut self,
+        cache: &PageCache<'_>,
+        raw: &mut [RawThread],
+        keep: bool,
+        ran: &FastMap<i32, (u64, u64)>,
+    ) {
+        let mut walked = std::mem::take(&mut self.walked);
+        let mut n_walked = 0;
+        for t in raw.iter_mut() {
+            let ran_now = t.native_tid.and_then(|tid| ran.get(&(tid as i32)));
+            t.kept = keep
+                && ran_now.is_some_and(|r| {
+                    self.kept
+                        .get(&t.tstate)
+                        .is_some_and(|k| Some(k.tid) == t.native_tid && k.ran == *r)
+                });
+            if !t.kept {
+                self.walk_thread(cache, t);
+                if walked.len() <= n_walked {
+                    walked.push(Chain::default());
+                }
+                let c = &mut walked[n_walked];
+                n_walked += 1;
+                c.tstate = t.tstate;
+                c.cframe = t.cframe;
+                c.truncated = t.truncated.is_some();
+                c.frames.clear();
+                c.frames.extend(t.frames.iter().map(|f| (f.addr, f.code)));
+            }
+        }
+        walked.truncate(n_walked);
+        self.walked = walked;
+    }
+
+    /// Each interpreter's GIL holder; noted, with every block read so far,
+    /// for [`Reader::stood_still`] to read again.
+    fn gil_holders(
+        &mut self,
+        cache: &PageCache<'_>,
+        raw: &[RawThread],
+    ) -> FastMap<u64, Option<u64>> {
+        let mut gil_by_interp: FastMap<u64, Option<u64>> = FastMap::new();
+        for t in raw {
+            gil_by_interp
+                .entry(t.interp)
+                .or_insert_with(|| self.gil_holder(cache, t.interp));
+        }
+        self.walked_gil.clear();
+        self.walked_gil
+            .extend(gil_by_interp.iter().map(|(&i, &h)| (i, h)));
+        self.walked_blocks.clear();
+        self.walked_blocks.extend(cache.used_blocks_now());
+        gil_by_interp
+    }
+
+    /// Prefetch every code object with the collectors' flags, and read
+    /// whether each interpreter's collector is running (also kept, for all
+    /// of them together, in `gc_collecting`).
+    fn read_collectors(
+        &mut self,
+        cache: &PageCache<'_>,
+        raw: &[RawThread],
+        gil_by_interp: &FastMap<u64, Option<u64>>,
+    ) -> FastMap<u64, Option<bool>> {
+        // Check all code objects in one batched read, with the collectors' flags.
+        let code_size = self.process.layout.code.size as usize;
+        let gc_flags: FastMap<u64, Option<u64>> = gil_by_interp
+            .keys()
+            .map(|&i| (i, self.gc_flag_addr(i)))
+            .collect();
+        cache.prefetch(
+            raw.iter()
+                .flat_map(|t| t.frames.iter().map(|f| (f.code, code_size)))
+                .chain(gc_flags.values().flatten().map(|&a| (a, 4))),
+        );
+        // Whether each interpreter's collector is running, read in the same pause.
+        let gc_by_interp: FastMap<u64, Option<bool>> = gc_flags
+            .iter()
+            .map(|(&i, a)| (i, a.and_then(|a| cache.read_u32(a).ok()).map(|v| v != 0)))
+            .collect();
+        self.gc_collecting = gc_by_interp
+            .values()
+            .copied()
+            .reduce(|a, b| match (a, b) {
+                (Some(x), Some(y)) => Some(x || y),
+                (x, None) | (None, x) => x,
+            })
+            .flatten();
+        gc_by_interp
+    }
+
+    /// The Python frames of a walked thread, decoded through the code-object
+    /// cache (`resolved` holds this snapshot's checks); the locks its locals
+    /// name where asked.
+    fn python_frames(
+        &mut self,
+        cache: &PageCache<'_>,
+        t: &RawThread,
+        opts: ReadOptions,
+        resolved: &mut FastMap<u64, Result<Option<Arc<CodeInfo>>, MemError>>,
+        frames: &mut Vec<Frame>,
+        truncated: &mut Option<String>,
+    ) -> Vec<LockRef> {
+        let mut locks = Vec::new();
+        for f in &t.frames {
+            // Recursion repeats code objects: check each once per snapshot.
+            let info = match resolved.get(&f.code) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = self.code_info(cache, f.code, opts.positions);
+                    resolved.insert(f.code, r.clone());
+                    r
+                }
+            };
+            match info {
+                Ok(Some(ci)) => {
+                    let offset = self.byte_offset(f);
+                    let line = if opts.function_lines {
+                        ci.firstlineno.max(0) as u32
+                    } else {
+                        ci.lines
+                            .line_at(offset)
+                            .unwrap_or(ci.firstlineno.max(0) as u32)
+                    };
+                    let mut fr = Frame::python(ci.function.clone(), ci.file.clone(), line);
+                    if let (Some(p), false) = (&ci.positions, opts.function_lines) {
+                        fr.position = Some(p.at(offset));
+                    }
+                    if opts.locals > 0 {
+                        let chars = LOCAL_REPR_CHARS * opts.locals as usize;
+                        fr.locals = Some(self.locals(cache, &ci, f, chars));
+                    }
+                    if opts.lock_locals {
+                        locks.extend(self.lock_locals(cache, &ci, f, frames.len()));
+                    }
+                    fr.mark = Some(f.mark());
+                    frames.push(fr);
+                }
+                // Not a code object (3.13+ frames of C-level executables): not a Python frame.
+                Ok(None) => {}
+                Err(e) => {
+                    truncated.get_or_insert_with(|| {
+                        format!("code object at 0x{:x} unreadable: {e}", f.code)
+                    });
+                    let mut fr = Frame::python("<unknown>", "<unknown>", 0);
+                    fr.mark = Some(f.mark());
+                    frames.push(fr);
+                }
+            }
+        }
+        locks
+    }
+
+    /// What to keep for the next snapshot: the stacks of the threads the
+    /// caller saw off their CPU (with the kernel's counts read then).
+    fn keep_stacks(&mut self, out: &[ThreadSnapshot], keep: bool, ran: &FastMap<i32, (u64, u64)>) {
         self.epoch += 1;
         let (kept, epoch) = (&mut self.kept, self.epoch);
         if keep {
-            for t in &out {
+            for t in out {
                 let Some((tid, r)) = t
                     .stack
                     .os_thread_id
@@ -253,7 +312,6 @@ impl Reader {
         }
         // Threads gone, or not seen off their CPU this time.
         kept.retain(|_, k| k.epoch == epoch);
-        Ok(out)
     }
 }
 
