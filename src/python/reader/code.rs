@@ -3,7 +3,7 @@
 //! byte offset, and the locals a frame's slots hold (shown, or followed to
 //! the locks they name).
 
-use super::types::{CodeInfo, LockRef, RawFrame, Reader};
+use super::types::{stack_buf, CodeInfo, LockRef, RawFrame, Reader};
 use crate::cpython_layouts::{InstrPosition, LineTableFormat};
 use crate::error::MemError;
 use crate::memory::{le_i32, le_u64, Memory, MemoryExt};
@@ -54,13 +54,7 @@ impl Reader {
         // (a future `_Py_DebugOffsets`) takes the heap.
         let mut small = [0u8; 512];
         let mut large = Vec::new();
-        let hdr: &mut [u8] = match small.get_mut(..c.size as usize) {
-            Some(h) => h,
-            None => {
-                large.resize(c.size as usize, 0);
-                &mut large
-            }
-        };
+        let hdr = stack_buf(&mut small, &mut large, c.size as usize);
         mem.read(addr, hdr)?;
         let hdr: &[u8] = hdr;
         let header = [

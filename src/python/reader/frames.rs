@@ -4,7 +4,7 @@
 //! every stack (a suspended coroutine's), and the second read that tells
 //! whether the walked chains stood still.
 
-use super::types::{RawFrame, RawThread, Reader};
+use super::types::{stack_buf, RawFrame, RawThread, Reader};
 use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::python::bounds::MAX_FRAMES;
@@ -97,13 +97,7 @@ impl Reader {
         // A frame fits on the stack for every known layout.
         let mut small = [0u8; 512];
         let mut large = Vec::new();
-        let buf: &mut [u8] = match small.get_mut(..l.size as usize) {
-            Some(b) => b,
-            None => {
-                large.resize(l.size as usize, 0);
-                &mut large
-            }
-        };
+        let buf = stack_buf(&mut small, &mut large, l.size as usize);
         // A racing target can show a chain that loops back: remember one
         // frame, moved to the current one at each power of two of steps, and
         // a loop shows as meeting it again (Brent), at no cost per frame.

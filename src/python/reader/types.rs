@@ -248,3 +248,17 @@ impl Reader {
         }
     }
 }
+
+/// The first `n` bytes of `small`, or where a layout is larger than every
+/// known one (a future `_Py_DebugOffsets`) of `large`, grown to `n`: what a
+/// frame or code object is read into, on the stack for every known layout.
+#[inline]
+pub(super) fn stack_buf<'a>(small: &'a mut [u8], large: &'a mut Vec<u8>, n: usize) -> &'a mut [u8] {
+    match small.get_mut(..n) {
+        Some(b) => b,
+        None => {
+            large.resize(n, 0);
+            large
+        }
+    }
+}
