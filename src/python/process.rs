@@ -186,207 +186,244 @@ impl PythonProcess {
         let cmdline = source.command_line().unwrap_or_default();
         let maps = source.maps()?;
         let exe_path = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_string();
-
-        // Candidate binaries: libpython first (shared builds), then the executable.
-        let mut paths: Vec<String> = Vec::new();
-        for m in &maps {
-            if m.is_file() && is_libpython(&m.path) && !paths.contains(&m.path) {
-                paths.push(m.path.clone());
-            }
-        }
-        if !paths.contains(&exe_path) {
-            paths.push(exe_path.clone());
-        }
-        let mut bins = Vec::new();
         let mut warnings = Vec::new();
-        for p in &paths {
-            let file_maps: Vec<&MapEntry> = maps.iter().filter(|m| &m.path == p).collect();
-            let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
-                continue;
-            };
-            let Some(file) = source.mapped_file(first) else {
-                warnings.push(format!("cannot open {p}"));
-                continue;
-            };
-            match elf::load(&file, &file_maps, WANTED) {
-                Ok(info) => bins.push(Binary {
-                    info,
-                    name: p.rsplit('/').next().unwrap_or(p).to_string(),
-                    maps: file_maps.into_iter().cloned().collect(),
-                }),
-                Err(e) => warnings.push(e.to_string()),
-            }
-        }
-
-        let looks_python = bins.iter().any(|b| {
-            is_libpython(&b.name)
-                || b.info.symbol("_PyRuntime").is_some()
-                || b.info.symbol("interp_head").is_some()
-                || b.info.symbol("Py_Version").is_some()
-        }) || version_from_name(&exe_path)
-            .is_some_and(|(m, _)| m == 2 || m == 3);
-        if !looks_python {
+        let (paths, bins) = load_binaries(source, &maps, &exe_path, &mut warnings);
+        if !looks_python(&bins, &exe_path) {
             return Err(Error::NotPython { pid, exe: exe_path });
         }
-
         let version = find_version(mem, &bins)
-            .or_else(|| {
-                paths.iter().find_map(|p| {
-                    let (major, minor) = version_from_name(p)?;
-                    Some(Version {
-                        major,
-                        minor,
-                        patch: None,
-                        suffix: String::new(),
-                    })
-                })
-            })
+            .or_else(|| version_from_paths(&paths))
             .ok_or_else(|| Error::UnknownVersion {
                 pid,
                 exe: exe_path.clone(),
             })?;
-
-        let runtime = bins
-            .iter()
-            .find_map(|b| {
-                b.info
-                    .symbol("_PyRuntime")
-                    .or(b.info.pyruntime.map(|r| r.addr))
-            })
-            .or_else(|| {
-                // 3.13+ without symbols or sections: `_PyRuntime` starts
-                // with the `_Py_DebugOffsets` cookie, in the binary's data.
-                let ranges = bins
-                    .iter()
-                    .flat_map(|b| b.maps.iter())
-                    .filter(|m| m.writable)
-                    .map(|m| (m.start, m.end));
-                find_debug_cookie(mem, ranges)
-            });
-
+        let runtime = find_runtime(mem, &bins);
         let (layout, unproven) = choose_layout(pid, mem, &version, runtime, &mut warnings)?;
-        let unproven_error = |why: String| Error::UnprovenLayout {
-            pid,
-            version: version.to_string(),
-            newest: newest_table(),
-            why,
-        };
-
-        let interp_head_ptr = match find_interp_head(mem, &layout, &bins, runtime) {
-            Some(p) => p,
-            None if unproven.is_some() => {
-                return Err(unproven_error(
-                    "no interpreter validated at its _Py_DebugOffsets' interpreters_head".into(),
-                ))
-            }
-            None => {
-                return Err(Error::NoInterpreter {
-                    pid,
-                    why: "no _PyRuntime or interp_head symbol validated, and scanning the \
-                          binaries' data found no interpreter"
-                        .into(),
-                })
-            }
-        };
-        if let Some((a, b)) = unproven {
-            match validate_chain(pid, mem, &layout, interp_head_ptr) {
-                Ok(()) => {}
-                Err(Error::ChainNotValid { why }) => {
-                    return Err(unproven_error(format!(
-                        "read through its _Py_DebugOffsets (fields it lacks from the {a}.{b} \
-                         table), {why}"
-                    )))
-                }
-                Err(e) => return Err(e),
-            }
-        }
-
-        let gil = match &layout.runtime.gil {
-            GilLocation::CurrentSymbol => bins
-                .iter()
-                .find_map(|b| b.info.symbol("_PyThreadState_Current"))
-                .map(GilSource::TstatePtr)
-                .unwrap_or(GilSource::Unknown),
-            GilLocation::RuntimeTstateCurrent(off) => runtime
-                .map(|r| GilSource::TstatePtr(r + off))
-                .unwrap_or(GilSource::Unknown),
-            GilLocation::InterpGil {
-                ceval_gil,
-                last_holder,
-                locked,
-            } => GilSource::PerInterp {
-                ceval_gil: *ceval_gil,
-                last_holder: *last_holder,
-                locked: *locked,
-            },
-        };
-
-        let symbol_range = |name: &str| {
-            bins.iter()
-                .find_map(|b| b.info.symbols.get(name).and_then(|v| v.first()).copied())
-        };
-        let gil_sync = match (&layout.gil_sync, &layout.runtime.gil) {
-            (Some(GilSync::LockPointer { symbol, size }), _) => match symbol_range(symbol) {
-                Some(r) => GilSyncSource::Pointer {
-                    ptr: r.addr,
-                    size: *size,
-                },
-                None => GilSyncSource::Unknown,
-            },
-            (Some(GilSync::Statics(names)), _) => {
-                let ranges: Vec<(u64, u64)> = names
-                    .iter()
-                    .filter_map(|n| symbol_range(n))
-                    .filter(|r| r.size > 0)
-                    .map(|r| (r.addr, r.addr.wrapping_add(r.size)))
-                    .collect();
-                if ranges.is_empty() {
-                    GilSyncSource::Unknown
-                } else {
-                    GilSyncSource::Ranges(ranges)
-                }
-            }
-            (Some(GilSync::Runtime { start, end }), _) => match runtime {
-                Some(r) => {
-                    GilSyncSource::Ranges(vec![(r.wrapping_add(*start), r.wrapping_add(*end))])
-                }
-                None => GilSyncSource::Unknown,
-            },
-            (Some(GilSync::InterpGil { start, end }), GilLocation::InterpGil { ceval_gil, .. }) => {
-                GilSyncSource::PerInterp {
-                    ceval_gil: *ceval_gil,
-                    start: *start,
-                    end: *end,
-                }
-            }
-            _ => GilSyncSource::Unknown,
-        };
-
-        let obmalloc_statics = bins.iter().find_map(|b| {
-            let one = |n: &str| match b.info.symbols.get(n).map(Vec::as_slice) {
-                Some([r]) => Some(r.addr),
-                _ => None,
-            };
-            Some([
-                one("arenas")?,
-                one("maxarenas")?,
-                one("narenas_currently_allocated")?,
-            ])
-        });
-
+        let interp_head_ptr = interp_head(pid, mem, &version, &layout, unproven, &bins, runtime)?;
         Ok(PythonProcess {
-            obmalloc_statics,
+            obmalloc_statics: obmalloc_statics(&bins),
             pid,
             exe: exe_path,
             cmdline,
             version,
+            gil: gil_source(&layout, &bins, runtime),
+            gil_sync: gil_sync_source(&layout, &bins, runtime),
             layout,
             interp_head_ptr,
-            gil,
-            gil_sync,
             warnings,
         })
     }
+}
+
+/// The candidate binaries, libpython first (shared builds), then the
+/// executable: their paths, and those whose ELF could be read.
+fn load_binaries(
+    source: &dyn TargetSource,
+    maps: &[MapEntry],
+    exe_path: &str,
+    warnings: &mut Vec<String>,
+) -> (Vec<String>, Vec<Binary>) {
+    let mut paths: Vec<String> = Vec::new();
+    for m in maps {
+        if m.is_file() && is_libpython(&m.path) && !paths.contains(&m.path) {
+            paths.push(m.path.clone());
+        }
+    }
+    if !paths.iter().any(|p| p == exe_path) {
+        paths.push(exe_path.to_string());
+    }
+    let mut bins = Vec::new();
+    for p in &paths {
+        let file_maps: Vec<&MapEntry> = maps.iter().filter(|m| &m.path == p).collect();
+        let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
+            continue;
+        };
+        let Some(file) = source.mapped_file(first) else {
+            warnings.push(format!("cannot open {p}"));
+            continue;
+        };
+        match elf::load(&file, &file_maps, WANTED) {
+            Ok(info) => bins.push(Binary {
+                info,
+                name: p.rsplit('/').next().unwrap_or(p).to_string(),
+                maps: file_maps.into_iter().cloned().collect(),
+            }),
+            Err(e) => warnings.push(e.to_string()),
+        }
+    }
+    (paths, bins)
+}
+
+/// Whether the binaries (or the executable's name) say Python.
+fn looks_python(bins: &[Binary], exe_path: &str) -> bool {
+    bins.iter().any(|b| {
+        is_libpython(&b.name)
+            || b.info.symbol("_PyRuntime").is_some()
+            || b.info.symbol("interp_head").is_some()
+            || b.info.symbol("Py_Version").is_some()
+    }) || version_from_name(exe_path).is_some_and(|(m, _)| m == 2 || m == 3)
+}
+
+/// The version the binaries' names give, where their memory gave none.
+fn version_from_paths(paths: &[String]) -> Option<Version> {
+    paths.iter().find_map(|p| {
+        let (major, minor) = version_from_name(p)?;
+        Some(Version {
+            major,
+            minor,
+            patch: None,
+            suffix: String::new(),
+        })
+    })
+}
+
+/// Where `_PyRuntime` is: its symbol or section, or (3.13+ without either)
+/// the `_Py_DebugOffsets` cookie it starts with, in the binaries' data.
+fn find_runtime(mem: &dyn Memory, bins: &[Binary]) -> Option<u64> {
+    bins.iter()
+        .find_map(|b| {
+            b.info
+                .symbol("_PyRuntime")
+                .or(b.info.pyruntime.map(|r| r.addr))
+        })
+        .or_else(|| {
+            let ranges = bins
+                .iter()
+                .flat_map(|b| b.maps.iter())
+                .filter(|m| m.writable)
+                .map(|m| (m.start, m.end));
+            find_debug_cookie(mem, ranges)
+        })
+}
+
+/// Where the interpreter list's head pointer is; with a layout read from
+/// `_Py_DebugOffsets` (`unproven`: the table it borrowed from), only once
+/// the chain it leads to validated.
+fn interp_head(
+    pid: i32,
+    mem: &dyn Memory,
+    version: &Version,
+    layout: &Layout,
+    unproven: Option<(u8, u8)>,
+    bins: &[Binary],
+    runtime: Option<u64>,
+) -> Result<u64> {
+    let unproven_error = |why: String| Error::UnprovenLayout {
+        pid,
+        version: version.to_string(),
+        newest: newest_table(),
+        why,
+    };
+    let interp_head_ptr = match find_interp_head(mem, layout, bins, runtime) {
+        Some(p) => p,
+        None if unproven.is_some() => {
+            return Err(unproven_error(
+                "no interpreter validated at its _Py_DebugOffsets' interpreters_head".into(),
+            ))
+        }
+        None => {
+            return Err(Error::NoInterpreter {
+                pid,
+                why: "no _PyRuntime or interp_head symbol validated, and scanning the \
+                      binaries' data found no interpreter"
+                    .into(),
+            })
+        }
+    };
+    if let Some((a, b)) = unproven {
+        match validate_chain(pid, mem, layout, interp_head_ptr) {
+            Ok(()) => {}
+            Err(Error::ChainNotValid { why }) => {
+                return Err(unproven_error(format!(
+                    "read through its _Py_DebugOffsets (fields it lacks from the {a}.{b} \
+                     table), {why}"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(interp_head_ptr)
+}
+
+/// Where the GIL's holder is found.
+fn gil_source(layout: &Layout, bins: &[Binary], runtime: Option<u64>) -> GilSource {
+    match &layout.runtime.gil {
+        GilLocation::CurrentSymbol => bins
+            .iter()
+            .find_map(|b| b.info.symbol("_PyThreadState_Current"))
+            .map(GilSource::TstatePtr)
+            .unwrap_or(GilSource::Unknown),
+        GilLocation::RuntimeTstateCurrent(off) => runtime
+            .map(|r| GilSource::TstatePtr(r + off))
+            .unwrap_or(GilSource::Unknown),
+        GilLocation::InterpGil {
+            ceval_gil,
+            last_holder,
+            locked,
+        } => GilSource::PerInterp {
+            ceval_gil: *ceval_gil,
+            last_holder: *last_holder,
+            locked: *locked,
+        },
+    }
+}
+
+/// Where the GIL's mutex and condition variables are.
+fn gil_sync_source(layout: &Layout, bins: &[Binary], runtime: Option<u64>) -> GilSyncSource {
+    let symbol_range = |name: &str| {
+        bins.iter()
+            .find_map(|b| b.info.symbols.get(name).and_then(|v| v.first()).copied())
+    };
+    match (&layout.gil_sync, &layout.runtime.gil) {
+        (Some(GilSync::LockPointer { symbol, size }), _) => match symbol_range(symbol) {
+            Some(r) => GilSyncSource::Pointer {
+                ptr: r.addr,
+                size: *size,
+            },
+            None => GilSyncSource::Unknown,
+        },
+        (Some(GilSync::Statics(names)), _) => {
+            let ranges: Vec<(u64, u64)> = names
+                .iter()
+                .filter_map(|n| symbol_range(n))
+                .filter(|r| r.size > 0)
+                .map(|r| (r.addr, r.addr.wrapping_add(r.size)))
+                .collect();
+            if ranges.is_empty() {
+                GilSyncSource::Unknown
+            } else {
+                GilSyncSource::Ranges(ranges)
+            }
+        }
+        (Some(GilSync::Runtime { start, end }), _) => match runtime {
+            Some(r) => GilSyncSource::Ranges(vec![(r.wrapping_add(*start), r.wrapping_add(*end))]),
+            None => GilSyncSource::Unknown,
+        },
+        (Some(GilSync::InterpGil { start, end }), GilLocation::InterpGil { ceval_gil, .. }) => {
+            GilSyncSource::PerInterp {
+                ceval_gil: *ceval_gil,
+                start: *start,
+                end: *end,
+            }
+        }
+        _ => GilSyncSource::Unknown,
+    }
+}
+
+/// obmalloc's arena statics (`arenas`, `maxarenas`,
+/// `narenas_currently_allocated`), where one binary has each exactly once.
+fn obmalloc_statics(bins: &[Binary]) -> Option<[u64; 3]> {
+    bins.iter().find_map(|b| {
+        let one = |n: &str| match b.info.symbols.get(n).map(Vec::as_slice) {
+            Some([r]) => Some(r.addr),
+            _ => None,
+        };
+        Some([
+            one("arenas")?,
+            one("maxarenas")?,
+            one("narenas_currently_allocated")?,
+        ])
+    })
 }
 
 fn find_version(mem: &dyn Memory, bins: &[Binary]) -> Option<Version> {
@@ -597,16 +634,12 @@ fn validate_once(
     layout: &Layout,
     head_ptr: u64,
 ) -> std::result::Result<bool, String> {
-    use crate::cpython_layouts::{CurrentFrame, EntryMarker};
-    let word = |a: u64, what: &str| {
-        mem.read_u64(a)
-            .map_err(|e| format!("{what} at 0x{a:x} is unreadable: {e}"))
-    };
-    let interp = word(head_ptr, "the interpreter list head")?;
+    let interp = word(mem, head_ptr, "the interpreter list head")?;
     if interp == 0 {
         return Ok(false);
     }
     let first = word(
+        mem,
         interp.wrapping_add(layout.interp.tstate_head),
         "threads.head",
     )?;
@@ -620,8 +653,115 @@ fn validate_once(
         ));
     }
     let objr = super::objects::ObjReader::new(mem, layout);
-    let str_field = |code: u64, off: u64, what: &str| -> std::result::Result<(), String> {
-        let p = word(code.wrapping_add(off), what)?;
+    let mut ts = first;
+    for _ in 0..VALIDATE_THREADS {
+        if ts == 0 {
+            break;
+        }
+        validate_thread(mem, layout, &objr, interp, ts)?;
+        ts = word(
+            mem,
+            ts.wrapping_add(layout.thread.next),
+            "thread_state.next",
+        )?;
+    }
+    Ok(true)
+}
+
+/// The word at `a`, or why `what` there is unreadable.
+fn word(mem: &dyn Memory, a: u64, what: &str) -> std::result::Result<u64, String> {
+    mem.read_u64(a)
+        .map_err(|e| format!("{what} at 0x{a:x} is unreadable: {e}"))
+}
+
+/// One thread state of [`validate_once`]: it points back at `interp`, and
+/// the first frame of its chain that holds a code object holds a real one.
+fn validate_thread(
+    mem: &dyn Memory,
+    layout: &Layout,
+    objr: &super::objects::ObjReader<'_>,
+    interp: u64,
+    ts: u64,
+) -> std::result::Result<(), String> {
+    use crate::cpython_layouts::{CurrentFrame, EntryMarker};
+    if word(
+        mem,
+        ts.wrapping_add(layout.thread.interp),
+        "thread_state.interp",
+    )? != interp
+    {
+        return Err(format!(
+            "thread state 0x{ts:x} does not point back at its interpreter 0x{interp:x}"
+        ));
+    }
+    let mut f = match layout.thread.current_frame {
+        CurrentFrame::Direct(o) => word(mem, ts.wrapping_add(o), "thread_state.current_frame")?,
+        CurrentFrame::ViaCFrame {
+            cframe,
+            current_frame,
+            ..
+        } => match word(mem, ts.wrapping_add(cframe), "thread_state.cframe")? {
+            0 => 0,
+            cf => word(mem, cf.wrapping_add(current_frame), "cframe.current_frame")?,
+        },
+    };
+    for _ in 0..VALIDATE_FRAMES {
+        if f == 0 {
+            break;
+        }
+        let shim = match layout.frame.entry {
+            EntryMarker::OwnerShim { owner, shim_from } => {
+                let mut b = [0u8; 1];
+                mem.read(f.wrapping_add(owner), &mut b)
+                    .map_err(|e| format!("frame 0x{f:x} is unreadable: {e}"))?;
+                b[0] >= shim_from
+            }
+            _ => false,
+        };
+        let code = word(
+            mem,
+            f.wrapping_add(layout.frame.code),
+            "interpreter_frame.executable",
+        )? & !layout.frame.pointer_tag_bits;
+        if !shim && code != 0 {
+            return validate_code(mem, layout, objr, ts, f, code);
+        }
+        f = word(
+            mem,
+            f.wrapping_add(layout.frame.previous),
+            "interpreter_frame.previous",
+        )?;
+    }
+    Ok(())
+}
+
+/// The code object `code` of frame `f`: a `code` whose name, file name and
+/// (3.11+) qualified name are non-empty strings.
+fn validate_code(
+    mem: &dyn Memory,
+    layout: &Layout,
+    objr: &super::objects::ObjReader<'_>,
+    ts: u64,
+    f: u64,
+    code: u64,
+) -> std::result::Result<(), String> {
+    match objr.type_name(code) {
+        Ok(t) if t == "code" => {}
+        Ok(t) => {
+            return Err(format!(
+                "frame 0x{f:x} of thread state 0x{ts:x} holds a {t:?} where its \
+                 code object should be (interpreter_frame.executable is wrong)"
+            ))
+        }
+        Err(e) => {
+            return Err(format!(
+                "frame 0x{f:x} of thread state 0x{ts:x}: its code object is \
+                 unreadable: {e}"
+            ))
+        }
+    }
+    let str_field = |off: u64, what: &str| -> std::result::Result<(), String> {
+        let p = word(mem, code.wrapping_add(off), what)?;
         match objr.type_name(p) {
             Ok(t) if t == "str" => {}
             Ok(t) => {
@@ -639,75 +779,12 @@ fn validate_once(
             )),
         }
     };
-    let mut ts = first;
-    for _ in 0..VALIDATE_THREADS {
-        if ts == 0 {
-            break;
-        }
-        if word(ts.wrapping_add(layout.thread.interp), "thread_state.interp")? != interp {
-            return Err(format!(
-                "thread state 0x{ts:x} does not point back at its interpreter 0x{interp:x}"
-            ));
-        }
-        let mut f = match layout.thread.current_frame {
-            CurrentFrame::Direct(o) => word(ts.wrapping_add(o), "thread_state.current_frame")?,
-            CurrentFrame::ViaCFrame {
-                cframe,
-                current_frame,
-                ..
-            } => match word(ts.wrapping_add(cframe), "thread_state.cframe")? {
-                0 => 0,
-                cf => word(cf.wrapping_add(current_frame), "cframe.current_frame")?,
-            },
-        };
-        for _ in 0..VALIDATE_FRAMES {
-            if f == 0 {
-                break;
-            }
-            let shim = match layout.frame.entry {
-                EntryMarker::OwnerShim { owner, shim_from } => {
-                    let mut b = [0u8; 1];
-                    mem.read(f.wrapping_add(owner), &mut b)
-                        .map_err(|e| format!("frame 0x{f:x} is unreadable: {e}"))?;
-                    b[0] >= shim_from
-                }
-                _ => false,
-            };
-            let code = word(
-                f.wrapping_add(layout.frame.code),
-                "interpreter_frame.executable",
-            )? & !layout.frame.pointer_tag_bits;
-            if !shim && code != 0 {
-                match objr.type_name(code) {
-                    Ok(t) if t == "code" => {}
-                    Ok(t) => {
-                        return Err(format!(
-                            "frame 0x{f:x} of thread state 0x{ts:x} holds a {t:?} where its \
-                             code object should be (interpreter_frame.executable is wrong)"
-                        ))
-                    }
-                    Err(e) => {
-                        return Err(format!(
-                            "frame 0x{f:x} of thread state 0x{ts:x}: its code object is \
-                             unreadable: {e}"
-                        ))
-                    }
-                }
-                str_field(code, layout.code.name, "co_name")?;
-                str_field(code, layout.code.filename, "co_filename")?;
-                if let Some(q) = layout.code.qualname {
-                    str_field(code, q, "co_qualname")?;
-                }
-                break;
-            }
-            f = word(
-                f.wrapping_add(layout.frame.previous),
-                "interpreter_frame.previous",
-            )?;
-        }
-        ts = word(ts.wrapping_add(layout.thread.next), "thread_state.next")?;
+    str_field(layout.code.name, "co_name")?;
+    str_field(layout.code.filename, "co_filename")?;
+    if let Some(q) = layout.code.qualname {
+        str_field(q, "co_qualname")?;
     }
-    Ok(true)
+    Ok(())
 }
 
 /// True when `interp` looks like a live `PyInterpreterState`: its first

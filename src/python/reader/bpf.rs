@@ -3,7 +3,7 @@
 //! samples name, resolved through the same code-object cache, frame decoding
 //! and line tables as a snapshot's.
 
-use super::{CodeInfo, RawFrame, Reader};
+use super::types::{CodeInfo, RawFrame, Reader};
 use crate::cpython_layouts::{EntryMarker, InstrPosition};
 use crate::error::{MemError, Result};
 use crate::memory::Memory;
