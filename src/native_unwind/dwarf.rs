@@ -76,13 +76,24 @@ impl DwarfCtx {
             Ok(unsafe { extend(s) })
         })
         .ok()?;
+        DwarfCtx::new(dwarf, owned, None, file)
+    }
+
+    /// The context over `dwarf`, whose sections borrow from `owned`,
+    /// `shared` and `file`, kept with it.
+    fn new(
+        dwarf: gimli::Dwarf<Slice>,
+        owned: Vec<Box<[u8]>>,
+        shared: Option<Arc<Shared>>,
+        file: Arc<Backing>,
+    ) -> Option<DwarfCtx> {
         let dwarf = Arc::new(dwarf);
         let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).ok()?;
         Some(DwarfCtx {
             ctx,
             dwarf,
             _owned: owned,
-            _shared: None,
+            _shared: shared,
             _file: file,
         })
     }
@@ -317,15 +328,7 @@ impl UnitDwarf {
             Ok(unsafe { extend(s) })
         })
         .ok()?;
-        let dwarf = Arc::new(dwarf);
-        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).ok()?;
-        Some(DwarfCtx {
-            ctx,
-            dwarf,
-            _owned: owned,
-            _shared: Some(self.shared.clone()),
-            _file: self.file.clone(),
-        })
+        DwarfCtx::new(dwarf, owned, Some(self.shared.clone()), self.file.clone())
     }
 
     /// The context of the unit at `unit`, loaded on first use.
