@@ -1,17 +1,18 @@
 //! A module's DWARF: its context (from the module itself or its separate
 //! debug file, loaded on first use), file:line and inlined frames per
-//! address, and the call-site records that rebuild tail calls.
+//! address, and the call-site records that rebuild tail calls, kept as
+//! [`ModuleLines`] beside the module's file and symbols.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use gimli::{EndianSlice, LittleEndian};
 use object::{Object, ObjectSection};
 
 use super::backing::{dwarf_section, Backing};
+use super::cache::BoundedMap;
 use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
-use super::module::{LoadedModule, CACHE_MAX};
+use super::file::ModuleFile;
 
 type Slice = EndianSlice<'static, LittleEndian>;
 
@@ -76,13 +77,24 @@ impl DwarfCtx {
             Ok(unsafe { extend(s) })
         })
         .ok()?;
+        DwarfCtx::new(dwarf, owned, None, file)
+    }
+
+    /// The context over `dwarf`, whose sections borrow from `owned`,
+    /// `shared` and `file`, kept with it.
+    fn new(
+        dwarf: gimli::Dwarf<Slice>,
+        owned: Vec<Box<[u8]>>,
+        shared: Option<Arc<Shared>>,
+        file: Arc<Backing>,
+    ) -> Option<DwarfCtx> {
         let dwarf = Arc::new(dwarf);
         let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).ok()?;
         Some(DwarfCtx {
             ctx,
             dwarf,
             _owned: owned,
-            _shared: None,
+            _shared: shared,
             _file: file,
         })
     }
@@ -126,7 +138,7 @@ pub(super) struct UnitDwarf {
     starts: Vec<u64>,
     /// Offset in the shared `.debug_abbrev` of the filler unit's table.
     filler_abbrev: u32,
-    units: HashMap<u64, Option<DwarfCtx>>,
+    units: BoundedMap<u64, Option<DwarfCtx>, UNIT_CTX_MAX>,
 }
 
 /// A module's DWARF: by unit where it can be (see [`UnitDwarf`]), else
@@ -221,7 +233,7 @@ impl UnitDwarf {
             ranges,
             starts,
             filler_abbrev,
-            units: HashMap::new(),
+            units: BoundedMap::default(),
         })
     }
 
@@ -317,23 +329,12 @@ impl UnitDwarf {
             Ok(unsafe { extend(s) })
         })
         .ok()?;
-        let dwarf = Arc::new(dwarf);
-        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).ok()?;
-        Some(DwarfCtx {
-            ctx,
-            dwarf,
-            _owned: owned,
-            _shared: Some(self.shared.clone()),
-            _file: self.file.clone(),
-        })
+        DwarfCtx::new(dwarf, owned, Some(self.shared.clone()), self.file.clone())
     }
 
     /// The context of the unit at `unit`, loaded on first use.
     fn unit(&mut self, unit: u64) -> Option<&DwarfCtx> {
-        if !self.units.contains_key(&unit) {
-            if self.units.len() >= UNIT_CTX_MAX {
-                self.units.clear();
-            }
+        if self.units.get(&unit).is_none() {
             let c = self.load_unit(unit);
             self.units.insert(unit, c);
         }
@@ -414,15 +415,32 @@ pub(crate) struct LineFrame {
 /// Bound on indexed units kept (a large library has thousands).
 const UNITS_MAX: usize = 1024;
 
-impl LoadedModule {
-    /// Whether DWARF may be found for this module: its own, or with
+/// A module's DWARF state: its DWARF (loaded on first use, from the
+/// module's file or its separate debug file), and the lines, call sites and
+/// call targets asked of it. Its methods take the module's file, and where a
+/// call target is named, the module's lookup of a function by name.
+#[derive(Default)]
+pub(super) struct ModuleLines {
+    dwarf: Option<Option<ModuleDwarf>>,
+    lines: BoundedMap<u64, Arc<[LineFrame]>>,
+    /// Call sites per compilation unit (by its `.debug_info` offset).
+    call_sites: BoundedMap<u64, Arc<UnitCallSites>, UNITS_MAX>,
+    /// Call targets in other units than their call sites', by DIE offset.
+    die_targets: BoundedMap<u64, Option<CallTarget>>,
+}
+
+/// The address of a function by its symbol name, in the module's file.
+pub(super) type ByName<'a> = &'a mut dyn FnMut(&mut ModuleFile, &str) -> Option<u64>;
+
+impl ModuleLines {
+    /// Whether DWARF may be found for `file`: its own, or with
     /// `debug_files`, a separate debug file's (not opened here).
-    pub(crate) fn may_have_lines(&self, debug_files: bool) -> bool {
-        self.has_dwarf || (debug_files && !self.debug_candidates.is_empty())
+    pub(super) fn may_have_lines(file: &ModuleFile, debug_files: bool) -> bool {
+        file.has_dwarf || (debug_files && file.may_have_debug_file())
     }
 
     /// Drop DWARF state so the next lookup decides afresh where DWARF comes from.
-    pub(crate) fn forget_lines(&mut self) {
+    pub(super) fn forget(&mut self) {
         self.dwarf = None;
         self.lines.clear();
         self.call_sites.clear();
@@ -431,15 +449,24 @@ impl LoadedModule {
 
     /// The module's DWARF for `svma`: loaded on first use, from the module
     /// itself or, when `debug_files` allows, from its separate debug file.
-    fn dwarf_ctx(&mut self, svma: u64, debug_files: bool) -> Option<&DwarfCtx> {
-        self.module_dwarf(debug_files)?.ctx(svma)
+    fn dwarf_ctx(
+        &mut self,
+        file: &mut ModuleFile,
+        svma: u64,
+        debug_files: bool,
+    ) -> Option<&DwarfCtx> {
+        self.module_dwarf(file, debug_files)?.ctx(svma)
     }
 
-    fn module_dwarf(&mut self, debug_files: bool) -> Option<&mut ModuleDwarf> {
+    fn module_dwarf(
+        &mut self,
+        file: &mut ModuleFile,
+        debug_files: bool,
+    ) -> Option<&mut ModuleDwarf> {
         if self.dwarf.is_none() {
-            let d = ModuleDwarf::load(self.bytes.clone()).or_else(|| {
+            let d = ModuleDwarf::load(file.bytes.clone()).or_else(|| {
                 debug_files
-                    .then(|| self.debug_file())
+                    .then(|| file.debug_file())
                     .flatten()
                     .and_then(ModuleDwarf::load)
             });
@@ -450,8 +477,13 @@ impl LoadedModule {
 
     /// The call sites of the compilation unit holding `svma`, indexed on
     /// first use (one pass over the unit's DIEs) and cached per unit.
-    fn unit_call_sites(&mut self, svma: u64, debug_files: bool) -> Option<Arc<UnitCallSites>> {
-        self.dwarf_ctx(svma, debug_files)?;
+    pub(super) fn unit_call_sites(
+        &mut self,
+        file: &mut ModuleFile,
+        svma: u64,
+        debug_files: bool,
+    ) -> Option<Arc<UnitCallSites>> {
+        self.dwarf_ctx(file, svma, debug_files)?;
         let d = self.dwarf.as_ref()?.as_ref()?.loaded(svma)?;
         let u = d.ctx.find_dwarf_and_unit(svma).skip_all_loads()?;
         let (dwarf, unit) = (u.dwarf, u.unit);
@@ -460,24 +492,31 @@ impl LoadedModule {
             return Some(u.clone());
         }
         let sites = Arc::new(callsites::index_unit(dwarf, unit));
-        if self.call_sites.len() >= UNITS_MAX {
-            self.call_sites.clear();
-        }
         self.call_sites.insert(key, sites.clone());
         Some(sites)
     }
 
     /// The call site whose return address is `ret` (svma); None without
     /// DWARF or without a record there.
-    pub(crate) fn call_site(&mut self, ret: u64, debug_files: bool) -> Option<CallSite> {
+    pub(super) fn call_site(
+        &mut self,
+        file: &mut ModuleFile,
+        ret: u64,
+        debug_files: bool,
+    ) -> Option<CallSite> {
         // The call instruction, not what follows it, is in the caller's unit.
-        let u = self.unit_call_sites(ret.checked_sub(1)?, debug_files)?;
+        let u = self.unit_call_sites(file, ret.checked_sub(1)?, debug_files)?;
         u.by_ret.get(&ret).cloned()
     }
 
     /// The tail-call sites of the function entered at `entry` (svma).
-    fn tail_sites(&mut self, entry: u64, debug_files: bool) -> Option<Arc<[CallSite]>> {
-        let u = self.unit_call_sites(entry, debug_files)?;
+    fn tail_sites(
+        &mut self,
+        file: &mut ModuleFile,
+        entry: u64,
+        debug_files: bool,
+    ) -> Option<Arc<[CallSite]>> {
+        let u = self.unit_call_sites(file, entry, debug_files)?;
         Some(
             u.tails
                 .get(&entry)
@@ -487,11 +526,16 @@ impl LoadedModule {
     }
 
     /// A target DIE in another unit than its call site's, read on use.
-    fn foreign_die_target(&mut self, off: u64, debug_files: bool) -> Option<CallTarget> {
+    fn foreign_die_target(
+        &mut self,
+        file: &mut ModuleFile,
+        off: u64,
+        debug_files: bool,
+    ) -> Option<CallTarget> {
         if let Some(t) = self.die_targets.get(&off) {
             return t.clone();
         }
-        let die_unit = self.module_dwarf(debug_files)?.die_unit(off);
+        let die_unit = self.module_dwarf(file, debug_files)?.die_unit(off);
         let t = die_unit.and_then(|(dwarf, start)| {
             let start = gimli::DebugInfoOffset(usize::try_from(start).ok()?);
             let header = dwarf.debug_info.header_from_offset(start).ok()?;
@@ -500,32 +544,40 @@ impl LoadedModule {
                 gimli::DebugInfoOffset(usize::try_from(off).ok()?).to_unit_offset(&unit.header)?;
             callsites::die_target(&dwarf, &unit, o)
         });
-        if self.die_targets.len() >= CACHE_MAX {
-            self.die_targets.clear();
-        }
         self.die_targets.insert(off, t.clone());
         t
     }
 
     /// The entry (svma) of the function a call target stands for, in this
-    /// module.
-    pub(crate) fn resolve_target(&mut self, t: &CallTarget, debug_files: bool) -> Option<u64> {
+    /// module; a target named by its symbol is found by `by_name`.
+    pub(super) fn resolve_target(
+        &mut self,
+        file: &mut ModuleFile,
+        t: &CallTarget,
+        debug_files: bool,
+        by_name: ByName,
+    ) -> Option<u64> {
         match t {
             CallTarget::Addr(a) => Some(*a),
-            CallTarget::Name(n) => self.function_by_name(n),
-            CallTarget::Die(off) => match self.foreign_die_target(*off, debug_files)? {
+            CallTarget::Name(n) => by_name(file, n),
+            CallTarget::Die(off) => match self.foreign_die_target(file, *off, debug_files)? {
                 CallTarget::Die(_) => None,
-                t => self.resolve_target(&t, debug_files),
+                t => self.resolve_target(file, &t, debug_files, by_name),
             },
         }
     }
 
     /// The name a call target has, for a declaration (found in another
     /// module's symbols when this one does not define it).
-    pub(crate) fn target_name(&mut self, t: &CallTarget, debug_files: bool) -> Option<Arc<str>> {
+    pub(super) fn target_name(
+        &mut self,
+        file: &mut ModuleFile,
+        t: &CallTarget,
+        debug_files: bool,
+    ) -> Option<Arc<str>> {
         match t {
             CallTarget::Name(n) => Some(n.clone()),
-            CallTarget::Die(off) => match self.foreign_die_target(*off, debug_files)? {
+            CallTarget::Die(off) => match self.foreign_die_target(file, *off, debug_files)? {
                 CallTarget::Name(n) => Some(n),
                 _ => None,
             },
@@ -536,28 +588,52 @@ impl LoadedModule {
     /// The tail-call sites (return addresses, svma, outermost first) by
     /// which the function entered at `g` reached the one entered at `h`,
     /// when the DWARF call-site records allow exactly one such chain.
-    pub(crate) fn tail_chain(&mut self, g: u64, h: u64, debug_files: bool) -> Option<Vec<u64>> {
-        struct Info<'a>(&'a mut LoadedModule, bool);
-        impl callsites::TailCallInfo for Info<'_> {
+    pub(super) fn tail_chain(
+        &mut self,
+        file: &mut ModuleFile,
+        g: u64,
+        h: u64,
+        debug_files: bool,
+        by_name: ByName,
+    ) -> Option<Vec<u64>> {
+        struct Info<'a, 'b> {
+            lines: &'a mut ModuleLines,
+            file: &'a mut ModuleFile,
+            debug_files: bool,
+            by_name: ByName<'b>,
+        }
+        impl callsites::TailCallInfo for Info<'_, '_> {
             fn tail_sites(&mut self, entry: u64) -> Option<Arc<[CallSite]>> {
-                self.0.tail_sites(entry, self.1)
+                self.lines.tail_sites(self.file, entry, self.debug_files)
             }
             fn resolve(&mut self, t: &CallTarget) -> Option<u64> {
-                self.0.resolve_target(t, self.1)
+                self.lines
+                    .resolve_target(self.file, t, self.debug_files, &mut *self.by_name)
             }
         }
-        callsites::find_chain(&mut Info(self, debug_files), g, h)
+        let mut info = Info {
+            lines: self,
+            file,
+            debug_files,
+            by_name,
+        };
+        callsites::find_chain(&mut info, g, h)
     }
 
     /// DWARF frames for `svma`, innermost (most inlined) first; empty when
     /// there is no DWARF for it. Loaded on first use, from the module itself
     /// or, when `debug_files` allows, from its separate debug file.
-    pub(crate) fn lines(&mut self, svma: u64, debug_files: bool) -> Arc<[LineFrame]> {
+    pub(super) fn lines(
+        &mut self,
+        file: &mut ModuleFile,
+        svma: u64,
+        debug_files: bool,
+    ) -> Arc<[LineFrame]> {
         if let Some(l) = self.lines.get(&svma) {
             return l.clone();
         }
         let mut out = Vec::new();
-        if let Some(d) = self.dwarf_ctx(svma, debug_files) {
+        if let Some(d) = self.dwarf_ctx(file, svma, debug_files) {
             // File names relative to the unit's compilation directory, as
             // the build saw them (`Objects/abstract.c`).
             let comp_dir = d
@@ -596,165 +672,7 @@ impl LoadedModule {
             last.inlined = false;
         }
         let out: Arc<[LineFrame]> = out.into();
-        if self.lines.len() >= CACHE_MAX {
-            self.lines.clear();
-        }
         self.lines.insert(svma, out.clone());
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use object::{ObjectSegment, ObjectSymbol, SymbolKind};
-    use std::collections::HashMap;
-
-    /// `python_fixtures/native/tailcall.c` built with `gcc -O2 -g` (with
-    /// `-gdwarf-4` too: the GNU call-site form, `DW_TAG_GNU_call_site`)
-    /// and loaded as a module at its own addresses; and the address of each
-    /// `tc_` function.
-    fn tailcall_fixture(extra: &[&str]) -> (LoadedModule, HashMap<String, u64>, String) {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let lib = dir.join("libtailcall.so");
-        let src = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/python_fixtures/native/tailcall.c"
-        );
-        let out = std::process::Command::new("gcc")
-            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .args(extra)
-            .arg(src)
-            .output()
-            .expect("run gcc");
-        assert!(
-            out.status.success(),
-            "gcc: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let bytes = std::fs::read(&lib).unwrap();
-        let obj = object::File::parse(&bytes[..]).unwrap();
-        let exec = obj
-            .segments()
-            .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
-            .unwrap();
-        let funcs: HashMap<String, u64> = obj
-            .symbols()
-            .filter(|s| s.kind() == SymbolKind::Text)
-            .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
-            .filter(|(n, _)| n.starts_with("tc_"))
-            .collect();
-        let (lm, _) = LoadedModule::load(
-            Arc::new(Backing::Owned(bytes.clone())),
-            "libtailcall.so",
-            0..1 << 20,
-            exec.address(),
-            exec.file_range().0,
-            "",
-            dir.to_str().unwrap(),
-        )
-        .unwrap();
-        assert_eq!(lm.bias, 0);
-        (lm, funcs, lib.to_str().unwrap().to_string())
-    }
-
-    /// The last instruction before `ret` (svma), as objdump disassembles it.
-    fn instruction_before(lib: &str, funcs: &HashMap<String, u64>, ret: u64) -> String {
-        let start = funcs.values().filter(|&&a| a < ret).max().unwrap();
-        let out = std::process::Command::new("objdump")
-            .args(["-d", "--no-show-raw-insn"])
-            .arg(format!("--start-address={start:#x}"))
-            .arg(format!("--stop-address={ret:#x}"))
-            .arg(lib)
-            .output()
-            .expect("run objdump");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.lines()
-            .rev()
-            .find(|l| {
-                l.trim_start()
-                    .split(':')
-                    .next()
-                    .is_some_and(|a| u64::from_str_radix(a.trim(), 16).is_ok())
-            })
-            .unwrap_or("")
-            .to_string()
-    }
-
-    #[test]
-    fn tail_call_chains_from_gcc_call_site_records() {
-        for extra in [&[][..], &["-gdwarf-4"][..]] {
-            let (mut lm, f, lib) = tailcall_fixture(extra);
-            let at = |n: &str| *f.get(n).unwrap_or_else(|| panic!("{n} in {f:?}"));
-            let name = |lm: &mut LoadedModule, a: u64| lm.symbol(a - 1).map(|s| s.0.to_string());
-            // The call in each entry point: its return address, by the call
-            // site record whose target is the helper.
-            let call_in = |lm: &mut LoadedModule, entry: &str, helper: &str| -> CallSite {
-                let u = lm.unit_call_sites(at(entry), false).expect("DWARF");
-                let site = u
-                    .by_ret
-                    .values()
-                    .filter(|s| !s.tail && s.ret > at(entry))
-                    .min_by_key(|s| s.ret)
-                    .cloned()
-                    .unwrap_or_else(|| panic!("{extra:?}: no call in {entry}"));
-                let target = site.target.clone().expect("a direct call");
-                assert_eq!(
-                    lm.resolve_target(&target, false),
-                    Some(at(helper)),
-                    "{extra:?}"
-                );
-                assert_eq!(lm.call_site(site.ret, false), Some(site.clone()));
-                site
-            };
-
-            // One chain: tc_mid1 jumps to tc_mid2, which jumps to tc_leaf.
-            call_in(&mut lm, "tc_chain", "tc_mid1");
-            let chain = lm
-                .tail_chain(at("tc_mid1"), at("tc_leaf"), false)
-                .unwrap_or_else(|| panic!("{extra:?}: no chain"));
-            let names: Vec<_> = chain.iter().map(|&r| name(&mut lm, r)).collect();
-            assert_eq!(
-                names,
-                [Some("tc_mid1".to_string()), Some("tc_mid2".to_string())],
-                "{extra:?}"
-            );
-            for &r in &chain {
-                let insn = instruction_before(&lib, &f, r);
-                assert!(insn.contains("jmp"), "{extra:?}: {insn:?} before {r:#x}");
-            }
-            // From inside the chain, the rest of it.
-            let rest = lm.tail_chain(at("tc_mid2"), at("tc_leaf"), false);
-            assert_eq!(rest.as_deref(), Some(&chain[1..]), "{extra:?}");
-            // A function reaching itself, or not reaching H at all.
-            assert_eq!(lm.tail_chain(at("tc_leaf"), at("tc_leaf"), false), None);
-            assert_eq!(lm.tail_chain(at("tc_mid1"), at("tc_leaf2"), false), None);
-
-            // Two chains (through tc_left and through tc_right): nothing.
-            call_in(&mut lm, "tc_fork", "tc_split");
-            for side in ["tc_left", "tc_right"] {
-                let c = lm.tail_chain(at(side), at("tc_leaf2"), false);
-                assert_eq!(c.map(|c| c.len()), Some(1), "{extra:?}: from {side}");
-            }
-            assert_eq!(
-                lm.tail_chain(at("tc_split"), at("tc_leaf2"), false),
-                None,
-                "{extra:?}"
-            );
-
-            // An indirect jump on the way could reach tc_leaf as well: nothing.
-            call_in(&mut lm, "tc_indirect", "tc_maybe");
-            assert_eq!(
-                lm.tail_chain(at("tc_maybe"), at("tc_leaf"), false),
-                None,
-                "{extra:?}"
-            );
-            assert_eq!(
-                lm.tail_chain(at("tc_maybe"), at("tc_leaf2"), false),
-                None,
-                "{extra:?}"
-            );
-        }
     }
 }

@@ -10,9 +10,11 @@
 //! than unwinding.
 
 mod backing;
+mod cache;
 mod callsites;
 mod cfi;
 mod dwarf;
+mod file;
 mod merge;
 mod module;
 mod names;
@@ -31,6 +33,7 @@ use crate::mapping::MapEntry as Mapping;
 use crate::memory::{Memory, MemoryExt};
 use crate::target::TargetSource;
 use backing::Backing;
+use cache::BoundedMap;
 use cfi::SectionData;
 use module::LoadedModule;
 use std::rc::Rc;
@@ -195,13 +198,13 @@ pub struct NativeUnwinder {
     /// that code outside files (JIT) does not cost a maps read per sample.
     known_misses: HashSet<u64>,
     /// Validated return-address checks of stack words (file-backed code only).
-    ra_cache: HashMap<u64, bool>,
+    ra_cache: BoundedMap<u64, bool>,
     /// Whether [`add_lines`](Self::add_lines) may read DWARF from separate
     /// debug files (see [`set_debug_file_lines`](Self::set_debug_file_lines)).
     debug_file_lines: bool,
     /// Tail-call frames between a callee and its caller, by (caller's
     /// return address, callee's lookup address).
-    tail_cache: HashMap<(u64, u64), Arc<[NativeFrame]>>,
+    tail_cache: BoundedMap<(u64, u64), Arc<[NativeFrame]>>,
     /// Why the last unwind ended early (see [`ended_early`](Self::ended_early)).
     ended: Option<String>,
     /// Whether this unwind re-read the maps for [`is_code`](Self::is_code).
@@ -219,8 +222,8 @@ impl NativeUnwinder {
             warnings: Vec::new(),
             warned: HashSet::new(),
             known_misses: HashSet::new(),
-            ra_cache: HashMap::new(),
-            tail_cache: HashMap::new(),
+            ra_cache: BoundedMap::default(),
+            tail_cache: BoundedMap::default(),
             debug_file_lines: false,
             ended: None,
             refreshed_in_unwind: false,
@@ -502,9 +505,6 @@ impl NativeUnwinder {
             .find_tail_frames(callee, caller)
             .unwrap_or_default()
             .into();
-        if self.tail_cache.len() >= module::CACHE_MAX {
-            self.tail_cache.clear();
-        }
         self.tail_cache.insert(key, frames.clone());
         frames
     }
@@ -1004,9 +1004,6 @@ impl NativeUnwinder {
         let n = (v - from) as usize;
         let r = mem.read(from, &mut buf[..n]).is_ok() && scan::follows_call(&buf[..n]);
         if file_backed {
-            if self.ra_cache.len() >= 1 << 16 {
-                self.ra_cache.clear();
-            }
             self.ra_cache.insert(v, r);
         }
         r

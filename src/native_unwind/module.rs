@@ -1,52 +1,37 @@
-//! One loaded ELF module of the target: its file bytes, load bias, where
-//! its separate debug file may be, and the per-module state of its unwind
-//! tables ([`super::cfi`]), symbols ([`super::symbols`]) and DWARF
-//! ([`super::dwarf`]), each computed once, on first use, and cached.
+//! One loaded ELF module of the target: its load bias and segments, its
+//! unwind tables ([`super::cfi`]) with their per-address caches, and the
+//! parts that name its code, each its own state beside the module's file
+//! ([`super::file`]): symbols ([`super::symbols`]) and DWARF
+//! ([`super::dwarf`]), computed on first use and cached. The module hands
+//! each part the file (and DWARF the symbols' lookup by name), so that
+//! neither part knows the module.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use super::backing::Backing;
-use super::callsites::{CallTarget, UnitCallSites};
+use super::cache::BoundedMap;
+use super::callsites::{CallSite, CallTarget};
 use super::cfi::{Cfi, CfiSections, SectionData};
-use super::dwarf::{LineFrame, ModuleDwarf};
-use super::symbols::SymbolIndex;
+use super::dwarf::{LineFrame, ModuleLines};
+use super::file::ModuleFile;
+use super::symbols::ModuleSymbols;
 use object::{Object, ObjectSection, ObjectSegment};
 
 /// A module of the target, loaded (see [`LoadedModule::load`]).
 pub(crate) struct LoadedModule {
-    pub(super) bytes: Arc<Backing>,
+    file: ModuleFile,
     /// avma = svma + bias.
     pub(crate) bias: u64,
     /// Loadable segments' file bytes: (svma start, svma end, file offset).
-    pub(super) segments: Vec<(u64, u64, u64)>,
-    pub(super) cfi: Cfi,
-    pub(super) cfi_cache: HashMap<u64, bool>,
+    segments: Vec<(u64, u64, u64)>,
+    cfi: Cfi,
+    cfi_cache: BoundedMap<u64, bool>,
     /// Addresses whose CFA rule is known not to be an expression.
-    pub(super) expr_cache: HashMap<u64, bool>,
-    /// Paths tried for a separate debug file (computed at load, opened lazily).
-    pub(super) debug_candidates: Vec<(String, Option<Vec<u8>>)>,
-    pub(super) has_symtab: bool,
-    pub(super) has_dwarf: bool,
-    pub(super) debug: Option<Option<Arc<Backing>>>,
-    pub(super) symbols: Option<SymbolIndex>,
-    pub(super) names: HashMap<u64, Option<(Arc<str>, bool)>>,
-    pub(super) dwarf: Option<Option<ModuleDwarf>>,
-    pub(super) lines: HashMap<u64, Arc<[LineFrame]>>,
-    /// Call sites per compilation unit (by its `.debug_info` offset).
-    pub(super) call_sites: HashMap<u64, Arc<UnitCallSites>>,
-    /// Call targets in other units than their call sites', by DIE offset.
-    pub(super) die_targets: HashMap<u64, Option<CallTarget>>,
-    /// Function symbols by exact name (None: several addresses).
-    pub(super) by_name: Option<HashMap<Box<str>, Option<u64>>>,
-    /// Exported functions by name, as the hash table found them.
-    pub(super) exported: HashMap<Box<str>, Option<u64>>,
+    expr_cache: BoundedMap<u64, bool>,
+    symbols: ModuleSymbols,
+    lines: ModuleLines,
 }
-
-/// Bound on per-address caches, so a long `record` over code that keeps
-/// moving cannot grow them without limit.
-pub(crate) const CACHE_MAX: usize = 1 << 16;
 
 impl LoadedModule {
     /// Parse `bytes` (the module's file) mapped with file offset `map_offset`
@@ -107,33 +92,17 @@ impl LoadedModule {
             })
             .take(64)
             .collect();
-        let has_symtab = obj.section_by_name(".symtab").is_some();
-        let has_dwarf = obj.section_by_name(".debug_info").is_some();
-        let debug_candidates = if has_symtab && has_dwarf {
-            Vec::new()
-        } else {
-            debug_candidates(&obj, root, file_dir)
-        };
+        let file = ModuleFile::new(bytes.clone(), &obj, root, file_dir);
         Ok((
             LoadedModule {
-                bytes,
+                file,
                 bias,
                 segments,
                 cfi,
-                cfi_cache: HashMap::new(),
-                expr_cache: HashMap::new(),
-                debug_candidates,
-                has_symtab,
-                has_dwarf,
-                debug: None,
-                symbols: None,
-                names: HashMap::new(),
-                dwarf: None,
-                lines: HashMap::new(),
-                call_sites: HashMap::new(),
-                die_targets: HashMap::new(),
-                by_name: None,
-                exported: HashMap::new(),
+                cfi_cache: BoundedMap::default(),
+                expr_cache: BoundedMap::default(),
+                symbols: ModuleSymbols::default(),
+                lines: ModuleLines::default(),
             },
             fh,
         ))
@@ -145,9 +114,6 @@ impl LoadedModule {
             return c;
         }
         let c = self.cfi.covers(svma);
-        if self.cfi_cache.len() >= CACHE_MAX {
-            self.cfi_cache.clear();
-        }
         self.cfi_cache.insert(svma, c);
         c
     }
@@ -177,30 +143,9 @@ impl LoadedModule {
         }
         let r = self.cfi.expression_step(svma, sp, bp, read);
         if r.is_none() {
-            if self.expr_cache.len() >= CACHE_MAX {
-                self.expr_cache.clear();
-            }
             self.expr_cache.insert(svma, false);
         }
         r
-    }
-
-    pub(super) fn debug_file(&mut self) -> Option<Arc<Backing>> {
-        if let Some(d) = &self.debug {
-            return d.clone();
-        }
-        let found = self.debug_candidates.iter().find_map(|(path, want_id)| {
-            let b = Backing::open(std::path::Path::new(path)).ok()?;
-            let obj = object::File::parse(&*b).ok()?;
-            if let Some(want) = want_id {
-                if obj.build_id().ok().flatten() != Some(want.as_slice()) {
-                    return None;
-                }
-            }
-            Some(Arc::new(b))
-        });
-        self.debug = Some(found.clone());
-        found
     }
 
     /// The target (svma) of a direct `call rel32` ending at `ret`, decoded
@@ -213,64 +158,232 @@ impl LoadedModule {
             .segments
             .iter()
             .find(|&&(start, end, _)| start <= at && ret <= end)?;
-        let b = self.bytes.range(off.checked_add(at - start)?, 5)?;
+        let b = self.file.bytes.range(off.checked_add(at - start)?, 5)?;
         if b.first() != Some(&0xE8) {
             return None;
         }
         let rel = i32::from_le_bytes(b.get(1..5)?.try_into().ok()?);
         Some(ret.wrapping_add(rel as i64 as u64))
     }
+
+    /// Start (svma) of the sized or nearest function symbol covering `svma`.
+    pub(crate) fn function_start(&mut self, svma: u64) -> Option<u64> {
+        self.symbols.function_start(&mut self.file, svma)
+    }
+
+    /// (demangled name, exported) of the function containing `svma`; cached.
+    pub(crate) fn symbol(&mut self, svma: u64) -> Option<(Arc<str>, bool)> {
+        self.symbols.symbol(&mut self.file, svma)
+    }
+
+    /// The address of the exported function `name`, as the dynamic linker
+    /// binds it (see [`ModuleSymbols::exported_function`]).
+    pub(crate) fn exported_function(&mut self, name: &str) -> Option<u64> {
+        self.symbols.exported_function(&mut self.file, name)
+    }
+
+    /// Whether DWARF may be found for this module: its own, or with
+    /// `debug_files`, a separate debug file's (not opened here).
+    pub(crate) fn may_have_lines(&self, debug_files: bool) -> bool {
+        ModuleLines::may_have_lines(&self.file, debug_files)
+    }
+
+    /// Drop DWARF state so the next lookup decides afresh where DWARF comes from.
+    pub(crate) fn forget_lines(&mut self) {
+        self.lines.forget();
+    }
+
+    /// DWARF frames for `svma`, innermost (most inlined) first; empty when
+    /// there is no DWARF for it.
+    pub(crate) fn lines(&mut self, svma: u64, debug_files: bool) -> Arc<[LineFrame]> {
+        self.lines.lines(&mut self.file, svma, debug_files)
+    }
+
+    /// The call site whose return address is `ret` (svma).
+    pub(crate) fn call_site(&mut self, ret: u64, debug_files: bool) -> Option<CallSite> {
+        self.lines.call_site(&mut self.file, ret, debug_files)
+    }
+
+    /// The entry (svma) of the function a call target stands for, in this
+    /// module.
+    pub(crate) fn resolve_target(&mut self, t: &CallTarget, debug_files: bool) -> Option<u64> {
+        let symbols = &mut self.symbols;
+        self.lines
+            .resolve_target(&mut self.file, t, debug_files, &mut |f, n| {
+                symbols.function_by_name(f, n)
+            })
+    }
+
+    /// The name a call target has, for a declaration.
+    pub(crate) fn target_name(&mut self, t: &CallTarget, debug_files: bool) -> Option<Arc<str>> {
+        self.lines.target_name(&mut self.file, t, debug_files)
+    }
+
+    /// The tail-call sites (return addresses, svma, outermost first) by
+    /// which the function entered at `g` reached the one entered at `h`.
+    pub(crate) fn tail_chain(&mut self, g: u64, h: u64, debug_files: bool) -> Option<Vec<u64>> {
+        let symbols = &mut self.symbols;
+        self.lines
+            .tail_chain(&mut self.file, g, h, debug_files, &mut |f, n| {
+                symbols.function_by_name(f, n)
+            })
+    }
 }
 
-/// Where a separate debug file for `obj` may be, with the build id it must
-/// have: by build id under `/usr/lib/debug` (in `root`, then here) and in
-/// the debuginfod clients' caches, and by `.gnu_debuglink` beside the file.
-fn debug_candidates(
-    obj: &object::File,
-    root: &str,
-    file_dir: &str,
-) -> Vec<(String, Option<Vec<u8>>)> {
-    let mut debug_candidates = Vec::new();
-    let build_id = obj.build_id().ok().flatten().map(|b| b.to_vec());
-    if let Some(id) = &build_id {
-        if id.len() >= 2 {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            for r in [root, ""] {
-                debug_candidates.push((
-                    format!(
-                        "{r}/usr/lib/debug/.build-id/{}/{}.debug",
-                        &hex[..2],
-                        &hex[2..]
-                    ),
-                    build_id.clone(),
-                ));
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::{ObjectSymbol, SymbolKind};
+    use std::collections::HashMap;
+
+    /// `python_fixtures/native/tailcall.c` built with `gcc -O2 -g` (with
+    /// `-gdwarf-4` too: the GNU call-site form, `DW_TAG_GNU_call_site`)
+    /// and loaded as a module at its own addresses; and the address of each
+    /// `tc_` function.
+    fn tailcall_fixture(extra: &[&str]) -> (LoadedModule, HashMap<String, u64>, String) {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let lib = dir.join("libtailcall.so");
+        let src = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/python_fixtures/native/tailcall.c"
+        );
+        let out = std::process::Command::new("gcc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .args(extra)
+            .arg(src)
+            .output()
+            .expect("run gcc");
+        assert!(
+            out.status.success(),
+            "gcc: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bytes = std::fs::read(&lib).unwrap();
+        let obj = object::File::parse(&bytes[..]).unwrap();
+        let exec = obj
+            .segments()
+            .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+            .unwrap();
+        let funcs: HashMap<String, u64> = obj
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text)
+            .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
+            .filter(|(n, _)| n.starts_with("tc_"))
+            .collect();
+        let (lm, _) = LoadedModule::load(
+            Arc::new(Backing::Owned(bytes.clone())),
+            "libtailcall.so",
+            0..1 << 20,
+            exec.address(),
+            exec.file_range().0,
+            "",
+            dir.to_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(lm.bias, 0);
+        (lm, funcs, lib.to_str().unwrap().to_string())
+    }
+
+    /// The last instruction before `ret` (svma), as objdump disassembles it.
+    fn instruction_before(lib: &str, funcs: &HashMap<String, u64>, ret: u64) -> String {
+        let start = funcs.values().filter(|&&a| a < ret).max().unwrap();
+        let out = std::process::Command::new("objdump")
+            .args(["-d", "--no-show-raw-insn"])
+            .arg(format!("--start-address={start:#x}"))
+            .arg(format!("--stop-address={ret:#x}"))
+            .arg(lib)
+            .output()
+            .expect("run objdump");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .rev()
+            .find(|l| {
+                l.trim_start()
+                    .split(':')
+                    .next()
+                    .is_some_and(|a| u64::from_str_radix(a.trim(), 16).is_ok())
+            })
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[test]
+    fn tail_call_chains_from_gcc_call_site_records() {
+        for extra in [&[][..], &["-gdwarf-4"][..]] {
+            let (mut lm, f, lib) = tailcall_fixture(extra);
+            let at = |n: &str| *f.get(n).unwrap_or_else(|| panic!("{n} in {f:?}"));
+            let name = |lm: &mut LoadedModule, a: u64| lm.symbol(a - 1).map(|s| s.0.to_string());
+            // The call in each entry point: its return address, by the call
+            // site record whose target is the helper.
+            let call_in = |lm: &mut LoadedModule, entry: &str, helper: &str| -> CallSite {
+                let u = lm
+                    .lines
+                    .unit_call_sites(&mut lm.file, at(entry), false)
+                    .expect("DWARF");
+                let site = u
+                    .by_ret
+                    .values()
+                    .filter(|s| !s.tail && s.ret > at(entry))
+                    .min_by_key(|s| s.ret)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{extra:?}: no call in {entry}"));
+                let target = site.target.clone().expect("a direct call");
+                assert_eq!(
+                    lm.resolve_target(&target, false),
+                    Some(at(helper)),
+                    "{extra:?}"
+                );
+                assert_eq!(lm.call_site(site.ret, false), Some(site.clone()));
+                site
+            };
+
+            // One chain: tc_mid1 jumps to tc_mid2, which jumps to tc_leaf.
+            call_in(&mut lm, "tc_chain", "tc_mid1");
+            let chain = lm
+                .tail_chain(at("tc_mid1"), at("tc_leaf"), false)
+                .unwrap_or_else(|| panic!("{extra:?}: no chain"));
+            let names: Vec<_> = chain.iter().map(|&r| name(&mut lm, r)).collect();
+            assert_eq!(
+                names,
+                [Some("tc_mid1".to_string()), Some("tc_mid2".to_string())],
+                "{extra:?}"
+            );
+            for &r in &chain {
+                let insn = instruction_before(&lib, &f, r);
+                assert!(insn.contains("jmp"), "{extra:?}: {insn:?} before {r:#x}");
             }
-            // What debuginfod clients (gdb, elfutils) have fetched.
-            let caches = [
-                std::env::var("DEBUGINFOD_CACHE_PATH").ok(),
-                std::env::var("HOME")
-                    .ok()
-                    .map(|h| format!("{h}/.cache/debuginfod_client")),
-            ];
-            for c in caches.into_iter().flatten().filter(|c| !c.is_empty()) {
-                debug_candidates.push((format!("{c}/{hex}/debuginfo"), build_id.clone()));
+            // From inside the chain, the rest of it.
+            let rest = lm.tail_chain(at("tc_mid2"), at("tc_leaf"), false);
+            assert_eq!(rest.as_deref(), Some(&chain[1..]), "{extra:?}");
+            // A function reaching itself, or not reaching H at all.
+            assert_eq!(lm.tail_chain(at("tc_leaf"), at("tc_leaf"), false), None);
+            assert_eq!(lm.tail_chain(at("tc_mid1"), at("tc_leaf2"), false), None);
+
+            // Two chains (through tc_left and through tc_right): nothing.
+            call_in(&mut lm, "tc_fork", "tc_split");
+            for side in ["tc_left", "tc_right"] {
+                let c = lm.tail_chain(at(side), at("tc_leaf2"), false);
+                assert_eq!(c.map(|c| c.len()), Some(1), "{extra:?}: from {side}");
             }
+            assert_eq!(
+                lm.tail_chain(at("tc_split"), at("tc_leaf2"), false),
+                None,
+                "{extra:?}"
+            );
+
+            // An indirect jump on the way could reach tc_leaf as well: nothing.
+            call_in(&mut lm, "tc_indirect", "tc_maybe");
+            assert_eq!(
+                lm.tail_chain(at("tc_maybe"), at("tc_leaf"), false),
+                None,
+                "{extra:?}"
+            );
+            assert_eq!(
+                lm.tail_chain(at("tc_maybe"), at("tc_leaf2"), false),
+                None,
+                "{extra:?}"
+            );
         }
     }
-    if let Ok(Some((link, _crc))) = obj.gnu_debuglink() {
-        if let Ok(link) = std::str::from_utf8(link) {
-            if !link.contains('/') {
-                for r in [root, ""] {
-                    for d in [
-                        format!("{r}{file_dir}"),
-                        format!("{r}{file_dir}/.debug"),
-                        format!("{r}/usr/lib/debug{file_dir}"),
-                    ] {
-                        debug_candidates.push((format!("{d}/{link}"), build_id.clone()));
-                    }
-                }
-            }
-        }
-    }
-    debug_candidates
 }

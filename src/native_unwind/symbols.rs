@@ -6,6 +6,9 @@
 //! needs it. PyTorch's libtorch_cpu.so has some 450,000 function symbols
 //! with 150 MB of mostly C++ names; a table of every name, copied and
 //! demangled, is what made one `dump --native` take hundreds of MB.
+//! [`ModuleSymbols`] is a module's symbol state: the index, built on first
+//! use from the module's file (and its MiniDebugInfo and debug file), and
+//! the names and addresses asked of it, cached.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +19,8 @@ use object::LittleEndian as LE;
 use object::{Object, ObjectSection};
 
 use super::backing::{unxz, Backing};
-use super::module::{LoadedModule, CACHE_MAX};
+use super::cache::BoundedMap;
+use super::file::ModuleFile;
 
 /// Bits of [`Sym::size_flags`]: the symbol is in `.dynsym` and not local.
 const EXPORTED: u32 = 1 << 31;
@@ -577,56 +581,65 @@ fn is_legacy_rust(s: &str) -> bool {
             .is_some_and(|(_, h)| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-impl LoadedModule {
+/// A module's symbol state: its index (built on first use), and the
+/// names, exported functions and name-to-address table asked of it.
+#[derive(Default)]
+pub(super) struct ModuleSymbols {
+    index: Option<SymbolIndex>,
+    /// (demangled name, exported) by address.
+    names: BoundedMap<u64, Option<(Arc<str>, bool)>>,
+    /// Function symbols by exact name (None: several addresses).
+    by_name: Option<HashMap<Box<str>, Option<u64>>>,
+    /// Exported functions by name, as the hash table found them.
+    exported: BoundedMap<Box<str>, Option<u64>>,
+}
+
+impl ModuleSymbols {
     /// The module's symbol index, built on first use: its own `.dynsym`,
     /// `.symtab` and PLT; without `.symtab`, MiniDebugInfo's and the
     /// separate debug file's `.symtab` too.
-    fn symbols(&mut self) -> &SymbolIndex {
-        if self.symbols.is_none() {
+    fn index(&mut self, file: &mut ModuleFile) -> &SymbolIndex {
+        self.index.get_or_insert_with(|| {
             let mut s = SymbolIndex::default();
-            s.add_file(&self.bytes, true, true);
-            if !self.has_symtab {
+            s.add_file(&file.bytes, true, true);
+            if !file.has_symtab {
                 // MiniDebugInfo: an xz-compressed ELF file holding the
                 // static function symbols that stripping removed (Fedora,
                 // RHEL, some wheels' bundled libraries).
-                let minidebug = object::File::parse(&**self.bytes).ok().and_then(|obj| {
+                let minidebug = object::File::parse(&**file.bytes).ok().and_then(|obj| {
                     let sec = obj.section_by_name(".gnu_debugdata")?;
                     let (off, len) = sec.file_range()?;
-                    self.bytes.range(off, len).and_then(|b| unxz(&b))
+                    file.bytes.range(off, len).and_then(|b| unxz(&b))
                 });
                 if let Some(bytes) = minidebug {
                     s.add_file(&Arc::new(Backing::Owned(bytes)), true, false);
                 }
-                if let Some(d) = self.debug_file() {
+                if let Some(d) = file.debug_file() {
                     s.add_file(&d, true, false);
                 }
             }
             s.finish();
-            self.symbols = Some(s);
-        }
-        self.symbols.get_or_insert_with(SymbolIndex::default)
+            s
+        })
     }
 
     /// Start (svma) of the sized or nearest function symbol covering `svma`.
-    pub(crate) fn function_start(&mut self, svma: u64) -> Option<u64> {
-        self.symbols().lookup(svma).map(|f| f.start)
+    pub(super) fn function_start(&mut self, file: &mut ModuleFile, svma: u64) -> Option<u64> {
+        self.index(file).lookup(svma).map(|f| f.start)
     }
 
     /// (demangled name, exported) of the function containing `svma`; cached.
     /// The name is read from the file and demangled here, on the first
     /// lookup of the address: only frames that are unwound ask.
-    pub(crate) fn symbol(&mut self, svma: u64) -> Option<(Arc<str>, bool)> {
+    pub(super) fn symbol(&mut self, file: &mut ModuleFile, svma: u64) -> Option<(Arc<str>, bool)> {
         if let Some(n) = self.names.get(&svma) {
             return n.clone();
         }
-        let syms = self.symbols();
+        let syms = self.index(file);
         let r = syms
             .lookup(svma)
             .and_then(|f| syms.name(&f))
             .map(|(n, exported)| (Arc::<str>::from(demangle(&n)), exported));
-        if self.names.len() >= CACHE_MAX {
-            self.names.clear();
-        }
         self.names.insert(svma, r.clone());
         r
     }
@@ -638,17 +651,14 @@ impl LoadedModule {
     /// at different addresses, have that name. What a call from another
     /// module (a PLT stub, a declaration) binds to. Without a hash table,
     /// [`Self::function_by_name`]. Cached per name.
-    pub(crate) fn exported_function(&mut self, name: &str) -> Option<u64> {
+    pub(super) fn exported_function(&mut self, file: &mut ModuleFile, name: &str) -> Option<u64> {
         if let Some(r) = self.exported.get(name) {
             return *r;
         }
-        let r = match dyn_hash_lookup(&self.bytes, name) {
+        let r = match dyn_hash_lookup(&file.bytes, name) {
             Some(r) => r,
-            None => self.function_by_name(name),
+            None => self.function_by_name(file, name),
         };
-        if self.exported.len() >= CACHE_MAX {
-            self.exported.clear();
-        }
         self.exported.insert(name.into(), r);
         r
     }
@@ -657,9 +667,9 @@ impl LoadedModule {
     /// symbol tables have it (every alias counts); None when no function,
     /// or several at different addresses, have that name. The table is
     /// built on first use (only the tail-call search asks).
-    pub(crate) fn function_by_name(&mut self, name: &str) -> Option<u64> {
+    pub(super) fn function_by_name(&mut self, file: &mut ModuleFile, name: &str) -> Option<u64> {
         if self.by_name.is_none() {
-            let map = self.symbols().by_name();
+            let map = self.index(file).by_name();
             self.by_name = Some(map);
         }
         self.by_name.as_ref()?.get(name).copied().flatten()
@@ -669,7 +679,7 @@ impl LoadedModule {
 /// Bound on the symbols one hash chain may make us look at.
 const CHAIN_MAX: u32 = 1 << 16;
 
-/// [`LoadedModule::exported_function`] through `data`'s dynamic symbol hash
+/// [`ModuleSymbols::exported_function`] through `data`'s dynamic symbol hash
 /// table: Some(answer) when the module has one, None when it has none (or
 /// it cannot be read). Every index and offset comes from the file and is
 /// bounded by the sections it points into.
