@@ -1,7 +1,7 @@
 //! Merging a native stack with the Python stack of the same thread: each
 //! eval-loop C frame is replaced by the Python frames it runs.
 
-use super::NativeFrame;
+use super::frame::NativeFrame;
 
 /// A Python frame with what merging needs to know about it.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,38 +50,6 @@ fn base_name(function: &str) -> &str {
     match function.find('.') {
         Some(i) if i > 0 => &function[..i],
         _ => function,
-    }
-}
-
-/// The name as shown: without the suffixes compilers add to clones and
-/// split-off parts (`.constprop.0`, `.lto_priv.0`, `.isra.0`, `.part.0`,
-/// `.cold`, Rust's `.llvm.N`), however many are stacked.
-pub fn display_name(function: &str) -> &str {
-    let mut n = function;
-    loop {
-        let before = n;
-        n = n
-            .strip_suffix(".cold")
-            .filter(|b| !b.is_empty())
-            .unwrap_or(n);
-        for marker in [
-            ".constprop.",
-            ".lto_priv.",
-            ".isra.",
-            ".part.",
-            ".llvm.",
-            ".cold.",
-        ] {
-            if let Some(i) = n.rfind(marker) {
-                let digits = &n[i + marker.len()..];
-                if i > 0 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-                    n = &n[..i];
-                }
-            }
-        }
-        if n == before {
-            return n;
-        }
     }
 }
 

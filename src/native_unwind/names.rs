@@ -42,7 +42,7 @@ const PREFIXES: &[&str] = &[
 /// The short, readable form of a demangled native name (see the module
 /// documentation).
 pub(crate) fn short_name(full: &str) -> Cow<'_, str> {
-    let name = super::display_name(full);
+    let name = super::frame::display_name(full);
     let name = strip_rust_hash(name);
     // A C name, a Rust path without generics: nothing more to do.
     if !name

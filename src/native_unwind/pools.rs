@@ -3,7 +3,7 @@
 //! is often just the process's (`python3`); the function their thread
 //! starts in says which pool they serve.
 
-use super::NativeFrame;
+use super::frame::{cuda_tag, display_name, NativeFrame};
 
 /// A pool's worker loop: the function a worker thread runs (matched on the
 /// demangled name, `contains`), the library it must be in when the name
@@ -124,7 +124,7 @@ pub(crate) fn pool_worker(frames: &[NativeFrame]) -> Option<&'static str> {
         };
         let hit = POOLS.iter().find(|p| {
             let named = if p.module.is_some() {
-                super::display_name(function) == p.function
+                display_name(function) == p.function
             } else {
                 function.contains(p.function)
             };
@@ -223,8 +223,7 @@ pub(crate) fn cuda_sync<T>(
 ) -> Option<usize> {
     frames.iter().rposition(|f| {
         let (function, module) = frame(f);
-        super::cuda_tag(module).is_some()
-            && function.is_some_and(|n| is_cuda_sync(super::display_name(n)))
+        cuda_tag(module).is_some() && function.is_some_and(|n| is_cuda_sync(display_name(n)))
     })
 }
 
