@@ -658,6 +658,16 @@ impl NativeUnwinder {
                 _ => *regs = before,
             }
         }
+        // Code in no file (a JIT's: XLA's kernels) has neither CFI nor
+        // symbols, and the JITs that emit it keep a frame pointer: rbp is
+        // believed there when it leads to a return address the unwind can
+        // go on from, as gdb believes it. A stale return address left lower
+        // on the stack would otherwise win the scan and invent a frame.
+        if !covered && self.module_for(lookup).is_none() {
+            if let Some(ra) = self.jit_frame_pointer_step(regs, stack, mem) {
+                return (Some(ra), UnwindMethod::FramePointer);
+            }
+        }
         // No CFI here: a frame pointer is believed only when the scan agrees
         // that the nearest return address on the stack is the one it names;
         // otherwise the scan's return address wins (hand-written assembly
@@ -724,6 +734,34 @@ impl NativeUnwinder {
             }
         }
         (None, UnwindMethod::Scan)
+    }
+
+    /// The caller of a frame in code outside any file, by its frame
+    /// pointer: rbp within [`FP_MAX_FRAME`] above the stack pointer, the
+    /// word above it a return address from which the unwind can go on
+    /// (see [`Self::consistent`]). Moves `regs` to the caller when found.
+    fn jit_frame_pointer_step(
+        &mut self,
+        regs: &mut UnwindRegsX86_64,
+        stack: &mut StackReader,
+        mem: &dyn Memory,
+    ) -> Option<u64> {
+        let (sp, bp) = (regs.sp(), regs.bp());
+        if !(bp > sp && bp - sp < FP_MAX_FRAME && bp.is_multiple_of(8)) {
+            return None;
+        }
+        let stack_end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
+        let slot = bp.checked_add(8)?;
+        let ra = stack.read_u64(slot).ok()?;
+        let saved_bp = stack.read_u64(bp).ok()?;
+        if !(self.is_return_address(ra, mem)
+            && self.consistent(ra, slot, saved_bp, stack_end, stack))
+        {
+            return None;
+        }
+        regs.set_sp(slot + 8);
+        regs.set_bp(saved_bp);
+        Some(ra)
     }
 
     /// The stack slot at or above `sp` holding the return address of the
