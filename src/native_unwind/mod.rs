@@ -664,7 +664,7 @@ impl NativeUnwinder {
         // go on from, as gdb believes it. A stale return address left lower
         // on the stack would otherwise win the scan and invent a frame.
         if !covered && self.module_for(lookup).is_none() {
-            if let Some(ra) = self.jit_frame_pointer_step(regs, stack, mem) {
+            if let Some(ra) = self.frame_pointer_step(regs, stack, mem, true) {
                 return (Some(ra), UnwindMethod::FramePointer);
             }
         }
@@ -723,41 +723,38 @@ impl NativeUnwinder {
             return (Some(ra), UnwindMethod::Scan);
         }
         // Nothing within the scan window: a large frame with a frame pointer.
-        if bp > sp && bp - sp < FP_MAX_FRAME && bp.is_multiple_of(8) {
-            if let (Ok(ra), Ok(saved_bp)) = (stack.read_u64(bp.wrapping_add(8)), stack.read_u64(bp))
-            {
-                if self.is_return_address(ra, mem) {
-                    regs.set_sp(bp.wrapping_add(16));
-                    regs.set_bp(saved_bp);
-                    return (Some(ra), UnwindMethod::FramePointer);
-                }
-            }
+        match self.frame_pointer_step(regs, stack, mem, false) {
+            Some(ra) => (Some(ra), UnwindMethod::FramePointer),
+            None => (None, UnwindMethod::Scan),
         }
-        (None, UnwindMethod::Scan)
     }
 
-    /// The caller of a frame in code outside any file, by its frame
-    /// pointer: rbp within [`FP_MAX_FRAME`] above the stack pointer, the
-    /// word above it a return address from which the unwind can go on
+    /// The caller of a frame by its frame pointer: rbp within
+    /// [`FP_MAX_FRAME`] above the stack pointer, the word above it a return
+    /// address, from which, when `go_on` is asked, the unwind can go on
     /// (see [`Self::consistent`]). Moves `regs` to the caller when found.
-    fn jit_frame_pointer_step(
+    fn frame_pointer_step(
         &mut self,
         regs: &mut UnwindRegsX86_64,
         stack: &mut StackReader,
         mem: &dyn Memory,
+        go_on: bool,
     ) -> Option<u64> {
         let (sp, bp) = (regs.sp(), regs.bp());
         if !(bp > sp && bp - sp < FP_MAX_FRAME && bp.is_multiple_of(8)) {
             return None;
         }
-        let stack_end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
         let slot = bp.checked_add(8)?;
         let ra = stack.read_u64(slot).ok()?;
         let saved_bp = stack.read_u64(bp).ok()?;
-        if !(self.is_return_address(ra, mem)
-            && self.consistent(ra, slot, saved_bp, stack_end, stack))
-        {
+        if !self.is_return_address(ra, mem) {
             return None;
+        }
+        if go_on {
+            let stack_end = self.mapping(sp).map(|m| m.end).unwrap_or(sp);
+            if !self.consistent(ra, slot, saved_bp, stack_end, stack) {
+                return None;
+            }
         }
         regs.set_sp(slot + 8);
         regs.set_bp(saved_bp);

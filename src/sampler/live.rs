@@ -124,13 +124,10 @@ impl Liveness {
 /// Another tracer of a thread of `pid` (not us): say who, before any pause
 /// fails on it.
 pub(super) fn check_not_traced(pid: i32, threads: &[(i32, bool)]) -> Result<(), Error> {
-    match threads
+    threads
         .iter()
         .find_map(|&(tid, _)| crate::pause::other_tracer(pid, tid))
-    {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+        .map_or(Ok(()), Err)
 }
 
 pub(super) fn is_zombie(pid: i32) -> bool {
