@@ -1115,6 +1115,45 @@ fn pool_threads_show_their_waits() {
     }
 }
 
+/// XLA's kernels under JAX run from an anonymous mapping, announced
+/// through gdb's JIT interface: a thread caught in one shows the kernel's
+/// name (module `[jit]`), as gdb's backtrace does, never a bare `??`.
+#[test]
+fn jit_kernels_are_named_from_the_jit_interface() {
+    let i = matrix("pyenv's 3.11", (3, 11), "pyenv");
+    let dir = built().to_str().unwrap().to_string();
+    let fixture = Fixture::spawn_with_timeout(
+        &i,
+        "native/gdb_workloads.py",
+        &["jax", &dir],
+        Duration::from_secs(90),
+    );
+    let mut named = Vec::new();
+    for _ in 0..60 {
+        let dump = dump_json(fixture.pid, &["--native-all"]).remove(0);
+        for t in dump["threads"].as_array().into_iter().flatten() {
+            for f in t["frames"].as_array().into_iter().flatten() {
+                let module = f["module"].as_str().unwrap_or("");
+                if module == "[anon]" {
+                    panic!("a frame in anonymous code is left unnamed: {f}");
+                }
+                if module == "[jit]" {
+                    named.push(f["function"].as_str().unwrap_or("").to_string());
+                }
+            }
+        }
+        if !named.is_empty() {
+            break;
+        }
+    }
+    eprintln!("JIT frames seen on {}: {named:?}", i.label);
+    assert!(
+        !named.is_empty(),
+        "60 dumps never caught the JAX worker in its XLA kernel"
+    );
+    assert!(named.iter().all(|n| !n.is_empty()), "{named:?}");
+}
+
 /// Names as gdb and pyinspect spell them reduce alike, argument lists
 /// inside template arguments kept (the JAX and tokenizers workloads' C++
 /// and Rust names).

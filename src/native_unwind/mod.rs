@@ -16,6 +16,7 @@ mod cfi;
 mod dwarf;
 mod file;
 mod frame;
+mod jit;
 mod merge;
 mod module;
 mod names;
@@ -110,6 +111,8 @@ pub struct NativeUnwinder {
     ended: Option<String>,
     /// Whether this unwind re-read the maps for [`is_code`](Self::is_code).
     refreshed_in_unwind: bool,
+    /// Names of code compiled at run time (gdb's JIT interface).
+    jit: jit::JitCode,
 }
 
 impl NativeUnwinder {
@@ -128,6 +131,7 @@ impl NativeUnwinder {
             debug_file_lines: false,
             ended: None,
             refreshed_in_unwind: false,
+            jit: jit::JitCode::default(),
         };
         u.refresh()?;
         Ok(u)
@@ -506,7 +510,7 @@ impl NativeUnwinder {
                 }
                 None => return vec![frame.clone()],
             },
-            None => return vec![frame.clone()],
+            None => return vec![self.jit_frame(frame)],
         };
         if lines.is_empty() {
             return vec![frame.clone()];
@@ -529,6 +533,33 @@ impl NativeUnwinder {
                 f
             })
             .collect()
+    }
+
+    /// `frame`, named from the target's JIT interface when it is code
+    /// outside every file that a JIT announced there (see [`jit`]). The
+    /// modules loaded so far (those on the stacks unwound) are searched
+    /// for the JIT's descriptor, each once.
+    fn jit_frame(&mut self, frame: &NativeFrame) -> NativeFrame {
+        let mut f = frame.clone();
+        if f.function.is_some() || f.module != "[anon]" {
+            return f;
+        }
+        for m in &self.modules {
+            let key = (m.path.clone(), m.start);
+            if let LoadState::Loaded(lm) = &m.state {
+                if self.jit.wants_module(&key) {
+                    let d = lm
+                        .data_symbol(jit::DESCRIPTOR, jit::DESCRIPTOR_SIZE)
+                        .map(|svma| svma.wrapping_add(lm.bias));
+                    self.jit.searched_module(key, d);
+                }
+            }
+        }
+        if let Some(name) = self.jit.name(&*self.source, f.lookup_ip()) {
+            f.function = Some(name.to_string());
+            f.module = "[jit]".to_string();
+        }
+        f
     }
 
     /// Unwind thread `tid`, which the caller has stopped with ptrace

@@ -182,6 +182,12 @@ impl LoadedModule {
         self.symbols.exported_function(&mut self.file, name)
     }
 
+    /// The address (svma) of the data object `name` of `size` bytes, from
+    /// the module's own symbol tables (see [`super::symbols::object_symbol`]).
+    pub(crate) fn data_symbol(&self, name: &str, size: u64) -> Option<u64> {
+        super::symbols::object_symbol(&self.file.bytes, name, size)
+    }
+
     /// Whether DWARF may be found for this module: its own, or with
     /// `debug_files`, a separate debug file's (not opened here).
     pub(crate) fn may_have_lines(&self, debug_files: bool) -> bool {

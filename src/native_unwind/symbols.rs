@@ -676,6 +676,52 @@ impl ModuleSymbols {
     }
 }
 
+/// The address (svma) of the data object named `name` of exactly `size`
+/// bytes, from `data`'s `.symtab` or `.dynsym`, local symbols included:
+/// for well-known variables a debugger finds by name, such as gdb's JIT
+/// interface descriptor. The tables are streamed in chunks; only the
+/// names of objects of that size are read, so a large library costs one
+/// pass over its symbol table and a handful of name reads.
+pub(super) fn object_symbol(data: &Backing, name: &str, size: u64) -> Option<u64> {
+    let secs = sections(data)?;
+    let mut buf = Vec::new();
+    let mut name_buf = vec![0u8; name.len() + 1];
+    for s in secs
+        .iter()
+        .filter(|s| s.kind == elf::SHT_SYMTAB || s.kind == elf::SHT_DYNSYM)
+    {
+        let Some(strtab) = secs.get(s.link as usize) else {
+            continue;
+        };
+        let n = s.size / 24;
+        let mut i = 0;
+        while i < n {
+            let count = (n - i).min(CHUNK / 24);
+            let bytes = chunk(data, s.off + i * 24, count * 24, &mut buf)?;
+            for e in bytes.chunks_exact(24) {
+                let (st_name, info, shndx, value, st_size) = parse_sym(e);
+                if info & 0xf != elf::STT_OBJECT
+                    || st_size != size
+                    || shndx == elf::SHN_UNDEF
+                    || u64::from(st_name) + name_buf.len() as u64 > strtab.size
+                {
+                    continue;
+                }
+                if data
+                    .read_into(strtab.off + u64::from(st_name), &mut name_buf)
+                    .is_some()
+                    && name_buf.last() == Some(&0)
+                    && &name_buf[..name.len()] == name.as_bytes()
+                {
+                    return Some(value);
+                }
+            }
+            i += count;
+        }
+    }
+    None
+}
+
 /// Bound on the symbols one hash chain may make us look at.
 const CHAIN_MAX: u32 = 1 << 16;
 
