@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, SymbolKind};
 
-use super::symbols::demangle;
+use super::names::demangle;
 use crate::memory::{le_u32, le_u64, Memory, MemoryExt};
 
 /// The descriptor's symbol, and its size: `{ u32 version; u32 action;

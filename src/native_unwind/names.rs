@@ -1,4 +1,5 @@
-//! Names a person can read for native frames.
+//! Names a person can read for native frames: a symbol demangled
+//! ([`demangle`], C++ and Rust) and then shortened.
 //!
 //! A demangled C++ name is the whole signature: return type (DWARF names
 //! keep it for templates), every template argument spelled out, the
@@ -452,6 +453,38 @@ impl Writer<'_> {
     }
 }
 
+/// Demangle C++ (Itanium) and Rust names; C names come back unchanged.
+pub(crate) fn demangle(name: &str) -> String {
+    let (base, suffix) = match name.find('.') {
+        Some(i) if i > 0 => name.split_at(i),
+        _ => (name, ""),
+    };
+    if base.starts_with("_R") || is_legacy_rust(base) {
+        if let Ok(d) = rustc_demangle::try_demangle(base) {
+            return format!("{d:#}{suffix}");
+        }
+    }
+    if base.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(base) {
+            let opts = cpp_demangle::DemangleOptions::new().no_return_type();
+            if let Ok(d) = sym.demangle_with_options(&opts) {
+                return format!("{d}{suffix}");
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Legacy Rust mangling is Itanium-shaped; its tell is the `17h<16 hex>E` hash.
+fn is_legacy_rust(s: &str) -> bool {
+    s.starts_with("_ZN")
+        && s.len() > 20
+        && s.ends_with('E')
+        && s[..s.len() - 1]
+            .rsplit_once("17h")
+            .is_some_and(|(_, h)| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,6 +496,18 @@ mod tests {
 
     /// The frames of the issue and of libtorch, as cpp_demangle and
     /// addr2line give them.
+    #[test]
+    fn demangles_cpp_rust_and_keeps_c() {
+        assert_eq!(demangle("read"), "read");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("_ZN3foo3barEv.cold"), "foo::bar().cold");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_RNvCs1234_5krate4func"), "krate::func");
+    }
+
     #[test]
     fn pytorch_names() {
         let cases = [
