@@ -555,7 +555,7 @@ impl SymbolIndex {
 #[derive(Default)]
 pub(super) struct ModuleSymbols {
     index: Option<SymbolIndex>,
-    /// (demangled name, exported) by address.
+    /// (demangled name, exported) by function start.
     names: BoundedMap<u64, Option<(Arc<str>, bool)>>,
     /// Function symbols by exact name (None: several addresses).
     by_name: Option<HashMap<Box<str>, Option<u64>>>,
@@ -601,15 +601,18 @@ impl ModuleSymbols {
     /// The name is read from the file and demangled here, on the first
     /// lookup of the address: only frames that are unwound ask.
     pub(super) fn symbol(&mut self, file: &mut ModuleFile, svma: u64) -> Option<(Arc<str>, bool)> {
-        if let Some(n) = self.names.get(&svma) {
+        // Cached by the function's start, so that every address met in one
+        // function shares one name (a long record meets many).
+        let start = self.index(file).lookup(svma)?.start;
+        if let Some(n) = self.names.get(&start) {
             return n.clone();
         }
         let syms = self.index(file);
         let r = syms
-            .lookup(svma)
+            .lookup(start)
             .and_then(|f| syms.name(&f))
             .map(|(n, exported)| (Arc::<str>::from(demangle(&n)), exported));
-        self.names.insert(svma, r.clone());
+        self.names.insert(start, r.clone());
         r
     }
 
