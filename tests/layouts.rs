@@ -1108,7 +1108,7 @@ fn live_3_13_debug_offsets_agree_with_table() {
     let d = debug_offsets::read(&mem, addr).expect("read _Py_DebugOffsets");
     assert_eq!((d.major(), d.minor()), (3, 13));
     assert!(!d.free_threaded);
-    let o = debug_offsets::layout(&d).expect("overlay");
+    let o = debug_offsets::overlay::layout(&d).expect("overlay");
     assert!(
         o.diffs.is_empty(),
         "differences from the 3.13 table: {:#?}",

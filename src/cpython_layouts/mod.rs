@@ -8,8 +8,9 @@
 //! interpreter's own headers with a compiled C probe.
 //!
 //! 3.13+ additionally carry `_Py_DebugOffsets` in the target; see
-//! [`debug_offsets`], which overlays those values onto the table (and is the
-//! only source of truth for versions newer than the newest table).
+//! [`debug_offsets`], which reads it, and [`debug_offsets::overlay`], which
+//! overlays those values onto the table (and is the only source of truth
+//! for versions newer than the newest table).
 
 pub mod asyncio;
 pub mod debug_offsets;

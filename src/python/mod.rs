@@ -12,4 +12,5 @@ pub(crate) mod obmalloc;
 pub(crate) mod pagecache;
 pub(crate) mod process;
 pub(crate) mod reader;
+mod repr;
 pub(crate) mod strings;

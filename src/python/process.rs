@@ -551,7 +551,7 @@ fn choose_layout(
         let mut cookie = [0u8; 8];
         carries = mem.read(rt, &mut cookie).is_ok() && &cookie == debug_offsets::COOKIE;
         if carries {
-            match debug_offsets::read(mem, rt).and_then(|d| debug_offsets::layout(&d)) {
+            match debug_offsets::read(mem, rt).and_then(|d| debug_offsets::overlay::layout(&d)) {
                 Ok(o) if o.own_table() => {
                     // The table is proven against this version's headers: a
                     // difference means one of the two is wrong. Say so once.
