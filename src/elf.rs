@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::mapping::MapEntry;
+use crate::zeroed::Zeroed;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use std::collections::HashMap;
 use std::path::Path;
@@ -86,7 +87,7 @@ pub(crate) fn load(file: &Path, maps: &[&MapEntry], wanted: &[&str]) -> Result<B
 /// libpython) are not read, and their pages of the zeroed buffer are never
 /// touched. Small files, and files whose section headers cannot tell, are
 /// read whole.
-fn read_symbols_only(path: &Path) -> std::io::Result<Vec<u8>> {
+fn read_symbols_only(path: &Path) -> std::io::Result<Zeroed> {
     let f = std::fs::File::open(path)?;
     let wanted = |name: &[u8], kind: u32, flags: u64| {
         !name.starts_with(b".debug_")
@@ -98,12 +99,12 @@ fn read_symbols_only(path: &Path) -> std::io::Result<Vec<u8>> {
     };
     match read_sections(&f, 1 << 20, wanted)? {
         Some((data, _)) => Ok(data),
-        None => read_file(path),
+        None => read_file(path).map(Zeroed::from),
     }
 }
 
 /// A file's bytes with only some ranges read, and those ranges (sorted).
-pub(crate) type SparseFile = (Vec<u8>, Vec<std::ops::Range<u64>>);
+pub(crate) type SparseFile = (Zeroed, Vec<std::ops::Range<u64>>);
 
 /// An ELF64 little-endian file's ELF header, program and section headers,
 /// section names and the sections `wanted(name, sh_type, sh_flags)` picks,
@@ -146,9 +147,11 @@ pub(crate) fn read_sections(
     let (Some(ph), Some(sh)) = (within(phoff, phentsize * phnum), within(shoff, 64 * shnum)) else {
         return Ok(None);
     };
-    let mut data = vec![0u8; len as usize];
+    let Some(mut data) = usize::try_from(len).ok().and_then(Zeroed::new) else {
+        return Ok(None);
+    };
     let mut filled: Vec<Range<u64>> = Vec::new();
-    let mut fill = |data: &mut Vec<u8>, r: Range<u64>| -> std::io::Result<()> {
+    let mut fill = |data: &mut Zeroed, r: Range<u64>| -> std::io::Result<()> {
         if !r.is_empty() {
             file.read_exact_at(&mut data[r.start as usize..r.end as usize], r.start)?;
             filled.push(r);

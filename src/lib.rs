@@ -24,3 +24,4 @@ pub mod target;
 pub(crate) mod top;
 pub mod wait;
 pub mod watch;
+pub(crate) mod zeroed;

@@ -3,6 +3,7 @@
 //! the file when first asked for, and decompressed where they are stored
 //! compressed.
 
+use crate::zeroed::Zeroed;
 use std::borrow::Cow;
 use std::ops::{Deref, Range};
 
@@ -20,7 +21,7 @@ pub(crate) enum Backing {
     /// (`.debug_*` but `.debug_frame`) is read from `file` when first asked
     /// for (see [`Backing::range`]).
     Sparse {
-        data: Vec<u8>,
+        data: Zeroed,
         file: std::fs::File,
         /// File ranges present in `data`, sorted.
         filled: Vec<Range<u64>>,
@@ -215,4 +216,19 @@ fn section_bytes<'d>(sec: &object::Section<'d, '_>) -> Option<Cow<'d, [u8]>> {
         object::CompressionFormat::Zlib => inflate(c.data, c.uncompressed_size).map(Cow::Owned),
         _ => None,
     }
+}
+
+/// pyenv's libpython 3.11 (its own symbols, DWARF and a large
+/// `.eh_frame`): the real library the unwinder's file-reading tests use.
+#[cfg(test)]
+pub(super) fn pyenv_libpython311() -> std::path::PathBuf {
+    std::fs::read_dir(format!(
+        "{}/.pyenv/versions",
+        std::env::var("HOME").unwrap()
+    ))
+    .unwrap()
+    .flatten()
+    .map(|e| e.path().join("lib/libpython3.11.so.1.0"))
+    .find(|p| p.exists())
+    .expect("pyenv's 3.11 (libpython with its own symbols and DWARF)")
 }

@@ -10,7 +10,7 @@
 //! Without a usable table the section is read whole and indexed, as is
 //! `.debug_frame` (which only files without `.eh_frame` use).
 
-use std::cell::{RefCell, UnsafeCell};
+use std::cell::RefCell;
 use std::ops::{Deref, Range};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use gimli::{EndianSlice, LittleEndian, UnwindSection};
 
 use super::backing::Backing;
+use crate::zeroed::Zeroed;
 
 /// Read granule of a paged section.
 const PAGE: u64 = 4096;
@@ -53,7 +54,7 @@ pub(crate) struct PagedSection {
     file: Arc<Backing>,
     /// The section's file offset.
     off: u64,
-    buf: Box<[UnsafeCell<u8>]>,
+    buf: Zeroed,
     /// One bit per [`PAGE`]: read.
     read: RefCell<Vec<u64>>,
 }
@@ -61,28 +62,26 @@ pub(crate) struct PagedSection {
 impl Deref for PagedSection {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: UnsafeCell<u8> has u8's layout. Bytes are written only in
-        // `ensure`, only into pages not read before, and never while a slice
-        // from here is alive: a PagedSection is not Sync, and every slice
-        // taken from it (here and inside framehop) lives within one call
-        // that runs after the `ensure` it needs.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), self.buf.len()) }
+        // Bytes are written only in `ensure`, only into pages not read
+        // before, and never while a slice from here is alive: a
+        // PagedSection is not Sync, and every slice taken from it (here and
+        // inside framehop) lives within one call that runs after the
+        // `ensure` it needs.
+        &self.buf
     }
 }
 
 impl PagedSection {
-    fn new(file: Arc<Backing>, off: u64, len: usize) -> PagedSection {
-        // A zeroed allocation: its pages are not touched until written.
-        let buf: Box<[u8]> = vec![0u8; len].into_boxed_slice();
-        // SAFETY: UnsafeCell<u8> is repr(transparent) over u8.
-        let buf = unsafe { Box::from_raw(Box::into_raw(buf) as *mut [UnsafeCell<u8>]) };
+    fn new(file: Arc<Backing>, off: u64, len: usize) -> Option<PagedSection> {
+        // Zeroed: its pages are not touched until written.
+        let buf = Zeroed::new(len)?;
         let pages = (len as u64).div_ceil(PAGE) as usize;
-        PagedSection {
+        Some(PagedSection {
             file,
             off,
             buf,
             read: RefCell::new(vec![0; pages.div_ceil(64)]),
-        }
+        })
     }
 
     fn len(&self) -> u64 {
@@ -121,12 +120,10 @@ impl PagedSection {
                 return false;
             }
             // SAFETY: see `deref`: no slice of this section is alive while
-            // `ensure` runs, and these pages were never read, so nothing
-            // that looked at them before relied on their bytes.
-            unsafe {
-                let dst = UnsafeCell::raw_get(self.buf.as_ptr().add(start as usize));
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
-            }
+            // `ensure` runs (and it is not Sync), and these pages were never
+            // read, so nothing that looked at them before relied on their
+            // bytes.
+            unsafe { self.buf.write(start as usize, &bytes) };
             for x in p..=q {
                 read[(x / 64) as usize] |= 1 << (x % 64);
             }
@@ -234,7 +231,7 @@ fn section(bytes: &Arc<Backing>, r: &Range<u64>, whole: bool) -> Option<SectionD
             range,
         });
     }
-    let p = PagedSection::new(bytes.clone(), r.start, range.len());
+    let p = PagedSection::new(bytes.clone(), r.start, range.len())?;
     if whole && !p.ensure_all() {
         return None;
     }
@@ -591,15 +588,7 @@ mod tests {
     /// (pyenv's libpython 3.11, and libc), reading only what is asked.
     #[test]
     fn paged_eh_frame_finds_what_the_whole_section_does() {
-        let libpython = std::fs::read_dir(format!(
-            "{}/.pyenv/versions",
-            std::env::var("HOME").unwrap()
-        ))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path().join("lib/libpython3.11.so.1.0"))
-        .find(|p| p.exists())
-        .expect("pyenv's 3.11");
+        let libpython = super::super::backing::pyenv_libpython311();
         let libc = std::path::PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6");
         for path in [libpython, libc] {
             let sparse = Arc::new(Backing::open(&path).unwrap());

@@ -13,6 +13,7 @@ use super::backing::{dwarf_section, Backing};
 use super::cache::BoundedMap;
 use super::callsites::{self, CallSite, CallTarget, UnitCallSites};
 use super::file::ModuleFile;
+use crate::zeroed::Zeroed;
 
 type Slice = EndianSlice<'static, LittleEndian>;
 
@@ -23,7 +24,7 @@ pub(super) struct DwarfCtx {
     pub(super) ctx: addr2line::Context<Slice>,
     /// The same sections, for what addr2line does not read: call sites.
     pub(super) dwarf: Arc<gimli::Dwarf<Slice>>,
-    _owned: Vec<Box<[u8]>>,
+    _owned: Vec<Zeroed>,
     _shared: Option<Arc<Shared>>,
     _file: Arc<Backing>,
 }
@@ -57,7 +58,7 @@ impl DwarfCtx {
     pub(super) fn load(file: Arc<Backing>) -> Option<DwarfCtx> {
         let obj = object::File::parse(&**file).ok()?;
         obj.section_by_name(".debug_info")?;
-        let mut owned: Vec<Box<[u8]>> = Vec::new();
+        let mut owned: Vec<Zeroed> = Vec::new();
         let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
             if unread(id) {
                 return Ok(EndianSlice::new(&[], LittleEndian));
@@ -68,7 +69,7 @@ impl DwarfCtx {
             {
                 Some(Cow::Borrowed(b)) => b,
                 Some(Cow::Owned(v)) => {
-                    owned.push(v.into_boxed_slice());
+                    owned.push(Zeroed::from(v));
                     owned.last().map(|b| &b[..]).unwrap_or(&[])
                 }
                 None => &[],
@@ -84,7 +85,7 @@ impl DwarfCtx {
     /// `shared` and `file`, kept with it.
     fn new(
         dwarf: gimli::Dwarf<Slice>,
-        owned: Vec<Box<[u8]>>,
+        owned: Vec<Zeroed>,
         shared: Option<Arc<Shared>>,
         file: Arc<Backing>,
     ) -> Option<DwarfCtx> {
@@ -268,8 +269,8 @@ impl UnitDwarf {
 
     /// A buffer of `end` zero bytes (pages never touched cost nothing)
     /// with the section's bytes `off..end` read in.
-    fn partial(&self, sec: (u64, u64), off: u64, end: u64) -> Option<Box<[u8]>> {
-        let mut buf = vec![0u8; usize::try_from(end).ok()?].into_boxed_slice();
+    fn partial(&self, sec: (u64, u64), off: u64, end: u64) -> Option<Zeroed> {
+        let mut buf = Zeroed::new(usize::try_from(end).ok()?)?;
         self.file
             .read_into(sec.0 + off, buf.get_mut(off as usize..end as usize)?)?;
         Some(buf)
@@ -316,9 +317,9 @@ impl UnitDwarf {
                 let end = self.extent(self.line, off)?;
                 self.partial(self.line, off, end)?
             }
-            None => Box::default(),
+            None => Zeroed::default(),
         };
-        let owned: Vec<Box<[u8]>> = vec![info, line];
+        let owned: Vec<Zeroed> = vec![info, line];
         let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
             let s: &[u8] = match id {
                 gimli::SectionId::DebugInfo => &owned[0],

@@ -298,15 +298,7 @@ fn sparse_reads_name_and_line_like_whole_reads() {
         .map(|b| format!("{b:02x}"))
         .collect::<String>();
     let libc_dbg = format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]);
-    let libpython = std::fs::read_dir(format!(
-        "{}/.pyenv/versions",
-        std::env::var("HOME").unwrap()
-    ))
-    .unwrap()
-    .flatten()
-    .map(|e| e.path().join("lib/libpython3.11.so.1.0"))
-    .find(|p| p.exists())
-    .expect("pyenv's 3.11 (libpython with its own symbols and DWARF)");
+    let libpython = crate::native_unwind::backing::pyenv_libpython311();
     for path in [libpython.to_str().unwrap(), libc, &libc_dbg] {
         let sparse = Arc::new(Backing::open(std::path::Path::new(path)).unwrap());
         assert!(matches!(*sparse, Backing::Sparse { .. }), "{path}");
