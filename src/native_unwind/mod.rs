@@ -30,6 +30,7 @@ mod walk;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::Unwinder;
@@ -54,6 +55,12 @@ pub use merge::{
     Merged, PyFrameForMerge,
 };
 pub(crate) use names::short_name;
+
+/// Least time between two reads of the maps for addresses outside every
+/// module (see [`NativeUnwinder::module_for`]).
+const MISS_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// Bound on the pages remembered as outside every module.
+const MAX_KNOWN_MISSES: usize = 1 << 16;
 
 /// Deepest stack we walk; deeper ones are cut (and the cut is visible as a
 /// stack that does not end in a thread entry point).
@@ -97,11 +104,13 @@ pub struct NativeUnwinder {
     debug_file_lines: bool,
     /// Tail-call frames between a callee and its caller, by (caller's
     /// return address, callee's lookup address).
-    tail_cache: BoundedMap<(u64, u64), Arc<[NativeFrame]>>,
+    tail_cache: BoundedMap<(u64, u64), Option<Arc<[NativeFrame]>>>,
     /// Why the last unwind ended early (see [`ended_early`](Self::ended_early)).
     ended: Option<String>,
     /// Whether this unwind re-read the maps for [`is_code`](Self::is_code).
     refreshed_in_unwind: bool,
+    /// When a miss last re-read the maps (None: none has yet).
+    miss_refreshed: Option<Instant>,
     /// Names of code compiled at run time (gdb's JIT interface).
     jit: jit::JitCode,
 }
@@ -122,6 +131,7 @@ impl NativeUnwinder {
             debug_file_lines: false,
             ended: None,
             refreshed_in_unwind: false,
+            miss_refreshed: None,
             jit: jit::JitCode::default(),
         };
         u.refresh()?;
@@ -129,7 +139,8 @@ impl NativeUnwinder {
     }
 
     /// Re-read /proc/PID/maps; modules still mapped at the same place keep
-    /// their caches, vanished ones are dropped.
+    /// their caches, vanished ones are dropped, and the caches of
+    /// addresses are emptied only when a module came or went.
     fn refresh(&mut self) -> Result<(), Error> {
         let maps = self.source.maps()?;
         let mut old: HashMap<(u64, String, u64), ModEntry> = self
@@ -138,6 +149,7 @@ impl NativeUnwinder {
             .map(|m| ((m.start, m.path.clone(), m.inode), m))
             .collect();
         let mut modules = Vec::new();
+        let mut changed = false;
         let mut i = 0;
         while i < maps.len() {
             let m = &maps[i];
@@ -150,7 +162,9 @@ impl NativeUnwinder {
             if let Some(x) = group.iter().find(|g| g.executable).filter(|_| eligible) {
                 let start = group[0].start;
                 let key = (start, m.path.clone(), m.inode);
-                let entry = old.remove(&key).unwrap_or_else(|| ModEntry {
+                let known = old.remove(&key);
+                changed |= known.is_none();
+                let entry = known.unwrap_or_else(|| ModEntry {
                     name: m
                         .file_path()
                         .rsplit('/')
@@ -169,15 +183,18 @@ impl NativeUnwinder {
             i = j;
         }
         for (_, gone) in old {
+            changed = true;
             if matches!(gone.state, LoadState::Loaded(_)) {
                 self.fh.remove_module(gone.start);
             }
         }
         self.modules = modules;
         self.maps = maps;
-        self.known_misses.clear();
-        self.ra_cache.clear();
-        self.tail_cache.clear();
+        if changed {
+            self.known_misses.clear();
+            self.ra_cache.clear();
+            self.tail_cache.clear();
+        }
         Ok(())
     }
 
@@ -201,18 +218,34 @@ impl NativeUnwinder {
         (addr < self.modules[i].end).then_some(i)
     }
 
-    /// The module containing `addr`, re-reading the maps once when no module
-    /// does (a library loaded after we started).
+    /// The module containing `addr`, re-reading the maps when no module
+    /// does (a library loaded after we started): once for a page, and at
+    /// most once a second.
     fn module_for(&mut self, addr: u64) -> Option<usize> {
         if let Some(i) = self.find_module(addr) {
             return Some(i);
         }
         let page = addr >> 12;
-        if self.known_misses.contains(&page) || self.refresh().is_err() {
+        if self.known_misses.contains(&page) {
+            return None;
+        }
+        // A stack scan meets words outside every module in most unwinds:
+        // the maps are read again at most once a second for them.
+        if self
+            .miss_refreshed
+            .is_some_and(|t| t.elapsed() < MISS_REFRESH_INTERVAL)
+        {
+            return None;
+        }
+        self.miss_refreshed = Some(Instant::now());
+        if self.refresh().is_err() {
             return None;
         }
         let r = self.find_module(addr);
         if r.is_none() {
+            if self.known_misses.len() >= MAX_KNOWN_MISSES {
+                self.known_misses.clear();
+            }
             self.known_misses.insert(page);
         }
         r

@@ -91,15 +91,19 @@ impl NativeUnwinder {
             return Arc::from(Vec::new());
         }
         let key = (caller.ip, callee.lookup_ip());
-        if let Some(f) = self.tail_cache.get(&key) {
-            return f.clone();
-        }
-        let frames: Arc<[NativeFrame]> = self
-            .find_tail_frames(callee, caller)
-            .unwrap_or_default()
-            .into();
-        self.tail_cache.insert(key, frames.clone());
-        frames
+        let found = match self.tail_cache.get(&key) {
+            Some(f) => f.clone(),
+            None => {
+                // Most pairs have none: cached as None, with no allocation.
+                let f = self
+                    .find_tail_frames(callee, caller)
+                    .filter(|f| !f.is_empty())
+                    .map(Arc::from);
+                self.tail_cache.insert(key, f.clone());
+                f
+            }
+        };
+        found.unwrap_or_else(|| Arc::from(Vec::new()))
     }
 
     fn find_tail_frames(
