@@ -26,6 +26,8 @@ pub(super) const DESCRIPTOR_SIZE: u64 = 24;
 const MAX_ENTRIES: usize = 1 << 14;
 /// Largest in-memory object read.
 const MAX_OBJECT: u64 = 16 << 20;
+/// Bound on the object bytes read in one walk of the lists.
+const MAX_WALK_BYTES: u64 = 256 << 20;
 /// Bound on the functions kept from every object together.
 const MAX_FUNCS: usize = 1 << 20;
 /// Bound on the pages remembered as outside every JIT object.
@@ -42,8 +44,8 @@ struct JitFunc {
 /// What is known of the target's JIT code (see the module's doc).
 #[derive(Default)]
 pub(super) struct JitCode {
-    /// Modules whose symbol tables were searched, by (path, load address).
-    searched: HashSet<(String, u64)>,
+    /// Modules whose symbol tables were searched, by (load address, inode).
+    searched: HashSet<(u64, u64)>,
     /// Descriptor addresses found.
     descriptors: Vec<u64>,
     /// Each object read, by (address, size), with its functions.
@@ -56,12 +58,12 @@ pub(super) struct JitCode {
 
 impl JitCode {
     /// Whether the module at `key` still has to be searched for a descriptor.
-    pub(super) fn wants_module(&self, key: &(String, u64)) -> bool {
-        !self.searched.contains(key)
+    pub(super) fn wants_module(&self, key: (u64, u64)) -> bool {
+        !self.searched.contains(&key)
     }
 
     /// The module at `key` was searched; `descriptor` is what it holds.
-    pub(super) fn searched_module(&mut self, key: (String, u64), descriptor: Option<u64>) {
+    pub(super) fn searched_module(&mut self, key: (u64, u64), descriptor: Option<u64>) {
         self.searched.insert(key);
         if let Some(d) = descriptor.filter(|d| !self.descriptors.contains(d)) {
             self.descriptors.push(d);
@@ -121,6 +123,7 @@ impl JitCode {
         }
         self.objects.retain(|k, _| listed.contains(k));
         let mut total: usize = self.objects.values().map(|f| f.len()).sum();
+        let mut budget = MAX_WALK_BYTES;
         for key in listed {
             if total >= MAX_FUNCS {
                 break;
@@ -128,6 +131,11 @@ impl JitCode {
             if self.objects.contains_key(&key) {
                 continue;
             }
+            // A corrupt list of many large objects is not read whole.
+            if key.1 > budget.min(MAX_OBJECT) {
+                continue;
+            }
+            budget -= key.1;
             let funcs: Arc<[JitFunc]> = read_object(mem, key.0, key.1)
                 .map(|mut f| {
                     f.truncate(MAX_FUNCS - total);
@@ -267,8 +275,8 @@ mod tests {
 
         let mut jit = JitCode::default();
         assert!(jit.name(&mem, k.start).is_none(), "no descriptor known yet");
-        jit.searched_module(("lib".into(), 0), Some(desc));
-        assert!(!jit.wants_module(&("lib".into(), 0)));
+        jit.searched_module((0x7000, 1), Some(desc));
+        assert!(!jit.wants_module((0x7000, 1)));
         assert_eq!(jit.name(&mem, k.start + 1).as_deref(), Some("kernel_fn"));
         assert!(jit.name(&mem, text_at + 0x10_0000).is_none());
     }
@@ -288,7 +296,7 @@ mod tests {
         mem.add(0x2000, e);
         mem.add(0x3000, vec![0x7f; 64]);
         let mut jit = JitCode::default();
-        jit.searched_module(("lib".into(), 0), Some(0x1000));
+        jit.searched_module((0x7000, 1), Some(0x1000));
         assert!(jit.name(&mem, 0x3010).is_none());
         // A huge size is refused without reading.
         assert!(read_object(&mem, 0x3000, u64::MAX).is_none());

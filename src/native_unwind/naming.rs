@@ -237,9 +237,9 @@ impl NativeUnwinder {
             return f;
         }
         for m in &self.modules {
-            let key = (m.path.clone(), m.start);
+            let key = (m.start, m.inode);
             if let LoadState::Loaded(lm) = &m.state {
-                if self.jit.wants_module(&key) {
+                if self.jit.wants_module(key) {
                     let d = lm
                         .data_symbol(jit::DESCRIPTOR, jit::DESCRIPTOR_SIZE)
                         .map(|svma| svma.wrapping_add(lm.bias));
