@@ -260,10 +260,23 @@ impl Reader {
                 let Some(active) = objr.dict_get(md, "_active")? else {
                     return Ok(Vec::new());
                 };
+                // The dict may be resized under the read: an entry is taken
+                // only with an int key and a str name, so a stale table's
+                // bytes name no thread (3.10 once named one "" that way).
+                let typed = |obj: u64, names: &[&str]| {
+                    objr.type_name(obj)
+                        .is_ok_and(|t| names.contains(&t.as_str()))
+                };
                 let mut names = Vec::new();
                 for (k, v) in objr.dict_items(active, MAX_THREADS as u64)? {
+                    if !typed(k, &["int", "long"]) {
+                        continue;
+                    }
                     let Ok(ident) = objr.int_u64(k) else { continue };
                     if let Ok(Some(n)) = objr.instance_attr(v, attr) {
+                        if !typed(n, &["str", "unicode"]) {
+                            continue;
+                        }
                         if let Ok((s, _)) = objr.string(n, 256) {
                             names.push((ident, s));
                         }
