@@ -298,7 +298,32 @@ fn is_short(name: &str) -> bool {
     let rest = name
         .replace("(anonymous namespace)", "")
         .replace("operator()", "");
-    !rest.contains('(') && !rest.contains("const&") && name.len() < 200
+    // A template argument may hold a cast (`RowwiseMomentsImpl<float,
+    // (long)4>`): only parentheses outside `<…>` are a parameter list.
+    let mut depth = 0usize;
+    let outside: String = rest
+        .chars()
+        .filter(|&c| {
+            match c {
+                '<' => depth += 1,
+                '>' => depth = depth.saturating_sub(1),
+                _ => return depth == 0,
+            }
+            false
+        })
+        .collect();
+    !outside.contains('(') && !rest.contains("const&") && name.len() < 200
+}
+
+/// The check itself: a cast in a template argument is not a parameter list.
+#[test]
+fn short_names_may_hold_casts_in_template_arguments() {
+    assert!(is_short(
+        "at::native::AVX2::RowwiseMomentsImpl<float, (long)4>"
+    ));
+    assert!(is_short("(anonymous namespace)::f<int>::operator()"));
+    assert!(!is_short("at::native::f(at::Tensor const&)"));
+    assert!(!is_short("g<int>(long)"));
 }
 
 /// The workload: libtorch's frames in the text dump, the SVG's
