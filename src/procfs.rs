@@ -193,6 +193,31 @@ pub(crate) fn is_task(pid: i32, tid: i32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// The target's view of the file system (`/proc/PID/root`), so paths the
+/// target names resolve inside its container.
+pub(crate) fn root(pid: i32) -> PathBuf {
+    proc_path(pid, "root")
+}
+
+/// The `stat` and `status` text of thread `tid` of `pid`, read together
+/// (`top`'s per-thread CPU and context switches); None when gone.
+pub(crate) fn thread_stat_and_status(pid: i32, tid: u32) -> Option<(String, String)> {
+    let stat = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/stat"))).ok()?;
+    let status = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/status"))).ok()?;
+    Some((stat, status))
+}
+
+/// (voluntary, involuntary) context switches from a status file.
+pub(crate) fn ctxt_switches(status: &str) -> Option<(u64, u64)> {
+    let vol = status_field(status, "voluntary_ctxt_switches:")?
+        .parse()
+        .ok()?;
+    let invol = status_field(status, "nonvoluntary_ctxt_switches:")?
+        .parse()
+        .ok()?;
+    Some((vol, invol))
+}
+
 /// The `TracerPid` of thread `tid` of `pid` (0: not traced); None when gone.
 pub(crate) fn tracer_pid(pid: i32, tid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/status"))).ok()?;

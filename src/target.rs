@@ -117,7 +117,7 @@ impl TargetSource for LiveProcess {
         procfs::target_file(self.pid, map)
     }
     fn root(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/root", self.pid))
+        procfs::root(self.pid)
     }
     fn threads(&self) -> Result<Vec<i32>> {
         procfs::tasks(self.pid)

@@ -20,8 +20,7 @@ pub(crate) fn shorten(file: &str, pid: i32) -> String {
     if let Some(short) = after_library_dir(file) {
         return short.to_string();
     }
-    let root = format!("/proc/{pid}/root");
-    if let Some(short) = package_relative(Path::new(&root), file) {
+    if let Some(short) = package_relative(&crate::procfs::root(pid), file) {
         return short;
     }
     package_relative(Path::new("/"), file).unwrap_or_else(|| basename(file).to_string())

@@ -1,5 +1,6 @@
 //! What the kernel says about each sampled thread: scheduler state, CPU use
-//! and context switches per second, from `/proc/PID/task/TID/{stat,status}`.
+//! and context switches per second, from `/proc/PID/task/TID/{stat,status}`
+//! as `procfs` reads and parses them.
 //!
 //! Read once per refresh; rates are deltas over the real time between two
 //! reads of the same thread, so a late refresh does not inflate them.
@@ -36,25 +37,10 @@ pub(crate) fn parse_stat(stat: &str) -> Option<(char, u64)> {
     Some((state, utime.saturating_add(stime)))
 }
 
-/// (voluntary, involuntary) context switches from a status file.
-pub(crate) fn parse_ctxt_switches(status: &str) -> Option<(u64, u64)> {
-    let mut vol = None;
-    let mut invol = None;
-    for line in status.lines() {
-        if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:") {
-            vol = v.trim().parse().ok();
-        } else if let Some(v) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
-            invol = v.trim().parse().ok();
-        }
-    }
-    Some((vol?, invol?))
-}
-
 fn read(pid: i32, tid: u32) -> Option<Reading> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let (stat, status) = crate::procfs::thread_stat_and_status(pid, tid)?;
     let (state, cpu_ticks) = parse_stat(&stat)?;
-    let (voluntary, involuntary) = parse_ctxt_switches(&status)?;
+    let (voluntary, involuntary) = crate::procfs::ctxt_switches(&status)?;
     Some(Reading {
         state,
         cpu_ticks,
@@ -139,8 +125,8 @@ mod tests {
     #[test]
     fn ctxt_switches() {
         let s = "Name:\tpython\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
-        assert_eq!(parse_ctxt_switches(s), Some((12, 3)));
-        assert_eq!(parse_ctxt_switches("Name: x\n"), None);
+        assert_eq!(crate::procfs::ctxt_switches(s), Some((12, 3)));
+        assert_eq!(crate::procfs::ctxt_switches("Name: x\n"), None);
     }
 
     #[test]
