@@ -51,6 +51,9 @@ pub(crate) struct CoreThread {
     /// asleep in it (see [`crate::wait::call_from_registers`]).
     pub(crate) call: SyscallLine,
     pub(crate) asleep: bool,
+    /// rax equals orig_rax: the kernel may have set the call up to be
+    /// restarted (see [`CoreFile::restarting_asleep`]).
+    pub(crate) restarting: bool,
     /// From the `NT_SIGINFO` that follows this thread's `NT_PRSTATUS`.
     pub(crate) siginfo: Option<SigInfo>,
 }
@@ -341,6 +344,19 @@ impl CoreFile {
     }
 }
 
+impl CoreFile {
+    /// Whether the thread was caught between the kernel's restart of a call
+    /// it slept in and entering that call again: a thread that came out of
+    /// a stop (the SIGCONT after a SIGSTOP, as the core was being written)
+    /// has rax set back to the call's number and its ip moved back onto the
+    /// `syscall` instruction (0f 05). A call that merely returned its own
+    /// number leaves the ip after that instruction.
+    fn restarting_asleep(&self, t: &CoreThread) -> bool {
+        let mut code = [0u8; 2];
+        t.restarting && self.read(t.regs.ip, &mut code).is_ok() && code == [0x0f, 0x05]
+    }
+}
+
 impl Memory for CoreFile {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let len = buf.len();
@@ -432,7 +448,7 @@ impl TargetSource for CoreFile {
     /// ran code, or was stopped, cannot be told from the other: unknown.
     fn thread_state(&self, tid: i32) -> Option<char> {
         let t = self.threads.iter().find(|t| t.tid == tid)?;
-        t.asleep.then_some('S')
+        (t.asleep || self.restarting_asleep(t)).then_some('S')
     }
     fn saved_registers(&self, tid: i32) -> Option<Registers> {
         self.threads.iter().find(|t| t.tid == tid).map(|t| t.regs)
@@ -632,6 +648,27 @@ mod tests {
             c.saved_call(4242),
             Some(SyscallLine::Blocked { nr: 0, .. })
         ));
+
+        // Set up by the kernel to restart futex (rax back to 202, the ip on
+        // the `syscall`, as a core written while a SIGSTOPped process came
+        // back showed): asleep in it. The same registers with the ip after
+        // the instruction (futex returned 202, however unlikely): unknown.
+        let restart = |ip: u64| {
+            let mut b = mini_core(elf::EM_X86_64, elf::ET_CORE);
+            for (i, v) in [(15, 202), (10, 202), (16, ip)] {
+                b = with_reg(b, i, v);
+            }
+            let load = b.len() - PAGE as usize;
+            b[load + 0x100..load + 0x102].copy_from_slice(&[0x0f, 0x05]);
+            open_bytes(&b).unwrap()
+        };
+        let c = restart(0x10100);
+        assert_eq!(c.thread_state(4242), Some('S'));
+        assert!(matches!(
+            c.saved_call(4242),
+            Some(SyscallLine::Blocked { nr: 202, .. })
+        ));
+        assert_eq!(restart(0x10102).thread_state(4242), None);
     }
 
     #[test]
