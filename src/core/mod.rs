@@ -51,8 +51,8 @@ pub(crate) struct CoreThread {
     /// asleep in it (see [`crate::wait::call_from_registers`]).
     pub(crate) call: SyscallLine,
     pub(crate) asleep: bool,
-    /// rax equals orig_rax: the kernel may have set the call up to be
-    /// restarted (see [`CoreFile::restarting_asleep`]).
+    /// rax is what the kernel sets when it restarts the call (see
+    /// [`crate::wait::restart_pending`], [`CoreFile::restarting_asleep`]).
     pub(crate) restarting: bool,
     /// From the `NT_SIGINFO` that follows this thread's `NT_PRSTATUS`.
     pub(crate) siginfo: Option<SigInfo>,
@@ -342,15 +342,13 @@ impl CoreFile {
         out[have..].fill(0);
         Some(())
     }
-}
 
-impl CoreFile {
     /// Whether the thread was caught between the kernel's restart of a call
     /// it slept in and entering that call again: a thread that came out of
     /// a stop (the SIGCONT after a SIGSTOP, as the core was being written)
-    /// has rax set back to the call's number and its ip moved back onto the
-    /// `syscall` instruction (0f 05). A call that merely returned its own
-    /// number leaves the ip after that instruction.
+    /// has rax set back to the call's number (or to `restart_syscall`'s) and
+    /// its ip moved back onto the `syscall` instruction (0f 05). A call that
+    /// merely returned that number leaves the ip after the instruction.
     fn restarting_asleep(&self, t: &CoreThread) -> bool {
         let mut code = [0u8; 2];
         t.restarting && self.read(t.regs.ip, &mut code).is_ok() && code == [0x0f, 0x05]
@@ -669,6 +667,16 @@ mod tests {
             Some(SyscallLine::Blocked { nr: 202, .. })
         ));
         assert_eq!(restart(0x10102).thread_state(4242), None);
+        // The other restart: a call with a timeout goes on through
+        // restart_syscall (219); orig_rax still names the call.
+        let mut b = mini_core(elf::EM_X86_64, elf::ET_CORE);
+        for (i, v) in [(15, 230), (10, 219), (16, 0x10100)] {
+            b = with_reg(b, i, v);
+        }
+        let load = b.len() - PAGE as usize;
+        b[load + 0x100..load + 0x102].copy_from_slice(&[0x0f, 0x05]);
+        let c = open_bytes(&b).unwrap();
+        assert_eq!(c.thread_state(4242), Some('S'));
     }
 
     #[test]

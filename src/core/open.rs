@@ -495,11 +495,8 @@ impl<'a> CoreNotes<'a> {
                             [reg(14), reg(13), reg(12), reg(7), reg(9), reg(8)],
                         ),
                         asleep: reg(15) != u64::MAX && crate::wait::asleep_in_call(reg(10)),
-                        // The kernel's restart of a call interrupted asleep
-                        // (rax set back to orig_rax, the ip back onto the
-                        // `syscall`), caught before the call was entered
-                        // again: checked against the code in `thread_state`.
-                        restarting: reg(15) != u64::MAX && reg(10) == reg(15),
+                        // Checked against the code in `thread_state`.
+                        restarting: crate::wait::restart_pending(reg(15), reg(10)),
                         siginfo: None,
                     });
                 }

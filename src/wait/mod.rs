@@ -33,7 +33,7 @@ pub(crate) use fd::FdDesc;
 pub(crate) use live::{CallProbe, WaitReader, SAME_CALL_TTL};
 pub(crate) use locks::{futex_is_lock, lock_kind};
 pub(crate) use syscall::SyscallLine;
-pub(crate) use syscall::{asleep_in_call, call_from_registers, CallArgs};
+pub(crate) use syscall::{asleep_in_call, call_from_registers, restart_pending, CallArgs};
 
 /// Most characters of a wait's text form in a dump's thread header, with
 /// the thread's own words before it: a set of fds grows with the target,

@@ -71,6 +71,16 @@ pub(crate) fn asleep_in_call(rax: u64) -> bool {
     matches!(-(rax as i64), 4 | 110 | 512 | 513 | 514 | 516)
 }
 
+/// Whether rax is what the kernel leaves when it restarts a call that was
+/// interrupted asleep, before the call is entered again: the call's own
+/// number back in rax, or `restart_syscall`'s (219) for a call that goes on
+/// with its time left. The ip is then back on the `syscall` instruction,
+/// which the caller checks: a call that returned that number is past it.
+pub(crate) fn restart_pending(orig_rax: u64, rax: u64) -> bool {
+    const RESTART_SYSCALL: u64 = 219;
+    orig_rax != u64::MAX && (rax == orig_rax || rax == RESTART_SYSCALL)
+}
+
 /// x86-64 system call names, for the calls a thread is seen blocked in.
 pub(crate) fn syscall_name(nr: i64) -> Option<&'static str> {
     Some(match nr {
