@@ -769,6 +769,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn context_switches_from_a_status_file() {
+        let s = "Name:\tpython\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(ctxt_switches(s), Some((12, 3)));
+        assert_eq!(ctxt_switches("Name: x\n"), None);
+    }
+
+    #[test]
     fn smaps_entries_with_rss_and_swap() {
         let text = "\
 55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]

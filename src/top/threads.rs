@@ -123,13 +123,6 @@ mod tests {
     }
 
     #[test]
-    fn ctxt_switches() {
-        let s = "Name:\tpython\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
-        assert_eq!(crate::procfs::ctxt_switches(s), Some((12, 3)));
-        assert_eq!(crate::procfs::ctxt_switches("Name: x\n"), None);
-    }
-
-    #[test]
     fn rates_over_interval() {
         let a = Reading {
             state: 'R',
