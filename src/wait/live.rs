@@ -53,6 +53,11 @@ struct ThreadCall {
     state: Option<(char, std::time::Instant)>,
     /// The wait decoded from `text` in that state (short detail only).
     wait: Option<(char, Wait, Option<CallArgs>)>,
+    /// The thread's CPU counts (time on a CPU, times put on one) as read
+    /// just before `text`, when `text` found it off its CPU: while the
+    /// counts stay these, the thread has not run since, so `text` and its
+    /// state still hold and need no read (see [`WaitReader::probe`]).
+    quiet: Option<(u64, u64)>,
 }
 
 /// What a thread's syscall file says at the start of a pass, for its state.
@@ -132,6 +137,7 @@ impl WaitReader {
             fresh: false,
             state: None,
             wait: None,
+            quiet: None,
         });
         let mut buf = [0u8; CALL_TEXT_MAX];
         let n = match c.file.as_ref()?.read_at(&mut buf, 0) {
@@ -142,6 +148,7 @@ impl WaitReader {
                 c.line = None;
                 c.state = None;
                 c.wait = None;
+                c.quiet = None;
                 return None;
             }
         };
@@ -169,11 +176,37 @@ impl WaitReader {
     /// read; one still in the call its state was read in keeps that state
     /// for [`SAME_CALL_TTL`]. The line read is what [`WaitReader::syscall`]
     /// gives next in this pass.
-    pub(crate) fn probe(&mut self, tid: i32, now: std::time::Instant) -> CallProbe {
+    ///
+    /// `counts` are the thread's CPU counts read just now, before the
+    /// file (see [`WaitReader::wants_counts`]). When they are the counts
+    /// read before the text kept, and that text found the thread off its
+    /// CPU, the thread has not run since: no instruction of it ran, so it
+    /// is in the same call, in the same state, and the file is not read
+    /// again (within the state's time to live). Leaving a CPU adds to the
+    /// time on one and coming back adds to the times put on one, so equal
+    /// counts on both sides of the text prove it.
+    pub(crate) fn probe(
+        &mut self,
+        tid: i32,
+        now: std::time::Instant,
+        counts: Option<(u64, u64)>,
+    ) -> CallProbe {
+        if let Some(c) = self.calls.get_mut(&tid) {
+            if let (Some(q), Some((s, at))) = (c.quiet, c.state) {
+                if counts == Some(q)
+                    && c.line.is_some_and(|l| l.off_cpu())
+                    && now.saturating_duration_since(at) < SAME_CALL_TTL
+                {
+                    c.fresh = true;
+                    return CallProbe::Same(s);
+                }
+            }
+        }
         let Some((c, same)) = self.read_call(tid) else {
             return CallProbe::Read;
         };
         c.fresh = true;
+        c.quiet = counts.filter(|_| c.line.is_some_and(|l| l.off_cpu()));
         match (c.line, c.state) {
             (Some(SyscallLine::Running), _) => CallProbe::Running,
             (_, Some((s, at))) if same && now.saturating_duration_since(at) < SAME_CALL_TTL => {
@@ -183,17 +216,28 @@ impl WaitReader {
         }
     }
 
+    /// Whether the next [`WaitReader::probe`] of `tid` can use its CPU
+    /// counts: it was off its CPU at the latest one (a thread seen on a
+    /// CPU is read as it is, without counts).
+    pub(crate) fn wants_counts(&self, tid: i32) -> bool {
+        self.calls
+            .get(&tid)
+            .is_some_and(|c| c.line.is_some_and(|l| l.off_cpu()))
+    }
+
     /// Whether the latest probe of `tid` found it off its CPU: the kernel
     /// writes a thread's call (or that it is in none) only once the thread
     /// has left its CPU, and "running" while it is on one or waits for one.
     pub(crate) fn seen_off_cpu(&self, tid: i32) -> bool {
-        self.calls.get(&tid).is_some_and(|c| {
-            c.fresh
-                && matches!(
-                    c.line,
-                    Some(SyscallLine::Blocked { .. } | SyscallLine::NotInSyscall)
-                )
-        })
+        self.calls
+            .get(&tid)
+            .is_some_and(|c| c.fresh && c.line.is_some_and(|l| l.off_cpu()))
+    }
+
+    /// The CPU counts read before the latest probe's text of `tid`, when
+    /// that text found it off its CPU (see [`WaitReader::probe`]).
+    pub(crate) fn quiet_counts(&self, tid: i32) -> Option<(u64, u64)> {
+        self.calls.get(&tid).and_then(|c| c.quiet)
     }
 
     /// The kernel state just read for `tid` after a [`CallProbe::Read`],

@@ -26,6 +26,15 @@ pub enum SyscallLine {
     },
 }
 
+impl SyscallLine {
+    /// Whether the thread was off its CPU when the line was written: the
+    /// kernel writes a call (or that there is none) only for a thread that
+    /// has left its CPU, and "running" for one on a CPU or waiting for one.
+    pub(crate) fn off_cpu(self) -> bool {
+        !matches!(self, SyscallLine::Running)
+    }
+}
+
 pub(crate) fn parse_syscall(text: &str) -> Option<SyscallLine> {
     let text = text.trim();
     if text == "running" {

@@ -524,3 +524,61 @@ fn a_large_set_is_summarised_in_the_header_and_kept_whole() {
         "{t}"
     );
 }
+
+/// A thread of this process first blocked in one call, then in another.
+/// A probe whose CPU counts are those read before the text kept takes the
+/// kept call and state without reading the file (the thread cannot have
+/// moved); other counts read the file, and find the new call.
+#[test]
+fn unchanged_cpu_counts_keep_the_call_without_a_read() {
+    use std::sync::mpsc;
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        // SAFETY: gettid takes no arguments.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+        go_rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(600));
+    });
+    let tid = tid_rx.recv().unwrap();
+    let pid = std::process::id() as i32;
+    let mut r = WaitReader::new(pid, WaitDetail::Short);
+    let call_nr = |r: &mut WaitReader| match r.syscall(tid) {
+        Some(SyscallLine::Blocked { nr, .. }) => nr,
+        l => panic!("{l:?}"),
+    };
+    // One instant for every probe: the kept state stays within its time
+    // to live, however slow the machine.
+    let t0 = std::time::Instant::now();
+    let now = || t0;
+    // Blocked in recv's futex (polled until the thread is off its CPU).
+    let mut tries = 0;
+    loop {
+        if r.probe(tid, now(), Some((1, 1))) != CallProbe::Running {
+            r.set_state(tid, 'S', now());
+            if call_nr(&mut r) == 202 {
+                break;
+            }
+        }
+        tries += 1;
+        assert!(tries < 1000, "never seen in its futex");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(r.wants_counts(tid));
+    assert_eq!(r.probe(tid, now(), Some((1, 1))), CallProbe::Same('S'));
+    assert_eq!(r.quiet_counts(tid), Some((1, 1)));
+    // Now asleep in clock_nanosleep.
+    go_tx.send(()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // The same counts: the file is not read, the futex is kept.
+    assert_eq!(r.probe(tid, now(), Some((1, 1))), CallProbe::Same('S'));
+    assert_eq!(call_nr(&mut r), 202);
+    // Other counts: the file is read, and says the new call.
+    assert_eq!(r.probe(tid, now(), Some((2, 2))), CallProbe::Read);
+    assert_eq!(call_nr(&mut r), 230);
+    assert_eq!(r.quiet_counts(tid), Some((2, 2)));
+    // No counts (a caller that could not read them): the file is read.
+    assert_eq!(r.probe(tid, now(), None), CallProbe::Read);
+    assert_eq!(r.quiet_counts(tid), None);
+    t.join().unwrap();
+}

@@ -50,17 +50,30 @@ impl Target {
     /// The scheduler state of one Python thread, into `states` (and `ran`).
     pub(super) fn read_state(&mut self, tid: i32, now: Instant) {
         let pid = self.pid;
-        // The syscall file first (cheaper for the kernel to write, and
-        // the waits read it anyway): a thread on a CPU says so there,
-        // and one still in the call its state was read in keeps it.
-        let probe = self.waits.probe(tid, now);
+        // The syscall file (cheaper for the kernel to write than the stat
+        // line, and the waits read it anyway): a thread on a CPU says so
+        // there, and one still in the call its state was read in keeps it.
+        // A thread off its CPU at the last pass has its CPU counts read
+        // first: unchanged, it has not run since, and the file is not read
+        // again (see `WaitReader::probe`).
+        let before = if self.waits.wants_counts(tid) {
+            read_ran(&mut self.sched_files, pid, tid)
+        } else {
+            None
+        };
+        let probe = self.waits.probe(tid, now, before);
         if self.waits.seen_off_cpu(tid) {
-            // Read after the thread was seen off its CPU: if the counts
-            // are the same at the next pass (which sees it off its CPU
-            // again first), it was on no CPU in between, so its stack
-            // has not changed. Every way back onto a CPU raises the
-            // count of times on one, and leaving one adds to the time.
-            if let Some(r) = read_ran(&mut self.sched_files, pid, tid) {
+            // Read with the thread seen off its CPU (before the file that
+            // showed it so, or else after): if the counts are the same at
+            // the next pass (which sees it off its CPU again first), it was
+            // on no CPU in between, so its stack has not changed. Every way
+            // back onto a CPU raises the count of times on one, and leaving
+            // one adds to the time.
+            let ran = match self.waits.quiet_counts(tid) {
+                Some(r) => Some(r),
+                None => read_ran(&mut self.sched_files, pid, tid),
+            };
+            if let Some(r) = ran {
                 self.ran.insert(tid, r);
             }
         }
