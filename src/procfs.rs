@@ -164,11 +164,23 @@ impl SameMemory {
     /// The process's thread count, while its memory is the one opened;
     /// None once it is not, or no thread is left.
     pub(crate) fn threads(&self) -> Option<u64> {
-        use std::os::unix::fs::{FileExt, MetadataExt};
-        let mut b = [0u8; 1];
-        if self.mem.read_at(&mut b, self.addr).ok()? != 1 {
+        if !self.memory_same() {
             return None;
         }
+        self.thread_count()
+    }
+
+    /// Whether the memory read through the file opened is still there.
+    pub(crate) fn memory_same(&self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let mut b = [0u8; 1];
+        self.mem.read_at(&mut b, self.addr).is_ok_and(|n| n == 1)
+    }
+
+    /// The thread count of the process the task directory opened belongs
+    /// to (cheaper than the memory check); None when no thread is left.
+    pub(crate) fn thread_count(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
         let links = self.tasks.metadata().ok()?.nlink();
         links.checked_sub(2).filter(|&n| n > 0)
     }

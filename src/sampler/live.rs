@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 /// without memory before taking it for an exit (see [`Liveness::check`]).
 const LEADER_GONE_LOOKS: u32 = 5;
 const LEADER_GONE_WAIT: Duration = Duration::from_millis(2);
+/// How long a memory check holds: the passes in between count threads
+/// only. A process that exits fails the reads of the pass, which check
+/// again at once; a pid is only reused after the kernel's whole pid range
+/// has gone round; an exec's new image is seen this much later at most.
+const MEMORY_CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// A thread's CPU time (ns) and number of times put on a CPU, from its
 /// schedstat file (kept open in `files`). None where the kernel keeps no
@@ -42,6 +47,8 @@ pub(super) struct Liveness {
     /// When the Python thread list was last walked before a pause, and the
     /// thread count then (see `Target::sample`).
     pub(super) listed: Option<(Instant, u64)>,
+    /// When the memory was last found to be the one opened.
+    memory_checked: Option<Instant>,
 }
 
 impl Liveness {
@@ -55,6 +62,7 @@ impl Liveness {
             identity,
             num_threads,
             listed: None,
+            memory_checked: None,
         })
     }
 
@@ -72,11 +80,27 @@ impl Liveness {
 
     /// Still the process opened: not exited, not another process under a
     /// reused pid, not another program after an exec.
+    ///
+    /// The memory is looked at once per [`MEMORY_CHECK_EVERY`]; the passes
+    /// in between only count the threads (see [`Liveness::recheck`]).
     pub(super) fn check(&mut self, pid: i32) -> Result<(), Error> {
-        if let Some(n) = self.same.as_ref().and_then(|s| s.threads()) {
-            self.num_threads = n;
-            return Ok(());
+        if let Some(s) = self.same.as_ref() {
+            let now = Instant::now();
+            let recent = self
+                .memory_checked
+                .is_some_and(|at| now.saturating_duration_since(at) < MEMORY_CHECK_EVERY);
+            if recent {
+                if let Some(n) = s.thread_count() {
+                    self.num_threads = n;
+                    return Ok(());
+                }
+            } else if let Some(n) = s.threads() {
+                self.num_threads = n;
+                self.memory_checked = Some(now);
+                return Ok(());
+            }
         }
+        self.memory_checked = None;
         let mut now = self.stat.read().map(|(id, n)| {
             self.num_threads = n;
             id
@@ -118,6 +142,13 @@ impl Liveness {
             Some(id) if id != self.identity => Err(Error::Execed { pid }),
             Some(_) => Ok(()),
         }
+    }
+
+    /// [`Liveness::check`] with the memory looked at now: after a pass
+    /// that failed, so that a process that ended says so.
+    pub(super) fn recheck(&mut self, pid: i32) -> Result<(), Error> {
+        self.memory_checked = None;
+        self.check(pid)
     }
 }
 

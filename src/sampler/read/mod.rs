@@ -311,6 +311,18 @@ impl Target {
     /// merge, and the threads kept, named and ordered.
     pub(crate) fn sample(&mut self, cfg: &TargetConfig) -> Result<Vec<ThreadStack>, Error> {
         self.check_identity()?;
+        let r = self.sample_checked(cfg);
+        if r.is_err() {
+            // Failed reads of a process that ended (or exec'd) say so.
+            if let Some(live) = self.live.as_mut() {
+                live.recheck(self.pid)?;
+            }
+        }
+        r
+    }
+
+    /// [`Target::sample`] once the identity is checked.
+    fn sample_checked(&mut self, cfg: &TargetConfig) -> Result<Vec<ThreadStack>, Error> {
         let pass = self.begin_sample(cfg)?;
         let mut early = self.stop_predicted(cfg, &pass)?;
         self.read_states_before_stop(&pass, &mut early)?;
