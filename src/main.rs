@@ -228,13 +228,22 @@ struct SampleArgs {
     engine: pyinspect::bpf::Engine,
 }
 
-/// `--rate`: record and top.
+/// `--rate`: record, top and watch (each with its default).
 #[derive(Args, Debug)]
 struct RateArg {
-    // Its help names the limit from the one constant.
-    #[arg(short, long, default_value = "100", allow_negative_numbers = true, value_parser = pyinspect::options::parse_rate,
-          help = format!("Samples per second: 100, 2.5k, 10khz (at most {}k)", pyinspect::options::MAX_RATE / 1000.0))]
-    rate: f64,
+    // Its help names the defaults and the limit from their constants.
+    #[arg(short, long, allow_negative_numbers = true, value_parser = pyinspect::options::parse_rate,
+          help = format!("Samples per second: 100, 2.5k, 10khz (default {} for record and top, {} for watch; at most {}k)",
+                         pyinspect::options::DEFAULT_RATE, pyinspect::options::WATCH_DEFAULT_RATE,
+                         pyinspect::options::MAX_RATE / 1000.0))]
+    rate: Option<f64>,
+}
+
+impl RateArg {
+    /// The rate asked for, or record's and top's default.
+    fn or_default(&self) -> f64 {
+        self.rate.unwrap_or(pyinspect::options::DEFAULT_RATE)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -511,7 +520,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
     };
     let mut sampler = pyinspect::sampler::SamplerConfig {
         schedule: pyinspect::sampler::Schedule {
-            rate: a.sample.rate.rate,
+            rate: a.sample.rate.or_default(),
             duration: a.duration.filter(|d| *d != Duration::MAX),
             subprocesses: a.read.subprocesses,
         },
@@ -560,7 +569,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         pid: a.target.pid.pid,
         asyncio: a.sample.asyncio.mode(),
         command: a.target.command,
-        rate: a.sample.rate.rate,
+        rate: a.sample.rate.or_default(),
         subprocesses: a.read.subprocesses,
         nonblocking: a.read.nonblocking,
         native: a.read.native,
@@ -594,7 +603,10 @@ fn watch(a: WatchArgs) -> anyhow::Result<i32> {
     watch::run(watch::WatchOptions {
         pid: a.target.pid.pid,
         command: a.target.command,
-        rate: a.rate.rate,
+        rate: a
+            .rate
+            .rate
+            .unwrap_or(pyinspect::options::WATCH_DEFAULT_RATE),
         duration: a.duration.filter(|d| *d != Duration::MAX),
         subprocesses: a.read.subprocesses,
         nonblocking: a.read.nonblocking,

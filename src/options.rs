@@ -11,6 +11,13 @@ use crate::error::Error;
 /// far beyond 10 kHz the schedule is finer than a read: the summary then says
 /// what share of the asked rate was delivered and why.
 pub const MAX_RATE: f64 = 100_000.0;
+/// `record`'s and `top`'s rate when none is asked for: py-spy's.
+pub const DEFAULT_RATE: f64 = 100.0;
+/// `watch`'s rate when none is asked for. A watchdog runs for hours: at
+/// 50 Hz a 100 ms threshold still spans five samples, an incident's
+/// duration is good to about 20 ms (`uncertainty_ms` says), and the steady
+/// cost on a small service stays under 1% of a core.
+pub const WATCH_DEFAULT_RATE: f64 = 50.0;
 
 /// `--native` reads each thread's registers, which needs the thread paused.
 pub fn check_read(native: bool, nonblocking: bool) -> Result<(), Error> {

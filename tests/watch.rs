@@ -656,3 +656,21 @@ fn with_subprocesses_a_stalled_worker_is_the_one_named() {
         block[0]["start_unix"].as_f64().unwrap_or(0.0) - asked
     );
 }
+
+/// Without `--rate`, watch samples at its own default, 50 Hz (half
+/// record's: the steady cost of a watchdog that runs for hours), and says
+/// so; `--rate` still sets it.
+#[test]
+fn watch_samples_at_its_own_default_rate_unless_asked() {
+    let fixture = Fixture::spawn(pyenv((3, 12)), "longsleep.py", &[]);
+    let pid = fixture.pid.to_string();
+    for (args, want) in [
+        (vec!["--pid", &pid, "-d", "1"], "at 50 Hz"),
+        (vec!["--pid", &pid, "-d", "1", "-r", "20"], "at 20 Hz"),
+    ] {
+        let mut w = Watcher::start(&args);
+        w.wait_for("pyinspect: watching", Duration::from_secs(30));
+        let (_, stderr) = w.finish(Duration::from_secs(30));
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
