@@ -674,3 +674,45 @@ fn watch_samples_at_its_own_default_rate_unless_asked() {
         assert!(stderr.contains(want), "{args:?}: {stderr}");
     }
 }
+
+/// uvloop's loop: two steps of one task back to back, with no time in the
+/// selector between them, are two incidents (the loop's turn, read from
+/// uvloop's own ready deque through the `asyncio.Runner` that runs it),
+/// each named after the task and its line, each as long as the fixture
+/// measured. Both ways of running the loop: uvloop.run() and
+/// uvloop.install() + asyncio.run().
+#[test]
+fn uvloop_steps_back_to_back_are_two_incidents() {
+    let _one_at_a_time = serial();
+    let interp = find_interpreter("pyenv 3.12 (with .ci/asyncio-deps)", |i| {
+        i.label.starts_with("pyenv ") && i.version == (3, 12)
+    });
+    for how in [&[][..], &["--runner"][..]] {
+        let fixture = Fixture::spawn(interp, "watch_uvloop.py", how);
+        let pid = fixture.pid.to_string();
+        let mut args = vec!["--pid", &pid];
+        args.extend_from_slice(LOOP_ONLY);
+        let mut w = Watcher::start(&args);
+        w.wait_for("pyinspect: watching", Duration::from_secs(30));
+        let stalls: Value =
+            serde_json::from_str(&fixture.ask(libc::SIGUSR2, "STALLS ")).expect("STALLS json");
+        let (stdout, stderr) = w.finish(Duration::from_secs(30));
+        let incidents: Vec<Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let stalls = stalls.as_array().unwrap();
+        let context = format!("{how:?}\nincidents: {incidents:#?}\nstalls: {stalls:#?}\n{stderr}");
+        assert_eq!(incidents.len(), 2, "{context}");
+        for (i, s) in incidents.iter().zip(stalls) {
+            assert_eq!(i["trigger"], "loop_blocked", "{context}");
+            assert_eq!(i["culprit"]["task"], "steps", "{context}");
+            assert_eq!(i["culprit"]["function"], s["function"], "{context}");
+            assert_eq!(i["culprit"]["line"], s["line"], "{context}");
+            let got = i["duration_ms"].as_f64().unwrap();
+            let uncertainty = i["uncertainty_ms"].as_f64().unwrap();
+            let want = s["duration"].as_f64().unwrap();
+            assert!(close_enough(got, want, uncertainty), "{context}");
+        }
+    }
+}

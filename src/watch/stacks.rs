@@ -3,6 +3,7 @@
 //! moved from one that did not, and how a frame is named. Pure functions of
 //! a stack; a leaf that imports none of its siblings.
 
+use crate::python::asyncio::LoopFrame;
 use crate::stack::{Frame, ThreadStack};
 use std::hash::{Hash, Hasher};
 
@@ -20,7 +21,7 @@ fn file_ends(f: &Frame, suffix: &str) -> bool {
     f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
 }
 
-/// asyncio's own frames between the loop and a callback's code (with
+/// asyncio's (and uvloop's) own frames between the loop and a callback's code (with
 /// `format_helpers.py`, where debug mode records where each handle and task
 /// was made: a callback made only of asyncio's own code, such as the timer
 /// that wakes `asyncio.sleep`, is the loop's bookkeeping, and is not named
@@ -33,6 +34,8 @@ fn asyncio_internal(f: &Frame) -> bool {
         "asyncio/futures.py",
         "asyncio/base_events.py",
         "asyncio/format_helpers.py",
+        // uvloop.run's wrapper coroutine, which awaits the program's own.
+        "uvloop/__init__.py",
     ]
     .iter()
     .any(|s| file_ends(f, s))
@@ -42,11 +45,26 @@ fn is_run_once(f: &Frame) -> bool {
     f.function.ends_with("_run_once") && file_ends(f, "asyncio/base_events.py")
 }
 
-/// The frame of asyncio's `BaseEventLoop._run_once` in a thread's stack
-/// (innermost first), whose `self` is the loop: the sampler reads the
-/// loop's turn from it (`ReadConfig::loop_turns`).
-pub(crate) fn run_once_frame(frames: &[Frame]) -> Option<&Frame> {
-    frames.iter().find(|f| is_run_once(f))
+fn is_runner_run(f: &Frame) -> bool {
+    &*f.function == "Runner.run" && file_ends(f, "asyncio/runners.py")
+}
+
+/// The frame a thread's event loop is found from (innermost first): the
+/// sampler reads the loop's turn through it (`ReadConfig::loop_turns`).
+/// asyncio's `BaseEventLoop._run_once`, whose `self` is the loop; else,
+/// for a loop with no Python frames of its own (uvloop's), the
+/// `asyncio.Runner.run` (3.11+) that runs it.
+pub(crate) fn loop_frame(frames: &[Frame]) -> Option<(&Frame, LoopFrame)> {
+    frames
+        .iter()
+        .find(|f| is_run_once(f))
+        .map(|f| (f, LoopFrame::RunOnce))
+        .or_else(|| {
+            frames
+                .iter()
+                .find(|f| is_runner_run(f))
+                .map(|f| (f, LoopFrame::Runner))
+        })
 }
 
 /// Where an event loop's thread is, from its Python frames (innermost

@@ -393,9 +393,15 @@ const MAX_TURN_LOOPS: usize = 64;
 /// and its length is appends less pops, so `state - len` is twice the
 /// number of callbacks taken so far: it stays put while one callback runs,
 /// whatever that callback schedules, and moves when the next one begins.
-/// The loop comes from the `self` of `_run_once`'s frame; its `_ready`
-/// deque is found once (checked by type), then each read is one copy of
-/// the deque's header, checked by its type pointer.
+/// uvloop's loop does the same with its own `_ready` deque (each idle turn
+/// pops the callbacks queued so far, one by one), kept in a C field of
+/// the Cython object rather than in a `__dict__`.
+///
+/// The loop comes from the `self` of asyncio's `_run_once` frame, or (a
+/// loop with no Python frames of its own: uvloop's) from the `_loop` of
+/// the `asyncio.Runner` whose `run` frame is on the thread's stack. Its
+/// ready deque is found once (checked by type), then each read is one copy
+/// of the deque's header, checked by its type pointer.
 #[derive(Default)]
 pub(crate) struct LoopTurns {
     /// Loop → its ready deque and that deque's type, or when it was last
@@ -406,16 +412,39 @@ pub(crate) struct LoopTurns {
 
 /// How long a loop whose ready queue was not found waits for another look.
 const TURN_RETRY: Duration = Duration::from_secs(1);
+/// How much of a loop object without a `__dict__` (uvloop's, whose C
+/// struct runs to 250 KB with its buffers) is searched for its ready
+/// deque: its object fields come first.
+const C_LOOP_FIELDS_SEARCHED: u64 = 1024;
+
+/// Where the loop whose turns are read comes from, in a thread's stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoopFrame {
+    /// asyncio's `BaseEventLoop._run_once`: its `self` is the loop.
+    RunOnce,
+    /// `asyncio.Runner.run` (3.11+): its `self._loop` is the loop.
+    Runner,
+}
 
 impl LoopTurns {
-    /// The turn of the loop whose `_run_once` runs in the frame at `frame`.
+    /// The turn of the loop that the frame at `frame` (of kind `kind`)
+    /// runs.
     pub(crate) fn read(
         &mut self,
         objr: &ObjReader,
         fl: &crate::cpython_layouts::FrameLayout,
         frame: u64,
+        kind: LoopFrame,
     ) -> Option<u64> {
-        let lp = objr.mem.read_u64(frame.wrapping_add(fl.localsplus)).ok()? & !fl.pointer_tag_bits;
+        let this =
+            objr.mem.read_u64(frame.wrapping_add(fl.localsplus)).ok()? & !fl.pointer_tag_bits;
+        if this == 0 {
+            return None;
+        }
+        let lp = match kind {
+            LoopFrame::RunOnce => this,
+            LoopFrame::Runner => instance_attrs(objr, this, &["_loop"]).first()?.1,
+        };
         if lp == 0 {
             return None;
         }
@@ -428,11 +457,7 @@ impl LoopTurns {
             if self.ready.len() >= MAX_TURN_LOOPS {
                 self.ready.clear();
             }
-            let found = instance_attrs(objr, lp, &["_ready"])
-                .first()
-                .map(|(_, v)| *v)
-                .filter(|d| objr.type_name(*d).is_ok_and(|t| t == "collections.deque"))
-                .and_then(|d| Some((d, objr.type_of(d).ok()?)));
+            let found = ready_deque(objr, lp).and_then(|d| Some((d, objr.type_of(d).ok()?)));
             self.ready.insert(lp, found.ok_or_else(Instant::now));
         }
         let (dq, ty) = (*self.ready.get(&lp)?).ok()?;
@@ -452,6 +477,39 @@ impl LoopTurns {
         let state = le_u64(&buf, state_at);
         Some(state.wrapping_sub(size))
     }
+}
+
+fn is_deque(objr: &ObjReader, obj: u64) -> bool {
+    objr.type_name(obj).is_ok_and(|t| t == "collections.deque")
+}
+
+/// A loop's ready deque: its `_ready` attribute (asyncio's loops), else the
+/// one deque among the first object fields of a loop without a `__dict__`
+/// (uvloop's Cython `Loop`, whose only deque is `_ready`). Every word there
+/// is taken for a possible object and its type checked by name: a word
+/// that is no pointer fails the read, or names no deque.
+fn ready_deque(objr: &ObjReader, lp: u64) -> Option<u64> {
+    let attr = instance_attrs(objr, lp, &["_ready"])
+        .first()
+        .map(|(_, v)| *v);
+    if let Some(d) = attr {
+        return is_deque(objr, d).then_some(d);
+    }
+    let o = &objr.layout.object;
+    let ty = objr.type_of(lp).ok()?;
+    let basic = objr.mem.read_u64(ty.wrapping_add(o.tp_basicsize)).ok()?;
+    let n = basic.min(C_LOOP_FIELDS_SEARCHED) as usize;
+    let header = (o.ob_type + 8) as usize;
+    if n <= header {
+        return None;
+    }
+    let mut buf = vec![0u8; n];
+    objr.mem.read(lp, &mut buf).ok()?;
+    (header..n - 7)
+        .step_by(8)
+        .map(|at| le_u64(&buf, at as u64))
+        .filter(|&p| p != 0 && p % 8 == 0 && p != lp)
+        .find(|&p| is_deque(objr, p))
 }
 
 #[cfg(test)]

@@ -42,6 +42,6 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use loops::LoopTurns;
+pub(crate) use loops::{LoopFrame, LoopTurns};
 pub(crate) use state::{AsyncRead, AsyncioReader, TasksByThread, AUTO_MAX_TASKS, MAX_TASKS};
 pub(crate) use stitch::stitch;

@@ -90,13 +90,15 @@ impl Target {
             let pl = &self.reader.process.layout;
             let objr = crate::python::objects::ObjReader::new(&*self.source, pl);
             for t in s {
-                let (Some(tid), Some(m)) = (
-                    t.stack.os_thread_id,
-                    crate::watch::run_once_frame(&t.stack.frames).and_then(|f| f.mark),
-                ) else {
+                let Some(tid) = t.stack.os_thread_id else {
                     continue;
                 };
-                if let Some(turn) = self.turns.read(&objr, &pl.frame, m.addr) {
+                let Some((m, kind)) = crate::watch::loop_frame(&t.stack.frames)
+                    .and_then(|(f, kind)| Some((f.mark?, kind)))
+                else {
+                    continue;
+                };
+                if let Some(turn) = self.turns.read(&objr, &pl.frame, m.addr, kind) {
                     self.loop_turns.push((tid, turn));
                 }
             }
