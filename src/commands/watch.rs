@@ -165,11 +165,20 @@ fn write_flamegraph(
 
 /// Every thread of `pid` once, as dump reads it, through a target kept
 /// for the incidents (its caches, and native symbols, are loaded once).
+/// A full read of a process: its threads, when their frames were read,
+/// and the turns of its asyncio loops then.
+#[derive(Clone)]
+struct FullRead {
+    process: ProcessStacks,
+    read_at: Instant,
+    turns: Vec<(u32, u64)>,
+}
+
 fn read_detail(
     details: &mut HashMap<i32, Target>,
     pid: i32,
     cfg: &TargetConfig,
-) -> Result<ProcessStacks, Error> {
+) -> Result<FullRead, Error> {
     let t = match details.entry(pid) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => e.insert(Target::open(pid, cfg)?),
@@ -180,17 +189,22 @@ fn read_detail(
     }
     let threads = r?;
     let t = details.get_mut(&pid).ok_or(Error::ProcessExited { pid })?;
-    Ok(ProcessStacks {
-        pid,
-        command_line: t.cmdline.to_string(),
-        python_version: t.version.clone(),
-        executable: crate::stack::escape_controls(&t.exe).into_owned(),
-        gc_collecting: t.gc_collecting(),
-        threads,
-        warnings: Vec::new(),
-        parent_pid: None,
-        crash: None,
-        not_recorded: Vec::new(),
+    let (read_at, turns) = t.latest_read();
+    Ok(FullRead {
+        read_at,
+        turns: turns.to_vec(),
+        process: ProcessStacks {
+            pid,
+            command_line: t.cmdline.to_string(),
+            python_version: t.version.clone(),
+            executable: crate::stack::escape_controls(&t.exe).into_owned(),
+            gc_collecting: t.gc_collecting(),
+            threads,
+            warnings: Vec::new(),
+            parent_pid: None,
+            crash: None,
+            not_recorded: Vec::new(),
+        },
     })
 }
 
@@ -281,6 +295,8 @@ struct Incidents {
     thresholds: Thresholds,
     detail: TargetConfig,
     started_wall: SystemTime,
+    /// When the sampler started: what tick timestamps count from.
+    started: Instant,
     openings: HashMap<u64, Opening>,
     details: HashMap<i32, Target>,
     next_id: u64,
@@ -291,7 +307,7 @@ impl Incidents {
     /// One tick of process `p`, through its watch `w`: the incidents that
     /// open and close.
     fn observe(&mut self, w: &mut ProcessWatch, p: &ProcessSample) {
-        let mut tick_read: Option<Result<ProcessStacks, String>> = None;
+        let mut tick_read: Option<Result<FullRead, String>> = None;
         // Dated by when its frames were read, not when the tick began:
         // on a loaded machine the sampler can be held up in between
         // (a stall of the sampler read as one of the target).
@@ -311,14 +327,18 @@ impl Incidents {
         w: &mut ProcessWatch,
         i: usize,
         pid: i32,
-        tick_read: &mut Option<Result<ProcessStacks, String>>,
+        tick_read: &mut Option<Result<FullRead, String>>,
     ) {
         // One full read per process per tick, shared by
         // the incidents that open together.
         let tid = w.streaks[i].tid;
-        let lacks = |r: &Result<ProcessStacks, String>| {
-            r.as_ref()
-                .is_ok_and(|ps| !ps.threads.iter().any(|t| t.os_thread_id == Some(tid)))
+        let lacks = |r: &Result<FullRead, String>| {
+            r.as_ref().is_ok_and(|f| {
+                !f.process
+                    .threads
+                    .iter()
+                    .any(|t| t.os_thread_id == Some(tid))
+            })
         };
         if tick_read.as_ref().is_none_or(lacks) {
             let mut r =
@@ -336,7 +356,11 @@ impl Incidents {
         };
         let mut opening = Opening::default();
         match read {
-            Ok(ps) => opening.process = Some(ps.clone()),
+            Ok(f) => {
+                let ts = f.read_at.saturating_duration_since(self.started);
+                w.seen_in_full_read(i, ts, &f.process.threads, &f.turns);
+                opening.process = Some(f.process.clone());
+            }
             Err(e) => opening.error = Some(e.clone()),
         }
         if at_rest(&w.streaks[i], opening.process.as_ref()) {
@@ -449,6 +473,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
         thresholds: th,
         detail: detail_config(&opts),
         started_wall,
+        started: sampler.started(),
         openings: HashMap::new(),
         details: HashMap::new(),
         next_id: 1,

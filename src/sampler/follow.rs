@@ -380,6 +380,11 @@ impl Sampler {
         })
     }
 
+    /// When sampling started: what tick timestamps count from.
+    pub(crate) fn started(&self) -> Instant {
+        self.start
+    }
+
     /// Whether the asked rate has been held so far and, if not, the likely
     /// cause (see [`RateStats::health`]).
     pub(crate) fn rate_health(&self) -> RateHealth {

@@ -91,6 +91,47 @@ impl ProcessWatch {
         events
     }
 
+    /// The full read an incident opened with (at `ts`), as one more sample
+    /// of loop streak `i`: when it finds the same callback still running
+    /// (its task's frame, and the loop's turn), the streak lasted until
+    /// then at least. The steady sampling waits for that read, which takes
+    /// a while on a loaded machine: without it, a step that ended during
+    /// the read was dated half that wait early. Its Python frames only
+    /// (with `--native` it has native ones among them).
+    pub(crate) fn seen_in_full_read(
+        &mut self,
+        i: usize,
+        ts: Duration,
+        threads: &[ThreadStack],
+        turns: &[(u32, u64)],
+    ) {
+        let Some(s) = self.streaks.get(i) else {
+            return;
+        };
+        if s.trigger != Trigger::LoopBlocked || ts <= s.last {
+            return;
+        }
+        let Some(t) = threads.iter().find(|t| t.os_thread_id == Some(s.tid)) else {
+            return;
+        };
+        let python = ThreadStack {
+            frames: t
+                .frames
+                .iter()
+                .filter(|f| f.kind == crate::stack::FrameKind::Python)
+                .cloned()
+                .collect(),
+            ..t.clone()
+        };
+        let views = triggers::views(std::slice::from_ref(&python));
+        let same = triggers::loop_blocked(&views, turns)
+            .iter()
+            .any(|o| o.key == s.key && (s.turn.is_none() || o.turn.is_none() || o.turn == s.turn));
+        if same {
+            self.streaks[i].last = ts;
+        }
+    }
+
     /// Each thread's stack: since when it has been the same.
     fn follow_tracks(&mut self, ts: Duration, views: &[View]) {
         let mut tracks = HashMap::with_capacity(views.len());
@@ -412,6 +453,47 @@ mod tests {
             Some("handler")
         );
     }
+    /// An incident's full read holds the steady sampling up (here from
+    /// 200 ms to 400 ms). When it finds the same step still running (at
+    /// 350 ms), the step ends between it and the next sample; when it
+    /// finds the loop at another turn, between the sample before it and
+    /// the next one, as before.
+    #[test]
+    fn the_full_read_dates_the_end_of_a_step_it_finds_running() {
+        let th = Thresholds {
+            loop_blocked: Duration::from_millis(100),
+            gil_held: Duration::from_secs(10),
+            thread_stuck: Duration::from_secs(10),
+            process_frozen: Duration::from_secs(10),
+        };
+        let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
+        let select = py("EpollSelector.select", "/x/selectors.py", 2);
+        let idle = thread(7, vec![select, run_once.clone()]);
+        let busy = thread(7, vec![py("handler", "app.py", 42), run_once]);
+        let ms = Duration::from_millis;
+        for (read_turn, want) in [(2, 280), (4, 205)] {
+            let mut w = ProcessWatch::new(th);
+            let mut closed = Vec::new();
+            for i in 0..=20u64 {
+                let t = if i >= 10 { &busy } else { &idle };
+                let turns = [(7, if i >= 10 { 2 } else { 0 })];
+                for e in w.observe(ms(i * 10), std::slice::from_ref(t), &turns) {
+                    if let Event::Opened(k) = e {
+                        let full = [(7, read_turn)];
+                        w.seen_in_full_read(k, ms(350), std::slice::from_ref(&busy), &full);
+                    }
+                }
+            }
+            for e in w.observe(ms(400), std::slice::from_ref(&idle), &[(7, 4)]) {
+                if let Event::Closed(s) = e {
+                    closed.push(*s);
+                }
+            }
+            assert_eq!(closed.len(), 1, "turn {read_turn}");
+            assert_eq!(closed[0].duration(), ms(want), "turn {read_turn}");
+        }
+    }
+
     /// Steps of one task, each 50 ms and one after another with no sample
     /// in the selector between them: the same coroutine frame at every
     /// sample, but the loop's turn moves at each step. No incident; and

@@ -246,6 +246,13 @@ impl Target {
         Ok(t)
     }
 
+    /// When the latest sample read its frames, and the turns of the asyncio
+    /// loops it read (with `loop_turns`): what a caller that reads a target
+    /// outside a [`crate::sampler::Sampler`] dates and matches it by.
+    pub(crate) fn latest_read(&self) -> (Instant, &[(u32, u64)]) {
+        (self.read_at, &self.loop_turns)
+    }
+
     /// Still the process we opened: not exited, not another process under a
     /// reused pid, not another program after an exec.
     fn check_identity(&mut self) -> Result<(), Error> {
