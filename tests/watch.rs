@@ -126,6 +126,23 @@ fn close_enough(got_ms: f64, want_s: f64, uncertainty_ms: f64) -> bool {
     (got_ms / 1000.0 - want_s).abs() <= tolerance
 }
 
+/// Once `w` watches: the fixture's stalls started (SIGUSR2), and when
+/// they are over and the watch has ended with the fixture, the fixture's
+/// account of them (its `STALLS` line), the incidents (`--json`) and the
+/// watch's stderr.
+fn stalls_and_incidents(fixture: &Fixture, mut w: Watcher) -> (Vec<Value>, Vec<Value>, String) {
+    w.wait_for("pyinspect: watching", Duration::from_secs(30));
+    let stalls: Value =
+        serde_json::from_str(&fixture.ask(libc::SIGUSR2, "STALLS ")).expect("STALLS json");
+    let (stdout, stderr) = w.finish(Duration::from_secs(30));
+    let incidents = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let stalls = stalls.as_array().cloned().unwrap_or_default();
+    (stalls, incidents, stderr)
+}
+
 #[test]
 fn each_stall_is_one_incident_with_its_culprit_and_length() {
     // One interpreter at a time: the stalls' lengths are measured against
@@ -140,7 +157,7 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
         |interp| {
             let fixture = Fixture::spawn(interp, "watch_stalls.py", &[]);
             let pid = fixture.pid.to_string();
-            let mut w = Watcher::start(&[
+            let w = Watcher::start(&[
                 "--pid",
                 &pid,
                 "--rate",
@@ -155,17 +172,9 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
                 "--frozen-threshold",
                 "150ms",
             ]);
-            w.wait_for("pyinspect: watching", Duration::from_secs(30));
-            let stalls: Value =
-                serde_json::from_str(&fixture.ask(libc::SIGUSR2, "STALLS ")).expect("STALLS json");
-            let (stdout, stderr) = w.finish(Duration::from_secs(30));
-            let incidents: Vec<Value> = stdout
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-                .collect();
-            let stalls = stalls.as_array().unwrap();
+            let (stalls, incidents, stderr) = stalls_and_incidents(&fixture, w);
             let mut problems = Vec::new();
-            for s in stalls {
+            for s in &stalls {
                 let trigger = s["trigger"].as_str().unwrap();
                 let function = s["function"].as_str().unwrap();
                 let other = &s["other"];
@@ -692,16 +701,8 @@ fn uvloop_steps_back_to_back_are_two_incidents() {
         let pid = fixture.pid.to_string();
         let mut args = vec!["--pid", &pid];
         args.extend_from_slice(LOOP_ONLY);
-        let mut w = Watcher::start(&args);
-        w.wait_for("pyinspect: watching", Duration::from_secs(30));
-        let stalls: Value =
-            serde_json::from_str(&fixture.ask(libc::SIGUSR2, "STALLS ")).expect("STALLS json");
-        let (stdout, stderr) = w.finish(Duration::from_secs(30));
-        let incidents: Vec<Value> = stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect();
-        let stalls = stalls.as_array().unwrap();
+        let w = Watcher::start(&args);
+        let (stalls, incidents, stderr) = stalls_and_incidents(&fixture, w);
         let context = format!("{how:?}\nincidents: {incidents:#?}\nstalls: {stalls:#?}\n{stderr}");
         assert_eq!(incidents.len(), 2, "{context}");
         for (i, s) in incidents.iter().zip(stalls) {

@@ -418,19 +418,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_blocked_loop_opens_once_and_closes_with_its_duration() {
+    /// Loop incidents only (100 ms), and thread 7 of an asyncio loop: in
+    /// its selector, and running the callback whose frame is `callback`.
+    fn loop_thread(callback: Frame) -> (Thresholds, ThreadStack, ThreadStack) {
         let th = Thresholds {
             loop_blocked: Duration::from_millis(100),
             gil_held: Duration::from_secs(10),
             thread_stuck: Duration::from_secs(10),
             process_frozen: Duration::from_secs(10),
         };
-        let mut w = ProcessWatch::new(th);
         let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
         let select = py("EpollSelector.select", "/x/selectors.py", 2);
         let idle = thread(7, vec![select, run_once.clone()]);
-        let busy = thread(7, vec![py("handler", "app.py", 42), run_once]);
+        let busy = thread(7, vec![callback, run_once]);
+        (th, idle, busy)
+    }
+
+    #[test]
+    fn a_blocked_loop_opens_once_and_closes_with_its_duration() {
+        let (th, idle, busy) = loop_thread(py("handler", "app.py", 42));
+        let mut w = ProcessWatch::new(th);
         let ms = Duration::from_millis;
         let mut opened = 0;
         let mut closed = Vec::new();
@@ -460,16 +467,7 @@ mod tests {
     /// the next one, as before.
     #[test]
     fn the_full_read_dates_the_end_of_a_step_it_finds_running() {
-        let th = Thresholds {
-            loop_blocked: Duration::from_millis(100),
-            gil_held: Duration::from_secs(10),
-            thread_stuck: Duration::from_secs(10),
-            process_frozen: Duration::from_secs(10),
-        };
-        let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
-        let select = py("EpollSelector.select", "/x/selectors.py", 2);
-        let idle = thread(7, vec![select, run_once.clone()]);
-        let busy = thread(7, vec![py("handler", "app.py", 42), run_once]);
+        let (th, idle, busy) = loop_thread(py("handler", "app.py", 42));
         let ms = Duration::from_millis;
         for (read_turn, want) in [(2, 280), (4, 205)] {
             let mut w = ProcessWatch::new(th);
@@ -500,16 +498,7 @@ mod tests {
     /// without the turns (uvloop's loop), one long span, as before.
     #[test]
     fn consecutive_steps_of_one_task_are_not_one_long_block() {
-        let th = Thresholds {
-            loop_blocked: Duration::from_millis(100),
-            gil_held: Duration::from_secs(10),
-            thread_stuck: Duration::from_secs(10),
-            process_frozen: Duration::from_secs(10),
-        };
-        let run_once = py("BaseEventLoop._run_once", "/x/asyncio/base_events.py", 1);
-        let select = py("EpollSelector.select", "/x/selectors.py", 2);
-        let idle = thread(7, vec![select, run_once.clone()]);
-        let busy = thread(7, vec![py("run_asgi", "h11_impl.py", 403), run_once]);
+        let (th, idle, busy) = loop_thread(py("run_asgi", "h11_impl.py", 403));
         let ms = Duration::from_millis;
         for with_turns in [true, false] {
             let mut w = ProcessWatch::new(th);
