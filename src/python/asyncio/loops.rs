@@ -408,6 +408,9 @@ pub(crate) struct LoopTurns {
     /// looked for in vain (looked for again after [`TURN_RETRY`]: a read
     /// that raced the loop's own writes must not leave it without turns).
     ready: HashMap<u64, Result<(u64, u64), Instant>>,
+    /// `asyncio.Runner` → its `_loop`, looked up once (a dict scan), not
+    /// at every sample; forgotten with its loop's deque.
+    runners: HashMap<u64, u64>,
 }
 
 /// How long a loop whose ready queue was not found waits for another look.
@@ -443,7 +446,17 @@ impl LoopTurns {
         }
         let lp = match kind {
             LoopFrame::RunOnce => this,
-            LoopFrame::Runner => instance_attrs(objr, this, &["_loop"]).first()?.1,
+            LoopFrame::Runner => match self.runners.get(&this) {
+                Some(&lp) => lp,
+                None => {
+                    let lp = instance_attrs(objr, this, &["_loop"]).first()?.1;
+                    if self.runners.len() >= MAX_TURN_LOOPS {
+                        self.runners.clear();
+                    }
+                    self.runners.insert(this, lp);
+                    lp
+                }
+            },
         };
         if lp == 0 {
             return None;
@@ -458,6 +471,10 @@ impl LoopTurns {
                 self.ready.clear();
             }
             let found = ready_deque(objr, lp).and_then(|d| Some((d, objr.type_of(d).ok()?)));
+            if found.is_none() {
+                // A runner read mid-change may have named no loop: asked again.
+                self.runners.retain(|_, l| *l != lp);
+            }
             self.ready.insert(lp, found.ok_or_else(Instant::now));
         }
         let (dq, ty) = (*self.ready.get(&lp)?).ok()?;
@@ -465,12 +482,20 @@ impl LoopTurns {
         let state_at = o.ob_size + DEQUE_STATE_AFTER_SIZE;
         let mut buf = [0u8; 96];
         let len = (state_at + 8).min(buf.len() as u64) as usize;
-        if state_at + 8 > len as u64 || objr.mem.read(dq, &mut buf[..len]).is_err() {
+        if state_at + 8 > len as u64 {
+            return None;
+        }
+        if objr.mem.read(dq, &mut buf[..len]).is_err() {
+            // Unmapped: the loop is gone; its runner is asked again.
+            self.ready.remove(&lp);
+            self.runners.retain(|_, l| *l != lp);
             return None;
         }
         if le_u64(&buf, o.ob_type) != ty {
-            // Freed, or something else now: found again next time.
+            // Freed, or something else now: found again next time (and
+            // the runner that led here looked at again).
             self.ready.remove(&lp);
+            self.runners.retain(|_, l| *l != lp);
             return None;
         }
         let size = le_u64(&buf, o.ob_size);
