@@ -353,6 +353,24 @@ impl CoreFile {
         let mut code = [0u8; 2];
         t.restarting && self.read(t.regs.ip, &mut code).is_ok() && code == [0x0f, 0x05]
     }
+
+    /// The call thread `t`, asleep in `restart_syscall`, goes on with. Its
+    /// code says so where the call's number is set just before the
+    /// `syscall` instruction its ip is past (`mov $nr, %eax`, as libc's
+    /// wrappers have it); otherwise the arguments its registers still
+    /// hold say, by their shape.
+    fn resumed_call(&self, t: &CoreThread, args: &[u64; 6]) -> i64 {
+        let mut code = [0u8; 7];
+        if let Some(at) = t.regs.ip.checked_sub(code.len() as u64) {
+            if self.read(at, &mut code).is_ok() && code[0] == 0xb8 && code[5..] == [0x0f, 0x05] {
+                let nr = u32::from_le_bytes([code[1], code[2], code[3], code[4]]) as i64;
+                if crate::wait::resumable(nr) {
+                    return nr;
+                }
+            }
+        }
+        crate::wait::resumed_call(args, "")
+    }
 }
 
 impl Memory for CoreFile {
@@ -452,7 +470,14 @@ impl TargetSource for CoreFile {
         self.threads.iter().find(|t| t.tid == tid).map(|t| t.regs)
     }
     fn saved_call(&self, tid: i32) -> Option<SyscallLine> {
-        match self.threads.iter().find(|t| t.tid == tid)?.call {
+        let t = self.threads.iter().find(|t| t.tid == tid)?;
+        match t.call {
+            SyscallLine::Blocked { nr, args } if nr == crate::wait::RESTART_SYSCALL => {
+                Some(SyscallLine::Blocked {
+                    nr: self.resumed_call(t, &args),
+                    args,
+                })
+            }
             c @ SyscallLine::Blocked { .. } => Some(c),
             _ => None,
         }
@@ -677,6 +702,29 @@ mod tests {
         b[load + 0x100..load + 0x102].copy_from_slice(&[0x0f, 0x05]);
         let c = open_bytes(&b).unwrap();
         assert_eq!(c.thread_state(4242), Some('S'));
+    }
+
+    #[test]
+    fn a_thread_asleep_in_restart_syscall_is_named_by_the_call_it_resumes() {
+        let blocked = |c: &CoreFile| match c.saved_call(4242) {
+            Some(SyscallLine::Blocked { nr, .. }) => nr,
+            other => panic!("{other:?}"),
+        };
+        // libc's wrapper: `mov $230, %eax; syscall`, the ip past it.
+        let mut b = mini_core(elf::EM_X86_64, elf::ET_CORE);
+        for (i, v) in [(15, 219), (16, 0x10107)] {
+            b = with_reg(b, i, v);
+        }
+        let load = b.len() - PAGE as usize;
+        b[load + 0x100..load + 0x107].copy_from_slice(&[0xb8, 0xe6, 0, 0, 0, 0x0f, 0x05]);
+        assert_eq!(blocked(&open_bytes(&b).unwrap()), 230);
+        // No such code: the arguments' shape, here a timed futex wait
+        // (uaddr, FUTEX_WAIT_BITSET_PRIVATE, val, timeout).
+        let mut b = mini_core(elf::EM_X86_64, elf::ET_CORE);
+        for (i, v) in [(15, 219), (14, 0x10200), (13, 0x89), (12, 0), (7, 0x10300)] {
+            b = with_reg(b, i, v);
+        }
+        assert_eq!(blocked(&open_bytes(&b).unwrap()), 202);
     }
 
     #[test]

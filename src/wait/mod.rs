@@ -33,7 +33,10 @@ pub(crate) use fd::FdDesc;
 pub(crate) use live::{CallProbe, WaitReader, SAME_CALL_TTL};
 pub(crate) use locks::{futex_is_lock, lock_kind};
 pub(crate) use syscall::SyscallLine;
-pub(crate) use syscall::{asleep_in_call, call_from_registers, restart_pending, CallArgs};
+pub(crate) use syscall::{
+    asleep_in_call, call_from_registers, restart_pending, resumable, resumed_call, CallArgs,
+    RESTART_SYSCALL,
+};
 
 /// Most characters of a wait's text form in a dump's thread header, with
 /// the thread's own words before it: a set of fds grows with the target,

@@ -415,10 +415,11 @@ pub(crate) fn decode_call(nr: i64, a: &[u64; 6], mem: &dyn Memory, full: bool) -
 pub(crate) const RESTART_SYSCALL: i64 = 219;
 
 /// The call a thread in `restart_syscall` resumes, from the kernel function
-/// it sleeps in (`wchan`) and the arguments its registers still hold. The
-/// kernel resumes only timed futex waits, poll with a timeout and the
-/// relative sleeps this way; the first two say so in their wchan, a sleep's
-/// may be only the system-call entry its restart is inlined into.
+/// it sleeps in (`wchan`, empty where none is known: a core records none)
+/// and the arguments its registers still hold. The kernel resumes only
+/// timed futex waits, poll with a timeout and the relative sleeps this way;
+/// the first two say so in their wchan, a sleep's may be only the
+/// system-call entry its restart is inlined into.
 pub(crate) fn resumed_call(args: &[u64; 6], wchan: &str) -> i64 {
     if wchan.starts_with("futex") {
         return 202;
@@ -430,13 +431,40 @@ pub(crate) fn resumed_call(args: &[u64; 6], wchan: &str) -> i64 {
         return 7;
     }
     // clock_nanosleep(clock id, flags, request, remain) against
-    // nanosleep(request, remain): a clock id is small, flags 0 or 1; a
-    // request is a pointer.
+    // nanosleep(request, remain): a clock id is small, flags 0 (a relative
+    // sleep; an absolute one is not resumed this way); a request is a
+    // pointer.
     if args[0] < 16 && args[1] <= 1 {
-        230
-    } else {
-        35
+        return 230;
     }
+    if wchan.is_empty() {
+        // No wchan: the arguments' shape alone. A resumed futex wait is a
+        // FUTEX_WAIT or FUTEX_WAIT_BITSET (private or not, on either
+        // clock) of an aligned word, with a timeout pointer; a resumed
+        // poll has a count of fds and a timeout of some milliseconds.
+        let op = args[1] & !(FUTEX_PRIVATE | FUTEX_CLOCK_REALTIME);
+        let word = args[0] >= PAGE && args[0].is_multiple_of(4);
+        if word && matches!(op, 0 | 9) && args[3] >= PAGE {
+            return 202;
+        }
+        if args[0] >= PAGE && (1..=MAX_POLL_FDS).contains(&args[1]) && (args[2] as i32) > 0 {
+            return 7;
+        }
+    }
+    35
+}
+
+const FUTEX_PRIVATE: u64 = 128;
+const FUTEX_CLOCK_REALTIME: u64 = 256;
+/// Below this an argument is a small number, not a pointer.
+const PAGE: u64 = 4096;
+/// More fds than one poll call is let take (RLIMIT_NOFILE's hard ceiling).
+const MAX_POLL_FDS: u64 = 1 << 20;
+
+/// Whether `nr` is one of the calls the kernel resumes through
+/// `restart_syscall` (see [`resumed_call`]).
+pub(crate) fn resumable(nr: i64) -> bool {
+    matches!(nr, 7 | 35 | 202 | 230)
 }
 
 /// `/proc/PID/task/TID/wchan`: "0" (or empty) means none.

@@ -23,6 +23,14 @@ fn a_call_resumed_by_restart_syscall_is_named_as_the_call() {
     assert_eq!(resumed_call(&monotonic, "hrtimer_nanosleep_restart"), 230);
     let raw = [0x7ffd1000, 0x7ffd1010, 0, 0, 0, 0];
     assert_eq!(resumed_call(&raw, "do_nanosleep"), 35);
+    // No wchan (a core records none): the arguments' shape alone.
+    assert_eq!(resumed_call(&futex, ""), 202);
+    assert_eq!(resumed_call(&poll, ""), 7);
+    assert_eq!(resumed_call(&realtime, ""), 230);
+    assert_eq!(resumed_call(&monotonic, ""), 230);
+    assert_eq!(resumed_call(&raw, ""), 35);
+    let raw_no_remain = [0x7ffd1000, 0, 0, 0, 0, 0];
+    assert_eq!(resumed_call(&raw_no_remain, ""), 35);
 }
 
 #[test]
