@@ -749,3 +749,249 @@ fn obmalloc_table_matches_interpreter_headers() {
         },
     );
 }
+
+/// tracemalloc's allocation sites (`python_fixtures/heap_tracemalloc.py`):
+/// the 20 largest of `statistics("lineno")`, taken by the fixture at its
+/// READY, are ours exactly (file, line, bytes, blocks), in the same order,
+/// and each one's largest traceback (3 frames kept) is ours; the text lists
+/// them. A core file of one reads the same. 3.8 (another hash table) and a
+/// build whose symbol table is gone (3.9–3.11 keep the tables in statics)
+/// say why not, in the snapshot and the text.
+#[test]
+fn tracemalloc_sites_are_its_own_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    for_each_interpreter("heap: tracemalloc sites", has_heap, |interp| {
+        let label = &interp.label;
+        let fx = Fixture::spawn(interp, "heap_tracemalloc.py", &["3"]);
+        let pid = fx.pid.to_string();
+        let snapshot = heap_json(&["--pid", &pid]);
+        let unread = snapshot["tracemalloc_unread"].as_str();
+        let why_not = if !interp.at_least(3, 9) {
+            Some("3.9 to 3.15 are")
+        } else if !interp.at_least(3, 12)
+            && !own_symbol(&interp.interpreter_file, "tracemalloc_traces")
+        {
+            // Only a separate debug file (Debian's) would name them.
+            Some("no symbol table")
+        } else {
+            None
+        };
+        if let Some(why) = why_not {
+            assert!(
+                unread.is_some_and(|u| u.contains(why)),
+                "{label}: {:?}",
+                unread
+            );
+            let out = pyinspect(&["heap", "--pid", &pid]);
+            out.assert_success();
+            assert!(
+                out.stdout
+                    .contains("tracemalloc's allocation sites: not read ("),
+                "{label}: {}",
+                out.stdout
+            );
+            return;
+        }
+        let t = &snapshot["tracemalloc"];
+        assert_eq!(t["tracing"], true, "{label}: {snapshot}");
+        assert_eq!(t["max_nframe"], 3, "{label}");
+        assert_eq!(t["partial"], Value::Array(vec![]), "{label}");
+        let site = |s: &Value| {
+            (
+                s["filename"].as_str().unwrap().to_string(),
+                s["lineno"].as_u64().unwrap(),
+                s["size"].as_u64().unwrap(),
+                s["count"].as_u64().unwrap(),
+            )
+        };
+        let theirs: Vec<_> = fx.ready["sites"].as_array().unwrap()[..20]
+            .iter()
+            .map(site)
+            .collect();
+        let ours: Vec<_> = t["sites"].as_array().unwrap()[..20]
+            .iter()
+            .map(site)
+            .collect();
+        assert_eq!(ours, theirs, "{label}: pyinspect vs statistics(\"lineno\")");
+        for (o, r) in t["sites"].as_array().unwrap()[..20]
+            .iter()
+            .zip(&fx.ready["sites"].as_array().unwrap()[..20])
+        {
+            let ours: Vec<(&str, u64)> = o["traceback"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    (
+                        f["filename"].as_str().unwrap(),
+                        f["lineno"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            let theirs: Vec<(&str, u64)> = r["traceback"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| (f[0].as_str().unwrap(), f[1].as_u64().unwrap()))
+                .collect();
+            assert_eq!(ours, theirs, "{label}: the traceback of {o}");
+        }
+        // The fixture's 24 lines are its largest sites.
+        let marks = &fx.ready["marks"];
+        let top = &t["sites"][0];
+        assert_eq!(top["lineno"], marks["site24"], "{label}");
+        let out = pyinspect(&["heap", "--pid", &pid, "--top", "3"]);
+        out.assert_success();
+        let file = top["filename"].as_str().unwrap();
+        for want in [
+            "Allocation sites (tracemalloc, 3 frames kept): ".to_string(),
+            format!("  {file}:{}\n", marks["site24"]),
+            format!("called from {file}:"),
+        ] {
+            assert!(
+                out.stdout.contains(&want),
+                "{label}: {want:?} in\n{}",
+                out.stdout
+            );
+        }
+        if label.starts_with("pyenv 3.12") {
+            let core = gcore(fx.pid, dir.path());
+            let from_core = heap_json(&["--core", core.to_str().unwrap()]);
+            assert_eq!(
+                from_core["tracemalloc"], *t,
+                "{label}: core and live differ"
+            );
+        }
+    });
+}
+
+/// Whether `file`'s own symbol table (`nm`; not a separate debug file's)
+/// names `symbol`.
+fn own_symbol(file: &Path, symbol: &str) -> bool {
+    let out = Command::new("nm").arg(file).output().expect("nm runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some(symbol))
+}
+
+/// The tracemalloc table (src/cpython_layouts/tracemalloc.rs) against the
+/// headers of each 3.9+ interpreter: the hash table and config (every
+/// version), the runtime state, traceback and frame (3.12+; before, the
+/// `.c` file defines them, and the sites test proves them). `trace_t` is
+/// the `.c` file's own on every version.
+#[test]
+fn tracemalloc_table_matches_interpreter_headers() {
+    use pyinspect::cpython_layouts::tracemalloc::{for_version, TracemallocState};
+    let dir = tempfile::tempdir().unwrap();
+    for_each_interpreter(
+        "heap: tracemalloc table vs headers",
+        |i| i.at_least(3, 9),
+        |interp| {
+            let (major, minor) = interp.version;
+            let t = for_version(major as u8, minor as u8).expect("a tracemalloc table");
+            let mut fields: Vec<(&str, u64)> = vec![
+                ("offsetof(_Py_hashtable_t, nentries)", t.ht_nentries),
+                ("offsetof(_Py_hashtable_t, nbuckets)", t.ht_nbuckets),
+                ("offsetof(_Py_hashtable_t, buckets)", t.ht_buckets),
+                ("offsetof(_Py_hashtable_entry_t, key)", t.entry_key),
+                ("offsetof(_Py_hashtable_entry_t, value)", t.entry_value),
+                (
+                    "offsetof(struct _PyTraceMalloc_Config, tracing)",
+                    t.config_tracing,
+                ),
+                (
+                    "offsetof(struct _PyTraceMalloc_Config, max_nframe)",
+                    t.config_max_nframe,
+                ),
+            ];
+            let runtime = match t.state {
+                TracemallocState::Globals => {
+                    assert!(
+                        !interp.at_least(3, 12),
+                        "{}: globals on 3.12+",
+                        interp.label
+                    );
+                    None
+                }
+                TracemallocState::InRuntime(offsets) => {
+                    fields.extend([
+                        ("offsetof(struct _tracemalloc_runtime_state, config)", 0),
+                        (
+                            "offsetof(struct _tracemalloc_runtime_state, traced_memory)",
+                            t.state_traced_memory,
+                        ),
+                        (
+                            "offsetof(struct _tracemalloc_runtime_state, peak_traced_memory)",
+                            t.state_traced_memory + 8,
+                        ),
+                        (
+                            "offsetof(struct _tracemalloc_runtime_state, traces)",
+                            t.state_traces,
+                        ),
+                        (
+                            "offsetof(struct _tracemalloc_runtime_state, domains)",
+                            t.state_domains,
+                        ),
+                        (
+                            "offsetof(struct tracemalloc_traceback, nframe)",
+                            t.tb_nframe,
+                        ),
+                        (
+                            "offsetof(struct tracemalloc_traceback, total_nframe)",
+                            t.tb_total_nframe,
+                        ),
+                        (
+                            "offsetof(struct tracemalloc_traceback, frames)",
+                            t.tb_frames,
+                        ),
+                        ("sizeof(struct tracemalloc_frame)", t.frame_size),
+                        ("offsetof(struct tracemalloc_frame, lineno)", t.frame_lineno),
+                    ]);
+                    Some(offsets)
+                }
+            };
+            let mut src = "#define Py_BUILD_CORE 1\n#include <Python.h>\n\
+                #include <internal/pycore_runtime.h>\n#include <internal/pycore_hashtable.h>\n\
+                #if PY_VERSION_HEX < 0x030C0000\n#include <internal/pycore_pymem.h>\n#endif\n\
+                #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n"
+                .to_string();
+            for (k, (expr, _)) in fields.iter().enumerate() {
+                src += &format!("    printf(\"f{k} %lld\\n\", (long long)({expr}));\n");
+            }
+            if runtime.is_some() {
+                src += "    printf(\"runtime %lld\\n\", \
+                        (long long)offsetof(_PyRuntimeState, tracemalloc));\n";
+            }
+            src += "    return 0;\n}\n";
+            let includes =
+                c_include_dirs(&interp.python).unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+            let values = run_c_probe(dir.path(), &format!("tm_{}", interp.label), &src, &includes)
+                .unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+            let bad: Vec<String> = fields
+                .iter()
+                .enumerate()
+                .filter(|(k, (_, v))| values[&format!("f{k}")] as u64 != *v)
+                .map(|(k, (expr, v))| {
+                    format!("{expr}: table {v}, headers {}", values[&format!("f{k}")])
+                })
+                .collect();
+            assert!(bad.is_empty(), "{}:\n{}", interp.label, bad.join("\n"));
+            if let Some(offsets) = runtime {
+                let at = values["runtime"] as u64;
+                assert!(
+                    offsets.contains(&at),
+                    "{}: _PyRuntime.tracemalloc at {at}, not in {offsets:?}",
+                    interp.label
+                );
+            }
+            // 3.15 interns file names as C strings, not `str` objects.
+            let c_string = interp.at_least(3, 15);
+            assert_eq!(
+                t.filename == pyinspect::cpython_layouts::tracemalloc::FilenameKind::CString,
+                c_string,
+                "{}",
+                interp.label
+            );
+        },
+    );
+}

@@ -19,6 +19,9 @@ use std::time::Instant;
 /// hold): about 40 bytes of pyinspect's memory each.
 pub const MAX_OBJECTS: usize = 20_000_000;
 
+/// tracemalloc's allocation sites a snapshot keeps, largest first.
+const TRACEMALLOC_SITES: usize = 100;
+
 pub struct HeapOptions {
     pub pid: i32,
     /// Read this core file rather than process `pid`.
@@ -118,6 +121,7 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
     crate::heap::holders::name_holders(&globals, &mut c.containers);
     crate::heap::holders::name_holders(&globals, &mut c.globals);
     let memory = crate::heap::memsplit::split(source, &process);
+    let traces = crate::python::tracemalloc::read(source, &process, TRACEMALLOC_SITES);
     let paused_ms = match &guard {
         Some(g) => {
             if !g.not_stopped().is_empty() {
@@ -137,6 +141,10 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
     }
     let mut snapshot = Snapshot::new(pid, version.to_string(), paused_ms, live && nonblocking, c);
     snapshot.memory = Some(memory);
+    match traces {
+        Ok(t) => snapshot.tracemalloc = Some(t),
+        Err(why) => snapshot.tracemalloc_unread = Some(why),
+    }
     Ok(snapshot)
 }
 

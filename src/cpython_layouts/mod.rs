@@ -17,6 +17,7 @@ pub mod debug_offsets;
 pub mod gc;
 pub mod greenlet;
 pub mod obmalloc;
+pub mod tracemalloc;
 mod v2_7;
 mod v3_10;
 mod v3_11;

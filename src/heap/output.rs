@@ -3,6 +3,7 @@
 
 use super::census::{Census, TypeRow};
 use super::memsplit::MemorySplit;
+use crate::python::tracemalloc::Traces;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 
@@ -36,6 +37,13 @@ pub(crate) struct Snapshot {
     /// what `--diff` and `--every` follow by name.
     #[serde(default)]
     pub(crate) globals: Vec<SnapshotContainer>,
+    /// tracemalloc's traces by allocation site, when they could be read
+    /// (`tracing: false` when tracemalloc is not tracing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tracemalloc: Option<Traces>,
+    /// Why tracemalloc's traces could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tracemalloc_unread: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -78,6 +86,8 @@ impl Snapshot {
     ) -> Snapshot {
         Snapshot {
             memory: None,
+            tracemalloc: None,
+            tracemalloc_unread: None,
             pid,
             python,
             paused_ms,
@@ -200,6 +210,66 @@ pub(crate) fn write_text(s: &Snapshot, top: usize, w: &mut dyn Write) -> std::io
                 crate::stack::escape_controls(&k.name),
                 k.length,
                 crate::stack::escape_controls(&held)
+            )?;
+        }
+    }
+    if let Some(t) = s.tracemalloc.as_ref().filter(|t| t.tracing) {
+        writeln!(w)?;
+        write_sites(t, top, w)?;
+    } else if let Some(why) = &s.tracemalloc_unread {
+        writeln!(w)?;
+        writeln!(
+            w,
+            "tracemalloc's allocation sites: not read ({})",
+            crate::stack::escape_controls(why)
+        )?;
+    }
+    Ok(())
+}
+
+/// tracemalloc's largest allocation sites (`top`, 0: all read), as
+/// `statistics("lineno")` lists them, each with its traceback where
+/// tracemalloc keeps more than one frame.
+fn write_sites(t: &Traces, top: usize, w: &mut dyn Write) -> std::io::Result<()> {
+    let peak = t
+        .peak_bytes
+        .map(|p| format!(", peak {}", human_bytes(p)))
+        .unwrap_or_default();
+    writeln!(
+        w,
+        "Allocation sites (tracemalloc, {} frame{} kept): {} blocks, {} traced{}",
+        t.max_nframe,
+        if t.max_nframe == 1 { "" } else { "s" },
+        t.blocks,
+        human_bytes(t.bytes),
+        peak
+    )?;
+    for p in &t.partial {
+        writeln!(w, "partial: {}", crate::stack::escape_controls(p))?;
+    }
+    writeln!(
+        w,
+        "{:>12} {:>12} {:>10}  SITE",
+        "BLOCKS", "BYTES", "AVERAGE"
+    )?;
+    let shown = if top == 0 { t.sites.len() } else { top };
+    for s in t.sites.iter().take(shown) {
+        writeln!(
+            w,
+            "{:>12} {:>12} {:>10}  {}:{}",
+            s.count,
+            human_bytes(s.size),
+            human_bytes(s.size / s.count.max(1)),
+            crate::stack::escape_controls(&s.filename),
+            s.lineno
+        )?;
+        for f in s.traceback.iter().skip(1) {
+            writeln!(
+                w,
+                "{:>36}  called from {}:{}",
+                "",
+                crate::stack::escape_controls(&f.filename),
+                f.lineno
             )?;
         }
     }

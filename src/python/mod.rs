@@ -14,3 +14,4 @@ pub(crate) mod process;
 pub(crate) mod reader;
 mod repr;
 pub(crate) mod strings;
+pub(crate) mod tracemalloc;

@@ -129,6 +129,10 @@ pub(crate) struct PythonProcess {
     /// `narenas_currently_allocated` (3.8–3.11; symbol table only), where
     /// one binary has all three.
     pub(crate) obmalloc_statics: Option<[u64; 3]>,
+    /// tracemalloc's `_Py_tracemalloc_config`, `tracemalloc_traces`,
+    /// `tracemalloc_domains` (3.9–3.11; the tables are statics, in the
+    /// symbol table only), where one binary has all three.
+    pub(crate) tracemalloc_globals: Option<[u64; 3]>,
 }
 
 const WANTED: &[&str] = &[
@@ -149,6 +153,10 @@ const WANTED: &[&str] = &[
     "arenas",
     "maxarenas",
     "narenas_currently_allocated",
+    // tracemalloc's state before 3.12 (its tables: statics, symbol table only).
+    "_Py_tracemalloc_config",
+    "tracemalloc_traces",
+    "tracemalloc_domains",
 ];
 
 struct Binary {
@@ -201,7 +209,18 @@ impl PythonProcess {
         let (layout, unproven) = choose_layout(pid, mem, &version, runtime, &mut warnings)?;
         let interp_head_ptr = interp_head(pid, mem, &version, &layout, unproven, &bins, runtime)?;
         Ok(PythonProcess {
-            obmalloc_statics: obmalloc_statics(&bins),
+            obmalloc_statics: one_each(
+                &bins,
+                ["arenas", "maxarenas", "narenas_currently_allocated"],
+            ),
+            tracemalloc_globals: one_each(
+                &bins,
+                [
+                    "_Py_tracemalloc_config",
+                    "tracemalloc_traces",
+                    "tracemalloc_domains",
+                ],
+            ),
             pid,
             exe: exe_path,
             cmdline,
@@ -410,19 +429,15 @@ fn gil_sync_source(layout: &Layout, bins: &[Binary], runtime: Option<u64>) -> Gi
     }
 }
 
-/// obmalloc's arena statics (`arenas`, `maxarenas`,
-/// `narenas_currently_allocated`), where one binary has each exactly once.
-fn obmalloc_statics(bins: &[Binary]) -> Option<[u64; 3]> {
+/// The addresses of `names` in the one binary that has each of them
+/// exactly once (statics such as obmalloc's arena table).
+fn one_each(bins: &[Binary], names: [&str; 3]) -> Option<[u64; 3]> {
     bins.iter().find_map(|b| {
         let one = |n: &str| match b.info.symbols.get(n).map(Vec::as_slice) {
             Some([r]) => Some(r.addr),
             _ => None,
         };
-        Some([
-            one("arenas")?,
-            one("maxarenas")?,
-            one("narenas_currently_allocated")?,
-        ])
+        Some([one(names[0])?, one(names[1])?, one(names[2])?])
     })
 }
 

@@ -34,6 +34,7 @@ fn reader_for(major: u8, minor: u8) -> Option<Reader> {
         gil_sync: crate::python::process::GilSyncSource::Unknown,
         warnings: Vec::new(),
         obmalloc_statics: None,
+        tracemalloc_globals: None,
     }))
 }
 

@@ -21,6 +21,7 @@ pub(super) fn process(layout: &crate::cpython_layouts::Layout, head: u64) -> Pyt
         gil_sync: GilSyncSource::Unknown,
         warnings: Vec::new(),
         obmalloc_statics: None,
+        tracemalloc_globals: None,
     }
 }
 
