@@ -995,3 +995,76 @@ fn tracemalloc_table_matches_interpreter_headers() {
         },
     );
 }
+
+/// The holders of the largest containers beside module globals: a class
+/// attribute (`module.Class.name`) and the locals of live frames on any
+/// thread (`local NAME in FUNCTION (FILE:LINE)`), a container two frames
+/// hold named by both (`python_fixtures/heap_holders.py`).
+#[test]
+fn class_attributes_and_frame_locals_hold_containers() {
+    for_each_interpreter("heap: holders", has_heap, |interp| {
+        let label = &interp.label;
+        let fx = Fixture::spawn(interp, "heap_holders.py", &[]);
+        let pid = fx.pid.to_string();
+        let marks = &fx.ready["marks"];
+        // READY is written from inside `fu.ready(...)`: read again until
+        // the main thread has gone on to its parking line (the worker
+        // parked before READY).
+        let parked = format!("heap_holders.py:{})", marks["park"]);
+        let mut snap = heap_json(&["--pid", &pid]);
+        for _ in 0..50 {
+            if snap["containers"].to_string().contains(&parked) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            snap = heap_json(&["--pid", &pid]);
+        }
+        let holders = |ty: &str, length: u64| -> Vec<String> {
+            snap["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == ty && c["length"] == length)
+                .unwrap_or_else(|| panic!("{label}: no {ty} of {length} in {}", snap["containers"]))
+                ["holders"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h.as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            holders("dict", 60000),
+            ["__main__.Registry.entries"],
+            "{label}"
+        );
+        assert_eq!(
+            holders("list", 90000),
+            [format!(
+                "local batch in park (heap_holders.py:{})",
+                marks["park"]
+            )],
+            "{label}"
+        );
+        assert_eq!(
+            holders("set", 40000),
+            [
+                format!("local items in hold (heap_holders.py:{})", marks["hold"]),
+                format!(
+                    "local pending in worker (heap_holders.py:{})",
+                    marks["worker"]
+                ),
+            ],
+            "{label}"
+        );
+        let text = pyinspect(&["heap", "--pid", &pid]);
+        text.assert_success();
+        assert!(
+            text.stdout
+                .contains("dict (60000 items)  held by __main__.Registry.entries"),
+            "{label}: {}",
+            text.stdout
+        );
+        assert_not_stopped(fx.pid);
+    });
+}

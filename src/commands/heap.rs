@@ -106,8 +106,12 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
     } else {
         (None, Instant::now())
     };
-    let globals =
-        crate::heap::holders::module_globals(source, &process.layout, process.interp_head_ptr);
+    let globals = crate::heap::holders::module_globals(
+        source,
+        &process.layout,
+        gc_layout.tp_dict,
+        process.interp_head_ptr,
+    );
     let watched: foldhash::HashSet<u64> = globals.keys().copied().collect();
     let tracked = tracked_objects(source, &at, MAX_OBJECTS);
     let mut c = census(
@@ -120,8 +124,12 @@ fn read(source: &dyn TargetSource, nonblocking: bool) -> Result<Snapshot, Error>
     );
     crate::heap::holders::name_holders(&globals, &mut c.containers);
     crate::heap::holders::name_holders(&globals, &mut c.globals);
-    let memory = crate::heap::memsplit::split(source, &process);
-    let traces = crate::python::tracemalloc::read(source, &process, TRACEMALLOC_SITES);
+    let mut reader = crate::python::reader::Reader::new(process);
+    let locals = crate::heap::holders::frame_locals(source, &mut reader);
+    crate::heap::holders::name_holders(&locals, &mut c.containers);
+    let process = &reader.process;
+    let memory = crate::heap::memsplit::split(source, process);
+    let traces = crate::python::tracemalloc::read(source, process, TRACEMALLOC_SITES);
     let paused_ms = match &guard {
         Some(g) => {
             if !g.not_stopped().is_empty() {

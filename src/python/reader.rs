@@ -12,7 +12,7 @@ use crate::target::TargetSource;
 use foldhash::HashMap as FastMap;
 use foldhash::HashMapExt;
 use std::sync::Arc;
-use types::{Chain, CodeInfo, Kept, LockRef, RawThread};
+use types::{Chain, CodeInfo, Kept, LocalRef, RawThread};
 
 // What the eBPF engine (src/bpf/) asks of the reader.
 pub(crate) mod bpf;
@@ -24,7 +24,7 @@ mod threads;
 mod types;
 
 pub(crate) use super::bounds::MAX_THREADS;
-pub(crate) use types::{ReadOptions, Reader, ThreadSnapshot};
+pub(crate) use types::{LocalObjects, ReadOptions, Reader, ThreadSnapshot};
 
 /// The longest repr of a local, its `...` included, per `-l` given: 80, as
 /// pystack cuts them; `-ll` 160, and so on.
@@ -43,7 +43,7 @@ impl Reader {
         let cache = PageCache::resume(src, std::mem::take(&mut self.snapshot_pages));
         let mut raw = self.threads(src, &cache)?;
         // Locals can be written by other threads; only plain stacks are kept.
-        let keep = opts.locals == 0 && !opts.lock_locals;
+        let keep = opts.locals == 0 && opts.local_objects == LocalObjects::None;
         self.walk_threads(&cache, &mut raw, keep, ran);
         let gil_by_interp = self.gil_holders(&cache, &raw);
         let gc_by_interp = self.read_collectors(&cache, &raw, &gil_by_interp);
@@ -82,7 +82,7 @@ impl Reader {
                 truncated.clone_from(&k.truncated);
                 t.anchors.clone_from(&k.anchors);
             }
-            let locks =
+            let local_refs =
                 self.python_frames(&cache, &t, opts, &mut resolved, &mut frames, &mut truncated);
             let name = self.names.get(&(t.interp, t.thread_id)).cloned();
             out.push(ThreadSnapshot {
@@ -110,7 +110,7 @@ impl Reader {
                 } else {
                     Vec::new()
                 },
-                locks,
+                local_refs,
                 tstate: t.tstate,
                 interp: t.interp,
             });
@@ -216,8 +216,8 @@ impl Reader {
     }
 
     /// The Python frames of a walked thread, decoded through the code-object
-    /// cache (`resolved` holds this snapshot's checks); the locks its locals
-    /// name where asked.
+    /// cache (`resolved` holds this snapshot's checks); the objects its
+    /// locals refer to, where asked (`ReadOptions::local_objects`).
     fn python_frames(
         &mut self,
         cache: &PageCache<'_>,
@@ -226,8 +226,8 @@ impl Reader {
         resolved: &mut FastMap<u64, Result<Option<Arc<CodeInfo>>, MemError>>,
         frames: &mut Vec<Frame>,
         truncated: &mut Option<String>,
-    ) -> Vec<LockRef> {
-        let mut locks = Vec::new();
+    ) -> Vec<LocalRef> {
+        let mut refs = Vec::new();
         for f in &t.frames {
             // Recursion repeats code objects: check each once per snapshot.
             let info = match resolved.get(&f.code) {
@@ -256,8 +256,9 @@ impl Reader {
                         let chars = LOCAL_REPR_CHARS * opts.locals as usize;
                         fr.locals = Some(self.locals(cache, &ci, f, chars));
                     }
-                    if opts.lock_locals {
-                        locks.extend(self.lock_locals(cache, &ci, f, frames.len()));
+                    if opts.local_objects != LocalObjects::None {
+                        let all = opts.local_objects == LocalObjects::All;
+                        refs.extend(self.local_refs(cache, &ci, f, frames.len(), all));
                     }
                     fr.mark = Some(f.mark());
                     frames.push(fr);
@@ -274,7 +275,7 @@ impl Reader {
                 }
             }
         }
-        locks
+        refs
     }
 
     /// What to keep for the next snapshot: the stacks of the threads the
@@ -483,7 +484,7 @@ mod tests {
                     function_lines: false,
                     positions: true,
                     gil_sync: true,
-                    lock_locals: true,
+                    local_objects: LocalObjects::Locks,
                 };
                 // An error, or stacks within the bounds: every frame read
                 // from the only memory there is, each thread's frames and

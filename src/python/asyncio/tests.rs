@@ -68,7 +68,7 @@ fn snapshot(tstate: u64, interp: u64, frames: Vec<u64>) -> ThreadSnapshot {
         anchors: Vec::new(),
         in_gc: false,
         gil_sync: Vec::new(),
-        locks: Vec::new(),
+        local_refs: Vec::new(),
         tstate,
         interp,
     }

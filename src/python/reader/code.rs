@@ -3,7 +3,7 @@
 //! byte offset, and the locals a frame's slots hold (shown, or followed to
 //! the locks they name).
 
-use super::types::{stack_buf, CodeInfo, LockRef, RawFrame, Reader};
+use super::types::{stack_buf, CodeInfo, LocalRef, RawFrame, Reader};
 use crate::cpython_layouts::{InstrPosition, LineTableFormat};
 use crate::error::MemError;
 use crate::memory::{le_i32, le_u64, Memory, MemoryExt};
@@ -189,14 +189,16 @@ impl Reader {
         out
     }
 
-    /// The locals of one frame that refer to locks or Conditions.
-    pub(super) fn lock_locals(
+    /// The locals of one frame that refer to locks or Conditions (`all`:
+    /// to anything), each with its object.
+    pub(super) fn local_refs(
         &self,
         mem: &dyn Memory,
         ci: &CodeInfo,
         f: &RawFrame,
         frame: usize,
-    ) -> Vec<LockRef> {
+        all: bool,
+    ) -> Vec<LocalRef> {
         let l = &self.process.layout;
         let objr = ObjReader::new(mem, l);
         let n = ci.nslots.min(MAX_LOCALS);
@@ -218,14 +220,14 @@ impl Reader {
             let Ok(kind) = objr.type_name(v) else {
                 continue;
             };
-            if !is_lock_type(&kind) {
+            if !all && !is_lock_type(&kind) {
                 continue;
             }
             let Ok(name) = objr.full_string(*name_obj) else {
                 continue;
             };
             let inner_addr = v.wrapping_add(head);
-            out.push(LockRef {
+            out.push(LocalRef {
                 frame,
                 name,
                 obj: v,

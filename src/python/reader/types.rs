@@ -46,19 +46,30 @@ pub(crate) struct ReadOptions {
     pub(crate) positions: bool,
     /// Where each interpreter's GIL lock objects are (wait attribution).
     pub(crate) gil_sync: bool,
-    /// The lock objects (and Conditions) that each frame's locals refer to.
-    pub(crate) lock_locals: bool,
+    /// The objects each frame's locals refer to (none, locks, all).
+    pub(crate) local_objects: LocalObjects,
 }
 
-/// A local that refers to a lock (or a `threading.Condition`), for naming
-/// what a thread blocked in a futex waits for.
+/// Which of the objects frames' locals refer to a snapshot lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum LocalObjects {
+    #[default]
+    None,
+    /// Locks and Conditions: what a thread blocked in a futex waits for.
+    Locks,
+    /// Every one: who holds the largest containers (`heap`).
+    All,
+}
+
+/// A local and the object it refers to (a lock, or a `threading.Condition`,
+/// for naming what a thread blocked in a futex waits for).
 #[derive(Debug, Clone)]
-pub(crate) struct LockRef {
+pub(crate) struct LocalRef {
     /// Index into the thread's frames (innermost first).
     pub(crate) frame: usize,
     pub(crate) name: String,
     pub(crate) obj: u64,
-    /// The object's type name (`_thread.lock`, `_thread.RLock`, `Condition`).
+    /// The object's type name (`_thread.lock`, `_thread.RLock`, `Condition`, ...).
     pub(crate) kind: String,
     /// The word after the object header: a lock's `PyMutex` (3.13+) starts
     /// there; before, it holds the pointer to the lock's semaphore.
@@ -100,8 +111,9 @@ pub(crate) struct ThreadSnapshot {
     pub(crate) in_gc: bool,
     /// With `gil_sync`: the address ranges of its interpreter's GIL lock objects.
     pub(crate) gil_sync: Vec<(u64, u64)>,
-    /// With `lock_locals`: locals that refer to locks, innermost frame first.
-    pub(crate) locks: Vec<LockRef>,
+    /// With `local_objects`: the locals that refer to such objects,
+    /// innermost frame first.
+    pub(crate) local_refs: Vec<LocalRef>,
     /// The thread state and its interpreter.
     pub(crate) tstate: u64,
     pub(crate) interp: u64,

@@ -17,7 +17,7 @@ use crate::pause::{self, PauseGuard};
 use crate::python::asyncio::{self, AsyncioReader};
 use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
-use crate::python::reader::{ReadOptions, Reader, ThreadSnapshot};
+use crate::python::reader::{LocalObjects, ReadOptions, Reader, ThreadSnapshot};
 use crate::stack::{escape_controls, ThreadStack, ThreadStatus};
 use crate::target::{LiveProcess, SourceKind, TargetSource};
 use crate::wait::{self, WaitDetail, WaitReader};
@@ -240,7 +240,7 @@ impl Target {
             function_lines: cfg.read.function_lines,
             positions: cfg.read.positions,
             gil_sync: false,
-            lock_locals: false,
+            local_objects: LocalObjects::None,
         };
         let _ = t.reader.snapshot(&*t.source, opts, &t.states, &t.ran);
         Ok(t)
@@ -347,7 +347,11 @@ impl Target {
             function_lines: cfg.read.function_lines,
             positions: cfg.read.positions,
             gil_sync: pass.want_waits,
-            lock_locals: cfg.read.waits == WaitDetail::Full,
+            local_objects: if cfg.read.waits == WaitDetail::Full {
+                LocalObjects::Locks
+            } else {
+                LocalObjects::None
+            },
         };
         let mut snap = self.read_frames(opts);
         if pass.pausing && guard.is_none() && !pause.is_empty() {

@@ -256,7 +256,7 @@ impl Target {
                 .collect(),
             Err(_) => Vec::new(),
         };
-        let hit = t.locks.iter().find(|l| {
+        let hit = t.local_refs.iter().find(|l| {
             l.kind != "Condition" && wait::futex_is_lock(futex, l.inner, l.inner_addr, &words)
         })?;
         let mut named = hit;
@@ -272,13 +272,13 @@ impl Target {
                 .is_some_and(|f| f.ends_with("threading.py"));
         if in_condition_wait {
             if let Some(cond) = t
-                .locks
+                .local_refs
                 .iter()
                 .find(|l| l.frame == hit.frame && l.kind == "Condition" && l.name == "self")
             {
                 kind = "threading.Condition".into();
                 named = t
-                    .locks
+                    .local_refs
                     .iter()
                     .find(|l| l.frame > hit.frame && l.obj == cond.obj)
                     .unwrap_or(cond);
