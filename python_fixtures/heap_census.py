@@ -153,7 +153,9 @@ if __name__ == "__main__":
         gc.unfreeze()
     gc.disable()
     # Nothing of the census stays bound: the heap the test reads is the one
-    # the census counted.
-    fu.ready({"types": census() if sys.version_info >= (3, 8) else []})
+    # the census counted, once the main thread is on its parking line (READY is
+    # written from inside `fu.ready`, before its payload is freed).
+    park = fu.markers(__file__)["park"]
+    fu.ready({"types": census() if sys.version_info >= (3, 8) else [], "park": park})
     while not fu.expired():
-        time.sleep(1)
+        time.sleep(1)  # MARK:park

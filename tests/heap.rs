@@ -15,8 +15,8 @@
 mod common;
 
 use common::{
-    assert_not_stopped, assert_one_clean_error_line, c_include_dirs, for_each_interpreter, gcore,
-    http_get, pyinspect, run_c_probe, Fixture, Interpreter,
+    assert_not_stopped, assert_one_clean_error_line, c_include_dirs, dump_json,
+    for_each_interpreter, gcore, http_get, pyinspect, run_c_probe, Fixture, Interpreter,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -73,6 +73,28 @@ fn heap_json(args: &[&str]) -> Value {
     })
 }
 
+/// Wait until the census fixture's main thread sleeps on its parking line:
+/// READY is written from inside `fu.ready(...)`, whose payload (the
+/// oracle's own census, a list per type) is freed only after it.
+fn wait_parked(fx: &Fixture) {
+    let line = &fx.ready["park"];
+    for _ in 0..100 {
+        let dumps = dump_json(fx.pid, &[]);
+        let parked = dumps.iter().any(|d| {
+            d["threads"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["frames"][0]["line"] == *line)
+        });
+        if parked {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{}: the fixture never parked on line {line}", fx.label);
+}
+
 fn close(a: u64, b: u64) -> bool {
     (a as f64 - b as f64).abs() <= TOLERANCE * a.max(b) as f64
 }
@@ -107,6 +129,7 @@ fn has_heap(i: &Interpreter) -> bool {
 fn census_agrees_with_the_interpreters_own() {
     for_each_interpreter("heap: census vs gc.get_objects", has_heap, |interp| {
         let fx = Fixture::spawn(interp, FIXTURE, &[]);
+        wait_parked(&fx);
         let pid = fx.pid.to_string();
         let snap = heap_json(&["--pid", &pid]);
         assert_not_stopped(fx.pid);
@@ -544,6 +567,7 @@ fn diff_of_a_leaking_service_names_the_type_and_the_global() {
 fn a_gcore_reads_as_the_live_process() {
     for_each_interpreter("heap: gcore vs live", has_heap, |interp| {
         let fx = Fixture::spawn(interp, FIXTURE, &[]);
+        wait_parked(&fx);
         let live = heap_json(&["--pid", &fx.pid.to_string()]);
         let dir = tempfile::tempdir().unwrap();
         let core = gcore(fx.pid, dir.path());
