@@ -54,6 +54,19 @@ def build():
     heap["big_ints"] = [2 ** (i % 300) for i in range(1000)]
     heap["floats"] = tuple(i / 3.0 for i in range(2000))
     heap["nested"] = [[j for j in range(i % 10)] for i in range(1000)]
+    heap["buffers"] = [bytearray(i % 300) for i in range(500)]
+    if "numpy" in sys.argv[1:]:
+        import numpy
+
+        # Arrays that own their data (several dtypes and shapes, a 0-d
+        # one, fixed-width strings) and views that do not.
+        owners = [numpy.zeros((i % 7 + 1, 50), dtype=numpy.float64) for i in range(200)]
+        owners += [numpy.arange(i * 10, dtype=numpy.int32) for i in range(200)]
+        owners += [numpy.ones(i, dtype=numpy.complex128) for i in range(100)]
+        owners += [numpy.array(["s%d" % i] * (i % 9), dtype="U10") for i in range(100)]
+        owners += [numpy.array(float(i)) for i in range(50)]
+        heap["arrays"] = owners
+        heap["views"] = [a[1:] for a in owners[:300]]
     return heap
 
 

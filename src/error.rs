@@ -14,6 +14,8 @@ pub enum MemError {
     Permission,
     #[error("reading 0x{addr:x} failed: errno {errno}")]
     Os { addr: u64, errno: i32 },
+    #[error("what is at 0x{addr:x} does not read as {what}")]
+    NotA { addr: u64, what: &'static str },
 }
 
 /// What is wrong with a file given as a core.
@@ -206,6 +208,7 @@ impl Error {
                 MemError::Gone => "reading the target failed: the process exited",
                 MemError::Permission => "reading the target failed: permission denied",
                 MemError::Os { .. } => "reading the target failed: an OS error",
+                MemError::NotA { .. } => "reading the target failed: an object of another shape",
             },
             Error::NativeNeedsPause => "--native with --nonblocking",
             Error::PidAndCommand => "both --pid and a command",

@@ -193,6 +193,34 @@ fn census_agrees_with_the_interpreters_own() {
     });
 }
 
+/// numpy arrays count as `sys.getsizeof` counts them: the data an array
+/// owns with it (numpy 1.24 on 3.8 and Debian's 3.11, 2.x elsewhere, whose
+/// dtype layout differs), a view without; and the census as a whole
+/// still agrees with the oracle's.
+#[test]
+fn numpy_arrays_count_the_data_they_own() {
+    for_each_interpreter("heap: numpy arrays", has_heap, |interp| {
+        let fx = Fixture::spawn(interp, FIXTURE, &["numpy"]);
+        wait_parked(&fx);
+        let snap = heap_json(&["--pid", &fx.pid.to_string()]);
+        let theirs = oracle(&fx.ready);
+        let ours = ours(&snap);
+        assert_eq!(
+            ours.get("numpy.ndarray"),
+            theirs.get("numpy.ndarray"),
+            "{}: numpy.ndarray (count, bytes)",
+            fx.label
+        );
+        assert_eq!(
+            ours.get("bytearray"),
+            theirs.get("bytearray"),
+            "{}",
+            fx.label
+        );
+        compare(&fx.label, &theirs, &ours);
+    });
+}
+
 #[test]
 fn older_versions_get_one_clear_error() {
     for_each_interpreter(

@@ -56,6 +56,11 @@ pub struct GcLayout {
     /// `offsetof(PyCompactUnicodeObject, utf8_length)` and `utf8`.
     pub utf8_length: u64,
     pub utf8: u64,
+    /// What `bytearray.__sizeof__` adds to a non-empty buffer's allocated
+    /// bytes: 0 where the buffer is a bare allocation; 3.15 keeps it in a
+    /// `bytes` object (`ob_bytes_object`) and counts that object's header
+    /// and trailing NUL too (`offsetof(PyBytesObject, ob_sval) + 1`).
+    pub bytearray_buffer_header: u64,
 }
 
 const GENERATIONS_THEN_GENERATION0: &[&[u64]] = &[&[24, 48, 72, 104]];
@@ -65,7 +70,8 @@ const LISTS_313: &[&[u64]] = &[&[24, 48, 72, 104], &[20, 44, 68, 104]];
 
 macro_rules! table {
     ($minor:expr, $in_runtime:expr, $collecting:expr, $lists:expr, $type_size:expr,
-     $heap_type_size:expr, $cached:expr, $preheader:expr, $min_digits:expr, $utf8:expr) => {
+     $heap_type_size:expr, $cached:expr, $preheader:expr, $min_digits:expr, $utf8:expr,
+     $bytearray_buffer_header:expr) => {
         GcLayout {
             major: 3,
             minor: $minor,
@@ -84,6 +90,7 @@ macro_rules! table {
             int_min_digits: $min_digits,
             utf8_length: $utf8,
             utf8: $utf8 + 8,
+            bytearray_buffer_header: $bytearray_buffer_header,
         }
     };
 }
@@ -104,7 +111,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         872,
         0,
         0,
-        48
+        48,
+        0
     ),
     table!(
         9,
@@ -116,7 +124,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         864,
         0,
         0,
-        48
+        48,
+        0
     ),
     table!(
         10,
@@ -128,7 +137,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         872,
         0,
         0,
-        48
+        48,
+        0
     ),
     table!(
         11,
@@ -140,7 +150,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         872,
         PREHEADER_311,
         1,
-        48
+        48,
+        0
     ),
     table!(
         12,
@@ -152,7 +163,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         880,
         PREHEADER_312,
         1,
-        40
+        40,
+        0
     ),
     table!(
         13,
@@ -164,7 +176,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         880,
         PREHEADER_312,
         1,
-        40
+        40,
+        0
     ),
     // 3.14 moved `generation0` to the end of the struct:
     // `permanent_generation` follows the three lists.
@@ -178,7 +191,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         880,
         PREHEADER_312,
         1,
-        40
+        40,
+        0
     ),
     // 3.15 dropped `trash_delete_later`/`trash_delete_nesting` too.
     table!(
@@ -191,7 +205,8 @@ pub(crate) static ALL: &[GcLayout] = &[
         888,
         PREHEADER_312,
         1,
-        40
+        40,
+        33
     ),
 ];
 

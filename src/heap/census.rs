@@ -66,6 +66,10 @@ enum Kind {
     Str,
     Int,
     Type,
+    /// `bytearray`: its buffer's allocated bytes too.
+    ByteArray,
+    /// `numpy.ndarray`: its shape and strides, and the data it owns.
+    NdArray,
     Other,
 }
 
@@ -383,6 +387,8 @@ impl Counter<'_> {
                 "tuple" => Kind::Tuple,
                 "dict" => Kind::Dict,
                 "set" | "frozenset" => Kind::Set,
+                "bytearray" => Kind::ByteArray,
+                "numpy.ndarray" => Kind::NdArray,
                 _ => Kind::Other,
             }
         };
@@ -477,6 +483,14 @@ impl Counter<'_> {
                 basic + bounded(digits.max(self.gc.int_min_digits), obj)? * 4
             }
             Kind::Str => self.str_size(mem, obj, basic)?,
+            // `ob_alloc`, the word after the variable-size header.
+            Kind::ByteArray => {
+                match bounded(mem.read_u64(obj.wrapping_add(o.ob_size + 8))?, obj)? {
+                    0 => basic,
+                    alloc => basic + alloc + self.gc.bytearray_buffer_header,
+                }
+            }
+            Kind::NdArray => ndarray_size(mem, obj, basic, o.ob_type + 8)?,
             Kind::Type => {
                 if mem.read_u64(obj.wrapping_add(o.tp_flags))? & HEAPTYPE != 0 {
                     let keys = mem.read_u64(obj.wrapping_add(self.gc.ht_cached_keys))?;
@@ -629,6 +643,66 @@ impl Counter<'_> {
         }
         Ok(size)
     }
+}
+
+/// `ndarray.__sizeof__`: the struct, a shape and a stride word per
+/// dimension, and the data when the array owns it (`NPY_ARRAY_OWNDATA`):
+/// its element count times the element size of its dtype. `head` is where
+/// an object's header ends (numpy's structs follow it). The dtype's layout
+/// changed with numpy 2 (`flags` widened to 64 bits before `elsize`, now a
+/// word): a numpy 2 dtype has a power-of-two alignment word where numpy 1
+/// keeps its `fields` pointer (NULL, or a dict), and an element size that
+/// alignment divides; otherwise numpy 1's two ints are read, and checked
+/// the same way.
+fn ndarray_size(
+    mem: &dyn Memory,
+    obj: u64,
+    basic: u64,
+    head: u64,
+) -> Result<u64, crate::error::MemError> {
+    const OWNDATA: u32 = 0x4;
+    const MAX_DIMS: u64 = 64;
+    let at = |off: u64| obj.wrapping_add(head + off);
+    let nd = u64::from(mem.read_u32(at(8))?);
+    if nd > MAX_DIMS {
+        return Err(too_large(obj));
+    }
+    let mut size = basic + nd * 16;
+    if mem.read_u32(at(48))? & OWNDATA == 0 {
+        return Ok(size);
+    }
+    let dims = mem.read_u64(at(16))?;
+    let mut count: u64 = 1;
+    for i in 0..nd {
+        let d = mem.read_u64(dims.wrapping_add(i * 8))? as i64;
+        count = count
+            .checked_mul(u64::try_from(d).map_err(|_| too_large(obj))?)
+            .ok_or_else(|| too_large(obj))?;
+    }
+    let descr = mem.read_u64(at(40))?;
+    let d = |off: u64| descr.wrapping_add(head + off);
+    let aligned = |elsize: u64, align: u64| {
+        align.is_power_of_two() && align <= 64 && elsize.is_multiple_of(align)
+    };
+    let (v2_elsize, v2_align) = (mem.read_u64(d(24))?, mem.read_u64(d(32))?);
+    let elsize = if aligned(v2_elsize, v2_align) {
+        v2_elsize
+    } else {
+        let (v1_elsize, v1_align) = (
+            u64::from(mem.read_u32(d(16))?),
+            u64::from(mem.read_u32(d(20))?),
+        );
+        if !aligned(v1_elsize, v1_align) {
+            return Err(crate::error::MemError::NotA {
+                addr: descr,
+                what: "a numpy dtype",
+            });
+        }
+        v1_elsize
+    };
+    let data = count.checked_mul(elsize).ok_or_else(|| too_large(obj))?;
+    size += bounded(data, obj)?;
+    Ok(size)
 }
 
 fn too_large(addr: u64) -> crate::error::MemError {
