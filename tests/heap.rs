@@ -731,6 +731,32 @@ fn collector_table_matches_interpreter_headers() {
     });
 }
 
+/// What each of `exprs` (an `offsetof`, a `sizeof`, a macro) is in
+/// `interp`'s own headers: a C probe built as the core is (`Py_BUILD_CORE`)
+/// after `includes`, run once.
+fn header_values(
+    interp: &Interpreter,
+    dir: &Path,
+    name: &str,
+    includes: &str,
+    exprs: &[&str],
+) -> Vec<u64> {
+    let mut src = format!(
+        "#define Py_BUILD_CORE 1\n{includes}#include <stddef.h>\n#include <stdio.h>\n\
+         int main(void) {{\n"
+    );
+    for (k, expr) in exprs.iter().enumerate() {
+        src += &format!("    printf(\"f{k} %lld\\n\", (long long)({expr}));\n");
+    }
+    src += "    return 0;\n}\n";
+    let dirs = c_include_dirs(&interp.python).unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+    let values = run_c_probe(dir, &format!("{name}_{}", interp.label), &src, &dirs)
+        .unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+    (0..exprs.len())
+        .map(|k| values[&format!("f{k}")] as u64)
+        .collect()
+}
+
 /// The object allocator's table (src/cpython_layouts/obmalloc.rs) against
 /// the headers of each 3.12+ interpreter (3.8–3.11 keep it in statics of
 /// obmalloc.c, which no header describes: the memory split test proves
@@ -755,21 +781,14 @@ fn obmalloc_table_matches_interpreter_headers() {
                 "offsetof(struct arena_object, nfreepools)",
                 "offsetof(struct arena_object, ntotalpools)",
             ];
-            let mut src = "#define Py_BUILD_CORE 1\n#define NDEBUG 1\n#include <Python.h>\n\
-                #include <internal/pycore_interp.h>\n#include <internal/pycore_obmalloc.h>\n\
-                #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n"
-                .to_string();
-            for (k, expr) in fields.iter().enumerate() {
-                src += &format!("    printf(\"f{k} %lld\\n\", (long long)({expr}));\n");
-            }
-            src += "    return 0;\n}\n";
-            let includes =
-                c_include_dirs(&interp.python).unwrap_or_else(|e| panic!("{}: {e}", interp.label));
-            let values = run_c_probe(dir.path(), &format!("ob_{}", interp.label), &src, &includes)
-                .unwrap_or_else(|e| panic!("{}: {e}", interp.label));
-            let h: Vec<u64> = (0..fields.len())
-                .map(|k| values[&format!("f{k}")] as u64)
-                .collect();
+            let h = header_values(
+                interp,
+                dir.path(),
+                "ob",
+                "#define NDEBUG 1\n#include <Python.h>\n#include <internal/pycore_interp.h>\n\
+                 #include <internal/pycore_obmalloc.h>\n",
+                &fields,
+            );
             let (major, minor) = interp.version;
             let t = for_version(major as u8, minor as u8).expect("an obmalloc table");
             let offsets = match t.table {
@@ -1002,34 +1021,28 @@ fn tracemalloc_table_matches_interpreter_headers() {
                     Some(offsets)
                 }
             };
-            let mut src = "#define Py_BUILD_CORE 1\n#include <Python.h>\n\
-                #include <internal/pycore_runtime.h>\n#include <internal/pycore_hashtable.h>\n\
-                #if PY_VERSION_HEX < 0x030C0000\n#include <internal/pycore_pymem.h>\n#endif\n\
-                #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n"
-                .to_string();
-            for (k, (expr, _)) in fields.iter().enumerate() {
-                src += &format!("    printf(\"f{k} %lld\\n\", (long long)({expr}));\n");
-            }
+            let mut exprs: Vec<&str> = fields.iter().map(|(e, _)| *e).collect();
             if runtime.is_some() {
-                src += "    printf(\"runtime %lld\\n\", \
-                        (long long)offsetof(_PyRuntimeState, tracemalloc));\n";
+                exprs.push("offsetof(_PyRuntimeState, tracemalloc)");
             }
-            src += "    return 0;\n}\n";
-            let includes =
-                c_include_dirs(&interp.python).unwrap_or_else(|e| panic!("{}: {e}", interp.label));
-            let values = run_c_probe(dir.path(), &format!("tm_{}", interp.label), &src, &includes)
-                .unwrap_or_else(|e| panic!("{}: {e}", interp.label));
+            let values = header_values(
+                interp,
+                dir.path(),
+                "tm",
+                "#include <Python.h>\n#include <internal/pycore_runtime.h>\n\
+                 #include <internal/pycore_hashtable.h>\n#if PY_VERSION_HEX < 0x030C0000\n\
+                 #include <internal/pycore_pymem.h>\n#endif\n",
+                &exprs,
+            );
             let bad: Vec<String> = fields
                 .iter()
-                .enumerate()
-                .filter(|(k, (_, v))| values[&format!("f{k}")] as u64 != *v)
-                .map(|(k, (expr, v))| {
-                    format!("{expr}: table {v}, headers {}", values[&format!("f{k}")])
-                })
+                .zip(&values)
+                .filter(|((_, v), h)| *h != v)
+                .map(|((expr, v), h)| format!("{expr}: table {v}, headers {h}"))
                 .collect();
             assert!(bad.is_empty(), "{}:\n{}", interp.label, bad.join("\n"));
             if let Some(offsets) = runtime {
-                let at = values["runtime"] as u64;
+                let at = values[fields.len()];
                 assert!(
                     offsets.contains(&at),
                     "{}: _PyRuntime.tracemalloc at {at}, not in {offsets:?}",
