@@ -1291,8 +1291,9 @@ class Bench:
             g_wall = statistics.median(g["wall"] for g in guppy)
             g_mem = statistics.median(g["peak_rss_growth_mib"] for g in guppy)
             g_objects = guppy[0]["objects"]
-            wall_note += (f"; guppy3 in-process: {g_wall:.2f} s for {g_objects} objects, "
-                          f"pyinspect/guppy3 {wall / g_wall:.2f}")
+            wall_note += (f"; guppy3 in-process: {g_wall:.2f} s for {g_objects} objects (all it "
+                          f"reaches, ints and strs held by instances too), pyinspect/guppy3 "
+                          f"{wall / g_wall:.2f}")
             mem_note += f"; guppy3 raised the target's peak RSS by {g_mem:.1f} MiB"
         self.results.add("heap-1M census wall", wall, None, "<= 2 s", verdict(wall <= 2.0), "s", wall_note,
                          {"pyinspect": walls, "paused_ms": pauses, "guppy3": guppy})
