@@ -146,6 +146,14 @@ fn census_agrees_with_the_interpreters_own() {
             snap["paused_ms"]
         );
         assert_eq!(snap["nonblocking"], false);
+        // tracemalloc is off: said so, or why its state cannot be read.
+        assert!(
+            snap["tracemalloc"]["tracing"] == false || snap["tracemalloc_unread"].is_string(),
+            "{}: {} {}",
+            fx.label,
+            snap["tracemalloc"],
+            snap["tracemalloc_unread"]
+        );
         compare(&fx.label, &oracle(&fx.ready), &ours(&snap));
         // The text table: the header line, then the largest type first.
         let text = pyinspect(&["heap", "--pid", &pid, "--top", "3"]);
