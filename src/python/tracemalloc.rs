@@ -137,10 +137,13 @@ pub(crate) fn read(
         }
     }
     // Sites: the first (most recent) frame of each traceback.
-    let cache = PageCache::new(mem);
+    let mut cache = PageCache::new(mem);
     let mut sites: HashMap<(u64, u32), SiteSum> = HashMap::new();
-    for (&tb, &(size, count)) in &per_tb {
-        out.bytes += size;
+    for (i, (&tb, &(size, count))) in per_tb.iter().enumerate() {
+        if i % ENTRIES_PER_CACHE == ENTRIES_PER_CACHE - 1 {
+            cache = PageCache::new(mem);
+        }
+        out.bytes = out.bytes.saturating_add(size);
         out.blocks += count;
         let Some((filename, lineno)) = frame(&cache, l, tb, 0) else {
             out.partial
@@ -148,7 +151,7 @@ pub(crate) fn read(
             continue;
         };
         let s = sites.entry((filename, lineno)).or_default();
-        s.size += size;
+        s.size = s.size.saturating_add(size);
         s.count += count;
         if size > s.largest.1 {
             s.largest = (tb, size);
