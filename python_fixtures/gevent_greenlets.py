@@ -10,6 +10,12 @@ Greenlets (gevent's, unless said):
   sleeper        named; gevent.sleep(1000) two calls deep
   event-waiter   named; waits on a gevent.event.Event that is never set
   reader         named; recv() on a socket whose peer never writes
+  tcp-reader     named; recv() on a TCP connection to the fixture's own listener
+  joiner         named; joins the sleeper
+  getter         named; get() on an empty gevent.queue.Queue
+  locker         named; blocks on a gevent.lock.RLock the main greenlet holds
+  (unnamed)      spawned with identified, which sleeps; its minimal_ident
+                 asked, so gevent names it Greenlet-N
   (unnamed)      spawned with waiting_unnamed, which sleeps: shown by its function
   not-started    a Greenlet created but never started
   finished       a Greenlet that ran to its end (dead)
@@ -20,10 +26,15 @@ The main greenlet parks in park() (gevent.sleep), and the hub runs its loop.
 READY carries the fixture's own view of every greenlet, read in-process
 (gc.get_objects() filtered to greenlets, gr_frame walked), taken when every
 greenlet but main and the hub is parked: `greenlets`, a list of
-{id, type, name, state, parent, frames: [{function, line}] innermost first};
-`main` and `hub` (their ids) and `park` (where main parks: function, line).
+{id, type, name, state, parent, frames: [{function, line}] innermost first,
+wait}; `main` and `hub` (their ids) and `park` (where main parks: function,
+line). `wait`, where the fixture knows what a greenlet waits on:
+{kind: "socket", fd, local, remote} (addresses of a TCP socket), {kind:
+"timer", at} (the deadline on time.monotonic()'s clock), or {kind, object}
+(the id of the Event, Queue, RLock or Greenlet waited on).
 """
 import gc
+import socket as stdsocket
 import sys
 import time
 
@@ -32,6 +43,8 @@ import greenlet
 if "--raw" not in sys.argv:
     import gevent
     import gevent.event
+    import gevent.lock
+    import gevent.queue
     import gevent.socket
 
 import fixture_util as fu
@@ -60,6 +73,23 @@ def waiting_unnamed():
     gevent.sleep(1000)  # MARK:unnamed
 
 
+def identified():
+    gevent.sleep(1000)
+
+
+def joiner(g):
+    g.join()
+
+
+def getter(q):
+    q.get()
+
+
+def locker(lock):
+    with lock:
+        pass
+
+
 def many(i):
     gevent.sleep(1000)
 
@@ -80,9 +110,17 @@ def code_name(code):
     return getattr(code, "co_qualname", code.co_name)
 
 
+# Greenlets whose name the fixture asked gevent for (Greenlet-N).
+NAMED_BY_GEVENT = set()
+# What each greenlet waits on, by id, where the fixture knows.
+WAITS = {}
+
+
 def name_of(g, main):
     if g is main:
         return "main"
+    if id(g) in NAMED_BY_GEVENT:
+        return g.name
     d = getattr(g, "__dict__", None) or {}
     if isinstance(d.get("name"), str):
         return d["name"]
@@ -126,9 +164,20 @@ def own_view(main):
                 "state": state_of(g),
                 "parent": id(g.parent) if g.parent is not None else None,
                 "frames": frames_of(g),
+                "wait": wait_of(g),
             }
         )
     return view
+
+
+def wait_of(g):
+    w = WAITS.get(id(g))
+    if w is None and g.gr_frame is not None:
+        # A gevent.sleep: its timer, a local of the sleep frame.
+        t = g.gr_frame.f_locals.get("t")
+        if t is not None and type(t).__name__ == "timer":
+            w = {"kind": "timer", "at": t.at}
+    return w
 
 
 def park():
@@ -176,6 +225,7 @@ def main():
     g = gevent.spawn(reader, a)
     g.name = "reader"
     keep.append(g)
+    WAITS[id(g)] = {"kind": "socket", "fd": a.fileno()}
     keep.append(gevent.spawn(waiting_unnamed))
     g = gevent.Greenlet(finishes)
     g.name = "not-started"
@@ -183,6 +233,44 @@ def main():
     g = gevent.spawn(finishes)
     g.name = "finished"
     keep.append(g)
+    # Connected with the blocking stdlib socket: gevent's connect would
+    # resolve the address in its thread pool, a second thread of greenlets.
+    listener = stdsocket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    plain = stdsocket.create_connection(listener.getsockname())
+    served, _ = listener.accept()
+    conn = gevent.socket.socket(fileno=plain.detach())
+    g = gevent.spawn(reader, conn)
+    g.name = "tcp-reader"
+    keep.append(g)
+    addr = "%s:%d"
+    WAITS[id(g)] = {
+        "kind": "socket",
+        "fd": conn.fileno(),
+        "local": addr % conn.getsockname(),
+        "remote": addr % conn.getpeername(),
+    }
+    g = gevent.spawn(joiner, keep[0])
+    g.name = "joiner"
+    keep.append(g)
+    WAITS[id(g)] = {"kind": "greenlet", "object": id(keep[0])}
+    queue = gevent.queue.Queue()
+    g = gevent.spawn(getter, queue)
+    g.name = "getter"
+    keep.append(g)
+    WAITS[id(g)] = {"kind": "queue", "object": id(queue)}
+    lock = gevent.lock.RLock()
+    lock.acquire()
+    g = gevent.spawn(locker, lock)
+    g.name = "locker"
+    keep.append(g)
+    WAITS[id(g)] = {"kind": "lock", "object": id(lock)}
+    g = gevent.spawn(identified)
+    g.minimal_ident
+    NAMED_BY_GEVENT.add(id(g))
+    keep.append(g)
+    keep.extend([listener, served, b])
     for i in range(n):
         g = gevent.spawn(many, i)
         g.name = "many-%d" % i
@@ -190,6 +278,7 @@ def main():
     # Let every spawned greenlet run up to where it parks.
     gevent.sleep(0.2)
     keep[5].join()
+    WAITS[id(keep[1])] = {"kind": "event", "object": id(event)}
     raw = greenlet.greenlet(raw_run)
     raw.switch()
     keep.append(raw)

@@ -164,6 +164,40 @@ pub(crate) struct Greenlet {
     /// Why the frames are incomplete, when they are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) truncated: Option<String>,
+    /// What a suspended greenlet waits on, where its innermost frame tells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) wait: Option<GreenletWait>,
+}
+
+/// What a suspended greenlet waits on: an object its innermost frame's
+/// locals refer to (directly, or through a gevent socket's `_sock`) whose
+/// type derives from one a greenlet waits on: a socket, gevent's libev
+/// timer, an `Event`/`AsyncResult`/`Semaphore` (gevent's
+/// `AbstractLinkable`), a `Queue` or `Channel`, an `RLock`, a `Greenlet`
+/// (joined).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct GreenletWait {
+    /// `socket`, `timer`, `event` (any `AbstractLinkable`), `queue`,
+    /// `lock` (an `RLock`) or `greenlet`.
+    pub(crate) kind: &'static str,
+    /// The object's Python type.
+    #[serde(rename = "type")]
+    pub(crate) type_name: String,
+    /// The object's address (Python's `id()`).
+    pub(crate) object: u64,
+    /// The local that refers to it (`self._sock` for a gevent socket's).
+    pub(crate) local: String,
+    /// The function whose local it is (the greenlet's innermost).
+    pub(crate) function: String,
+    /// A socket's fd, described as a thread's wait describes one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fd: Option<crate::wait::FdDesc>,
+    /// A timer's deadline on the monotonic clock (libev's), as read.
+    #[serde(skip)]
+    pub(crate) deadline: Option<f64>,
+    /// A started timer's seconds left when read (a live process only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) seconds_left: Option<f64>,
 }
 
 /// An event loop's own queues: `loop._ready` (callbacks due now) and
@@ -529,6 +563,11 @@ impl ThreadStack {
                 opt(&mut g.name);
                 escape_in_place(&mut g.type_name);
                 frames(&mut g.frames);
+                if let Some(w) = &mut g.wait {
+                    escape_in_place(&mut w.type_name);
+                    escape_in_place(&mut w.local);
+                    escape_in_place(&mut w.function);
+                }
             }
         }
     }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use pyinspect::cpython_layouts::greenlet::{greenlet_layout, greenlet_python};
+use pyinspect::cpython_layouts::greenlet::{gevent_layout, greenlet_layout, greenlet_python};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::process::Command;
@@ -216,6 +216,7 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
             assert_eq!(g["name"], name, "{what}");
         }
         assert_eq!(frames_of(&g["frames"]), frames_of(&o["frames"]), "{what}");
+        check_wait(&o["wait"], &g["wait"], &what);
     }
     // The oracle covers what the test relies on.
     let names: Vec<&str> = oracle.iter().filter_map(|o| o["name"].as_str()).collect();
@@ -224,6 +225,10 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
             "sleeper",
             "event-waiter",
             "reader",
+            "tcp-reader",
+            "joiner",
+            "getter",
+            "locker",
             "waiting_unnamed",
             "not-started",
             "finished",
@@ -240,6 +245,18 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
     }
     if hub_id.is_none() {
         return;
+    }
+    // gevent's generated name, and every kind of wait, were met.
+    assert!(
+        names.iter().any(|n| n.starts_with("Greenlet-")),
+        "{ctx}: the fixture asked gevent for a Greenlet-N name: {names:?}"
+    );
+    let kinds: Vec<&str> = oracle
+        .iter()
+        .filter_map(|o| o["wait"]["kind"].as_str())
+        .collect();
+    for kind in ["socket", "timer", "event", "queue", "lock", "greenlet"] {
+        assert!(kinds.contains(&kind), "{ctx}: no {kind} wait: {kinds:?}");
     }
     // Text: the hub marked, a suspended greenlet's stack under it.
     let pid = fx.pid.to_string();
@@ -260,6 +277,94 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
         "{ctx}\n{}",
         out.stdout
     );
+    for said in ["\"sleeper\"", "\"tcp-reader\"", "\"getter\""] {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains(said))
+            .unwrap_or_else(|| panic!("{ctx}: no {said}\n{}", out.stdout));
+        let want = match said {
+            "\"sleeper\"" => "waiting on a timer, ",
+            "\"tcp-reader\"" => "waiting on fd ",
+            _ => "Queue 0x",
+        };
+        assert!(line.contains(want), "{ctx}: {line}");
+    }
+}
+
+/// Seconds now on the monotonic clock (libev's, and the fixture's
+/// `time.monotonic()`).
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// A greenlet's wait in dump's JSON against the fixture's own (`o`).
+fn check_wait(o: &Value, g: &Value, what: &str) {
+    if o.is_null() {
+        assert!(g.is_null(), "{what}: no wait known, dump says one");
+        return;
+    }
+    let kind = o["kind"].as_str().unwrap();
+    assert_eq!(g["kind"], kind, "{what}");
+    match kind {
+        "socket" => {
+            let fd = &g["fd"];
+            assert_eq!(fd["fd"], o["fd"], "{what}");
+            if let Some(remote) = o["remote"].as_str() {
+                assert_eq!(fd["kind"], "tcp", "{what}");
+                assert_eq!(fd["remote"], remote, "{what}");
+                assert_eq!(fd["local"], o["local"], "{what}");
+                assert_eq!(fd["state"], "ESTABLISHED", "{what}");
+            } else {
+                assert_eq!(fd["kind"], "unix", "{what}");
+            }
+        }
+        "timer" => {
+            let left = g["seconds_left"].as_f64().expect("seconds_left");
+            let want = o["at"].as_f64().unwrap() - monotonic();
+            assert!(
+                (left - want).abs() < 1.0,
+                "{what}: {left}s left, the fixture's timer says {want}s"
+            );
+        }
+        _ => assert_eq!(g["object"], o["object"], "{what}"),
+    }
+}
+
+#[test]
+fn gevent_tables_match_the_probe() {
+    for_each_interpreter("gevent_tables_match_the_probe", with_gevent, |interp| {
+        let mut c = Command::new(&interp.python);
+        c.arg(fixture_path("gevent_layout_probe.py"));
+        let out = run_command(c, Duration::from_secs(60));
+        out.assert_success();
+        let p: HashMap<&str, &str> = out
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        let ctx = format!("{}\n{}", interp.label, out.describe());
+        let release = p.get("gevent").unwrap_or_else(|| panic!("{ctx}"));
+        let g = gevent_layout(release)
+            .unwrap_or_else(|| panic!("gevent {release} is not in the tables: {ctx}"));
+        assert_eq!(p.get("loop"), Some(&"gevent.libev.corecext"), "{ctx}");
+        assert_eq!(
+            p.get("greenlet_ident_from_base"),
+            Some(&g.greenlet_ident_from_base.to_string().as_str()),
+            "{ctx}"
+        );
+        assert_eq!(
+            p.get("timer_at_from_end"),
+            Some(&g.timer_at_from_end.to_string().as_str()),
+            "{ctx}"
+        );
+    });
 }
 
 #[test]
@@ -296,10 +401,10 @@ fn greenlets_are_bounded_by_the_async_limit() {
         .expect("a thread with greenlets");
     let shown = t["greenlets"].as_array().unwrap();
     assert_eq!(shown.len(), 20);
-    // 300 sleeping, the fixture's 7, main and the hub.
+    // 300 sleeping, the fixture's 12, main and the hub.
     assert_eq!(
         shown.len() as u64 + t["greenlets_left_out"].as_u64().unwrap(),
-        309
+        314
     );
     assert_eq!(shown[0]["state"], "running", "the running one first");
     eprintln!(

@@ -239,3 +239,45 @@ pub fn greenlet_layout(release: &str, major: u8, minor: u8) -> Option<&'static G
 pub fn greenlet_python(major: u8, minor: u8) -> Option<&'static GreenletPython> {
     GREENLET_PYTHONS.iter().find(|p| p.python == (major, minor))
 }
+
+/// Where gevent keeps the C fields pyinspect reads (gevent's classes are
+/// Cython extension types, whose fields no Python-level descriptor names),
+/// for one gevent release. Each number is found by
+/// `python_fixtures/gevent_layout_probe.py`, which reads the running
+/// interpreter's own objects and matches the values gevent reports for
+/// them; `tests/greenlets.rs` checks these tables against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeventLayout {
+    /// `gevent.__version__`.
+    pub release: &'static str,
+    /// `Greenlet._ident` (its `minimal_ident`, from which gevent makes the
+    /// name `Greenlet-N`), past the end of greenlet's own object (the
+    /// greenlet type's `tp_basicsize`): NULL until something asks for it.
+    pub greenlet_ident_from_base: u64,
+    /// How far before the end of a libev `timer` object (`tp_basicsize`)
+    /// its `ev_timer.at` lies: the deadline, a C double on the monotonic
+    /// clock (libev's `mn_now`), while the timer is started.
+    pub timer_at_from_end: u64,
+}
+
+const fn gevent(release: &'static str) -> GeventLayout {
+    GeventLayout {
+        release,
+        greenlet_ident_from_base: 96,
+        timer_at_from_end: 16,
+    }
+}
+
+/// The gevent releases `.ci/gevent-deps` installs (22.10.2 is also Debian
+/// bookworm's python3-gevent; 25.9.1 is sid's).
+pub(crate) static GEVENT_LAYOUTS: &[GeventLayout] = &[
+    gevent("22.10.2"),
+    gevent("24.2.1"),
+    gevent("25.9.1"),
+    gevent("26.9.0"),
+];
+
+/// The table for gevent `release`.
+pub fn gevent_layout(release: &str) -> Option<&'static GeventLayout> {
+    GEVENT_LAYOUTS.iter().find(|l| l.release == release)
+}

@@ -194,6 +194,8 @@ fn write_greenlets(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()>
         }
         if g.state == "running" {
             write!(out, ": the thread's stack above")?;
+        } else if let Some(w) = &g.wait {
+            write!(out, ": waiting on {}", greenlet_wait(w))?;
         }
         writeln!(out)?;
         if g.state != "running" {
@@ -212,6 +214,24 @@ fn write_greenlets(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()>
         }
     }
     Ok(())
+}
+
+/// What a suspended greenlet waits on, in words: a socket's fd as a
+/// thread's wait names it, a timer's seconds left, else the object and the
+/// local that refers to it.
+fn greenlet_wait(w: &crate::stack::GreenletWait) -> String {
+    /// Most characters of one path or peer in the line.
+    const ITEM: usize = 60;
+    match (w.kind, &w.fd, w.seconds_left) {
+        ("socket", Some(fd), _) => fd.long(ITEM),
+        ("timer", _, Some(left)) if left > 0.0 => format!("a timer, {left:.1}s left"),
+        ("timer", _, Some(_)) => "a timer, due".to_string(),
+        ("timer", _, None) => "a timer".to_string(),
+        _ => format!(
+            "{} 0x{:x} (local {} in {})",
+            w.type_name, w.object, w.local, w.function
+        ),
+    }
 }
 
 /// A loop's tasks as a forest by awaiter: each task under the tasks that

@@ -12,7 +12,7 @@ use crate::target::TargetSource;
 use foldhash::HashMap as FastMap;
 use foldhash::HashMapExt;
 use std::sync::Arc;
-use types::{Chain, CodeInfo, Kept, LocalRef, RawThread};
+use types::{Chain, CodeInfo, Kept, RawThread};
 
 // What the eBPF engine (src/bpf/) asks of the reader.
 pub(crate) mod bpf;
@@ -24,7 +24,7 @@ mod threads;
 mod types;
 
 pub(crate) use super::bounds::MAX_THREADS;
-pub(crate) use types::{LocalObjects, ReadOptions, Reader, ThreadSnapshot};
+pub(crate) use types::{LocalObjects, LocalRef, ReadOptions, Reader, ThreadSnapshot};
 
 /// The longest repr of a local, its `...` included, per `-l` given: 80, as
 /// pystack cuts them; `-ll` 160, and so on.

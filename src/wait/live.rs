@@ -102,6 +102,11 @@ impl WaitReader {
         self.detail
     }
 
+    /// Whether the target is a live process (not a core).
+    pub(crate) fn live(&self) -> bool {
+        self.recorded.is_none()
+    }
+
     /// How long ago the calls were made: 0 for a live process, a core's age.
     pub(crate) fn age(&self) -> f64 {
         self.recorded.unwrap_or(0.0)
@@ -265,7 +270,9 @@ impl WaitReader {
         self.read_call(tid).and_then(|(c, _)| c.line)
     }
 
-    fn describe(&mut self, fd: i32) -> FdDesc {
+    /// One fd of the target, described as a call's fd is (a greenlet's
+    /// socket, say).
+    pub(crate) fn describe(&mut self, fd: i32) -> FdDesc {
         self.describe_all(&[fd]).pop().unwrap_or_default()
     }
 

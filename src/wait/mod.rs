@@ -34,8 +34,8 @@ pub(crate) use live::{CallProbe, WaitReader, SAME_CALL_TTL};
 pub(crate) use locks::{futex_is_lock, lock_kind};
 pub(crate) use syscall::SyscallLine;
 pub(crate) use syscall::{
-    asleep_in_call, call_from_registers, restart_pending, resumable, resumed_call, CallArgs,
-    RESTART_SYSCALL,
+    asleep_in_call, call_from_registers, clock_now, restart_pending, resumable, resumed_call,
+    CallArgs, RESTART_SYSCALL,
 };
 
 /// Most characters of a wait's text form in a dump's thread header, with

@@ -219,7 +219,7 @@ fn read_time(mem: &dyn Memory, addr: u64, nanos: bool) -> Option<f64> {
 }
 
 /// Seconds now on a clock the target can use (`clockid` as passed to the call).
-pub(super) fn clock_now(clockid: i32) -> Option<f64> {
+pub(crate) fn clock_now(clockid: i32) -> Option<f64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -9,7 +9,7 @@ use crate::python::objects::ObjReader;
 /// Most callbacks looked at per future.
 const MAX_CALLBACKS: u64 = 64;
 
-pub(super) fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Option<u64> {
+pub(crate) fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Option<u64> {
     let mem = objr.mem;
     let mro = mem.read_u64(ty.wrapping_add(l.type_mro)).ok()?;
     let (types, _) = objr.tuple_items(mro, 32).ok()?;

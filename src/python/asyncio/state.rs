@@ -128,13 +128,5 @@ impl AsyncioReader {
 /// `time.monotonic()`, which asyncio's loops use as their clock: the same
 /// clock in every process of the machine.
 fn monotonic() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    crate::wait::clock_now(libc::CLOCK_MONOTONIC).unwrap_or(0.0)
 }

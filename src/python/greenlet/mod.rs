@@ -14,9 +14,11 @@
 //! state chain ends in its thread state (`&tstate->exc_state`).
 
 mod gc_walk;
+mod waits;
 
+use crate::cpython_layouts::asyncio::AsyncioLayout;
 use crate::cpython_layouts::greenlet::{
-    greenlet_layout, greenlet_python, GreenletLayout, GreenletPython,
+    gevent_layout, greenlet_layout, greenlet_python, GeventLayout, GreenletLayout, GreenletPython,
 };
 use crate::cpython_layouts::{EntryMarker, Layout};
 use crate::memory::{Memory, MemoryExt};
@@ -36,6 +38,21 @@ const MAX_BASES: usize = 64;
 #[derive(Default)]
 pub(crate) struct GreenletReader {
     pub(crate) notes: Vec<String>,
+}
+
+/// What one interpreter's greenlets are read with, beside greenlet's tables.
+struct Gevent<'a> {
+    /// gevent's `Hub` type.
+    hub_type: Option<u64>,
+    /// gevent's `Greenlet` type, and greenlet's object size (where
+    /// gevent's fields start).
+    greenlet_type: Option<u64>,
+    greenlet_base_size: u64,
+    /// gevent's table, when its release is in them.
+    layout: Option<&'a GeventLayout>,
+    /// The types a greenlet waits on, and the layout their slots are read with.
+    wait_types: waits::WaitTypes,
+    slots: Option<&'a AsyncioLayout>,
 }
 
 /// One greenlet as read, before it is placed under its thread.
@@ -112,7 +129,26 @@ impl GreenletReader {
                 ));
                 continue;
             };
-            let hub_type = module_attr("gevent.hub", "Hub");
+            let gevent_release = module_attr("gevent", "__version__")
+                .and_then(|v| objr.string(v, 32).ok())
+                .map(|(s, _)| s);
+            let layout = gevent_release.as_deref().and_then(gevent_layout);
+            if let (Some(r), None) = (&gevent_release, layout) {
+                self.note(format!(
+                    "gevent {r} is not in pyinspect's gevent tables: its greenlets are shown \
+                     without generated names (Greenlet-N) or timers' deadlines"
+                ));
+            }
+            let gevent = Gevent {
+                hub_type: module_attr("gevent.hub", "Hub"),
+                greenlet_type: module_attr("gevent.greenlet", "Greenlet"),
+                greenlet_base_size: mem
+                    .read_u64(gtype.wrapping_add(pl.object.tp_basicsize))
+                    .unwrap_or(0),
+                layout,
+                wait_types: waits::WaitTypes::find(&module_attr),
+                slots: crate::cpython_layouts::asyncio::for_version(major, minor),
+            };
             let gc_base = if py.gc_in_runtime {
                 let Some(head) = pl.runtime.interpreters_head else {
                     continue;
@@ -136,7 +172,7 @@ impl GreenletReader {
                 .collect();
             inherit_mains(&mut raws);
             self.place(
-                reader, mem, &objr, gl, py, snaps, interp, hub_type, raws, limit, out,
+                reader, mem, &objr, gl, py, snaps, interp, &gevent, raws, limit, out,
             );
         }
     }
@@ -152,7 +188,7 @@ impl GreenletReader {
         py: &GreenletPython,
         snaps: &[ThreadSnapshot],
         interp: u64,
-        hub_type: Option<u64>,
+        gevent: &Gevent,
         raws: Vec<Raw>,
         limit: usize,
         out: &mut HashMap<usize, ThreadTasks>,
@@ -239,7 +275,7 @@ impl GreenletReader {
             } else {
                 r.state
             };
-            let hub = hub_type.is_some_and(|h| {
+            let hub = gevent.hub_type.is_some_and(|h| {
                 *is_hub
                     .entry(r.ty)
                     .or_insert_with(|| derives_from(mem, py, r.ty, h))
@@ -263,6 +299,17 @@ impl GreenletReader {
             "not started" => 3,
             _ => 4,
         };
+        let mut waits = match (gevent.slots, gevent.wait_types.any()) {
+            (Some(al), true) => Some(waits::WaitReader::new(
+                objr,
+                al,
+                gevent.layout,
+                &gevent.wait_types,
+                py.tp_base,
+            )),
+            _ => None,
+        };
+        let mut is_gevent: HashMap<u64, bool> = HashMap::new();
         for (i, mut gs) in by_thread {
             gs.sort_by_key(rank);
             let left_out = gs.len().saturating_sub(limit) as u64;
@@ -271,6 +318,7 @@ impl GreenletReader {
             let shown = gs
                 .into_iter()
                 .map(|(r, state, hub)| {
+                    let mut wait = None;
                     let (frames, truncated) = if state == "running" {
                         let f: Vec<Frame> = snaps[i]
                             .stack
@@ -281,14 +329,27 @@ impl GreenletReader {
                             .collect();
                         (f, None)
                     } else if r.top_frame != 0 {
-                        saved_frames(reader, mem, pl, py, r.top_frame)
+                        let (frames, truncated, innermost) =
+                            saved_frames(reader, mem, pl, py, r.top_frame);
+                        if let (Some(w), Some(f), Some(addr)) =
+                            (waits.as_mut(), frames.first(), innermost)
+                        {
+                            let locals = reader.frame_locals_at(mem, addr);
+                            wait = w.wait_of(r.id, &f.function, &locals);
+                        }
+                        (frames, truncated)
                     } else {
                         (Vec::new(), None)
                     };
                     let name = if r.main {
                         Some("main".to_string())
                     } else {
-                        greenlet_name(objr, py, r.id, r.run)
+                        let of_gevent = gevent.greenlet_type.is_some_and(|t| {
+                            *is_gevent
+                                .entry(r.ty)
+                                .or_insert_with(|| derives_from(mem, py, r.ty, t))
+                        });
+                        greenlet_name(objr, py, gevent, of_gevent, r.id, r.run)
                     };
                     Greenlet {
                         id: r.id,
@@ -300,6 +361,7 @@ impl GreenletReader {
                         main: r.main,
                         frames,
                         truncated,
+                        wait,
                     }
                 })
                 .collect();
@@ -421,15 +483,17 @@ fn read_raw(mem: &dyn Memory, gl: &GreenletLayout, id: u64, ty: u64) -> Option<R
     })
 }
 
-/// A suspended greenlet's saved frames, innermost first.
+/// A suspended greenlet's saved frames, innermost first; with the
+/// innermost one's address.
 fn saved_frames(
     reader: &mut Reader,
     mem: &dyn Memory,
     pl: &Layout,
     py: &GreenletPython,
     top: u64,
-) -> (Vec<Frame>, Option<String>) {
+) -> (Vec<Frame>, Option<String>, Option<u64>) {
     let mut frames = Vec::new();
+    let mut innermost = None;
     let mut f = match py.frameobject_f_frame {
         Some(off) => mem.read_u64(top.wrapping_add(off)).unwrap_or(0),
         None => top,
@@ -437,10 +501,14 @@ fn saved_frames(
     let mut seen = HashSet::new();
     while f != 0 {
         if frames.len() >= MAX_FRAMES {
-            return (frames, Some(format!("more than {MAX_FRAMES} frames")));
+            return (
+                frames,
+                Some(format!("more than {MAX_FRAMES} frames")),
+                innermost,
+            );
         }
         if !seen.insert(f) {
-            return (frames, Some("the frame chain loops".to_string()));
+            return (frames, Some("the frame chain loops".to_string()), innermost);
         }
         let shim = match pl.frame.entry {
             EntryMarker::OwnerShim { owner, shim_from } => mem
@@ -450,24 +518,60 @@ fn saved_frames(
         };
         if !shim {
             match reader.frame_at(mem, f) {
-                Some((frame, _)) => frames.push(frame),
-                None => return (frames, Some("a frame could not be read".to_string())),
+                Some((frame, _)) => {
+                    innermost.get_or_insert(f);
+                    frames.push(frame)
+                }
+                None => {
+                    return (
+                        frames,
+                        Some("a frame could not be read".to_string()),
+                        innermost,
+                    )
+                }
             }
         }
         f = match mem.read_u64(f.wrapping_add(pl.frame.previous)) {
             Ok(p) => p,
-            Err(_) => return (frames, Some("a frame could not be read".to_string())),
+            Err(_) => {
+                return (
+                    frames,
+                    Some("a frame could not be read".to_string()),
+                    innermost,
+                )
+            }
         };
     }
-    (frames, None)
+    (frames, None, innermost)
 }
 
-/// gevent's name for a greenlet: `name` when one was given, else the
-/// function it runs (gevent's `_run`, or greenlet's own `run`).
-fn greenlet_name(objr: &ObjReader, py: &GreenletPython, id: u64, run: u64) -> Option<String> {
+/// gevent's name for a greenlet: `name` when one was given, else
+/// `Greenlet-N` when gevent made its `minimal_ident` (it names a greenlet
+/// so once asked), else the function it runs (gevent's `_run`, or
+/// greenlet's own `run`).
+fn greenlet_name(
+    objr: &ObjReader,
+    py: &GreenletPython,
+    gevent: &Gevent,
+    of_gevent: bool,
+    id: u64,
+    run: u64,
+) -> Option<String> {
     if let Ok(Some(n)) = objr.instance_attr(id, "name") {
         if let Ok((s, _)) = objr.string(n, 256) {
             return Some(s);
+        }
+    }
+    if let (Some(g), true) = (gevent.layout, of_gevent && gevent.greenlet_base_size > 0) {
+        let at = id
+            .wrapping_add(gevent.greenlet_base_size)
+            .wrapping_add(g.greenlet_ident_from_base);
+        let ident = objr.mem.read_u64(at).ok().filter(|p| *p != 0);
+        if let Some(n) = ident
+            .filter(|i| objr.type_name(*i).is_ok_and(|t| t == "int"))
+            .and_then(|i| objr.int_u64(i).ok())
+        {
+            return Some(format!("Greenlet-{n}"));
         }
     }
     if let Ok(Some(r)) = objr.instance_attr(id, "_run") {

@@ -4,7 +4,7 @@
 //! every stack (a suspended coroutine's), and the second read that tells
 //! whether the walked chains stood still.
 
-use super::types::{stack_buf, RawFrame, RawThread, Reader};
+use super::types::{stack_buf, LocalRef, RawFrame, RawThread, Reader};
 use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::python::bounds::MAX_FRAMES;
@@ -233,6 +233,32 @@ impl Reader {
             Frame::python(ci.function.clone(), ci.file.clone(), line),
             ci.nslots,
         ))
+    }
+}
+
+impl Reader {
+    /// The locals of the frame at `addr` (one on no thread's stack, as
+    /// [`Reader::frame_at`]'s) that refer to objects, each with its object.
+    pub(crate) fn frame_locals_at(&mut self, mem: &dyn Memory, addr: u64) -> Vec<LocalRef> {
+        let size = self.process.layout.frame.size as usize;
+        let mut buf = [0u8; 512];
+        let Some(buf) = buf.get_mut(..size) else {
+            return Vec::new();
+        };
+        if mem.read(addr, buf).is_err() {
+            return Vec::new();
+        }
+        let (code, instr, _, _) = self.frame_fields(buf);
+        let Ok(Some(ci)) = self.code_info(mem, code, false) else {
+            return Vec::new();
+        };
+        let f = RawFrame {
+            addr,
+            code,
+            instr,
+            is_entry: false,
+        };
+        self.local_refs(mem, &ci, &f, 0, true)
     }
 }
 

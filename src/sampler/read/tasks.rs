@@ -78,8 +78,30 @@ impl Target {
             let cache = PageCache::new(&*self.source);
             self.greenlets
                 .read(&mut self.reader, &cache, s, limit, &mut tasks);
+            self.describe_greenlet_waits(&mut tasks);
         }
         tasks
+    }
+
+    /// The greenlets' waits completed from the kernel's side: a socket's
+    /// fd described (its peer), a timer's seconds left (a live process:
+    /// its deadline is on this host's monotonic clock).
+    fn describe_greenlet_waits(&mut self, tasks: &mut TasksByThread) {
+        let now = self
+            .waits
+            .live()
+            .then(|| crate::wait::clock_now(libc::CLOCK_MONOTONIC))
+            .flatten();
+        for tt in tasks.values_mut() {
+            for w in tt.greenlets.iter_mut().filter_map(|g| g.wait.as_mut()) {
+                if let Some(fd) = &mut w.fd {
+                    *fd = self.waits.describe(fd.fd);
+                }
+                if let (Some(at), Some(now)) = (w.deadline, now) {
+                    w.seconds_left = Some(((at - now) * 1000.0).round() / 1000.0);
+                }
+            }
+        }
     }
 
     /// With `loop_turns`: each asyncio loop thread's turn, into

@@ -1,0 +1,249 @@
+//! What a suspended gevent greenlet waits on.
+//!
+//! A greenlet that waits has switched to the hub from inside gevent: its
+//! innermost Python frame is gevent's own (`sleep`, a socket's `recv`, an
+//! `RLock`'s `acquire`) or, where gevent's code is compiled (`Event.wait`,
+//! `Queue.get`, `Semaphore.acquire`, `Greenlet.join`), the caller's. The
+//! object it waits on is among that frame's locals: the one whose type
+//! derives from a type a greenlet waits on, found in the target's modules
+//! (`_socket.socket`, gevent's libev `timer`, `AbstractLinkable`, `Queue`,
+//! `Channel`, `RLock`, gevent's `Greenlet`). A gevent socket is a Python
+//! object whose `_sock` slot holds the `_socket.socket`; a socket's file
+//! object reaches it through one more `_sock`. Types decide, not names:
+//! a local named anything refers to what its object's type says.
+
+use crate::cpython_layouts::asyncio::AsyncioLayout;
+use crate::cpython_layouts::greenlet::GeventLayout;
+use crate::memory::MemoryExt;
+use crate::python::objects::ObjReader;
+use crate::python::reader::LocalRef;
+use crate::stack::GreenletWait;
+use crate::wait::FdDesc;
+use std::collections::HashMap;
+
+/// The longest chain of `_sock` attributes followed to a socket.
+const MAX_SOCK_HOPS: usize = 2;
+
+/// The types a greenlet waits on, as found in the target's modules (each
+/// absent where its module is not loaded).
+#[derive(Default)]
+pub(super) struct WaitTypes {
+    socket: Option<u64>,
+    timer: Option<u64>,
+    /// (type, kind) for the objects waited on without a file or a clock.
+    objects: Vec<(u64, &'static str)>,
+}
+
+impl WaitTypes {
+    /// `attr(module, name)` reads a module's attribute in the target.
+    pub(super) fn find(attr: &dyn Fn(&str, &str) -> Option<u64>) -> WaitTypes {
+        let mut objects = Vec::new();
+        for (module, name, kind) in [
+            ("gevent._abstract_linkable", "AbstractLinkable", "event"),
+            ("gevent.queue", "Queue", "queue"),
+            ("gevent.queue", "Channel", "queue"),
+            ("gevent.lock", "RLock", "lock"),
+            ("gevent.greenlet", "Greenlet", "greenlet"),
+        ] {
+            if let Some(t) = attr(module, name) {
+                objects.push((t, kind));
+            }
+        }
+        WaitTypes {
+            socket: attr("_socket", "socket"),
+            timer: attr("gevent.libev.corecext", "timer"),
+            objects,
+        }
+    }
+
+    pub(super) fn any(&self) -> bool {
+        self.socket.is_some() || self.timer.is_some() || !self.objects.is_empty()
+    }
+}
+
+/// Reads the waits of the greenlets shown; caches what each type derives from.
+pub(super) struct WaitReader<'a> {
+    pub(super) objr: &'a ObjReader<'a>,
+    pub(super) al: &'a AsyncioLayout,
+    pub(super) gevent: Option<&'a GeventLayout>,
+    pub(super) types: &'a WaitTypes,
+    pub(super) tp_base: u64,
+    /// For each type met: what it is a kind of (None: nothing waited on).
+    kinds: HashMap<u64, Option<Kind>>,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Socket,
+    Timer,
+    Object(&'static str),
+}
+
+impl<'a> WaitReader<'a> {
+    pub(super) fn new(
+        objr: &'a ObjReader<'a>,
+        al: &'a AsyncioLayout,
+        gevent: Option<&'a GeventLayout>,
+        types: &'a WaitTypes,
+        tp_base: u64,
+    ) -> WaitReader<'a> {
+        WaitReader {
+            objr,
+            al,
+            gevent,
+            types,
+            tp_base,
+            kinds: HashMap::new(),
+        }
+    }
+
+    fn kind(&mut self, ty: u64) -> Option<Kind> {
+        if let Some(k) = self.kinds.get(&ty) {
+            return *k;
+        }
+        let mem = self.objr.mem;
+        let types = self.types;
+        let mut k = None;
+        let mut t = ty;
+        'up: for _ in 0..super::MAX_BASES {
+            if t == 0 {
+                break;
+            }
+            if Some(t) == types.socket {
+                k = Some(Kind::Socket);
+                break;
+            }
+            if Some(t) == types.timer {
+                k = Some(Kind::Timer);
+                break;
+            }
+            for (o, kind) in &types.objects {
+                if *o == t {
+                    k = Some(Kind::Object(kind));
+                    break 'up;
+                }
+            }
+            t = mem.read_u64(t.wrapping_add(self.tp_base)).unwrap_or(0);
+        }
+        self.kinds.insert(ty, k);
+        k
+    }
+
+    /// A gevent socket's (or a socket file's) `_sock`, from its slot or
+    /// its `__dict__`.
+    fn inner_sock(&self, obj: u64) -> Option<u64> {
+        let ty = self.objr.type_of(obj).ok()?;
+        if let Some(off) = crate::python::asyncio::slot_offset(self.objr, self.al, ty, "_sock") {
+            return self
+                .objr
+                .mem
+                .read_u64(obj.wrapping_add(off))
+                .ok()
+                .filter(|p| *p != 0);
+        }
+        self.objr.instance_attr(obj, "_sock").ok().flatten()
+    }
+
+    /// What greenlet `me`, whose innermost frame's locals are `locals`
+    /// (of function `function`), waits on: a socket or a timer first, else
+    /// the one other object waited on (none when several are; `me` itself,
+    /// which gevent's code keeps at hand, is not one).
+    pub(super) fn wait_of(
+        &mut self,
+        me: u64,
+        function: &str,
+        locals: &[LocalRef],
+    ) -> Option<GreenletWait> {
+        let mut objects: Vec<GreenletWait> = Vec::new();
+        for l in locals.iter().filter(|l| l.obj != me) {
+            let mut obj = l.obj;
+            let mut local = l.name.clone();
+            for hop in 0..=MAX_SOCK_HOPS {
+                let Ok(ty) = self.objr.type_of(obj) else {
+                    break;
+                };
+                match self.kind(ty) {
+                    Some(Kind::Socket) => return Some(self.socket(function, &local, obj)),
+                    Some(Kind::Timer) => {
+                        if let Some(w) = self.timer(function, &local, obj, ty) {
+                            return Some(w);
+                        }
+                        break;
+                    }
+                    Some(Kind::Object(kind)) => {
+                        if !objects.iter().any(|w| w.object == obj) {
+                            objects.push(self.wait(kind, function, &local, obj));
+                        }
+                        break;
+                    }
+                    None => {}
+                }
+                if hop == MAX_SOCK_HOPS {
+                    break;
+                }
+                match self.inner_sock(obj) {
+                    Some(inner) => {
+                        obj = inner;
+                        local.push_str("._sock");
+                    }
+                    None => break,
+                }
+            }
+        }
+        // Several objects a greenlet could wait on: which one is not told.
+        (objects.len() == 1).then(|| objects.pop()).flatten()
+    }
+
+    fn wait(&self, kind: &'static str, function: &str, local: &str, obj: u64) -> GreenletWait {
+        GreenletWait {
+            kind,
+            type_name: self.objr.type_name(obj).unwrap_or_else(|_| "?".to_string()),
+            object: obj,
+            local: local.to_string(),
+            function: function.to_string(),
+            fd: None,
+            deadline: None,
+            seconds_left: None,
+        }
+    }
+
+    /// A `_socket.socket`: its fd (`PySocketSockObject.sock_fd`, the int
+    /// after the object header), described later by the caller.
+    fn socket(&self, function: &str, local: &str, obj: u64) -> GreenletWait {
+        let mut w = self.wait("socket", function, local, obj);
+        let head = self.objr.layout.object.ob_type + 8;
+        if let Ok(fd) = self.objr.mem.read_u32(obj.wrapping_add(head)) {
+            let fd = fd as i32;
+            if fd >= 0 {
+                w.fd = Some(FdDesc {
+                    fd,
+                    ..Default::default()
+                });
+            }
+        }
+        w
+    }
+
+    /// A libev timer: its deadline, where gevent's table places it.
+    fn timer(&self, function: &str, local: &str, obj: u64, ty: u64) -> Option<GreenletWait> {
+        let mut w = self.wait("timer", function, local, obj);
+        if let Some(g) = self.gevent {
+            let size = self
+                .objr
+                .mem
+                .read_u64(ty.wrapping_add(self.objr.layout.object.tp_basicsize))
+                .ok()?;
+            if size > g.timer_at_from_end && size < 1 << 16 {
+                let at = self
+                    .objr
+                    .mem
+                    .read_u64(obj.wrapping_add(size - g.timer_at_from_end))
+                    .ok()
+                    .map(f64::from_bits)
+                    .filter(|v| v.is_finite() && *v > 0.0);
+                w.deadline = at;
+            }
+        }
+        Some(w)
+    }
+}
