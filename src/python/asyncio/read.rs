@@ -6,6 +6,7 @@ use super::loops::{queues_by_thread, LoopScan};
 use super::registry::{c_module, tasks_module_dict, Found, TasksModule};
 use super::state::{
     AsyncRead, AsyncioReader, RawTask, SampleCache, TasksByThread, MAX_CHAIN, MAX_TASKS,
+    NO_ASYNCIO_RECHECK,
 };
 use crate::cpython_layouts::asyncio::{AsyncioLayout, GenFrame};
 use crate::elf;
@@ -45,12 +46,33 @@ impl AsyncioReader {
         let pl = reader.process.layout.clone();
         let objr = ObjReader::new(mem, &pl);
         let mut out = HashMap::new();
-        // Only processes that imported asyncio are looked at further.
+        // Only processes that imported asyncio are looked at further. The
+        // look is a scan of sys.modules' keys: an interpreter found without
+        // asyncio is looked at again only once NO_ASYNCIO_RECHECK old.
         let mut modules: HashMap<u64, Option<u64>> = HashMap::new();
         for s in snaps {
-            modules
-                .entry(s.interp)
-                .or_insert_with(|| tasks_module_dict(&objr, s.interp));
+            if modules.contains_key(&s.interp) {
+                continue;
+            }
+            let known_without = self
+                .no_asyncio
+                .get(&s.interp)
+                .is_some_and(|t| t.elapsed() < NO_ASYNCIO_RECHECK);
+            let m = if known_without {
+                None
+            } else {
+                tasks_module_dict(&objr, s.interp)
+            };
+            match m {
+                None if !known_without => {
+                    self.no_asyncio.insert(s.interp, Instant::now());
+                }
+                Some(_) => {
+                    self.no_asyncio.remove(&s.interp);
+                }
+                None => {}
+            }
+            modules.insert(s.interp, m);
         }
         if modules.values().all(|m| m.is_none()) {
             return out;

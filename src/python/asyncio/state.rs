@@ -83,10 +83,16 @@ pub(crate) struct AsyncioReader {
     pub(super) kinds: HashMap<u64, Kind>,
     pub(super) mro_names: HashMap<u64, Vec<String>>,
     pub(super) slots: HashMap<(u64, &'static str), Option<u64>>,
+    /// Interpreters found without `asyncio.tasks`, and when.
+    pub(super) no_asyncio: HashMap<u64, Instant>,
     /// How long ago the target's moment was (a core: when it was written),
     /// in seconds: its loops' clock then read `monotonic() - age`.
     pub(super) age: f64,
 }
+
+/// How long an interpreter found without asyncio is taken to still be
+/// without it (a sampler looks each sample: the look scans sys.modules).
+pub(super) const NO_ASYNCIO_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Result for one process: per thread index of the snapshot, its tasks.
 pub(crate) type TasksByThread = HashMap<usize, ThreadTasks>;
@@ -102,6 +108,7 @@ impl AsyncioReader {
             kinds: HashMap::new(),
             mro_names: HashMap::new(),
             slots: HashMap::new(),
+            no_asyncio: HashMap::new(),
             age: 0.0,
         }
     }
