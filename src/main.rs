@@ -332,7 +332,8 @@ struct SampleAsyncArgs {
     #[arg(long = "async")]
     async_tasks: bool,
     /// With --async: "running" (the default) counts the running task only;
-    /// "all" adds every waiting task's stack, weighted by wall time.
+    /// "all" adds every waiting task's and suspended greenlet's stack,
+    /// weighted by wall time.
     #[arg(long, value_enum, requires = "async_tasks")]
     async_mode: Option<AsyncSampleMode>,
 }

@@ -419,3 +419,88 @@ fn greenlets_are_bounded_by_the_async_limit() {
         .iter()
         .all(|t| t.get("greenlets").is_none()));
 }
+
+/// `record --async --async-mode all` on a gevent service with two kinds of
+/// request: each handler's share of the greenlets' samples against the
+/// fixture's own timing of its handlers over the same period; each waiting
+/// greenlet under a root of its own with `--threads`.
+#[test]
+fn record_async_all_shares_greenlet_time_by_handler() {
+    for_each_interpreter(
+        "record_async_all_shares_greenlet_time_by_handler",
+        with_gevent,
+        |interp| {
+            let fx = Fixture::spawn(interp, "gevent_service.py", &[]);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out.txt");
+            let (pid, out) = (fx.pid.to_string(), path.display().to_string());
+            // A period of the fixture's own timing starts here.
+            fx.ask(libc::SIGUSR2, "SPENT ");
+            let rec = pyinspect(&[
+                "record",
+                "--pid",
+                &pid,
+                "--duration",
+                "6",
+                // No multiple of the workers' periods (5 ms, 30 ms).
+                "--rate",
+                "173",
+                "--mode",
+                "wall",
+                "--async",
+                "--async-mode",
+                "all",
+                "--threads",
+                "--format",
+                "raw",
+                "--output",
+                &out,
+            ]);
+            let spent: Value = serde_json::from_str(&fx.ask(libc::SIGUSR2, "SPENT ")).unwrap();
+            rec.assert_success();
+            let ctx = format!("{}: fixture {spent}", interp.label);
+            let (mut upstream, mut compute) = (0u64, 0u64);
+            let mut roots = Vec::new();
+            for l in std::fs::read_to_string(&path).unwrap().lines() {
+                let (stack, n) = l.rsplit_once(' ').unwrap();
+                let n: u64 = n.parse().unwrap();
+                if stack.contains("handle_upstream") {
+                    upstream += n;
+                } else if stack.contains("handle_compute") {
+                    compute += n;
+                }
+                roots.push(stack.split(';').next().unwrap().to_string());
+            }
+            assert!(
+                upstream + compute > 2000,
+                "{ctx}: {upstream} + {compute} samples"
+            );
+            let share = upstream as f64 / (upstream + compute) as f64;
+            let (u, c) = (
+                spent["handle_upstream"].as_f64().unwrap(),
+                spent["handle_compute"].as_f64().unwrap(),
+            );
+            let want = u / (u + c);
+            eprintln!(
+                "{}: handle_upstream {:.2}% of {} samples, {:.2}% of the fixture's time",
+                interp.label,
+                share * 100.0,
+                upstream + compute,
+                want * 100.0
+            );
+            assert!(
+                (share - want).abs() < 0.02,
+                "{ctx}: handle_upstream has {:.1}% of the samples, {:.1}% of the time",
+                share * 100.0,
+                want * 100.0
+            );
+            for w in ["upstream-0", "compute-1"] {
+                let root = format!("\"greenlet {w}\"");
+                assert!(
+                    roots.iter().any(|r| r.ends_with(&root)),
+                    "{ctx}: no root {root}: {roots:?}"
+                );
+            }
+        },
+    );
+}

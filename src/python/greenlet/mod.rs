@@ -24,8 +24,9 @@ use crate::cpython_layouts::{EntryMarker, Layout};
 use crate::memory::{Memory, MemoryExt};
 use crate::python::objects::ObjReader;
 use crate::python::reader::{Reader, ThreadSnapshot};
-use crate::stack::{Frame, FrameKind, Greenlet, ThreadTasks};
+use crate::stack::{Frame, FrameKind, Greenlet, ThreadStack, ThreadStatus, ThreadTasks};
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 /// The most greenlets read in one process.
 pub(crate) const MAX_GREENLETS: usize = 1_000_000;
@@ -34,14 +35,58 @@ const MAX_FRAMES: usize = 4096;
 /// The longest base-class chain followed to tell a greenlet type.
 const MAX_BASES: usize = 64;
 
-/// Reads greenlets; keeps what could not be read, for the warnings.
+/// Reads greenlets; keeps what could not be read, for the warnings, and
+/// (sampling) the greenlets found, for [`GreenletRead::found_for`].
 #[derive(Default)]
 pub(crate) struct GreenletReader {
     pub(crate) notes: Vec<String>,
+    /// Per interpreter: the greenlets found (id, type), whether the walk
+    /// was whole, and when it was made.
+    found: HashMap<u64, Found>,
+    /// Per interpreter: what its modules say (`None`: no greenlet), and when read.
+    facts: HashMap<u64, (Option<Facts>, Instant)>,
+    /// Sampling: each greenlet's name (by id and type), as long as the
+    /// greenlets found are kept.
+    names: HashMap<(u64, u64), Option<String>>,
+}
+
+/// The greenlets a walk of the collector's lists found: (id, type) each;
+/// whether the walk was whole; when it was made.
+struct Found {
+    list: Vec<(u64, u64)>,
+    whole: bool,
+    at: Instant,
+}
+
+/// What one read of the greenlets asks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GreenletRead {
+    /// Most greenlets shown per thread (the others are counted).
+    pub(crate) limit: usize,
+    /// Reuse the greenlets found by a walk of the collector's lists this
+    /// recent (sampling: the walk costs a read of every tracked object);
+    /// `None`: walk now (dump).
+    pub(crate) found_for: Option<Duration>,
+    /// Read what each suspended greenlet waits on.
+    pub(crate) waits: bool,
+}
+
+/// What one interpreter's modules say of its greenlets.
+#[derive(Clone)]
+struct Facts {
+    /// greenlet's type.
+    gtype: u64,
+    gl: &'static GreenletLayout,
+    py: &'static GreenletPython,
+    gevent: Gevent,
+    /// Where the collector's lists are counted from (the interpreter, or
+    /// the runtime on 3.7 and 3.8).
+    gc_base: u64,
 }
 
 /// What one interpreter's greenlets are read with, beside greenlet's tables.
-struct Gevent<'a> {
+#[derive(Clone)]
+struct Gevent {
     /// gevent's `Hub` type.
     hub_type: Option<u64>,
     /// gevent's `Greenlet` type, and greenlet's object size (where
@@ -49,10 +94,10 @@ struct Gevent<'a> {
     greenlet_type: Option<u64>,
     greenlet_base_size: u64,
     /// gevent's table, when its release is in them.
-    layout: Option<&'a GeventLayout>,
+    layout: Option<&'static GeventLayout>,
     /// The types a greenlet waits on, and the layout their slots are read with.
     wait_types: waits::WaitTypes,
-    slots: Option<&'a AsyncioLayout>,
+    slots: Option<&'static AsyncioLayout>,
 }
 
 /// One greenlet as read, before it is placed under its thread.
@@ -75,89 +120,67 @@ impl GreenletReader {
     }
 
     /// Add every live greenlet to the tasks of the thread it runs on
-    /// (`out`, by snapshot index), at most `limit` per thread.
+    /// (`out`, by snapshot index), as `how` asks.
     pub(crate) fn read(
         &mut self,
         reader: &mut Reader,
         mem: &dyn Memory,
         snaps: &[ThreadSnapshot],
-        limit: usize,
+        how: GreenletRead,
         out: &mut HashMap<usize, ThreadTasks>,
     ) {
         let pl = reader.process.layout.clone();
-        let (major, minor) = (reader.process.version.major, reader.process.version.minor);
         let mut interps: Vec<u64> = snaps.iter().map(|s| s.interp).collect();
         interps.sort_unstable();
         interps.dedup();
+        let fresh = |at: &Instant| how.found_for.is_some_and(|age| at.elapsed() < age);
         for interp in interps {
             let objr = ObjReader::new(mem, &pl);
-            let Some(modules) = mem
-                .read_u64(interp.wrapping_add(pl.interp.modules))
-                .ok()
-                .filter(|m| *m != 0)
-            else {
-                continue;
-            };
-            let module_attr = |module: &str, name: &str| -> Option<u64> {
-                let m = objr.dict_get(modules, module).ok().flatten()?;
-                let d = mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok()?;
-                objr.dict_get(d, name).ok().flatten()
+            // What the interpreter's modules say, looked up by a scan of
+            // sys.modules: kept while the greenlets found are.
+            let facts = match self.facts.get(&interp) {
+                Some((f, at)) if fresh(at) => f.clone(),
+                _ => {
+                    let f = self.interp_facts(reader, &objr, interp);
+                    if how.found_for.is_some() {
+                        self.facts.insert(interp, (f.clone(), Instant::now()));
+                    }
+                    f
+                }
             };
             // Only a process that imported greenlet is looked at further.
-            let Some(gtype) = module_attr("greenlet._greenlet", "greenlet") else {
+            let Some(facts) = facts else {
                 continue;
             };
-            let release = module_attr("greenlet", "__version__")
-                .or_else(|| module_attr("greenlet._greenlet", "__version__"))
-                .and_then(|v| objr.string(v, 32).ok())
-                .map(|(s, _)| s);
-            let Some(release) = release else {
-                self.note(
-                    "greenlet is loaded but its version (greenlet.__version__) cannot be read: \
-                     its greenlets are not shown"
-                        .to_string(),
-                );
-                continue;
+            let (gl, py) = (facts.gl, facts.py);
+            let found = match self.found.get(&interp) {
+                // Those freed since are told by their type word: a freed
+                // object's memory keeps another type, or none.
+                Some(f) if fresh(&f.at) => (
+                    f.list
+                        .iter()
+                        .copied()
+                        .filter(|(id, ty)| {
+                            mem.read_u64(id.wrapping_add(pl.object.ob_type))
+                                .is_ok_and(|t| t == *ty)
+                        })
+                        .collect(),
+                    f.whole,
+                ),
+                _ => {
+                    let f = find_greenlets(mem, &pl, py, facts.gc_base, facts.gtype);
+                    self.names.clear();
+                    if how.found_for.is_some() {
+                        let found = Found {
+                            list: f.0.clone(),
+                            whole: f.1,
+                            at: Instant::now(),
+                        };
+                        self.found.insert(interp, found);
+                    }
+                    f
+                }
             };
-            let (Some(gl), Some(py)) = (
-                greenlet_layout(&release, major, minor),
-                greenlet_python(major, minor),
-            ) else {
-                self.note(format!(
-                    "greenlet {release} on Python {major}.{minor} is not in pyinspect's greenlet \
-                     tables: its greenlets are not shown"
-                ));
-                continue;
-            };
-            let gevent_release = module_attr("gevent", "__version__")
-                .and_then(|v| objr.string(v, 32).ok())
-                .map(|(s, _)| s);
-            let layout = gevent_release.as_deref().and_then(gevent_layout);
-            if let (Some(r), None) = (&gevent_release, layout) {
-                self.note(format!(
-                    "gevent {r} is not in pyinspect's gevent tables: its greenlets are shown \
-                     without generated names (Greenlet-N) or timers' deadlines"
-                ));
-            }
-            let gevent = Gevent {
-                hub_type: module_attr("gevent.hub", "Hub"),
-                greenlet_type: module_attr("gevent.greenlet", "Greenlet"),
-                greenlet_base_size: mem
-                    .read_u64(gtype.wrapping_add(pl.object.tp_basicsize))
-                    .unwrap_or(0),
-                layout,
-                wait_types: waits::WaitTypes::find(&module_attr),
-                slots: crate::cpython_layouts::asyncio::for_version(major, minor),
-            };
-            let gc_base = if py.gc_in_runtime {
-                let Some(head) = pl.runtime.interpreters_head else {
-                    continue;
-                };
-                reader.process.interp_head_ptr.wrapping_sub(head)
-            } else {
-                interp
-            };
-            let found = find_greenlets(mem, &pl, py, gc_base, gtype);
             if !found.1 {
                 self.note(
                     "the collector's object lists changed or were cut while read: \
@@ -172,9 +195,92 @@ impl GreenletReader {
                 .collect();
             inherit_mains(&mut raws);
             self.place(
-                reader, mem, &objr, gl, py, snaps, interp, &gevent, raws, limit, out,
+                reader,
+                mem,
+                &objr,
+                gl,
+                py,
+                snaps,
+                interp,
+                &facts.gevent,
+                raws,
+                how,
+                out,
             );
         }
+    }
+
+    /// What interpreter `interp`'s modules say of its greenlets: `None`
+    /// when it has not imported greenlet, or its release is not in the
+    /// tables (then said in a note).
+    fn interp_facts(&mut self, reader: &Reader, objr: &ObjReader, interp: u64) -> Option<Facts> {
+        let (mem, pl) = (objr.mem, objr.layout);
+        let (major, minor) = (reader.process.version.major, reader.process.version.minor);
+        let modules = mem
+            .read_u64(interp.wrapping_add(pl.interp.modules))
+            .ok()
+            .filter(|m| *m != 0)?;
+        let module_attr = |module: &str, name: &str| -> Option<u64> {
+            let m = objr.dict_get(modules, module).ok().flatten()?;
+            let d = mem.read_u64(m.wrapping_add(pl.object.module_dict)).ok()?;
+            objr.dict_get(d, name).ok().flatten()
+        };
+        let gtype = module_attr("greenlet._greenlet", "greenlet")?;
+        let release = module_attr("greenlet", "__version__")
+            .or_else(|| module_attr("greenlet._greenlet", "__version__"))
+            .and_then(|v| objr.string(v, 32).ok())
+            .map(|(s, _)| s);
+        let Some(release) = release else {
+            self.note(
+                "greenlet is loaded but its version (greenlet.__version__) cannot be read: \
+                 its greenlets are not shown"
+                    .to_string(),
+            );
+            return None;
+        };
+        let (Some(gl), Some(py)) = (
+            greenlet_layout(&release, major, minor),
+            greenlet_python(major, minor),
+        ) else {
+            self.note(format!(
+                "greenlet {release} on Python {major}.{minor} is not in pyinspect's greenlet \
+                 tables: its greenlets are not shown"
+            ));
+            return None;
+        };
+        let gevent_release = module_attr("gevent", "__version__")
+            .and_then(|v| objr.string(v, 32).ok())
+            .map(|(s, _)| s);
+        let layout = gevent_release.as_deref().and_then(gevent_layout);
+        if let (Some(r), None) = (&gevent_release, layout) {
+            self.note(format!(
+                "gevent {r} is not in pyinspect's gevent tables: its greenlets are shown \
+                 without generated names (Greenlet-N) or timers' deadlines"
+            ));
+        }
+        let gevent = Gevent {
+            hub_type: module_attr("gevent.hub", "Hub"),
+            greenlet_type: module_attr("gevent.greenlet", "Greenlet"),
+            greenlet_base_size: mem
+                .read_u64(gtype.wrapping_add(pl.object.tp_basicsize))
+                .unwrap_or(0),
+            layout,
+            wait_types: waits::WaitTypes::find(&module_attr),
+            slots: crate::cpython_layouts::asyncio::for_version(major, minor),
+        };
+        let gc_base = if py.gc_in_runtime {
+            let head = pl.runtime.interpreters_head?;
+            reader.process.interp_head_ptr.wrapping_sub(head)
+        } else {
+            interp
+        };
+        Some(Facts {
+            gtype,
+            gl,
+            py,
+            gevent,
+            gc_base,
+        })
     }
 
     /// Put each greenlet under its thread.
@@ -190,9 +296,10 @@ impl GreenletReader {
         interp: u64,
         gevent: &Gevent,
         raws: Vec<Raw>,
-        limit: usize,
+        how: GreenletRead,
         out: &mut HashMap<usize, ThreadTasks>,
     ) {
+        let limit = how.limit;
         let pl = objr.layout;
         let threads: Vec<usize> = (0..snaps.len())
             .filter(|i| snaps[*i].interp == interp)
@@ -299,7 +406,7 @@ impl GreenletReader {
             "not started" => 3,
             _ => 4,
         };
-        let mut waits = match (gevent.slots, gevent.wait_types.any()) {
+        let mut waits = match (gevent.slots, gevent.wait_types.any() && how.waits) {
             (Some(al), true) => Some(waits::WaitReader::new(
                 objr,
                 al,
@@ -310,6 +417,9 @@ impl GreenletReader {
             _ => None,
         };
         let mut is_gevent: HashMap<u64, bool> = HashMap::new();
+        // Sampling: names are kept as long as the greenlets found are.
+        let keep_names = how.found_for.is_some();
+        let names = &mut self.names;
         for (i, mut gs) in by_thread {
             gs.sort_by_key(rank);
             let left_out = gs.len().saturating_sub(limit) as u64;
@@ -349,7 +459,16 @@ impl GreenletReader {
                                 .entry(r.ty)
                                 .or_insert_with(|| derives_from(mem, py, r.ty, t))
                         });
-                        greenlet_name(objr, py, gevent, of_gevent, r.id, r.run)
+                        match names.get(&(r.id, r.ty)) {
+                            Some(n) => n.clone(),
+                            None => {
+                                let n = greenlet_name(objr, py, gevent, of_gevent, r.id, r.run);
+                                if keep_names {
+                                    names.insert((r.id, r.ty), n.clone());
+                                }
+                                n
+                            }
+                        }
                     };
                     Greenlet {
                         id: r.id,
@@ -370,6 +489,34 @@ impl GreenletReader {
             tt.greenlets_left_out = left_out;
         }
     }
+}
+
+/// `record`/`top --async-mode all`: a stack of its own for each suspended
+/// greenlet of thread `t` (its saved frames, as a thread named
+/// `greenlet NAME`), as asyncio's waiting tasks get; not the hub's, whose
+/// stack is its loop. The running greenlet's stack is the thread's own.
+pub(crate) fn waiting_stacks(t: &ThreadStack) -> Vec<ThreadStack> {
+    let Some(tt) = &t.asyncio else {
+        return Vec::new();
+    };
+    tt.greenlets
+        .iter()
+        .filter(|g| g.state == "suspended" && !g.hub && !g.frames.is_empty())
+        .map(|g| {
+            let mut s = t.clone();
+            s.asyncio = None;
+            s.name = Some(match &g.name {
+                Some(n) => format!("greenlet {n}"),
+                None => format!("greenlet 0x{:x}", g.id),
+            });
+            s.status = ThreadStatus::Idle;
+            s.holds_gil = false;
+            s.native_entry = None;
+            s.truncated = g.truncated.clone();
+            s.frames = g.frames.clone();
+            s
+        })
+        .collect()
 }
 
 /// A greenlet not started yet has no main greenlet: it will run on its

@@ -26,7 +26,7 @@ const MAX_SOCK_HOPS: usize = 2;
 
 /// The types a greenlet waits on, as found in the target's modules (each
 /// absent where its module is not loaded).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct WaitTypes {
     socket: Option<u64>,
     timer: Option<u64>,

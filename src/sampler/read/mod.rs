@@ -558,6 +558,9 @@ impl Target {
         let mut waiting = Vec::new();
         if let AsyncMode::Stitch { all } = cfg.read.asyncio {
             for t in threads.iter_mut() {
+                if all {
+                    waiting.extend(crate::python::greenlet::waiting_stacks(t));
+                }
                 waiting.extend(asyncio::stitch(t, all));
             }
         }

@@ -4,6 +4,15 @@
 
 use super::Target;
 use crate::python::asyncio::{self, AsyncRead, AsyncioReader, TasksByThread};
+use crate::python::greenlet::GreenletRead;
+use std::time::Duration;
+
+/// `--async-mode all`: most greenlets of a thread whose stacks a sample adds.
+const SAMPLED_GREENLETS: usize = 10_000;
+/// `--async-mode all`: how long the greenlets found by a walk of the
+/// collector's lists are used before the next walk (new greenlets show up
+/// after at most this long; each sample reads those found).
+const GREENLETS_FOUND_FOR: Duration = Duration::from_secs(1);
 use crate::python::pagecache::PageCache;
 use crate::python::reader::ThreadSnapshot;
 use crate::sampler::config::{AsyncMode, TargetConfig};
@@ -73,12 +82,28 @@ impl Target {
             }
             None => TasksByThread::default(),
         };
-        // Greenlets (dump), beside the tasks, while the threads stand still.
-        if let AsyncMode::Tree { limit, .. } = cfg.read.asyncio {
+        // Greenlets, beside the tasks, while the threads stand still: for
+        // dump, and for every sample with `--async-mode all`.
+        let how = match cfg.read.asyncio {
+            AsyncMode::Tree { limit, .. } => Some(GreenletRead {
+                limit,
+                found_for: None,
+                waits: true,
+            }),
+            AsyncMode::Stitch { all: true } => Some(GreenletRead {
+                limit: SAMPLED_GREENLETS,
+                found_for: Some(GREENLETS_FOUND_FOR),
+                waits: false,
+            }),
+            _ => None,
+        };
+        if let Some(how) = how {
             let cache = PageCache::new(&*self.source);
             self.greenlets
-                .read(&mut self.reader, &cache, s, limit, &mut tasks);
-            self.describe_greenlet_waits(&mut tasks);
+                .read(&mut self.reader, &cache, s, how, &mut tasks);
+            if how.waits {
+                self.describe_greenlet_waits(&mut tasks);
+            }
         }
         tasks
     }
