@@ -504,3 +504,97 @@ fn record_async_all_shares_greenlet_time_by_handler() {
         },
     );
 }
+
+/// Each worker's in-flight handler greenlets in `dump -s --json` of a
+/// gunicorn master: (kind, worker pid) -> count, for those whose stack has
+/// the handler at its wait line and whose wait is the one the handler's
+/// kind waits on (the upstream's socket, a timer).
+fn in_flight_shown(procs: &[Value], fx: &Fixture) -> HashMap<(String, String), u64> {
+    let upstream = fx.ready["upstream"].as_str().unwrap();
+    let marks = &fx.ready["marks"];
+    let mut shown = HashMap::new();
+    for p in procs {
+        let pid = p["pid"].to_string();
+        for t in p["threads"].as_array().into_iter().flatten() {
+            for g in t["greenlets"].as_array().into_iter().flatten() {
+                let frames = frames_of(&g["frames"]);
+                let w = &g["wait"];
+                for (kind, func) in [("upstream", "handle_upstream"), ("sleep", "handle_sleep")] {
+                    let at = (func.to_string(), marks[kind].as_u64().unwrap());
+                    let waits = match kind {
+                        "upstream" => {
+                            w["kind"] == "socket"
+                                && w["fd"]["kind"] == "tcp"
+                                && w["fd"]["remote"] == upstream
+                                && w["fd"]["state"] == "ESTABLISHED"
+                        }
+                        _ => w["kind"] == "timer" && w["seconds_left"].as_f64().is_some(),
+                    };
+                    if frames.contains(&at) && waits && g["state"] == "suspended" {
+                        *shown.entry((kind.to_string(), pid.clone())).or_default() += 1;
+                    }
+                }
+            }
+        }
+    }
+    shown
+}
+
+/// A real gunicorn service with gevent workers: `dump -s` of its master
+/// shows, under each worker, every in-flight request's greenlet with its
+/// handler's stack and what it waits on (the upstream's TCP socket, or the
+/// sleep's timer), as many per worker as the app logged.
+#[test]
+fn gunicorn_gevent_workers_show_every_in_flight_request() {
+    for_each_interpreter(
+        "gunicorn_gevent_workers_show_every_in_flight_request",
+        |i| i.label.starts_with("pyenv") && (i.version == (3, 9) || i.version == (3, 12)),
+        |interp| {
+            let fx = Fixture::spawn_with_timeout(
+                interp,
+                "gevent_gunicorn.py",
+                &[],
+                Duration::from_secs(90),
+            );
+            let mut want = HashMap::new();
+            for (kind, per) in fx.ready["in_flight"].as_object().unwrap() {
+                for (pid, n) in per.as_object().unwrap() {
+                    want.insert((kind.clone(), pid.clone()), n.as_u64().unwrap());
+                }
+            }
+            assert_eq!(
+                want.values().sum::<u64>(),
+                6,
+                "{}: {}",
+                interp.label,
+                fx.ready
+            );
+            let master = fx.ready["master"].as_i64().unwrap() as i32;
+            // A handler logs just before it waits: give it a moment to.
+            let deadline = std::time::Instant::now() + Duration::from_secs(15);
+            let (procs, shown) = loop {
+                let procs = dump_json(master, &["-s"]);
+                let shown = in_flight_shown(&procs, &fx);
+                if shown == want || std::time::Instant::now() > deadline {
+                    break (procs, shown);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            assert_eq!(
+                shown, want,
+                "{}: in-flight requests shown against the app's log\n{procs:#?}",
+                interp.label
+            );
+            // Text: the socket a request waits on, with the upstream's address.
+            let out = pyinspect(&["dump", "--pid", &master.to_string(), "-s"]);
+            out.assert_success();
+            let upstream = fx.ready["upstream"].as_str().unwrap();
+            let waiting = out
+                .stdout
+                .lines()
+                .filter(|l| l.contains("waiting on fd ") && l.contains(&format!("→ {upstream}")))
+                .count();
+            assert_eq!(waiting, 3, "{}\n{}", interp.label, out.stdout);
+        },
+    );
+}
