@@ -1,6 +1,12 @@
-"""gevent fixture: named greenlets parked in known places, then READY.
+"""Greenlet fixture: named greenlets parked in known places, then READY.
 
-Usage: gevent_greenlets.py [--many N | --raw]
+Usage: gevent_greenlets.py [--many N | --raw | --eventlet]
+
+With --eventlet, eventlet instead of gevent: sleeper, event-waiter,
+reader, getter and finished as below (eventlet's GreenThreads carry no
+names: READY's view names none of them), the main greenlet parked in
+park(), and eventlet's hub (a plain greenlet, the GreenThreads' parent)
+running its loop.
 
 With --raw, greenlet alone (no gevent): three plain greenlets (raw_run,
 raw_deep's two levels, one not started) and the main greenlet, which stays
@@ -40,12 +46,22 @@ import time
 
 import greenlet
 
-if "--raw" not in sys.argv:
+EVENTLET = "--eventlet" in sys.argv
+if EVENTLET:
+    import eventlet
+    import eventlet.event
+    import eventlet.green.socket
+    import eventlet.queue
+
+    GREEN = eventlet
+elif "--raw" not in sys.argv:
     import gevent
     import gevent.event
     import gevent.lock
     import gevent.queue
     import gevent.socket
+
+    GREEN = gevent
 
 import fixture_util as fu
 
@@ -54,7 +70,7 @@ MARK = fu.markers(HERE)
 
 
 def deeper_sleep():
-    gevent.sleep(1000)  # MARK:sleep
+    GREEN.sleep(1000)  # MARK:sleep
 
 
 def sleeper():
@@ -172,16 +188,29 @@ def own_view(main):
 
 def wait_of(g):
     w = WAITS.get(id(g))
-    if w is None and g.gr_frame is not None:
+    f = g.gr_frame
+    # The sleep frame: gevent's is innermost, eventlet's is below its hub's
+    # switch.
+    for _ in range(2):
+        if w is not None or f is None:
+            break
+        local = f.f_locals
         # A gevent.sleep: its timer, a local of the sleep frame.
-        t = g.gr_frame.f_locals.get("t")
+        t = local.get("t")
         if t is not None and type(t).__name__ == "timer":
             w = {"kind": "timer", "at": t.at}
+        # An eventlet.sleep: its timer, whose deadline is in the hub's heap.
+        t, hub = local.get("timer"), local.get("hub")
+        if t is not None and hub is not None:
+            for at, timer in list(hub.timers) + list(hub.next_timers):
+                if timer is t:
+                    w = {"kind": "timer", "at": at}
+        f = f.f_back
     return w
 
 
 def park():
-    gevent.sleep(fu.LIFETIME_SECONDS)  # MARK:park
+    GREEN.sleep(fu.LIFETIME_SECONDS)  # MARK:park
 
 
 def park_raw():
@@ -296,7 +325,41 @@ def main():
     fu.exit_now()
 
 
-if "--raw" in sys.argv:
+def main_eventlet():
+    main_g = greenlet.getcurrent()
+    hub = eventlet.hubs.get_hub()
+    keep = [eventlet.spawn(sleeper)]
+    event = eventlet.event.Event()
+    g = eventlet.spawn(event_waiter, event)
+    WAITS[id(g)] = {"kind": "event", "object": id(event)}
+    keep.append(g)
+    a, b = eventlet.green.socket.socketpair()
+    g = eventlet.spawn(reader, a)
+    WAITS[id(g)] = {"kind": "socket", "fd": a.fileno()}
+    keep.append(g)
+    queue = eventlet.queue.LightQueue()
+    g = eventlet.spawn(getter, queue)
+    WAITS[id(g)] = {"kind": "queue", "object": id(queue)}
+    keep.append(g)
+    keep.append(eventlet.spawn(finishes))
+    keep.append(b)
+    eventlet.sleep(0.2)
+    gc.collect()
+    fu.ready(
+        {
+            "greenlets": own_view(main_g),
+            "main": id(main_g),
+            "hub": id(hub.greenlet),
+            "park": {"function": "park", "line": MARK["park"]},
+        }
+    )
+    park()
+    fu.exit_now()
+
+
+if EVENTLET:
+    main_eventlet()
+elif "--raw" in sys.argv:
     main_raw()
 else:
     main()

@@ -32,6 +32,9 @@ use std::time::{Duration, Instant};
 pub(crate) const MAX_GREENLETS: usize = 1_000_000;
 /// The most frames read from one suspended greenlet.
 const MAX_FRAMES: usize = 4096;
+/// How many of a suspended greenlet's innermost frames are looked at for
+/// what it waits on.
+const WAIT_FRAMES: usize = 3;
 /// The longest base-class chain followed to tell a greenlet type.
 const MAX_BASES: usize = 64;
 
@@ -89,6 +92,8 @@ struct Facts {
 struct Gevent {
     /// gevent's `Hub` type.
     hub_type: Option<u64>,
+    /// eventlet's `GreenThread`: their parent is eventlet's hub greenlet.
+    green_thread: Option<u64>,
     /// gevent's `Greenlet` type, and greenlet's object size (where
     /// gevent's fields start).
     greenlet_type: Option<u64>,
@@ -260,6 +265,7 @@ impl GreenletReader {
         }
         let gevent = Gevent {
             hub_type: module_attr("gevent.hub", "Hub"),
+            green_thread: module_attr("eventlet.greenthread", "GreenThread"),
             greenlet_type: module_attr("gevent.greenlet", "Greenlet"),
             greenlet_base_size: mem
                 .read_u64(gtype.wrapping_add(pl.object.tp_basicsize))
@@ -371,6 +377,20 @@ impl GreenletReader {
             )),
         }
         let total = raws.len();
+        // eventlet's hub is a plain greenlet: the parent of its GreenThreads.
+        let eventlet_hubs: HashSet<u64> = match gevent.green_thread {
+            Some(gt) => {
+                let mut of: HashMap<u64, bool> = HashMap::new();
+                raws.iter()
+                    .filter(|r| {
+                        *of.entry(r.ty)
+                            .or_insert_with(|| derives_from(mem, py, r.ty, gt))
+                    })
+                    .filter_map(|r| r.parent)
+                    .collect()
+            }
+            None => HashSet::new(),
+        };
         let mut is_hub: HashMap<u64, bool> = HashMap::new();
         let mut by_thread: HashMap<usize, Vec<(Raw, &'static str, bool)>> = HashMap::new();
         for r in raws {
@@ -386,7 +406,7 @@ impl GreenletReader {
                 *is_hub
                     .entry(r.ty)
                     .or_insert_with(|| derives_from(mem, py, r.ty, h))
-            });
+            }) || eventlet_hubs.contains(&r.id);
             by_thread.entry(i).or_default().push((r, state, hub));
         }
         let placed: usize = by_thread.values().map(|g| g.len()).sum();
@@ -441,11 +461,17 @@ impl GreenletReader {
                     } else if r.top_frame != 0 {
                         let (frames, truncated, innermost) =
                             saved_frames(reader, mem, pl, py, r.top_frame);
-                        if let (Some(w), Some(f), Some(addr)) =
-                            (waits.as_mut(), frames.first(), innermost)
-                        {
-                            let locals = reader.frame_locals_at(mem, addr);
-                            wait = w.wait_of(r.id, &f.function, &locals);
+                        // The innermost frames, innermost first: the first
+                        // whose locals tell a wait tells it (eventlet waits
+                        // in its hub's own `switch`, below the waiter).
+                        if let Some(w) = waits.as_mut() {
+                            for (f, addr) in frames.iter().zip(innermost) {
+                                let locals = reader.frame_locals_at(mem, addr);
+                                wait = w.wait_of(r.id, &f.function, &locals);
+                                if wait.is_some() {
+                                    break;
+                                }
+                            }
                         }
                         (frames, truncated)
                     } else {
@@ -631,16 +657,16 @@ fn read_raw(mem: &dyn Memory, gl: &GreenletLayout, id: u64, ty: u64) -> Option<R
 }
 
 /// A suspended greenlet's saved frames, innermost first; with the
-/// innermost one's address.
+/// addresses of the innermost [`WAIT_FRAMES`] of them.
 fn saved_frames(
     reader: &mut Reader,
     mem: &dyn Memory,
     pl: &Layout,
     py: &GreenletPython,
     top: u64,
-) -> (Vec<Frame>, Option<String>, Option<u64>) {
+) -> (Vec<Frame>, Option<String>, Vec<u64>) {
     let mut frames = Vec::new();
-    let mut innermost = None;
+    let mut innermost = Vec::new();
     let mut f = match py.frameobject_f_frame {
         Some(off) => mem.read_u64(top.wrapping_add(off)).unwrap_or(0),
         None => top,
@@ -666,7 +692,9 @@ fn saved_frames(
         if !shim {
             match reader.frame_at(mem, f) {
                 Some((frame, _)) => {
-                    innermost.get_or_insert(f);
+                    if innermost.len() < WAIT_FRAMES {
+                        innermost.push(f);
+                    }
                     frames.push(frame)
                 }
                 None => {

@@ -23,6 +23,8 @@ use std::collections::HashMap;
 
 /// The longest chain of `_sock` attributes followed to a socket.
 const MAX_SOCK_HOPS: usize = 2;
+/// Most entries of an eventlet hub's timer lists looked through.
+const MAX_TIMERS: u64 = 100_000;
 
 /// The types a greenlet waits on, as found in the target's modules (each
 /// absent where its module is not loaded).
@@ -30,6 +32,9 @@ const MAX_SOCK_HOPS: usize = 2;
 pub(super) struct WaitTypes {
     socket: Option<u64>,
     timer: Option<u64>,
+    /// eventlet's `Timer` (`eventlet.sleep`, timeouts): a Python object
+    /// whose deadline is in its hub's heap.
+    eventlet_timer: Option<u64>,
     /// (type, kind) for the objects waited on without a file or a clock.
     objects: Vec<(u64, &'static str)>,
 }
@@ -44,6 +49,10 @@ impl WaitTypes {
             ("gevent.queue", "Channel", "queue"),
             ("gevent.lock", "RLock", "lock"),
             ("gevent.greenlet", "Greenlet", "greenlet"),
+            ("eventlet.event", "Event", "event"),
+            ("eventlet.semaphore", "Semaphore", "event"),
+            ("eventlet.queue", "LightQueue", "queue"),
+            ("eventlet.greenthread", "GreenThread", "greenlet"),
         ] {
             if let Some(t) = attr(module, name) {
                 objects.push((t, kind));
@@ -52,12 +61,16 @@ impl WaitTypes {
         WaitTypes {
             socket: attr("_socket", "socket"),
             timer: attr("gevent.libev.corecext", "timer"),
+            eventlet_timer: attr("eventlet.hubs.timer", "Timer"),
             objects,
         }
     }
 
     pub(super) fn any(&self) -> bool {
-        self.socket.is_some() || self.timer.is_some() || !self.objects.is_empty()
+        self.socket.is_some()
+            || self.timer.is_some()
+            || self.eventlet_timer.is_some()
+            || !self.objects.is_empty()
     }
 }
 
@@ -76,6 +89,7 @@ pub(super) struct WaitReader<'a> {
 enum Kind {
     Socket,
     Timer,
+    EventletTimer,
     Object(&'static str),
 }
 
@@ -115,6 +129,10 @@ impl<'a> WaitReader<'a> {
             }
             if Some(t) == types.timer {
                 k = Some(Kind::Timer);
+                break;
+            }
+            if Some(t) == types.eventlet_timer {
+                k = Some(Kind::EventletTimer);
                 break;
             }
             for (o, kind) in &types.objects {
@@ -170,6 +188,11 @@ impl<'a> WaitReader<'a> {
                         }
                         break;
                     }
+                    Some(Kind::EventletTimer) => {
+                        let mut w = self.wait("timer", function, &local, obj);
+                        w.deadline = self.eventlet_deadline(obj, locals);
+                        return Some(w);
+                    }
                     Some(Kind::Object(kind)) => {
                         if !objects.iter().any(|w| w.object == obj) {
                             objects.push(self.wait(kind, function, &local, obj));
@@ -222,6 +245,37 @@ impl<'a> WaitReader<'a> {
             }
         }
         w
+    }
+
+    /// An eventlet timer's deadline: the hub keeps it beside the timer, as
+    /// `(deadline, timer)` in its heap (`timers`) or in the timers added
+    /// since the loop last ran (`next_timers`), on its clock (the monotonic
+    /// one). The hub is the local among `locals` that has those lists.
+    fn eventlet_deadline(&self, timer: u64, locals: &[LocalRef]) -> Option<f64> {
+        let objr = self.objr;
+        let float_value = objr.layout.object.float_value;
+        for l in locals {
+            for name in ["next_timers", "timers"] {
+                let Ok(Some(list)) = objr.instance_attr(l.obj, name) else {
+                    continue;
+                };
+                let Ok((items, _)) = objr.list_items(list, MAX_TIMERS) else {
+                    continue;
+                };
+                for item in items {
+                    let Ok((pair, _)) = objr.tuple_items(item, 2) else {
+                        continue;
+                    };
+                    if let [at, t] = pair[..] {
+                        if t == timer && objr.type_name(at).is_ok_and(|n| n == "float") {
+                            let v = objr.mem.read_u64(at.wrapping_add(float_value)).ok()?;
+                            return Some(f64::from_bits(v)).filter(|v| v.is_finite());
+                        }
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// A libev timer: its deadline, where gevent's table places it.
