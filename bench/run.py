@@ -394,6 +394,47 @@ class Bench:
                          verdict(ok), "ms", f"{counted}/10002 greenlets counted in --json",
                          self.last_detail["wall_ms"])
 
+    def record_greenlets(self):
+        """record --mode wall at 200 Hz on a gevent process with 100
+        sleeping greenlets: CPU per tick without --async, with --async (the
+        running greenlet's stack is the thread's own), and with --async-mode
+        all (each suspended greenlet's stack added at every tick); py-spy
+        --idle beside, which sees the running greenlet only. A tick is one
+        sample of the thread (a root under --threads not named `greenlet ...`)."""
+        reps, secs, rate = (1 if self.quick else 3), 5, 200
+        modes = {"off": [], "async": ["--async"], "all": ["--async", "--async-mode", "all"]}
+        per_tick, detail = {}, {}
+        with Target(self.python, "greenlets.py", 100) as t:
+            for mode, extra in modes.items():
+                runs = self.record_both(
+                    t.pid,
+                    ["--rate", rate, "--mode", "wall", "--threads", "-d", secs, *extra],
+                    ["-r", rate, "--idle", "--threads", "-d", secs],
+                    reps,
+                )
+                us = []
+                for m, stacks in runs["ours"]:
+                    ticks = sum(c for st, c in stacks if '"greenlet ' not in st[0])
+                    us.append(m.cpu / max(1, ticks) * 1e6)
+                per_tick[mode] = statistics.median(us)
+                theirs = [m.cpu / max(1, sum(c for _, c in st)) * 1e6 for m, st in runs["theirs"]]
+                per_tick["py-spy"] = statistics.median(theirs)
+                detail[mode] = us
+        r = self.results
+        ratio = per_tick["async"] / per_tick["off"]
+        r.add("record-greenlets --async CPU/tick", per_tick["async"], per_tick["py-spy"],
+              "<= 1.5x without --async", verdict(ratio <= 1.5), "us",
+              f"{ratio:.2f}x the {per_tick['off']:.0f} us without --async; 100 greenlets, "
+              f"wall, {rate} Hz, median of {reps}", detail)
+        # With all, a tick samples the thread and the 101 greenlets it runs
+        # (main's and the 100 sleeping): per stack, against a stack without.
+        per_stack = per_tick["all"] / 102
+        ratio_all = per_stack / per_tick["off"]
+        r.add("record-greenlets --async-mode all CPU/stack", per_stack, per_tick["py-spy"],
+              "<= 1.5x a stack without --async", verdict(ratio_all <= 1.5), "us",
+              f"{ratio_all:.2f}x; {per_tick['all']:.0f} us a tick for the thread's stack and 101 "
+              f"greenlets' ({per_tick['all'] / per_tick['off']:.1f}x a tick without --async)", detail)
+
     # 3
     def dump_native_3threads(self):
         runs = 10 if self.quick else 30
@@ -1322,6 +1363,7 @@ SCENARIOS = [
     ("dump-900frames", Bench.dump_900frames),
     ("dump-10k-tasks", Bench.dump_10k_tasks),
     ("dump-10k-greenlets", Bench.dump_10k_greenlets),
+    ("record-greenlets", Bench.record_greenlets),
     ("dump-native-3threads", Bench.dump_native_3threads),
     ("dump-native-pause", Bench.dump_native_pause),
     ("torch-native", Bench.torch_native),

@@ -520,6 +520,12 @@ fn record_async_all_shares_greenlet_time_by_handler() {
                 share * 100.0,
                 want * 100.0
             );
+            // The thread keeps its own name: a greenlet's stack is not taken
+            // for the thread's.
+            assert!(
+                roots.iter().any(|r| r.ends_with("\"MainThread\"")),
+                "{ctx}: the thread's root lost its name: {roots:?}"
+            );
             for w in ["upstream-0", "compute-1"] {
                 let root = format!("\"greenlet {w}\"");
                 assert!(

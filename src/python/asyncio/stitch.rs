@@ -69,6 +69,12 @@ pub(crate) fn stitch(
         .filter(|k| !parents.contains(&k.id) && !k.frames.is_empty())
         .map(|k| {
             let mut s = t.clone();
+            // A stack of its own: its own ident (the task's id), so outputs
+            // keyed by thread do not take it for the thread (nor rename the
+            // thread after it); and not the thread's call, which the task
+            // is not in.
+            s.thread_id = k.id;
+            s.wait = None;
             s.name = Some(format!("task {}", k.name));
             s.status = crate::stack::ThreadStatus::Idle;
             s.holds_gil = false;

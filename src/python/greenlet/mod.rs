@@ -521,25 +521,42 @@ impl GreenletReader {
 /// greenlet of thread `t` (its saved frames, as a thread named
 /// `greenlet NAME`), as asyncio's waiting tasks get; not the hub's, whose
 /// stack is its loop. The running greenlet's stack is the thread's own.
-pub(crate) fn waiting_stacks(t: &ThreadStack) -> Vec<ThreadStack> {
-    let Some(tt) = &t.asyncio else {
+/// The thread's greenlets are taken from it.
+pub(crate) fn waiting_stacks(t: &mut ThreadStack) -> Vec<ThreadStack> {
+    let Some(greenlets) = t
+        .asyncio
+        .as_mut()
+        .map(|tt| std::mem::take(&mut tt.greenlets))
+    else {
         return Vec::new();
     };
-    tt.greenlets
-        .iter()
+    // What each stack shares with the thread, cloned once per greenlet:
+    // not the thread's tasks nor its frames.
+    let template = {
+        let (tasks, frames) = (t.asyncio.take(), std::mem::take(&mut t.frames));
+        let mut c = t.clone();
+        (t.asyncio, t.frames) = (tasks, frames);
+        // Not the thread's call, which a greenlet is not in.
+        c.wait = None;
+        c.status = ThreadStatus::Idle;
+        c.holds_gil = false;
+        c.native_entry = None;
+        c
+    };
+    greenlets
+        .into_iter()
         .filter(|g| g.state == "suspended" && !g.hub && !g.frames.is_empty())
         .map(|g| {
-            let mut s = t.clone();
-            s.asyncio = None;
+            let mut s = template.clone();
+            // Its own ident (the greenlet's id): outputs keyed by thread do
+            // not take it for the thread.
+            s.thread_id = g.id;
             s.name = Some(match &g.name {
                 Some(n) => format!("greenlet {n}"),
                 None => format!("greenlet 0x{:x}", g.id),
             });
-            s.status = ThreadStatus::Idle;
-            s.holds_gil = false;
-            s.native_entry = None;
-            s.truncated = g.truncated.clone();
-            s.frames = g.frames.clone();
+            s.truncated = g.truncated;
+            s.frames = g.frames;
             s
         })
         .collect()
