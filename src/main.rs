@@ -302,11 +302,11 @@ struct DumpAsyncArgs {
     /// default they are shown when the registry holds at most 100,000).
     #[arg(long = "async", conflicts_with = "no_async")]
     async_tasks: bool,
-    /// Do not read asyncio tasks (nor greenlets).
+    /// Do not read asyncio tasks (nor greenlets, nor Trio tasks).
     #[arg(long)]
     no_async: bool,
-    /// Most tasks shown per event loop, and greenlets per thread (the
-    /// others are counted).
+    /// Most tasks shown per event loop, and greenlets and Trio tasks per
+    /// thread (the others are counted).
     #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     async_limit: u32,
 }

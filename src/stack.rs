@@ -135,6 +135,13 @@ pub struct ThreadTasks {
     /// Greenlets read but not shown (beyond the limit).
     #[serde(skip_serializing_if = "is_zero")]
     pub(crate) greenlets_left_out: u64,
+    /// The tasks of the `trio.run` this thread runs, as a forest by
+    /// nursery (a task's `awaited_by` is the task that opened its nursery).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) trio_tasks: Vec<Task>,
+    /// Trio tasks read but not shown (beyond the limit).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) trio_tasks_left_out: u64,
 }
 
 /// One greenlet, as read from the target's greenlet objects.
@@ -558,6 +565,10 @@ impl ThreadStack {
             }
             for lp in &mut a.loops {
                 escape_in_place(&mut lp.type_name);
+            }
+            for k in &mut a.trio_tasks {
+                escape_in_place(&mut k.name);
+                frames(&mut k.frames);
             }
             for g in &mut a.greenlets {
                 opt(&mut g.name);

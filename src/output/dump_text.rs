@@ -3,7 +3,7 @@
 //! summary of the waits. `dump` writes it, and `watch` writes it into an
 //! incident for the other threads at the same moment.
 
-use crate::stack::{FrameKind, ProcessStacks, Task, ThreadStatus, ThreadTasks};
+use crate::stack::{FrameKind, LoopQueues, ProcessStacks, Task, ThreadStatus, ThreadTasks};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
@@ -143,11 +143,27 @@ pub(crate) fn write_text(
             writeln!(out, "    ... stack incomplete: {why}")?;
         }
         if let Some(tt) = &t.asyncio {
-            // A thread with greenlets but no event loop has no task list.
-            if !(tt.tasks.is_empty() && tt.loops.is_empty() && tt.tasks_left_out == 0)
-                || tt.greenlets.is_empty()
-            {
-                write_tasks(out, tt)?;
+            // A thread with greenlets or Trio tasks but no asyncio event
+            // loop has no asyncio task list.
+            let others = !tt.greenlets.is_empty() || !tt.trio_tasks.is_empty();
+            let none = tt.tasks.is_empty() && tt.loops.is_empty() && tt.tasks_left_out == 0;
+            if !(none && others) {
+                write_task_forest(
+                    out,
+                    "asyncio tasks",
+                    &tt.tasks,
+                    tt.tasks_left_out,
+                    &tt.loops,
+                )?;
+            }
+            if !tt.trio_tasks.is_empty() {
+                write_task_forest(
+                    out,
+                    "trio tasks",
+                    &tt.trio_tasks,
+                    tt.trio_tasks_left_out,
+                    &[],
+                )?;
             }
             write_greenlets(out, tt)?;
         }
@@ -234,17 +250,24 @@ fn greenlet_wait(w: &crate::stack::GreenletWait) -> String {
     }
 }
 
-/// A loop's tasks as a forest by awaiter: each task under the tasks that
-/// await it, its coroutine stack innermost first; a task reached twice is
-/// named again but not repeated, and a cycle is cut where it closes.
-fn write_tasks(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
-    let n = tt.tasks.len() as u64 + tt.tasks_left_out;
-    write!(out, "    asyncio tasks ({n}")?;
-    if tt.tasks_left_out > 0 {
-        write!(out, ", {} not shown", tt.tasks_left_out)?;
+/// Tasks as a forest by awaiter (an asyncio loop's, with its queues) or by
+/// nursery (Trio's): each task under the tasks that await it, its
+/// coroutine stack innermost first; a task reached twice is named again but
+/// not repeated, and a cycle is cut where it closes.
+fn write_task_forest(
+    out: &mut dyn Write,
+    title: &str,
+    tasks: &[Task],
+    left_out: u64,
+    loops: &[LoopQueues],
+) -> std::io::Result<()> {
+    let n = tasks.len() as u64 + left_out;
+    write!(out, "    {title} ({n}")?;
+    if left_out > 0 {
+        write!(out, ", {left_out} not shown")?;
     }
     writeln!(out, "):")?;
-    for lp in &tt.loops {
+    for lp in loops {
         let count = |n: Option<u64>, what: &str| match n {
             Some(1) => format!("1 {what}"),
             Some(n) => format!("{n} {what}s"),
@@ -265,9 +288,9 @@ fn write_tasks(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
         }
         writeln!(out)?;
     }
-    let by_id: HashMap<u64, &Task> = tt.tasks.iter().map(|t| (t.id, t)).collect();
+    let by_id: HashMap<u64, &Task> = tasks.iter().map(|t| (t.id, t)).collect();
     let mut children: HashMap<u64, Vec<&Task>> = HashMap::new();
-    for t in &tt.tasks {
+    for t in tasks {
         for p in &t.awaited_by {
             if by_id.contains_key(p) {
                 children.entry(*p).or_default().push(t);
@@ -275,8 +298,7 @@ fn write_tasks(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
         }
     }
     let mut printed: HashSet<u64> = HashSet::new();
-    let roots: Vec<&Task> = tt
-        .tasks
+    let roots: Vec<&Task> = tasks
         .iter()
         .filter(|t| !t.awaited_by.iter().any(|p| by_id.contains_key(p)))
         .collect();
@@ -285,7 +307,7 @@ fn write_tasks(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()> {
         write_task(out, r, 0, &children, &mut printed, &mut path)?;
     }
     // Tasks only reachable through a cycle (each awaits another).
-    for t in &tt.tasks {
+    for t in tasks {
         if !printed.contains(&t.id) {
             write_task(out, t, 0, &children, &mut printed, &mut path)?;
         }

@@ -327,7 +327,7 @@ impl AsyncioReader {
     }
 
     /// A `__slots__` attribute, through the type's member descriptor.
-    fn slot(
+    pub(super) fn slot(
         &mut self,
         objr: &ObjReader,
         l: &AsyncioLayout,

@@ -41,6 +41,7 @@ mod stitch;
 mod tasks;
 #[cfg(test)]
 mod tests;
+mod trio;
 
 pub(crate) use loops::{LoopFrame, LoopTurns};
 pub(crate) use objects::slot_offset;

@@ -82,6 +82,17 @@ impl Target {
             }
             None => TasksByThread::default(),
         };
+        // Trio's tasks (dump), through the runner trio.run's frame holds.
+        if let AsyncMode::Tree { limit, .. } = cfg.read.asyncio {
+            let v = &self.reader.process.version;
+            let (major, minor) = (v.major, v.minor);
+            let age = self.waits.age();
+            let r = self
+                .tasks
+                .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
+            let cache = PageCache::new(&*self.source);
+            r.read_trio(&mut self.reader, &cache, s, limit, &mut tasks);
+        }
         // Greenlets, beside the tasks, while the threads stand still: for
         // dump, and for every sample with `--async-mode all`.
         let how = match cfg.read.asyncio {

@@ -1,0 +1,110 @@
+"""Trio fixture: tasks in nurseries, parked in known places, then READY.
+
+Usage: trio_tasks.py
+
+Tasks (names are Trio's: the function's qualified name):
+  sleeper        trio.sleep(1000) two calls deep
+  event_waiter   waits on a trio.Event that is never set
+  reader         recv() on a trio socket whose peer never writes
+  supervisor     opens a nursery of its own, running two worker tasks
+  worker         (two) trio.sleep(1000) under supervisor's nursery
+The main task opens the nursery of the first four, then parks in park().
+
+READY carries Trio's own view (trio.lowlevel), taken when every other task
+is blocked: `tasks`, a list of {id, name, parent (the id of the task that
+opened the task's nursery, or null), frames: [{function, line}] innermost
+first (the task's coroutine chain, task.iter_await_frames())}; `main` (the
+main task's id) and `park` (where it parks: function, line).
+"""
+import socket
+import sys
+
+import trio
+import trio.lowlevel
+import trio.testing
+
+import fixture_util as fu
+
+MARK = fu.markers(__file__)
+
+
+async def deeper_sleep():
+    await trio.sleep(1000)  # MARK:sleep
+
+
+async def sleeper():
+    await deeper_sleep()  # MARK:sleeper
+
+
+async def event_waiter(event):
+    await event.wait()  # MARK:event
+
+
+async def reader(sock):
+    await sock.recv(1)  # MARK:recv
+
+
+async def worker():
+    await trio.sleep(1000)  # MARK:worker
+
+
+async def supervisor():
+    async with trio.open_nursery() as n:  # MARK:supervisor
+        n.start_soon(worker)
+        n.start_soon(worker)
+
+
+def code_name(code):
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def view_of(task):
+    parent = task.parent_nursery.parent_task if task.parent_nursery is not None else None
+    frames = [
+        {"function": code_name(f.f_code), "line": line}
+        for f, line in task.iter_await_frames()
+    ]
+    frames.reverse()
+    return {
+        "id": id(task),
+        "name": task.name,
+        "parent": id(parent) if parent is not None else None,
+        "frames": frames,
+    }
+
+
+def all_tasks():
+    out, todo = [], [trio.lowlevel.current_root_task()]
+    while todo:
+        t = todo.pop()
+        out.append(t)
+        for n in t.child_nurseries:
+            todo.extend(n.child_tasks)
+    return out
+
+
+async def park():
+    await trio.sleep(fu.LIFETIME_SECONDS)  # MARK:park
+
+
+async def main():
+    a, b = trio.socket.socketpair()
+    async with trio.open_nursery() as n:
+        n.start_soon(sleeper)
+        n.start_soon(event_waiter, trio.Event())
+        n.start_soon(reader, a)
+        n.start_soon(supervisor)
+        await trio.testing.wait_all_tasks_blocked()
+        me = trio.lowlevel.current_task()
+        fu.ready(
+            {
+                "tasks": [view_of(t) for t in all_tasks()],
+                "main": id(me),
+                "park": {"function": "park", "line": MARK["park"]},
+            }
+        )
+        await park()
+    fu.exit_now()
+
+
+trio.run(main)

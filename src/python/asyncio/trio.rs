@@ -1,0 +1,171 @@
+//! Trio's tasks (`dump`): every task of each `trio.run`, as a tree by
+//! nursery, each with its coroutine stack.
+//!
+//! A thread that runs Trio has `trio.run`'s frame on its stack, whose
+//! locals hold the run's `Runner` (an object whose type is, or derives
+//! from, `trio._core._run.Runner`, found in the target's modules). The
+//! runner's `tasks` set holds every live task; a task's `_parent_nursery`
+//! is the nursery that runs it, whose `_parent_task` is the task that opened
+//! it: the task's parent in the tree. Each task's stack follows what its
+//! coroutine awaits, as an asyncio task's does; the running one's comes
+//! from the thread's stack.
+
+use super::state::{AsyncioReader, TasksByThread, MAX_CHAIN, MAX_TASKS};
+use crate::cpython_layouts::asyncio::AsyncioLayout;
+use crate::memory::MemoryExt;
+use crate::python::objects::ObjReader;
+use crate::python::pagecache::PageCache;
+use crate::python::reader::{Reader, ThreadSnapshot};
+use crate::stack::{Task, TaskState};
+use std::collections::HashSet;
+
+/// Trio's run loop module, where its types are.
+const RUN_MODULE: &str = "trio._core._run";
+/// The most of a thread's outermost frames looked through for the runner.
+const RUNNER_FRAMES: usize = 16;
+
+impl AsyncioReader {
+    /// The Trio tasks of every thread of `snaps` that runs `trio.run`,
+    /// into `out` (by snapshot index), at most `limit` per thread: the
+    /// running one first.
+    pub(crate) fn read_trio(
+        &mut self,
+        reader: &mut Reader,
+        mem: &PageCache,
+        snaps: &[ThreadSnapshot],
+        limit: usize,
+        out: &mut TasksByThread,
+    ) {
+        let Some(l) = self.layout else {
+            return;
+        };
+        let pl = reader.process.layout.clone();
+        let objr = ObjReader::new(mem, &pl);
+        let mut runner_types: Vec<(u64, Option<u64>)> = Vec::new();
+        for (i, snap) in snaps.iter().enumerate() {
+            let runner_type = match runner_types
+                .iter()
+                .find(|(interp, _)| *interp == snap.interp)
+            {
+                Some((_, t)) => *t,
+                None => {
+                    let t = module_attr(&objr, snap.interp, RUN_MODULE, "Runner");
+                    runner_types.push((snap.interp, t));
+                    t
+                }
+            };
+            let Some(runner_type) = runner_type else {
+                continue;
+            };
+            // trio.run's frame is among the thread's outermost.
+            let runner = snap
+                .stack
+                .frames
+                .iter()
+                .rev()
+                .filter_map(|f| f.mark)
+                .take(RUNNER_FRAMES)
+                .find_map(|m| {
+                    reader
+                        .frame_locals_at(mem, m.addr)
+                        .into_iter()
+                        .find(|lr| is_a(&objr, l, lr.obj, runner_type))
+                        .map(|lr| lr.obj)
+                });
+            let Some(runner) = runner else {
+                continue;
+            };
+            let (tasks, left_out) = self.trio_tasks(reader, &objr, l, runner, snap, limit);
+            if tasks.is_empty() && left_out == 0 {
+                continue;
+            }
+            let tt = out.entry(i).or_default();
+            tt.trio_tasks = tasks;
+            tt.trio_tasks_left_out = left_out;
+        }
+    }
+
+    /// One run's tasks, the running one first; and how many were left out.
+    fn trio_tasks(
+        &mut self,
+        reader: &mut Reader,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        runner: u64,
+        snap: &ThreadSnapshot,
+        limit: usize,
+    ) -> (Vec<Task>, u64) {
+        let Some(set) = self.slot(objr, l, runner, "tasks") else {
+            return (Vec::new(), 0);
+        };
+        let Ok((ids, total)) = objr.set_items_counted(set, MAX_TASKS as u64) else {
+            return (Vec::new(), 0);
+        };
+        let none = HashSet::new();
+        let mut tasks = Vec::with_capacity(ids.len());
+        for id in ids {
+            let name = self
+                .slot(objr, l, id, "name")
+                .and_then(|n| objr.string(n, 256).ok())
+                .map_or_else(|| "?".to_string(), |(s, _)| s);
+            let parent = self
+                .slot(objr, l, id, "_parent_nursery")
+                .and_then(|n| objr.instance_attr(n, "_parent_task").ok().flatten())
+                .filter(|p| *p != id);
+            let (frames, running) = match self.slot(objr, l, id, "coro") {
+                Some(coro) => {
+                    let (f, running, _) = self.chain(reader, objr, l, coro, snap, &none);
+                    (f, running)
+                }
+                None => (Vec::new(), false),
+            };
+            tasks.push(Task {
+                id,
+                name,
+                state: if running {
+                    TaskState::Running
+                } else {
+                    TaskState::Pending
+                },
+                awaited_by: parent.into_iter().collect(),
+                awaiting: None,
+                frames,
+                found_in: None,
+            });
+        }
+        tasks.sort_by_key(|t| t.state != TaskState::Running);
+        let left_out = total.saturating_sub(tasks.len().min(limit) as u64);
+        tasks.truncate(limit);
+        (tasks, left_out)
+    }
+}
+
+/// `module.name` in interpreter `interp`'s `sys.modules`.
+fn module_attr(objr: &ObjReader, interp: u64, module: &str, name: &str) -> Option<u64> {
+    let modules = objr
+        .mem
+        .read_u64(interp.wrapping_add(objr.layout.interp.modules))
+        .ok()
+        .filter(|m| *m != 0)?;
+    let m = objr.dict_get(modules, module).ok().flatten()?;
+    let d = objr
+        .mem
+        .read_u64(m.wrapping_add(objr.layout.object.module_dict))
+        .ok()?;
+    objr.dict_get(d, name).ok().flatten()
+}
+
+/// Whether `obj`'s type is `ty` or derives from it (its `__mro__`).
+fn is_a(objr: &ObjReader, l: &AsyncioLayout, obj: u64, ty: u64) -> bool {
+    let Ok(t) = objr.type_of(obj) else {
+        return false;
+    };
+    if t == ty {
+        return true;
+    }
+    let Ok(mro) = objr.mem.read_u64(t.wrapping_add(l.type_mro)) else {
+        return false;
+    };
+    objr.tuple_items(mro, MAX_CHAIN as u64)
+        .is_ok_and(|(items, _)| items.contains(&ty))
+}

@@ -1,0 +1,156 @@
+//! Trio: dump's task tree against Trio's own view (`trio.lowlevel`), on
+//! every interpreter Trio is installed into: pyenv 3.9-3.13
+//! (`.ci/gevent-deps`) and sid's 3.13-3.15, release and debug builds
+//! (sid's python3-trio, `.ci/sid-trio-deps`).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// pyenv 3.9-3.13 and sid's interpreters: those Trio is installed into.
+fn with_trio(i: &Interpreter) -> bool {
+    (i.label.starts_with("pyenv") && i.at_least(3, 9)) || i.label.starts_with("sid")
+}
+
+fn frames_of(v: &Value) -> Vec<(String, u64)> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap_or("?").to_string(),
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn dump_shows_trio_tasks_by_nursery() {
+    for_each_interpreter("dump_shows_trio_tasks_by_nursery", with_trio, |interp| {
+        let fx = Fixture::spawn(interp, "trio_tasks.py", &[]);
+        let ctx = &interp.label;
+        let oracle = fx.ready["tasks"].as_array().expect("tasks").clone();
+        let main_id = fx.ready["main"].as_u64().unwrap();
+        let park = (
+            fx.ready["park"]["function"].as_str().unwrap().to_string(),
+            fx.ready["park"]["line"].as_u64().unwrap(),
+        );
+        // READY is written from the main task before it parks: wait for it
+        // to park.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let shown = loop {
+            let p = &dump_json(fx.pid, &[])[0];
+            let with: Vec<&Value> = p["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|t| t["trio_tasks"].is_array())
+                .collect();
+            assert_eq!(with.len(), 1, "{ctx}: one thread runs Trio\n{p:#}");
+            let shown = with[0]["trio_tasks"].as_array().unwrap().clone();
+            let main_parked = shown.iter().any(|t| {
+                t["id"].as_u64() == Some(main_id) && frames_of(&t["frames"]).contains(&park)
+            });
+            if main_parked || std::time::Instant::now() > deadline {
+                break shown;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        assert_eq!(
+            shown.len(),
+            oracle.len(),
+            "{ctx}: as many tasks as Trio's own view\n{shown:#?}\n{oracle:#?}"
+        );
+        let by_id: HashMap<u64, &Value> = shown
+            .iter()
+            .map(|t| (t["id"].as_u64().unwrap(), t))
+            .collect();
+        for o in &oracle {
+            let id = o["id"].as_u64().unwrap();
+            let t = by_id
+                .get(&id)
+                .unwrap_or_else(|| panic!("{ctx}: task {o} not in dump\n{shown:#?}"));
+            let what = format!("{ctx}: task {o}\ndump: {t}");
+            assert_eq!(t["name"], o["name"], "{what}");
+            let parent: Vec<u64> = o["parent"].as_u64().into_iter().collect();
+            let awaited_by: Vec<u64> = t["awaited_by"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|v| v.as_u64())
+                .collect();
+            assert_eq!(awaited_by, parent, "{what}");
+            assert_eq!(t["state"], "pending", "{what}");
+            if id == main_id {
+                // It ran on after the view: it parks in park().
+                assert!(frames_of(&t["frames"]).contains(&park), "{what}");
+                continue;
+            }
+            assert_eq!(frames_of(&t["frames"]), frames_of(&o["frames"]), "{what}");
+        }
+        // The fixture's tree: supervisor's two workers under it.
+        let supervisor = oracle
+            .iter()
+            .find(|o| {
+                o["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("supervisor"))
+            })
+            .expect("supervisor");
+        let workers = oracle
+            .iter()
+            .filter(|o| o["parent"] == supervisor["id"])
+            .count();
+        assert_eq!(workers, 2, "{ctx}: {oracle:#?}");
+        // Text: a tree by nursery, each task's stack under it.
+        let out = pyinspect(&["dump", "--pid", &fx.pid.to_string()]);
+        out.assert_success();
+        let text = &out.stdout;
+        assert!(text.contains("    trio tasks ("), "{ctx}\n{text}");
+        assert!(!text.contains("asyncio tasks"), "{ctx}\n{text}");
+        let sup = text
+            .lines()
+            .find(|l| l.contains("Task \"__main__.supervisor\""))
+            .unwrap_or_else(|| panic!("{ctx}\n{text}"));
+        let worker = text
+            .lines()
+            .find(|l| l.contains("Task \"__main__.worker\""))
+            .unwrap_or_else(|| panic!("{ctx}\n{text}"));
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        assert!(
+            indent(worker) > indent(sup),
+            "{ctx}: workers under supervisor\n{text}"
+        );
+    });
+}
+
+#[test]
+fn trio_tasks_are_bounded_by_the_async_limit() {
+    let interp = pyenv((3, 12));
+    let fx = Fixture::spawn(interp, "trio_tasks.py", &[]);
+    let p = &dump_json(fx.pid, &["--async-limit", "3"])[0];
+    let t = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["trio_tasks"].is_array())
+        .expect("a thread with Trio tasks");
+    let shown = t["trio_tasks"].as_array().unwrap().len() as u64;
+    assert_eq!(shown, 3);
+    let all = fx.ready["tasks"].as_array().unwrap().len() as u64;
+    assert_eq!(shown + t["trio_tasks_left_out"].as_u64().unwrap(), all);
+    eprintln!(
+        "trio_tasks_are_bounded_by_the_async_limit: covered {}",
+        interp.label
+    );
+    // --no-async reads none.
+    let p = &dump_json(fx.pid, &["--no-async"])[0];
+    assert!(p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t.get("trio_tasks").is_none()));
+}
