@@ -154,3 +154,63 @@ fn trio_tasks_are_bounded_by_the_async_limit() {
         .iter()
         .all(|t| t.get("trio_tasks").is_none()));
 }
+
+/// `record --async --async-mode all`: each waiting Trio task's own stack
+/// under a root of its own (`task NAME`, with --threads), at every sample;
+/// the thread keeps its own root.
+#[test]
+fn record_async_all_adds_waiting_trio_tasks() {
+    for_each_interpreter(
+        "record_async_all_adds_waiting_trio_tasks",
+        |i| std::ptr::eq(i, pyenv((3, 12))) || i.label == "sid 3.15.2 (static, no symbols)",
+        |interp| {
+            let fx = Fixture::spawn(interp, "trio_tasks.py", &[]);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out.txt");
+            let (pid, out) = (fx.pid.to_string(), path.display().to_string());
+            pyinspect(&[
+                "record",
+                "--pid",
+                &pid,
+                "--duration",
+                "1",
+                "--rate",
+                "50",
+                "--mode",
+                "wall",
+                "--async",
+                "--async-mode",
+                "all",
+                "--threads",
+                "--format",
+                "raw",
+                "--output",
+                &out,
+            ])
+            .assert_success();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let ctx = format!("{}\n{text}", interp.label);
+            let count = |root: &str, leaf: &str| -> u64 {
+                text.lines()
+                    .filter_map(|l| l.rsplit_once(' '))
+                    .filter(|(s, _)| {
+                        s.split(';').next().is_some_and(|r| r.ends_with(root)) && s.contains(leaf)
+                    })
+                    .map(|(_, n)| n.parse::<u64>().unwrap())
+                    .sum()
+            };
+            let thread = count("\"MainThread\"", "run (");
+            assert!(thread > 20, "{ctx}");
+            // Every sample of the thread has each waiting task beside it.
+            for (task, at) in [
+                ("\"task __main__.sleeper\"", "deeper_sleep ("),
+                ("\"task __main__.reader\"", "reader ("),
+                ("\"task __main__.worker\"", "worker ("),
+            ] {
+                let n = count(task, at);
+                let per = if task.contains("worker") { 2 } else { 1 };
+                assert_eq!(n, thread * per, "{ctx}: {task}");
+            }
+        },
+    );
+}

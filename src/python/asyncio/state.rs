@@ -85,6 +85,11 @@ pub(crate) struct AsyncioReader {
     pub(super) slots: HashMap<(u64, &'static str), Option<u64>>,
     /// Interpreters found without `asyncio.tasks`, and when.
     pub(super) no_asyncio: HashMap<u64, Instant>,
+    /// Per interpreter: Trio's `Runner` type (`None`: not imported when
+    /// looked, at that instant).
+    pub(super) trio_types: HashMap<u64, (Option<u64>, Instant)>,
+    /// Per thread state: the runner of the `trio.run` it runs, as found.
+    pub(super) trio_runners: HashMap<u64, u64>,
     /// How long ago the target's moment was (a core: when it was written),
     /// in seconds: its loops' clock then read `monotonic() - age`.
     pub(super) age: f64,
@@ -109,6 +114,8 @@ impl AsyncioReader {
             mro_names: HashMap::new(),
             slots: HashMap::new(),
             no_asyncio: HashMap::new(),
+            trio_types: HashMap::new(),
+            trio_runners: HashMap::new(),
             age: 0.0,
         }
     }

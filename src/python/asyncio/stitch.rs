@@ -10,7 +10,8 @@ use std::collections::{HashMap, HashSet};
 /// running task's frames, then its awaiter's suspended stack, and so on to
 /// the outermost awaiter, replacing the event loop's own frames below the
 /// running task. With `all`, each waiting task that awaits no other task
-/// adds a stack of its own (named after the task), the same way. Returns
+/// adds a stack of its own (named after the task), the same way, as does
+/// each waiting Trio task (its own frames: Trio's tasks await no task). Returns
 /// those added stacks; the thread's tasks are dropped from the sample.
 pub(crate) fn stitch(
     t: &mut crate::stack::ThreadStack,
@@ -63,11 +64,20 @@ pub(crate) fn stitch(
         .iter()
         .flat_map(|k| k.awaited_by.iter().copied())
         .collect();
+    // Trio's waiting tasks: each stack is the task's own (a parent does
+    // not await its children's frames).
+    let trio = tt
+        .trio_tasks
+        .iter()
+        .filter(|k| k.state == TaskState::Pending && !k.frames.is_empty())
+        .map(|k| (k, Vec::new()));
     tt.tasks
         .iter()
         .filter(|k| matches!(k.state, TaskState::Pending | TaskState::Cancelling))
         .filter(|k| !parents.contains(&k.id) && !k.frames.is_empty())
-        .map(|k| {
+        .map(|k| (k, awaiters(k)))
+        .chain(trio)
+        .map(|(k, outer)| {
             let mut s = t.clone();
             // A stack of its own: its own ident (the task's id), so outputs
             // keyed by thread do not take it for the thread (nor rename the
@@ -81,7 +91,7 @@ pub(crate) fn stitch(
             s.native_entry = None;
             s.truncated = None;
             s.frames = k.frames.clone();
-            s.frames.extend(awaiters(k));
+            s.frames.extend(outer);
             s
         })
         .collect()

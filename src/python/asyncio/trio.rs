@@ -10,7 +10,7 @@
 //! coroutine awaits, as an asyncio task's does; the running one's comes
 //! from the thread's stack.
 
-use super::state::{AsyncioReader, TasksByThread, MAX_CHAIN, MAX_TASKS};
+use super::state::{AsyncioReader, TasksByThread, MAX_CHAIN, MAX_TASKS, NO_ASYNCIO_RECHECK};
 use crate::cpython_layouts::asyncio::AsyncioLayout;
 use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
@@ -18,6 +18,7 @@ use crate::python::pagecache::PageCache;
 use crate::python::reader::{Reader, ThreadSnapshot};
 use crate::stack::{Task, TaskState};
 use std::collections::HashSet;
+use std::time::Instant;
 
 /// Trio's run loop module, where its types are.
 const RUN_MODULE: &str = "trio._core._run";
@@ -41,42 +42,56 @@ impl AsyncioReader {
         };
         let pl = reader.process.layout.clone();
         let objr = ObjReader::new(mem, &pl);
-        let mut runner_types: Vec<(u64, Option<u64>)> = Vec::new();
         for (i, snap) in snaps.iter().enumerate() {
-            let runner_type = match runner_types
-                .iter()
-                .find(|(interp, _)| *interp == snap.interp)
-            {
-                Some((_, t)) => *t,
-                None => {
+            // The Runner type: looked up (a scan of sys.modules) again only
+            // once a second while Trio is not imported; a type, once found,
+            // stays.
+            let runner_type = match self.trio_types.get(&snap.interp) {
+                Some((Some(t), _)) => Some(*t),
+                Some((None, at)) if at.elapsed() < NO_ASYNCIO_RECHECK => None,
+                _ => {
                     let t = module_attr(&objr, snap.interp, RUN_MODULE, "Runner");
-                    runner_types.push((snap.interp, t));
+                    self.trio_types.insert(snap.interp, (t, Instant::now()));
                     t
                 }
             };
             let Some(runner_type) = runner_type else {
                 continue;
             };
-            // trio.run's frame is among the thread's outermost.
-            let runner = snap
-                .stack
-                .frames
-                .iter()
-                .rev()
-                .filter_map(|f| f.mark)
-                .take(RUNNER_FRAMES)
-                .find_map(|m| {
-                    reader
-                        .frame_locals_at(mem, m.addr)
-                        .into_iter()
-                        .find(|lr| is_a(&objr, l, lr.obj, runner_type))
-                        .map(|lr| lr.obj)
-                });
+            // trio.run's frame is among the thread's outermost: its runner
+            // is kept per thread while it stays one.
+            let kept = self
+                .trio_runners
+                .get(&snap.tstate)
+                .copied()
+                .filter(|r| is_a(&objr, l, *r, runner_type));
+            let runner = kept.or_else(|| {
+                snap.stack
+                    .frames
+                    .iter()
+                    .rev()
+                    .filter_map(|f| f.mark)
+                    .take(RUNNER_FRAMES)
+                    .find_map(|m| {
+                        reader
+                            .frame_locals_at(mem, m.addr)
+                            .into_iter()
+                            .find(|lr| is_a(&objr, l, lr.obj, runner_type))
+                            .map(|lr| lr.obj)
+                    })
+            });
             let Some(runner) = runner else {
+                self.trio_runners.remove(&snap.tstate);
                 continue;
             };
+            if self.trio_runners.len() > 4096 {
+                self.trio_runners.clear();
+            }
+            self.trio_runners.insert(snap.tstate, runner);
             let (tasks, left_out) = self.trio_tasks(reader, &objr, l, runner, snap, limit);
             if tasks.is_empty() && left_out == 0 {
+                // A run that ended: the thread's next run is looked for.
+                self.trio_runners.remove(&snap.tstate);
                 continue;
             }
             let tt = out.entry(i).or_default();

@@ -82,8 +82,14 @@ impl Target {
             }
             None => TasksByThread::default(),
         };
-        // Trio's tasks (dump), through the runner trio.run's frame holds.
-        if let AsyncMode::Tree { limit, .. } = cfg.read.asyncio {
+        // Trio's tasks, through the runner trio.run's frame holds: for dump,
+        // and for every sample with `--async-mode all`.
+        let trio_limit = match cfg.read.asyncio {
+            AsyncMode::Tree { limit, .. } => Some(limit),
+            AsyncMode::Stitch { all: true } => Some(asyncio::MAX_TASKS),
+            _ => None,
+        };
+        if let Some(limit) = trio_limit {
             let v = &self.reader.process.version;
             let (major, minor) = (v.major, v.minor);
             let age = self.waits.age();
