@@ -8,13 +8,18 @@ Tasks (names are Trio's: the function's qualified name):
   reader         recv() on a trio socket whose peer never writes
   supervisor     opens a nursery of its own, running two worker tasks
   worker         (two) trio.sleep(1000) under supervisor's nursery
-The main task opens the nursery of the first four, then parks in park().
+  locker         blocks on a trio.Lock the main task holds
+  receiver       receive() on an empty memory channel
+The main task opens the nursery of the others, then parks in park().
 
 READY carries Trio's own view (trio.lowlevel), taken when every other task
 is blocked: `tasks`, a list of {id, name, parent (the id of the task that
 opened the task's nursery, or null), frames: [{function, line}] innermost
-first (the task's coroutine chain, task.iter_await_frames())}; `main` (the
-main task's id) and `park` (where it parks: function, line).
+first (the task's coroutine chain, task.iter_await_frames()), wait}; `main`
+(the main task's id) and `park` (where it parks: function, line). `wait`,
+where the fixture knows what a task waits on: {kind: "socket", fd} or
+{kind, object} (the id of the Event, Lock or channel); {kind: null} for the
+sleeping tasks, which wait on no object.
 """
 import socket
 import sys
@@ -48,6 +53,22 @@ async def worker():
     await trio.sleep(1000)  # MARK:worker
 
 
+async def locker(lock):
+    async with lock:  # MARK:lock
+        pass
+
+
+async def receiver(channel):
+    await channel.receive()  # MARK:receive
+
+
+# What each task waits on, by task name, where the fixture knows.
+WAITS = {
+    "__main__.sleeper": {"kind": None},
+    "__main__.worker": {"kind": None},
+}
+
+
 async def supervisor():
     async with trio.open_nursery() as n:  # MARK:supervisor
         n.start_soon(worker)
@@ -70,6 +91,7 @@ def view_of(task):
         "name": task.name,
         "parent": id(parent) if parent is not None else None,
         "frames": frames,
+        "wait": WAITS.get(task.name),
     }
 
 
@@ -89,11 +111,20 @@ async def park():
 
 async def main():
     a, b = trio.socket.socketpair()
+    event, lock = trio.Event(), trio.Lock()
+    send, receive = trio.open_memory_channel(0)
+    await lock.acquire()
+    WAITS["__main__.reader"] = {"kind": "socket", "fd": a.fileno()}
+    WAITS["__main__.event_waiter"] = {"kind": "event", "object": id(event)}
+    WAITS["__main__.locker"] = {"kind": "lock", "object": id(lock)}
+    WAITS["__main__.receiver"] = {"kind": "queue", "object": id(receive)}
     async with trio.open_nursery() as n:
         n.start_soon(sleeper)
-        n.start_soon(event_waiter, trio.Event())
+        n.start_soon(event_waiter, event)
         n.start_soon(reader, a)
         n.start_soon(supervisor)
+        n.start_soon(locker, lock)
+        n.start_soon(receiver, receive)
         await trio.testing.wait_all_tasks_blocked()
         me = trio.lowlevel.current_task()
         fu.ready(

@@ -173,17 +173,16 @@ pub(crate) struct Greenlet {
     pub(crate) truncated: Option<String>,
     /// What a suspended greenlet waits on, where its innermost frame tells.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) wait: Option<GreenletWait>,
+    pub(crate) wait: Option<ObjectWait>,
 }
 
-/// What a suspended greenlet waits on: an object its innermost frame's
-/// locals refer to (directly, or through a gevent socket's `_sock`) whose
-/// type derives from one a greenlet waits on: a socket, gevent's libev
-/// timer, an `Event`/`AsyncResult`/`Semaphore` (gevent's
-/// `AbstractLinkable`), a `Queue` or `Channel`, an `RLock`, a `Greenlet`
-/// (joined).
+/// What a suspended greenlet or a waiting Trio task waits on: an object
+/// its innermost frames' locals refer to (directly, or through a socket
+/// wrapper's `_sock`) whose type derives from one waited on: a socket, a
+/// timer (gevent's, eventlet's), an event, queue, lock or greenlet of
+/// gevent, eventlet or Trio (see `python::waits`).
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct GreenletWait {
+pub(crate) struct ObjectWait {
     /// `socket`, `timer`, `event` (any `AbstractLinkable`), `queue`,
     /// `lock` (an `RLock`) or `greenlet`.
     pub(crate) kind: &'static str,
@@ -271,6 +270,10 @@ pub(crate) struct Task {
     /// handle in its loop's queues: "ready" or "timers".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) found_in: Option<&'static str>,
+    /// What a waiting Trio task waits on, where its innermost frames tell
+    /// (asyncio's tasks say it in `awaiting`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) wait: Option<ObjectWait>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -157,7 +157,23 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
         fx.ready["park"]["function"].as_str().unwrap().to_string(),
         fx.ready["park"]["line"].as_u64().unwrap(),
     );
-    let p = &dump_json(fx.pid, &[])[0];
+    // READY is written from the main greenlet before it parks: dump until
+    // it has parked (its stack holds park()'s line).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let parked = |p: &Value| {
+        p["threads"].as_array().into_iter().flatten().any(|t| {
+            t["greenlets"].as_array().into_iter().flatten().any(|g| {
+                g["id"].as_u64() == Some(main_id) && frames_of(&g["frames"]).contains(&park)
+            })
+        })
+    };
+    let p = &loop {
+        let p = dump_json(fx.pid, &[]).swap_remove(0);
+        if parked(&p) || std::time::Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let threads = p["threads"].as_array().unwrap();
     let with: Vec<&Value> = threads
         .iter()

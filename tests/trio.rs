@@ -52,7 +52,9 @@ fn dump_shows_trio_tasks_by_nursery() {
             assert_eq!(with.len(), 1, "{ctx}: one thread runs Trio\n{p:#}");
             let shown = with[0]["trio_tasks"].as_array().unwrap().clone();
             let main_parked = shown.iter().any(|t| {
-                t["id"].as_u64() == Some(main_id) && frames_of(&t["frames"]).contains(&park)
+                t["id"].as_u64() == Some(main_id)
+                    && t["state"] == "pending"
+                    && frames_of(&t["frames"]).contains(&park)
             });
             if main_parked || std::time::Instant::now() > deadline {
                 break shown;
@@ -90,6 +92,15 @@ fn dump_shows_trio_tasks_by_nursery() {
                 continue;
             }
             assert_eq!(frames_of(&t["frames"]), frames_of(&o["frames"]), "{what}");
+            check_wait(&o["wait"], &t["wait"], &what);
+        }
+        // Every kind of wait the fixture sets up was met.
+        let kinds: Vec<&str> = oracle
+            .iter()
+            .filter_map(|o| o["wait"]["kind"].as_str())
+            .collect();
+        for kind in ["socket", "event", "lock", "queue"] {
+            assert!(kinds.contains(&kind), "{ctx}: no {kind} wait: {kinds:?}");
         }
         // The fixture's tree: supervisor's two workers under it.
         let supervisor = oracle
@@ -125,6 +136,26 @@ fn dump_shows_trio_tasks_by_nursery() {
             "{ctx}: workers under supervisor\n{text}"
         );
     });
+}
+
+/// A task's wait in dump's JSON against the fixture's (`o`): none known
+/// (null) is not checked; `{kind: null}`: no wait shown.
+fn check_wait(o: &Value, t: &Value, what: &str) {
+    if o.is_null() {
+        return;
+    }
+    match o["kind"].as_str() {
+        None => assert!(t.is_null(), "{what}: dump names a wait"),
+        Some("socket") => {
+            assert_eq!(t["kind"], "socket", "{what}");
+            assert_eq!(t["fd"]["fd"], o["fd"], "{what}");
+            assert_eq!(t["fd"]["kind"], "unix", "{what}");
+        }
+        Some(kind) => {
+            assert_eq!(t["kind"], kind, "{what}");
+            assert_eq!(t["object"], o["object"], "{what}");
+        }
+    }
 }
 
 #[test]

@@ -211,7 +211,7 @@ fn write_greenlets(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()>
         if g.state == "running" {
             write!(out, ": the thread's stack above")?;
         } else if let Some(w) = &g.wait {
-            write!(out, ": waiting on {}", greenlet_wait(w))?;
+            write!(out, ": waiting on {}", object_wait(w))?;
         }
         writeln!(out)?;
         if g.state != "running" {
@@ -232,10 +232,10 @@ fn write_greenlets(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()>
     Ok(())
 }
 
-/// What a suspended greenlet waits on, in words: a socket's fd as a
+/// What a suspended greenlet or waiting Trio task waits on, in words: a socket's fd as a
 /// thread's wait names it, a timer's seconds left, else the object and the
 /// local that refers to it.
-fn greenlet_wait(w: &crate::stack::GreenletWait) -> String {
+fn object_wait(w: &crate::stack::ObjectWait) -> String {
     /// Most characters of one path or peer in the line.
     const ITEM: usize = 60;
     match (w.kind, &w.fd, w.seconds_left) {
@@ -352,6 +352,9 @@ fn write_task(
             (_, _, _, Some(ty)) if ty != &a.kind => write!(out, " ({ty})")?,
             _ => {}
         }
+    }
+    if let Some(w) = &t.wait {
+        write!(out, " waiting on {}", object_wait(w))?;
     }
     writeln!(out)?;
     for f in &t.frames {

@@ -15,3 +15,4 @@ pub(crate) mod reader;
 mod repr;
 pub(crate) mod strings;
 pub(crate) mod tracemalloc;
+pub(crate) mod waits;

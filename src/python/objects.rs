@@ -3,6 +3,7 @@
 //! shows them with is in [`super::repr`].
 
 use super::strings;
+use crate::cpython_layouts::asyncio::{AsyncioLayout, MEMBER_DEF_OFFSET};
 use crate::cpython_layouts::{
     DictKeysLayout, DictLayout, InstanceDict, Layout, LongFormat, StringLayout,
 };
@@ -555,6 +556,32 @@ fn digits_to_decimal(neg: bool, digits: &[u32]) -> String {
         s.push_str(&format!("{c:09}"));
     }
     s
+}
+
+/// The offset of `__slots__` attribute `name` in objects of type `ty`:
+/// its member descriptor's, found along the type's `__mro__`.
+pub(crate) fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Option<u64> {
+    let mem = objr.mem;
+    let mro = mem.read_u64(ty.wrapping_add(l.type_mro)).ok()?;
+    let (types, _) = objr.tuple_items(mro, 32).ok()?;
+    for t in types {
+        let Ok(d) = mem.read_u64(t.wrapping_add(l.type_dict)) else {
+            continue;
+        };
+        if d == 0 {
+            continue;
+        }
+        let Ok(Some(desc)) = objr.dict_get(d, name) else {
+            continue;
+        };
+        if !objr.type_name(desc).is_ok_and(|n| n == "member_descriptor") {
+            return None;
+        }
+        let def = mem.read_u64(desc.wrapping_add(l.member_descr_def)).ok()?;
+        let off = mem.read_u64(def.wrapping_add(MEMBER_DEF_OFFSET)).ok()?;
+        return (16..1 << 16).contains(&off).then_some(off);
+    }
+    None
 }
 
 #[cfg(test)]

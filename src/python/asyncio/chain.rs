@@ -84,7 +84,7 @@ impl AsyncioReader {
         let mut out = Vec::with_capacity(shown.len());
         for k in shown {
             let t = &tasks[k];
-            let (frames, on_stack, first_locals) =
+            let (frames, on_stack, first_locals, _) =
                 self.chain(reader, objr, l, t.coro, snap, &task_frames);
             let state = match t.state {
                 1 if t.log_tb => TaskState::DoneNotRetrieved,
@@ -117,6 +117,7 @@ impl AsyncioReader {
                 awaiting,
                 frames,
                 found_in: t.via,
+                wait: None,
             });
         }
         ThreadTasks {
@@ -132,7 +133,8 @@ impl AsyncioReader {
     /// frames then come from the thread's stack, up to the coroutine frame
     /// of the next task inside it, one of `task_frames`: an eager task's
     /// first step runs inside its creator's); the innermost frame's first
-    /// local (`self` of `Queue.get`, `Lock.acquire`...).
+    /// local (`self` of `Queue.get`, `Lock.acquire`...); and, suspended,
+    /// each frame's address, innermost first.
     pub(super) fn chain(
         &mut self,
         reader: &mut Reader,
@@ -141,13 +143,14 @@ impl AsyncioReader {
         coro: u64,
         snap: &ThreadSnapshot,
         task_frames: &HashSet<u64>,
-    ) -> (Vec<Frame>, bool, Vec<u64>) {
+    ) -> (Vec<Frame>, bool, Vec<u64>, Vec<u64>) {
         let mem = objr.mem;
         let fl = reader.process.layout.frame.clone();
         let mut frames: Vec<Frame> = Vec::new(); // outermost first
         let mut obj = coro;
         let mut seen = HashSet::new();
         let mut first_locals = Vec::new();
+        let mut addrs = Vec::new();
         while obj != 0 && frames.len() < MAX_CHAIN && seen.insert(obj) {
             let Ok(tn) = objr.type_name(obj) else { break };
             match tn.as_str() {
@@ -187,12 +190,13 @@ impl AsyncioReader {
                 inner.reverse();
                 frames.extend(inner);
                 frames.reverse();
-                return (frames, true, Vec::new());
+                return (frames, true, Vec::new(), Vec::new());
             }
             let Some((f, nslots)) = reader.frame_at(mem, frame) else {
                 break;
             };
             frames.push(f);
+            addrs.push(frame);
             first_locals.push(
                 mem.read_u64(frame.wrapping_add(fl.localsplus))
                     .map(|v| v & !fl.pointer_tag_bits)
@@ -222,6 +226,7 @@ impl AsyncioReader {
         }
         frames.reverse();
         first_locals.reverse();
-        (frames, false, first_locals)
+        addrs.reverse();
+        (frames, false, first_locals, addrs)
     }
 }

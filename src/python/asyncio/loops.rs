@@ -2,11 +2,12 @@
 //! and timers, and the tasks only they hold), and [`LoopTurns`], the count
 //! of callbacks each loop has begun.
 
-use super::objects::{deque_items, instance_attrs, slot_offset};
+use super::objects::{deque_items, instance_attrs};
 use super::registry::Found;
 use super::state::{AsyncioReader, Kind, RawTask, MAX_TASKS};
 use crate::cpython_layouts::asyncio::{AsyncioLayout, GenFrame};
 use crate::memory::{le_u64, MemoryExt};
+use crate::python::objects::slot_offset;
 use crate::python::objects::ObjReader;
 use crate::python::reader::ThreadSnapshot;
 use crate::stack::LoopQueues;

@@ -44,6 +44,5 @@ mod tests;
 mod trio;
 
 pub(crate) use loops::{LoopFrame, LoopTurns};
-pub(crate) use objects::slot_offset;
 pub(crate) use state::{AsyncRead, AsyncioReader, TasksByThread, AUTO_MAX_TASKS, MAX_TASKS};
 pub(crate) use stitch::stitch;

@@ -2,36 +2,12 @@
 //! of: attributes through `__dict__`, the class or `__slots__`, callback
 //! lists, deques and a future's state.
 
-use crate::cpython_layouts::asyncio::{AsyncioLayout, DEQUE_BLOCK_LEN, MEMBER_DEF_OFFSET};
+use crate::cpython_layouts::asyncio::{AsyncioLayout, DEQUE_BLOCK_LEN};
 use crate::memory::{le_u64, MemoryExt};
 use crate::python::objects::ObjReader;
 
 /// Most callbacks looked at per future.
 const MAX_CALLBACKS: u64 = 64;
-
-pub(crate) fn slot_offset(objr: &ObjReader, l: &AsyncioLayout, ty: u64, name: &str) -> Option<u64> {
-    let mem = objr.mem;
-    let mro = mem.read_u64(ty.wrapping_add(l.type_mro)).ok()?;
-    let (types, _) = objr.tuple_items(mro, 32).ok()?;
-    for t in types {
-        let Ok(d) = mem.read_u64(t.wrapping_add(l.type_dict)) else {
-            continue;
-        };
-        if d == 0 {
-            continue;
-        }
-        let Ok(Some(desc)) = objr.dict_get(d, name) else {
-            continue;
-        };
-        if !objr.type_name(desc).is_ok_and(|n| n == "member_descriptor") {
-            return None;
-        }
-        let def = mem.read_u64(desc.wrapping_add(l.member_descr_def)).ok()?;
-        let off = mem.read_u64(def.wrapping_add(MEMBER_DEF_OFFSET)).ok()?;
-        return (16..1 << 16).contains(&off).then_some(off);
-    }
-    None
-}
 
 /// An attribute of a Python-level object: its `__dict__`'s, else its
 /// class's (asyncio's Python `Future` keeps defaults such as `_state` there).

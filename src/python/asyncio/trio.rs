@@ -12,14 +12,19 @@
 
 use super::state::{AsyncioReader, TasksByThread, MAX_CHAIN, MAX_TASKS, NO_ASYNCIO_RECHECK};
 use crate::cpython_layouts::asyncio::AsyncioLayout;
+use crate::cpython_layouts::greenlet::greenlet_python;
 use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
 use crate::python::pagecache::PageCache;
 use crate::python::reader::{Reader, ThreadSnapshot};
+use crate::python::waits::{WaitReader, WaitTypes};
 use crate::stack::{Task, TaskState};
 use std::collections::HashSet;
 use std::time::Instant;
 
+/// How many of a waiting task's innermost frames are looked at for what
+/// it waits on (a lock's `acquire` is below Trio's parking lot).
+const WAIT_FRAMES: usize = 4;
 /// Trio's run loop module, where its types are.
 const RUN_MODULE: &str = "trio._core._run";
 /// The most of a thread's outermost frames looked through for the runner.
@@ -35,6 +40,7 @@ impl AsyncioReader {
         mem: &PageCache,
         snaps: &[ThreadSnapshot],
         limit: usize,
+        waits: bool,
         out: &mut TasksByThread,
     ) {
         let Some(l) = self.layout else {
@@ -42,6 +48,16 @@ impl AsyncioReader {
         };
         let pl = reader.process.layout.clone();
         let objr = ObjReader::new(mem, &pl);
+        // What waiting tasks wait on (dump): the types, from the first
+        // interpreter's modules.
+        let v = &reader.process.version;
+        let tp_base = greenlet_python(v.major, v.minor).map(|p| p.tp_base);
+        let wait_types = match (waits, snaps.first()) {
+            (true, Some(s)) => Some(WaitTypes::find(&|m: &str, n: &str| {
+                module_attr(&objr, s.interp, m, n)
+            })),
+            _ => None,
+        };
         for (i, snap) in snaps.iter().enumerate() {
             // The Runner type: looked up (a scan of sys.modules) again only
             // once a second while Trio is not imported; a type, once found,
@@ -88,7 +104,14 @@ impl AsyncioReader {
                 self.trio_runners.clear();
             }
             self.trio_runners.insert(snap.tstate, runner);
-            let (tasks, left_out) = self.trio_tasks(reader, &objr, l, runner, snap, limit);
+            let mut wr = match (&wait_types, tp_base) {
+                (Some(types), Some(tp_base)) => {
+                    Some(WaitReader::new(&objr, l, None, types, tp_base))
+                }
+                _ => None,
+            };
+            let (tasks, left_out) =
+                self.trio_tasks(reader, &objr, l, runner, snap, limit, wr.as_mut());
             if tasks.is_empty() && left_out == 0 {
                 // A run that ended: the thread's next run is looked for.
                 self.trio_runners.remove(&snap.tstate);
@@ -101,6 +124,8 @@ impl AsyncioReader {
     }
 
     /// One run's tasks, the running one first; and how many were left out.
+    /// With `waits`, what each waiting task shown waits on.
+    #[allow(clippy::too_many_arguments)]
     fn trio_tasks(
         &mut self,
         reader: &mut Reader,
@@ -109,6 +134,7 @@ impl AsyncioReader {
         runner: u64,
         snap: &ThreadSnapshot,
         limit: usize,
+        mut waits: Option<&mut WaitReader>,
     ) -> (Vec<Task>, u64) {
         let Some(set) = self.slot(objr, l, runner, "tasks") else {
             return (Vec::new(), 0);
@@ -117,7 +143,7 @@ impl AsyncioReader {
             return (Vec::new(), 0);
         };
         let none = HashSet::new();
-        let mut tasks = Vec::with_capacity(ids.len());
+        let mut tasks: Vec<(Task, Vec<u64>)> = Vec::with_capacity(ids.len());
         for id in ids {
             let name = self
                 .slot(objr, l, id, "name")
@@ -127,14 +153,14 @@ impl AsyncioReader {
                 .slot(objr, l, id, "_parent_nursery")
                 .and_then(|n| objr.instance_attr(n, "_parent_task").ok().flatten())
                 .filter(|p| *p != id);
-            let (frames, running) = match self.slot(objr, l, id, "coro") {
+            let (frames, running, addrs) = match self.slot(objr, l, id, "coro") {
                 Some(coro) => {
-                    let (f, running, _) = self.chain(reader, objr, l, coro, snap, &none);
-                    (f, running)
+                    let (f, running, _, addrs) = self.chain(reader, objr, l, coro, snap, &none);
+                    (f, running, addrs)
                 }
-                None => (Vec::new(), false),
+                None => (Vec::new(), false, Vec::new()),
             };
-            tasks.push(Task {
+            let task = Task {
                 id,
                 name,
                 state: if running {
@@ -146,12 +172,28 @@ impl AsyncioReader {
                 awaiting: None,
                 frames,
                 found_in: None,
-            });
+                wait: None,
+            };
+            tasks.push((task, addrs));
         }
-        tasks.sort_by_key(|t| t.state != TaskState::Running);
+        tasks.sort_by_key(|(t, _)| t.state != TaskState::Running);
         let left_out = total.saturating_sub(tasks.len().min(limit) as u64);
         tasks.truncate(limit);
-        (tasks, left_out)
+        // What each waiting task shown waits on: the first of its innermost
+        // frames whose locals tell (Trio's own frames, `wait_task_rescheduled`
+        // and the trap below it, tell nothing).
+        if let Some(w) = waits.as_mut() {
+            for (t, addrs) in &mut tasks {
+                for (f, addr) in t.frames.iter().zip(addrs.iter()).take(WAIT_FRAMES) {
+                    let locals = reader.frame_locals_at(objr.mem, *addr);
+                    t.wait = w.wait_of(t.id, &f.function, &locals);
+                    if t.wait.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        (tasks.into_iter().map(|(t, _)| t).collect(), left_out)
     }
 }
 

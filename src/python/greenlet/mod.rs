@@ -14,7 +14,6 @@
 //! state chain ends in its thread state (`&tstate->exc_state`).
 
 mod gc_walk;
-mod waits;
 
 use crate::cpython_layouts::asyncio::AsyncioLayout;
 use crate::cpython_layouts::greenlet::{
@@ -24,6 +23,7 @@ use crate::cpython_layouts::{EntryMarker, Layout};
 use crate::memory::{Memory, MemoryExt};
 use crate::python::objects::ObjReader;
 use crate::python::reader::{Reader, ThreadSnapshot};
+use crate::python::waits;
 use crate::stack::{Frame, FrameKind, Greenlet, ThreadStack, ThreadStatus, ThreadTasks};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

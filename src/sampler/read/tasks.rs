@@ -97,7 +97,8 @@ impl Target {
                 .tasks
                 .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
             let cache = PageCache::new(&*self.source);
-            r.read_trio(&mut self.reader, &cache, s, limit, &mut tasks);
+            let waits = matches!(cfg.read.asyncio, AsyncMode::Tree { .. });
+            r.read_trio(&mut self.reader, &cache, s, limit, waits, &mut tasks);
         }
         // Greenlets, beside the tasks, while the threads stand still: for
         // dump, and for every sample with `--async-mode all`.
@@ -135,7 +136,9 @@ impl Target {
             .then(|| crate::wait::clock_now(libc::CLOCK_MONOTONIC))
             .flatten();
         for tt in tasks.values_mut() {
-            for w in tt.greenlets.iter_mut().filter_map(|g| g.wait.as_mut()) {
+            let greenlets = tt.greenlets.iter_mut().filter_map(|g| g.wait.as_mut());
+            let trio = tt.trio_tasks.iter_mut().filter_map(|t| t.wait.as_mut());
+            for w in greenlets.chain(trio) {
                 if let Some(fd) = &mut w.fd {
                     *fd = self.waits.describe(fd.fd);
                 }

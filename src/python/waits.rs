@@ -1,35 +1,40 @@
-//! What a suspended gevent greenlet waits on.
+//! What a suspended greenlet (gevent, eventlet) or a waiting Trio task
+//! waits on.
 //!
-//! A greenlet that waits has switched to the hub from inside gevent: its
-//! innermost Python frame is gevent's own (`sleep`, a socket's `recv`, an
-//! `RLock`'s `acquire`) or, where gevent's code is compiled (`Event.wait`,
-//! `Queue.get`, `Semaphore.acquire`, `Greenlet.join`), the caller's. The
-//! object it waits on is among that frame's locals: the one whose type
-//! derives from a type a greenlet waits on, found in the target's modules
-//! (`_socket.socket`, gevent's libev `timer`, `AbstractLinkable`, `Queue`,
-//! `Channel`, `RLock`, gevent's `Greenlet`). A gevent socket is a Python
-//! object whose `_sock` slot holds the `_socket.socket`; a socket's file
-//! object reaches it through one more `_sock`. Types decide, not names:
-//! a local named anything refers to what its object's type says.
+//! A greenlet that waits has switched to its hub from inside gevent or
+//! eventlet, and a Trio task has yielded to its run loop: its innermost
+//! Python frames are the library's own (`sleep`, a socket's `recv`, an
+//! `RLock`'s `acquire`, Trio's `wait_readable`) or, where gevent's code is
+//! compiled (`Event.wait`, `Queue.get`, `Semaphore.acquire`,
+//! `Greenlet.join`), the caller's. The object it waits on is among those
+//! frames' locals: the one whose type derives from a type a greenlet or task
+//! waits on, found in the target's modules (`_socket.socket`, gevent's libev
+//! `timer`, eventlet's `Timer`, the libraries' events, queues, locks and
+//! greenlets). A gevent or Trio socket is a Python object whose `_sock`
+//! holds the `_socket.socket`; a socket's file object reaches it through
+//! one more `_sock`. Types decide, not names: a local named anything
+//! refers to what its object's type says.
 
 use crate::cpython_layouts::asyncio::AsyncioLayout;
 use crate::cpython_layouts::greenlet::GeventLayout;
 use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
 use crate::python::reader::LocalRef;
-use crate::stack::GreenletWait;
+use crate::stack::ObjectWait;
 use crate::wait::FdDesc;
 use std::collections::HashMap;
 
 /// The longest chain of `_sock` attributes followed to a socket.
 const MAX_SOCK_HOPS: usize = 2;
+/// The longest base-class chain followed to tell a type.
+const MAX_BASES: usize = 64;
 /// Most entries of an eventlet hub's timer lists looked through.
 const MAX_TIMERS: u64 = 100_000;
 
 /// The types a greenlet waits on, as found in the target's modules (each
 /// absent where its module is not loaded).
 #[derive(Default, Clone)]
-pub(super) struct WaitTypes {
+pub(crate) struct WaitTypes {
     socket: Option<u64>,
     timer: Option<u64>,
     /// eventlet's `Timer` (`eventlet.sleep`, timeouts): a Python object
@@ -41,7 +46,7 @@ pub(super) struct WaitTypes {
 
 impl WaitTypes {
     /// `attr(module, name)` reads a module's attribute in the target.
-    pub(super) fn find(attr: &dyn Fn(&str, &str) -> Option<u64>) -> WaitTypes {
+    pub(crate) fn find(attr: &dyn Fn(&str, &str) -> Option<u64>) -> WaitTypes {
         let mut objects = Vec::new();
         for (module, name, kind) in [
             ("gevent._abstract_linkable", "AbstractLinkable", "event"),
@@ -53,6 +58,14 @@ impl WaitTypes {
             ("eventlet.semaphore", "Semaphore", "event"),
             ("eventlet.queue", "LightQueue", "queue"),
             ("eventlet.greenthread", "GreenThread", "greenlet"),
+            ("trio._sync", "Event", "event"),
+            ("trio._sync", "Condition", "event"),
+            ("trio._sync", "Semaphore", "event"),
+            ("trio._sync", "Lock", "lock"),
+            ("trio._sync", "StrictFIFOLock", "lock"),
+            ("trio._sync", "CapacityLimiter", "lock"),
+            ("trio._channel", "MemoryReceiveChannel", "queue"),
+            ("trio._channel", "MemorySendChannel", "queue"),
         ] {
             if let Some(t) = attr(module, name) {
                 objects.push((t, kind));
@@ -66,7 +79,7 @@ impl WaitTypes {
         }
     }
 
-    pub(super) fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.socket.is_some()
             || self.timer.is_some()
             || self.eventlet_timer.is_some()
@@ -75,12 +88,12 @@ impl WaitTypes {
 }
 
 /// Reads the waits of the greenlets shown; caches what each type derives from.
-pub(super) struct WaitReader<'a> {
-    pub(super) objr: &'a ObjReader<'a>,
-    pub(super) al: &'a AsyncioLayout,
-    pub(super) gevent: Option<&'a GeventLayout>,
-    pub(super) types: &'a WaitTypes,
-    pub(super) tp_base: u64,
+pub(crate) struct WaitReader<'a> {
+    pub(crate) objr: &'a ObjReader<'a>,
+    pub(crate) al: &'a AsyncioLayout,
+    pub(crate) gevent: Option<&'a GeventLayout>,
+    pub(crate) types: &'a WaitTypes,
+    pub(crate) tp_base: u64,
     /// For each type met: what it is a kind of (None: nothing waited on).
     kinds: HashMap<u64, Option<Kind>>,
 }
@@ -94,7 +107,7 @@ enum Kind {
 }
 
 impl<'a> WaitReader<'a> {
-    pub(super) fn new(
+    pub(crate) fn new(
         objr: &'a ObjReader<'a>,
         al: &'a AsyncioLayout,
         gevent: Option<&'a GeventLayout>,
@@ -119,7 +132,7 @@ impl<'a> WaitReader<'a> {
         let types = self.types;
         let mut k = None;
         let mut t = ty;
-        'up: for _ in 0..super::MAX_BASES {
+        'up: for _ in 0..MAX_BASES {
             if t == 0 {
                 break;
             }
@@ -151,7 +164,7 @@ impl<'a> WaitReader<'a> {
     /// its `__dict__`.
     fn inner_sock(&self, obj: u64) -> Option<u64> {
         let ty = self.objr.type_of(obj).ok()?;
-        if let Some(off) = crate::python::asyncio::slot_offset(self.objr, self.al, ty, "_sock") {
+        if let Some(off) = crate::python::objects::slot_offset(self.objr, self.al, ty, "_sock") {
             return self
                 .objr
                 .mem
@@ -166,15 +179,26 @@ impl<'a> WaitReader<'a> {
     /// (of function `function`), waits on: a socket or a timer first, else
     /// the one other object waited on (none when several are; `me` itself,
     /// which gevent's code keeps at hand, is not one).
-    pub(super) fn wait_of(
+    pub(crate) fn wait_of(
         &mut self,
         me: u64,
         function: &str,
         locals: &[LocalRef],
-    ) -> Option<GreenletWait> {
-        let mut objects: Vec<GreenletWait> = Vec::new();
-        for l in locals.iter().filter(|l| l.obj != me) {
+    ) -> Option<ObjectWait> {
+        let mut objects: Vec<ObjectWait> = Vec::new();
+        for l in locals {
+            // A local a closure shares is a cell: what it holds counts.
             let mut obj = l.obj;
+            if l.kind == "cell" {
+                let head = self.objr.layout.object.ob_type + 8;
+                match self.objr.mem.read_u64(obj.wrapping_add(head)) {
+                    Ok(inner) if inner != 0 => obj = inner,
+                    _ => continue,
+                }
+            }
+            if obj == me {
+                continue;
+            }
             let mut local = l.name.clone();
             for hop in 0..=MAX_SOCK_HOPS {
                 let Ok(ty) = self.objr.type_of(obj) else {
@@ -217,8 +241,8 @@ impl<'a> WaitReader<'a> {
         (objects.len() == 1).then(|| objects.pop()).flatten()
     }
 
-    fn wait(&self, kind: &'static str, function: &str, local: &str, obj: u64) -> GreenletWait {
-        GreenletWait {
+    fn wait(&self, kind: &'static str, function: &str, local: &str, obj: u64) -> ObjectWait {
+        ObjectWait {
             kind,
             type_name: self.objr.type_name(obj).unwrap_or_else(|_| "?".to_string()),
             object: obj,
@@ -232,7 +256,7 @@ impl<'a> WaitReader<'a> {
 
     /// A `_socket.socket`: its fd (`PySocketSockObject.sock_fd`, the int
     /// after the object header), described later by the caller.
-    fn socket(&self, function: &str, local: &str, obj: u64) -> GreenletWait {
+    fn socket(&self, function: &str, local: &str, obj: u64) -> ObjectWait {
         let mut w = self.wait("socket", function, local, obj);
         let head = self.objr.layout.object.ob_type + 8;
         if let Ok(fd) = self.objr.mem.read_u32(obj.wrapping_add(head)) {
@@ -279,7 +303,7 @@ impl<'a> WaitReader<'a> {
     }
 
     /// A libev timer: its deadline, where gevent's table places it.
-    fn timer(&self, function: &str, local: &str, obj: u64, ty: u64) -> Option<GreenletWait> {
+    fn timer(&self, function: &str, local: &str, obj: u64, ty: u64) -> Option<ObjectWait> {
         let mut w = self.wait("timer", function, local, obj);
         if let Some(g) = self.gevent {
             let size = self
