@@ -453,13 +453,7 @@ fn greenlets_are_bounded_by_the_async_limit() {
         "greenlets_are_bounded_by_the_async_limit: covered {}",
         interp.label
     );
-    // --no-async reads none.
-    let p = &dump_json(fx.pid, &["--no-async"])[0];
-    assert!(p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|t| t.get("greenlets").is_none()));
+    assert_no_async_reads_no(fx.pid, "greenlets");
 }
 
 /// `record --async --async-mode all` on a gevent service with two kinds of
@@ -473,37 +467,29 @@ fn record_async_all_shares_greenlet_time_by_handler() {
         with_gevent,
         |interp| {
             let fx = Fixture::spawn(interp, "gevent_service.py", &[]);
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("out.txt");
-            let (pid, out) = (fx.pid.to_string(), path.display().to_string());
             // A period of the fixture's own timing starts here.
             fx.ask(libc::SIGUSR2, "SPENT ");
-            let rec = pyinspect(&[
-                "record",
-                "--pid",
-                &pid,
-                "--duration",
-                "6",
-                // No multiple of the workers' periods (5 ms, 30 ms).
-                "--rate",
-                "173",
-                "--mode",
-                "wall",
-                "--async",
-                "--async-mode",
-                "all",
-                "--threads",
-                "--format",
-                "raw",
-                "--output",
-                &out,
-            ]);
+            let text = record_raw(
+                fx.pid,
+                &[
+                    "--duration",
+                    "6",
+                    // No multiple of the workers' periods (5 ms, 30 ms).
+                    "--rate",
+                    "173",
+                    "--mode",
+                    "wall",
+                    "--async",
+                    "--async-mode",
+                    "all",
+                    "--threads",
+                ],
+            );
             let spent: Value = serde_json::from_str(&fx.ask(libc::SIGUSR2, "SPENT ")).unwrap();
-            rec.assert_success();
             let ctx = format!("{}: fixture {spent}", interp.label);
             let (mut upstream, mut compute) = (0u64, 0u64);
             let mut roots = Vec::new();
-            for l in std::fs::read_to_string(&path).unwrap().lines() {
+            for l in text.lines() {
                 let (stack, n) = l.rsplit_once(' ').unwrap();
                 let n: u64 = n.parse().unwrap();
                 if stack.contains("handle_upstream") {

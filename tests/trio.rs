@@ -177,13 +177,7 @@ fn trio_tasks_are_bounded_by_the_async_limit() {
         "trio_tasks_are_bounded_by_the_async_limit: covered {}",
         interp.label
     );
-    // --no-async reads none.
-    let p = &dump_json(fx.pid, &["--no-async"])[0];
-    assert!(p["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|t| t.get("trio_tasks").is_none()));
+    assert_no_async_reads_no(fx.pid, "trio_tasks");
 }
 
 /// `record --async --async-mode all`: each waiting Trio task's own stack
@@ -196,30 +190,21 @@ fn record_async_all_adds_waiting_trio_tasks() {
         |i| std::ptr::eq(i, pyenv((3, 12))) || i.label == "sid 3.15.2 (static, no symbols)",
         |interp| {
             let fx = Fixture::spawn(interp, "trio_tasks.py", &[]);
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("out.txt");
-            let (pid, out) = (fx.pid.to_string(), path.display().to_string());
-            pyinspect(&[
-                "record",
-                "--pid",
-                &pid,
-                "--duration",
-                "1",
-                "--rate",
-                "50",
-                "--mode",
-                "wall",
-                "--async",
-                "--async-mode",
-                "all",
-                "--threads",
-                "--format",
-                "raw",
-                "--output",
-                &out,
-            ])
-            .assert_success();
-            let text = std::fs::read_to_string(&path).unwrap();
+            let text = record_raw(
+                fx.pid,
+                &[
+                    "--duration",
+                    "1",
+                    "--rate",
+                    "50",
+                    "--mode",
+                    "wall",
+                    "--async",
+                    "--async-mode",
+                    "all",
+                    "--threads",
+                ],
+            );
             let ctx = format!("{}\n{text}", interp.label);
             let count = |root: &str, leaf: &str| -> u64 {
                 text.lines()

@@ -796,6 +796,29 @@ pub fn dump_json(pid: i32, extra: &[&str]) -> Vec<Value> {
     lines
 }
 
+/// `dump --no-async` of PID shows no thread with `key` (tasks, greenlets…).
+pub fn assert_no_async_reads_no(pid: i32, key: &str) {
+    let p = &dump_json(pid, &["--no-async"])[0];
+    let threads = p["threads"].as_array().unwrap();
+    assert!(
+        threads.iter().all(|t| t.get(key).is_none()),
+        "{key} with --no-async\n{p:#}"
+    );
+}
+
+/// `record --pid PID ARGS --format raw` into a file of its own: the
+/// collapsed stacks it wrote (the record must succeed).
+pub fn record_raw(pid: i32, args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let (pid, out) = (pid.to_string(), path.display().to_string());
+    let mut argv = vec!["record", "--pid", pid.as_str()];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["--format", "raw", "--output", out.as_str()]);
+    pyinspect(&argv).assert_success();
+    std::fs::read_to_string(&path).unwrap()
+}
+
 /// Checks that stderr is exactly one line `pyinspect: ...` with no panic or
 /// backtrace, and returns that line.
 pub fn assert_one_clean_error_line(out: &Output) -> String {

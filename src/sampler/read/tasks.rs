@@ -68,12 +68,7 @@ impl Target {
         };
         let mut tasks = match async_read(cfg.read.asyncio) {
             Some(want) => {
-                let v = &self.reader.process.version;
-                let (major, minor) = (v.major, v.minor);
-                let age = self.waits.age();
-                let r = self
-                    .tasks
-                    .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
+                let r = tasks_reader(&mut self.tasks, &self.reader, self.waits.age());
                 let cache = PageCache::new(&*self.source);
                 let source = &*self.source;
                 r.read(&mut self.reader, &cache, s, want, &|| {
@@ -90,12 +85,7 @@ impl Target {
             _ => None,
         };
         if let Some(limit) = trio_limit {
-            let v = &self.reader.process.version;
-            let (major, minor) = (v.major, v.minor);
-            let age = self.waits.age();
-            let r = self
-                .tasks
-                .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age));
+            let r = tasks_reader(&mut self.tasks, &self.reader, self.waits.age());
             let cache = PageCache::new(&*self.source);
             let waits = matches!(cfg.read.asyncio, AsyncMode::Tree { .. });
             r.read_trio(&mut self.reader, &cache, s, limit, waits, &mut tasks);
@@ -171,6 +161,18 @@ impl Target {
             }
         }
     }
+}
+
+/// The target's task reader (asyncio's, Trio's), made on first use; `age`:
+/// how long ago the target's moment was (a core's).
+fn tasks_reader<'a>(
+    tasks: &'a mut Option<AsyncioReader>,
+    reader: &crate::python::reader::Reader,
+    age: f64,
+) -> &'a mut AsyncioReader {
+    let v = &reader.process.version;
+    let (major, minor) = (v.major, v.minor);
+    tasks.get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age))
 }
 
 /// What to read of the asyncio tasks in `mode`; None when off.
