@@ -31,8 +31,8 @@ const MAX_BASES: usize = 64;
 /// Most entries of an eventlet hub's timer lists looked through.
 const MAX_TIMERS: u64 = 100_000;
 
-/// The types a greenlet waits on, as found in the target's modules (each
-/// absent where its module is not loaded).
+/// The types a greenlet or Trio task waits on, as found in the target's
+/// modules (each absent where its module is not loaded).
 #[derive(Default, Clone)]
 pub(crate) struct WaitTypes {
     socket: Option<u64>,
@@ -87,13 +87,16 @@ impl WaitTypes {
     }
 }
 
-/// Reads the waits of the greenlets shown; caches what each type derives from.
+/// Reads the waits of the greenlets and Trio tasks shown; caches what each
+/// type is a kind of.
 pub(crate) struct WaitReader<'a> {
-    pub(crate) objr: &'a ObjReader<'a>,
-    pub(crate) al: &'a AsyncioLayout,
-    pub(crate) gevent: Option<&'a GeventLayout>,
-    pub(crate) types: &'a WaitTypes,
-    pub(crate) tp_base: u64,
+    objr: &'a ObjReader<'a>,
+    al: &'a AsyncioLayout,
+    /// gevent's table (its timers' deadlines), when its release is in them.
+    gevent: Option<&'a GeventLayout>,
+    types: &'a WaitTypes,
+    /// `PyTypeObject.tp_base`.
+    tp_base: u64,
     /// For each type met: what it is a kind of (None: nothing waited on).
     kinds: HashMap<u64, Option<Kind>>,
 }

@@ -49,15 +49,10 @@ impl AsyncioReader {
         let pl = reader.process.layout.clone();
         let objr = ObjReader::new(mem, &pl);
         // What waiting tasks wait on (dump): the types, from the first
-        // interpreter's modules.
+        // runner's interpreter's modules, looked up once a runner is found.
         let v = &reader.process.version;
         let tp_base = greenlet_python(v.major, v.minor).map(|p| p.tp_base);
-        let wait_types = match (waits, snaps.first()) {
-            (true, Some(s)) => Some(WaitTypes::find(&|m: &str, n: &str| {
-                module_attr(&objr, s.interp, m, n)
-            })),
-            _ => None,
-        };
+        let mut wait_types: Option<WaitTypes> = None;
         for (i, snap) in snaps.iter().enumerate() {
             // The Runner type: looked up (a scan of sys.modules) again only
             // once a second while Trio is not imported; a type, once found,
@@ -104,6 +99,11 @@ impl AsyncioReader {
                 self.trio_runners.clear();
             }
             self.trio_runners.insert(snap.tstate, runner);
+            if waits && wait_types.is_none() {
+                wait_types = Some(WaitTypes::find(&|m: &str, n: &str| {
+                    module_attr(&objr, snap.interp, m, n)
+                }));
+            }
             let mut wr = match (&wait_types, tp_base) {
                 (Some(types), Some(tp_base)) => {
                     Some(WaitReader::new(&objr, l, None, types, tp_base))
