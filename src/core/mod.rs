@@ -516,18 +516,7 @@ mod sample_tests {
             .unwrap();
         assert_eq!(line.trim(), "READY");
         let pid = child.id() as i32;
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("core");
-        let out = std::process::Command::new("gcore")
-            .arg("-o")
-            .arg(&base)
-            .arg(pid.to_string())
-            .output()
-            .expect("gcore (from gdb) must be installed: .ci/core-deps");
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(out.status.success(), "gcore failed: {out:?}");
-        let path = PathBuf::from(format!("{}.{pid}", base.display()));
+        let (_dir, path) = super::tests::gcore_then_end(&mut child);
         let core = CoreFile::open(&path, &CoreOptions::default()).unwrap();
         let cfg = TargetConfig {
             pause: PausePolicy { nonblocking: false },

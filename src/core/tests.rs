@@ -344,6 +344,25 @@ fn build_id_is_found_in_a_real_binary_header() {
 
 /// A `gcore` of a real process: its program's code (which gcore leaves
 /// out) is read from the file, its command line and thread are there.
+/// A core of `child` written by gdb's gcore (in a directory of its own,
+/// returned to be kept while the core is read); then `child` is ended.
+pub(super) fn gcore_then_end(child: &mut std::process::Child) -> (tempfile::TempDir, PathBuf) {
+    let pid = child.id();
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("core");
+    let out = std::process::Command::new("gcore")
+        .arg("-o")
+        .arg(&base)
+        .arg(pid.to_string())
+        .output()
+        .expect("gcore (from gdb) must be installed: .ci/core-deps");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(out.status.success(), "gcore failed: {out:?}");
+    let path = PathBuf::from(format!("{}.{pid}", base.display()));
+    (dir, path)
+}
+
 #[test]
 fn a_gcore_of_a_real_process_reads_like_the_process() {
     let mut child = std::process::Command::new("sleep")
@@ -366,18 +385,7 @@ fn a_gcore_of_a_real_process_reads_like_the_process() {
             live_pages.push((m.clone(), at, want));
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("core");
-    let out = std::process::Command::new("gcore")
-        .arg("-o")
-        .arg(&base)
-        .arg(pid.to_string())
-        .output()
-        .expect("gcore (from gdb) must be installed: .ci/native-workloads");
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(out.status.success(), "gcore failed: {out:?}");
-    let path = PathBuf::from(format!("{}.{pid}", base.display()));
+    let (_dir, path) = gcore_then_end(&mut child);
     let c = CoreFile::open(&path, &CoreOptions::default()).unwrap();
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     assert_eq!(c.pid(), pid);
