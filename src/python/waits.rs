@@ -26,8 +26,8 @@ use std::collections::HashMap;
 
 /// The longest chain of `_sock` attributes followed to a socket.
 const MAX_SOCK_HOPS: usize = 2;
-/// The longest base-class chain followed to tell a type.
-const MAX_BASES: usize = 64;
+/// The most entries of a type's `__mro__` looked at.
+const MAX_BASES: u64 = 64;
 /// Most entries of an eventlet hub's timer lists looked through.
 const MAX_TIMERS: u64 = 100_000;
 
@@ -95,8 +95,6 @@ pub(crate) struct WaitReader<'a> {
     /// gevent's table (its timers' deadlines), when its release is in them.
     gevent: Option<&'a GeventLayout>,
     types: &'a WaitTypes,
-    /// `PyTypeObject.tp_base`.
-    tp_base: u64,
     /// For each type met: what it is a kind of (None: nothing waited on).
     kinds: HashMap<u64, Option<Kind>>,
 }
@@ -115,50 +113,47 @@ impl<'a> WaitReader<'a> {
         al: &'a AsyncioLayout,
         gevent: Option<&'a GeventLayout>,
         types: &'a WaitTypes,
-        tp_base: u64,
     ) -> WaitReader<'a> {
         WaitReader {
             objr,
             al,
             gevent,
             types,
-            tp_base,
             kinds: HashMap::new(),
         }
     }
 
+    /// What type `ty` is a kind of: the first of its `__mro__` (itself,
+    /// then its bases in Python's order) that is a type waited on.
     fn kind(&mut self, ty: u64) -> Option<Kind> {
         if let Some(k) = self.kinds.get(&ty) {
             return *k;
         }
-        let mem = self.objr.mem;
         let types = self.types;
-        let mut k = None;
-        let mut t = ty;
-        'up: for _ in 0..MAX_BASES {
-            if t == 0 {
-                break;
-            }
+        let of = |t: u64| -> Option<Kind> {
             if Some(t) == types.socket {
-                k = Some(Kind::Socket);
-                break;
+                Some(Kind::Socket)
+            } else if Some(t) == types.timer {
+                Some(Kind::Timer)
+            } else if Some(t) == types.eventlet_timer {
+                Some(Kind::EventletTimer)
+            } else {
+                types
+                    .objects
+                    .iter()
+                    .find(|(o, _)| *o == t)
+                    .map(|(_, kind)| Kind::Object(kind))
             }
-            if Some(t) == types.timer {
-                k = Some(Kind::Timer);
-                break;
-            }
-            if Some(t) == types.eventlet_timer {
-                k = Some(Kind::EventletTimer);
-                break;
-            }
-            for (o, kind) in &types.objects {
-                if *o == t {
-                    k = Some(Kind::Object(kind));
-                    break 'up;
-                }
-            }
-            t = mem.read_u64(t.wrapping_add(self.tp_base)).unwrap_or(0);
-        }
+        };
+        let mro = self
+            .objr
+            .mem
+            .read_u64(ty.wrapping_add(self.al.type_mro))
+            .ok()
+            .and_then(|m| self.objr.tuple_items(m, MAX_BASES).ok())
+            .map(|(items, _)| items)
+            .unwrap_or_default();
+        let k = of(ty).or_else(|| mro.into_iter().find_map(of));
         self.kinds.insert(ty, k);
         k
     }

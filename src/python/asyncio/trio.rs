@@ -12,7 +12,6 @@
 
 use super::state::{AsyncioReader, TasksByThread, MAX_CHAIN, MAX_TASKS, NO_ASYNCIO_RECHECK};
 use crate::cpython_layouts::asyncio::AsyncioLayout;
-use crate::cpython_layouts::greenlet::greenlet_python;
 use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
 use crate::python::pagecache::PageCache;
@@ -50,8 +49,6 @@ impl AsyncioReader {
         let objr = ObjReader::new(mem, &pl);
         // What waiting tasks wait on (dump): the types, from the first
         // runner's interpreter's modules, looked up once a runner is found.
-        let v = &reader.process.version;
-        let tp_base = greenlet_python(v.major, v.minor).map(|p| p.tp_base);
         let mut wait_types: Option<WaitTypes> = None;
         for (i, snap) in snaps.iter().enumerate() {
             // The Runner type: looked up (a scan of sys.modules) again only
@@ -104,12 +101,9 @@ impl AsyncioReader {
                     module_attr(&objr, snap.interp, m, n)
                 }));
             }
-            let mut wr = match (&wait_types, tp_base) {
-                (Some(types), Some(tp_base)) => {
-                    Some(WaitReader::new(&objr, l, None, types, tp_base))
-                }
-                _ => None,
-            };
+            let mut wr = wait_types
+                .as_ref()
+                .map(|types| WaitReader::new(&objr, l, None, types));
             let (tasks, left_out) =
                 self.trio_tasks(reader, &objr, l, runner, snap, limit, wr.as_mut());
             if tasks.is_empty() && left_out == 0 {

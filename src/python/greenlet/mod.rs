@@ -432,11 +432,12 @@ impl GreenletReader {
                 al,
                 gevent.layout,
                 &gevent.wait_types,
-                py.tp_base,
             )),
             _ => None,
         };
         let mut is_gevent: HashMap<u64, bool> = HashMap::new();
+        // Each type's name, read once (a sample reads every greenlet).
+        let mut type_names: HashMap<u64, String> = HashMap::new();
         // Sampling: names are kept as long as the greenlets found are.
         let keep_names = how.found_for.is_some();
         let names = &mut self.names;
@@ -499,7 +500,12 @@ impl GreenletReader {
                     Greenlet {
                         id: r.id,
                         name,
-                        type_name: objr.type_name(r.id).unwrap_or_else(|_| "?".to_string()),
+                        type_name: type_names
+                            .entry(r.ty)
+                            .or_insert_with(|| {
+                                objr.type_name(r.id).unwrap_or_else(|_| "?".to_string())
+                            })
+                            .clone(),
                         state,
                         parent: r.parent,
                         hub,
