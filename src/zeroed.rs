@@ -65,6 +65,12 @@ impl Zeroed {
         if p == libc::MAP_FAILED {
             return None;
         }
+        // Where transparent huge pages are on for every mapping ("always"),
+        // one byte written would make 2 MiB around it resident: the buffer
+        // is written sparsely, so it asks for small pages. Advice only; a
+        // kernel without THP refuses it harmlessly.
+        // SAFETY: the mapping just made, whole.
+        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
         Some(Zeroed {
             ptr: NonNull::new(p.cast::<u8>())?,
             len,
@@ -142,28 +148,18 @@ impl Drop for Zeroed {
 mod tests {
     use super::Zeroed;
 
-    /// Resident pages of this process's mapping holding `addr`, from smaps.
-    fn resident_kib(addr: usize) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            if let Some((range, _)) = line.split_once(' ') {
-                if let Some((a, b)) = range.split_once('-') {
-                    if let (Ok(a), Ok(b)) =
-                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                    {
-                        inside = (a..b).contains(&addr);
-                        continue;
-                    }
-                }
-            }
-            if inside {
-                if let Some(v) = line.strip_prefix("Rss:") {
-                    return v.trim().trim_end_matches(" kB").trim().parse().unwrap();
-                }
-            }
-        }
-        panic!("no mapping holds {addr:#x}");
+    /// KiB of `len` bytes from `addr` (page-aligned) resident in memory,
+    /// counted page by page with mincore(2): the buffer's own pages only,
+    /// whatever mapping the kernel merged it into (tests running beside it
+    /// map memory too).
+    fn resident_kib(addr: usize, len: usize) -> u64 {
+        let page = 4096;
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        // SAFETY: `addr..addr + len` is one live mapping of ours, and `vec`
+        // has a byte per page of it.
+        let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * (page as u64 / 1024)
     }
 
     #[test]
@@ -174,7 +170,7 @@ mod tests {
         z[10 << 20] = 7;
         z[(64 << 20) - 1] = 9;
         assert_eq!((z[10 << 20], z[(64 << 20) - 1]), (7, 9));
-        let rss = resident_kib(z.as_ptr() as usize);
+        let rss = resident_kib(z.as_ptr() as usize, z.len());
         // Reading maps the shared zero page; only the written pages (and
         // none of the 64 MB besides) count.
         assert!(rss <= 64, "{rss} KiB resident of a 64 MiB buffer");
