@@ -3,7 +3,12 @@
 // pyinspect's eBPF sampler: attached to per-CPU cpu-clock perf events. When
 // the interrupted task belongs to a target process, it walks the task's
 // Python frame chain with bpf_probe_read_user and writes the chain (code
-// object and instruction position of each frame) to a ring buffer. The
+// object and instruction position of each frame) to a ring buffer.
+// For the off-CPU and wall modes, a second program on the scheduler's
+// sched_switch tracepoint does the same when a target thread leaves its
+// CPU (with the system call it sleeps in, from its saved registers), and
+// writes a short record when it comes back: user space weighs the stack by
+// the time between the two. The
 // offsets come from user space (our layout tables), one entry per target
 // process; nothing here knows a CPython version. The thread state of each
 // thread comes from user space too (tid -> PyThreadState*), which reads the
@@ -28,6 +33,11 @@ typedef unsigned long long u64;
 #define BPF_MAP_TYPE_RINGBUF 27
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
+static void *(*bpf_get_current_task_btf)(void) = (void *)158;
+static void *(*bpf_task_pt_regs)(void *task) = (void *)175;
 static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_probe_read_user)(void *dst, u32 size, const void *src) = (void *)112;
@@ -46,6 +56,28 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 #define F_READ_ERROR 2  // a frame could not be read
 #define F_NO_TSTATE 4   // the thread is not (yet) in the tstates map
 
+// Record kinds.
+#define K_SAMPLE 0      // a cpu-clock tick of a thread on a CPU
+#define K_OFF 1         // a thread left its CPU (stack, state, call)
+#define K_ON 2          // a thread that had left came back (no stack)
+
+// The only kernel types read, by CO-RE: the loader matches the fields by
+// name against the running kernel's BTF, so no kernel headers are needed.
+struct task_struct {
+	int pid;
+} __attribute__((preserve_access_index));
+
+// x86_64's saved user registers (struct pt_regs): the system call's
+// number and its six arguments, at their fixed places.
+#define REGS_R10 7
+#define REGS_R9 8
+#define REGS_R8 9
+#define REGS_DX 12
+#define REGS_SI 13
+#define REGS_DI 14
+#define REGS_ORIG_AX 15
+#define REGS_WORDS 16
+
 // Where to find things, for one target process (one interpreter layout).
 struct layout {
 	u32 tstate_frame;   // tstate -> current frame, or (via_cframe) -> cframe
@@ -56,6 +88,7 @@ struct layout {
 	u32 frame_pos;      // f_lasti / prev_instr / instr_ptr (8 bytes read)
 	u32 owner;          // owner byte, or NO_FIELD
 	u32 shim_from;      // owner values from this on are shim frames
+	u32 switches;       // 1: walk the stack of a thread leaving its CPU
 };
 
 struct frame {
@@ -69,6 +102,10 @@ struct sample {
 	u64 time_ns;
 	u32 nframes;
 	u32 flags;
+	u32 kind;           // K_*
+	u32 state;          // K_OFF: the task's state (1 asleep, 2 in D), 0: preempted
+	u64 call;           // K_OFF: the system call's number (orig_ax), or -1
+	u64 args[6];        // and its arguments
 	struct frame frames[MAX_FRAMES];
 };
 
@@ -99,8 +136,20 @@ struct {
 } tstates SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);   // tid of a target thread off its CPU
+	__type(value, u64); // since when
+} off_cpu SEC(".maps");
+
+// One per program (a tick and a switch never run nested on one CPU: the
+// switch runs with interrupts off; two slots all the same).
+#define SCRATCH_TICK 0
+#define SCRATCH_SWITCH 1
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, u32);
 	__type(value, struct sample);
 } scratch SEC(".maps");
@@ -139,6 +188,7 @@ struct walk {
 	u32 slot;
 	u32 n;
 	u32 err;
+	u32 scratch;
 };
 
 // One step along the frame chain: keep the frame unless it is a shim (or
@@ -146,9 +196,8 @@ struct walk {
 static long step(u32 i, void *ctx)
 {
 	struct walk *w = ctx;
-	u32 zero = 0;
 	struct layout *l = bpf_map_lookup_elem(&layouts, &w->slot);
-	struct sample *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct sample *s = bpf_map_lookup_elem(&scratch, &w->scratch);
 	if (!l || !s || !w->f)
 		return 1;
 	long err = 0;
@@ -181,26 +230,23 @@ static long step(u32 i, void *ctx)
 	return 0;
 }
 
-SEC("perf_event")
-int on_sample(void *ctx)
+// Fill `s` with the stack of thread `tid` of target `tgid` (whose layout
+// is in slot `slot`), in scratch slot `which`. 0: not a Python thread, no
+// record to write.
+static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which, u32 slot, u32 tgid, u32 tid, u32 kind)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	u32 tgid = id >> 32, tid = (u32)id;
-	u32 *slot = bpf_map_lookup_elem(&targets, &tgid);
-	if (!slot)
-		return 0;
-	struct walk w = {.slot = *slot};
+	struct walk w = {.slot = slot, .scratch = which};
 	struct layout *l = bpf_map_lookup_elem(&layouts, &w.slot);
-	u32 zero = 0;
-	struct sample *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!l || !s)
+	if (!l)
 		return 0;
-	count(C_SAMPLES);
 	s->tgid = tgid;
 	s->tid = tid;
 	s->time_ns = bpf_ktime_get_ns();
 	s->nframes = 0;
 	s->flags = 0;
+	s->kind = kind;
+	s->state = 0;
+	s->call = (u64)-1;
 	u64 *tstate = bpf_map_lookup_elem(&tstates, &tid);
 	if (tstate && !*tstate)
 		return 0; // a thread user space found to run no Python
@@ -224,9 +270,91 @@ int on_sample(void *ctx)
 	if (n > MAX_FRAMES)
 		n = MAX_FRAMES;
 	s->nframes = n;
+	return 1;
+}
+
+static __attribute__((always_inline)) void put(struct sample *s)
+{
+	u32 n = s->nframes;
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
 	u64 size = sizeof(*s) - sizeof(s->frames) + (u64)n * sizeof(struct frame);
 	if (bpf_ringbuf_output(&samples, s, size, 0) != 0)
 		count(C_LOST);
+}
+
+SEC("perf_event")
+int on_sample(void *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	u32 *slot = bpf_map_lookup_elem(&targets, &tgid);
+	if (!slot)
+		return 0;
+	u32 which = SCRATCH_TICK;
+	struct sample *s = bpf_map_lookup_elem(&scratch, &which);
+	if (!s)
+		return 0;
+	count(C_SAMPLES);
+	if (take_stack(s, which, *slot, tgid, tid, K_SAMPLE))
+		put(s);
+	return 0;
+}
+
+// sched_switch(bool preempt, struct task_struct *prev,
+//              struct task_struct *next, unsigned int prev_state), run by
+// the CPU that switches, in prev's context, with interrupts off.
+SEC("raw_tracepoint/sched_switch")
+int on_switch(u64 *ctx)
+{
+	u32 which = SCRATCH_SWITCH;
+	struct sample *s = bpf_map_lookup_elem(&scratch, &which);
+	if (!s)
+		return 0;
+	// A target thread coming back: how long it was away.
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	int next_tid = 0;
+	bpf_probe_read_kernel(&next_tid, sizeof(next_tid), &next->pid);
+	u32 key = next_tid;
+	u64 *since = bpf_map_lookup_elem(&off_cpu, &key);
+	if (since) {
+		s->tgid = 0;
+		s->tid = key;
+		s->time_ns = bpf_ktime_get_ns();
+		s->nframes = 0;
+		s->flags = 0;
+		s->kind = K_ON;
+		s->state = 0;
+		s->call = *since;
+		bpf_map_delete_elem(&off_cpu, &key);
+		put(s);
+	}
+	// A target thread leaving: its stack, its state and its call.
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	u32 *slot = bpf_map_lookup_elem(&targets, &tgid);
+	if (!slot)
+		return 0;
+	struct layout *l = bpf_map_lookup_elem(&layouts, slot);
+	if (!l || !l->switches)
+		return 0;
+	if (!take_stack(s, which, *slot, tgid, tid, K_OFF))
+		return 0;
+	s->state = ctx[0] ? 0 : (u32)ctx[3];
+	u64 regs[REGS_WORDS];
+	void *pt = bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (pt && bpf_probe_read_kernel(regs, sizeof(regs), pt) == 0) {
+		s->call = regs[REGS_ORIG_AX];
+		s->args[0] = regs[REGS_DI];
+		s->args[1] = regs[REGS_SI];
+		s->args[2] = regs[REGS_DX];
+		s->args[3] = regs[REGS_R10];
+		s->args[4] = regs[REGS_R8];
+		s->args[5] = regs[REGS_R9];
+	}
+	u64 now = s->time_ns;
+	bpf_map_update_elem(&off_cpu, &tid, &now, 0);
+	put(s);
 	return 0;
 }
 

@@ -383,6 +383,13 @@ pub(crate) fn own_run_delay() -> Option<std::time::Duration> {
 }
 
 /// The one-minute load average (/proc/loadavg).
+/// The running kernel's release (`6.1.0-18-amd64`).
+pub(crate) fn kernel_release() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?

@@ -561,94 +561,12 @@ fn a_call_resumed_after_a_stop_keeps_its_name() {
     );
 }
 
-/// Leaf frames of the worker's samples in a collapsed profile, with counts.
-fn worker_leaves(collapsed: &str) -> HashMap<String, u64> {
-    let mut out = HashMap::new();
-    for line in collapsed.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        if !stack.contains("worker (") {
-            continue;
-        }
-        let leaf = stack.rsplit(';').next().unwrap_or("").to_string();
-        *out.entry(leaf).or_default() += count.parse::<u64>().unwrap_or(0);
-    }
-    out
-}
-
 #[test]
 fn offcpu_record_gives_the_shares_of_each_wait() {
     for_each_interpreter(
         "offcpu_record_gives_the_shares_of_each_wait",
         |_| true,
-        |interp| {
-            let mut fx = Fixture::spawn(interp, "waits.py", &["offcpu"]);
-            let server = s(&fx.ready["server"]).to_string();
-            let dir = tempfile::tempdir().unwrap();
-            let out_path = dir.path().join("offcpu.txt");
-            // The worker's own account of its waits, before and after: the
-            // shares that really happened while it was sampled.
-            let spent = |fx: &Fixture| -> (f64, f64) {
-                let line = fx.ask(libc::SIGUSR2, "SPENT ");
-                let mut it = line.split_whitespace().map(|v| v.parse::<f64>().unwrap());
-                (it.next().unwrap(), it.next().unwrap())
-            };
-            let before = spent(&fx);
-            let out = pyinspect(&[
-                "record",
-                "--pid",
-                &fx.pid.to_string(),
-                "--mode",
-                "offcpu",
-                "--format",
-                "raw",
-                "--rate",
-                "1000",
-                "--duration",
-                "10",
-                "--output",
-                out_path.to_str().unwrap(),
-            ]);
-            out.assert_success();
-            let after = spent(&fx);
-            let (true_socket, true_lock) = (after.0 - before.0, after.1 - before.1);
-            let true_share = 100.0 * true_socket / (true_socket + true_lock);
-            let text = std::fs::read_to_string(&out_path).unwrap();
-            let leaves = worker_leaves(&text);
-            let socket_leaf = format!("[recv {server}]");
-            let socket: u64 = leaves.get(&socket_leaf).copied().unwrap_or(0);
-            let lock: u64 = leaves
-                .iter()
-                .filter(|(k, _)| k.as_str() == "[futex]")
-                .map(|(_, v)| v)
-                .sum();
-            let total: u64 = leaves.values().sum();
-            assert!(total > 500, "{}: too few samples {leaves:?}", fx.label);
-            let share = |n: u64| 100.0 * n as f64 / total as f64;
-            // The waits are paced at 70/30; what the worker measured is the truth.
-            assert!(
-                (true_share - 70.0).abs() <= 10.0,
-                "{}: the fixture's own waits were {true_share:.1}% socket, far from its 70% pace",
-                fx.label
-            );
-            assert!(
-                (share(socket) - true_share).abs() <= 3.0
-                    && (share(lock) - (100.0 - true_share)).abs() <= 3.0,
-                "{}: socket {:.1}%, lock {:.1}% of {total} (the worker measured {true_share:.1}% \
-                 socket): {leaves:?}",
-                fx.label,
-                share(socket),
-                share(lock)
-            );
-            eprintln!(
-                "{}: socket {:.1}%, lock {:.1}% of {total} worker samples (measured {true_share:.1}% socket)",
-                fx.label,
-                share(socket),
-                share(lock)
-            );
-            fx.assert_alive();
-        },
+        |interp| common::check_offcpu_shares(interp, &[], 3.0),
     );
 }
 

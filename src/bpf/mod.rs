@@ -13,7 +13,14 @@
 //! handed on as a [`Tick`] of one thread: `record`'s outputs take it as they
 //! take the ptrace engine's.
 //!
-//! What it samples is the `cpu` mode: threads on a CPU. The offsets the
+//! What it samples is the `cpu` mode: threads on a CPU. With `--mode
+//! offcpu`, `wall` or `--idle`, a second program on the scheduler's
+//! `sched_switch` tracepoint takes the stack of a target thread as it leaves
+//! its CPU, with its state and the system call its saved registers hold,
+//! and notes when it comes back: the stack stands for the whole interval,
+//! measured, not sampled (a [`Tick`] of that weight, counting as that many
+//! periods). Threads already asleep when recording starts are read here
+//! once, and counted from the start. The offsets the
 //! program walks with come from the layout tables (3.13+ from the target's
 //! `_Py_DebugOffsets`), given to it in a map: nothing in the program knows a
 //! Python version. The kernel tid of each thread comes from the thread
@@ -27,6 +34,7 @@ use crate::python::reader::Reader;
 use crate::sampler::{ProcessSample, RateHealth, Sampler, SamplerConfig, Tick};
 use crate::stack::{ThreadStack, ThreadStatus};
 use crate::target::LiveProcess;
+use crate::wait::WaitReader;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{
     PerfEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent,
@@ -47,7 +55,8 @@ pub enum Engine {
     #[default]
     Ptrace,
     /// Sample in the kernel with an eBPF program (root or CAP_BPF and
-    /// CAP_PERFMON; Python frames of threads on a CPU: --mode cpu).
+    /// CAP_PERFMON; Python frames: --mode cpu, and wall, offcpu and --idle
+    /// from the scheduler's own switches).
     Bpf,
 }
 
@@ -76,6 +85,16 @@ const F_TRUNCATED: u32 = 1;
 const F_READ_ERROR: u32 = 2;
 const F_NO_TSTATE: u32 = 4;
 
+// The program's record kinds.
+const K_SAMPLE: u32 = 0;
+const K_OFF: u32 = 1;
+const K_ON: u32 = 2;
+
+/// Bytes before a record's frames (`struct sample` up to `frames`).
+const HEADER: usize = 88;
+/// Frame-chain steps the program takes at most (its MAX_STEPS).
+const MAX_STEPS: usize = 160;
+
 /// The program's `struct layout`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -88,6 +107,7 @@ struct LayoutC {
     frame_pos: u32,
     owner: u32,
     shim_from: u32,
+    switches: u32,
 }
 
 // SAFETY: plain u32 fields, no padding.
@@ -104,6 +124,7 @@ impl From<WalkOffsets> for LayoutC {
             frame_pos: w.frame_pos,
             owner: w.owner.map_or(u32::MAX, |(o, _)| o),
             shim_from: w.owner.map_or(u32::MAX, |(_, s)| u32::from(s)),
+            switches: 0,
         }
     }
 }
@@ -152,8 +173,6 @@ fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
         Some("--subprocesses")
     } else if cfg.target.filter.gil_only {
         Some("--gil / --mode gil")
-    } else if cfg.target.filter.include_idle {
-        Some("--idle / --mode wall, offcpu")
     } else if cfg.target.read.asyncio != crate::sampler::AsyncMode::Off {
         Some("--async")
     } else {
@@ -276,6 +295,80 @@ pub(crate) struct BpfSampler {
     not_python: HashSet<i32>,
     /// Threads named by samples since the latest refresh, not in the map.
     unknown_tids: HashSet<i32>,
+    /// Off-CPU intervals are taken (--idle, --mode wall or offcpu).
+    switches: bool,
+    /// What off-CPU threads wait for, when the mode names it.
+    waits: Option<WaitReader>,
+    /// Threads off their CPU: since when (the program's clock), and the
+    /// stack they left with, until they come back.
+    off: HashMap<u32, (u64, ThreadStack)>,
+}
+
+/// One record of the program's, copied out of the ring buffer.
+struct RawRecord {
+    kind: u32,
+    tid: u32,
+    time: u64,
+    flags: u32,
+    state: u32,
+    call: u64,
+    args: [u64; 6],
+    frames: Vec<(u64, u64)>,
+}
+
+impl RawRecord {
+    fn parse(b: &[u8]) -> Option<RawRecord> {
+        if b.len() < HEADER {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let n = (u32_at(16) as usize)
+            .min(MAX_FRAMES)
+            .min((b.len() - HEADER) / 16);
+        Some(RawRecord {
+            tid: u32_at(4),
+            time: u64_at(8),
+            flags: u32_at(20),
+            kind: u32_at(24),
+            state: u32_at(28),
+            call: u64_at(32),
+            args: std::array::from_fn(|i| u64_at(40 + 8 * i)),
+            frames: (0..n)
+                .map(|i| (u64_at(HEADER + 16 * i), u64_at(HEADER + 8 + 16 * i)))
+                .collect(),
+        })
+    }
+}
+
+/// Whether a kernel release string (`6.1.0-18-amd64`) is at least `want`.
+fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut it = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = it.next().and_then(|v| v.parse::<u32>().ok());
+    let minor = it.next().and_then(|v| v.parse::<u32>().ok());
+    match (major, minor) {
+        (Some(a), Some(b)) => (a, b) >= want,
+        // Unreadable: let the kernel's own checks decide.
+        _ => true,
+    }
+}
+
+/// The scheduler state a thread left its CPU in, as /proc writes it:
+/// `prev_state` of sched_switch (0 when it was preempted, runnable).
+fn state_char(state: u32) -> char {
+    if state & 2 != 0 {
+        'D'
+    } else if state & 1 != 0 {
+        'S'
+    } else if state & 4 != 0 {
+        'T'
+    } else if state & 8 != 0 {
+        't'
+    } else if state == 0 {
+        'R'
+    } else {
+        'S'
+    }
 }
 
 fn monotonic_ns() -> u64 {
@@ -327,8 +420,10 @@ impl BpfSampler {
                 .ok_or_else(|| load_error("the program", "no layouts map"))?,
         )
         .map_err(|e| load_error("the layouts map", e))?;
+        let mut layout = LayoutC::from(offsets);
+        layout.switches = u32::from(cfg.target.filter.include_idle);
         layouts
-            .set(0, LayoutC::from(offsets), 0)
+            .set(0, layout, 0)
             .map_err(|e| load_error("the layouts map", e))?;
         let mut targets: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(
             ebpf.map_mut("targets")
@@ -376,6 +471,10 @@ impl BpfSampler {
             unknown_thread: 0,
             not_python: HashSet::new(),
             unknown_tids: HashSet::new(),
+            switches: cfg.target.filter.include_idle,
+            waits: (cfg.target.read.waits != crate::wait::WaitDetail::Off)
+                .then(|| WaitReader::new(pid, cfg.target.read.waits)),
+            off: HashMap::new(),
         };
         s.set_threads(threads);
 
@@ -398,10 +497,139 @@ impl BpfSampler {
             )
             .map_err(|e| load_error("attaching to the CPU clock", e))?;
         }
-        s.started = Instant::now();
         s.start_ns = monotonic_ns();
+        if s.switches {
+            s.attach_switches()?;
+        }
+        s.started = Instant::now();
         s.refreshed = Instant::now();
         Ok(s)
+    }
+
+    /// Load and attach the sched_switch program, after counting the
+    /// threads already asleep from now: each is read here (asleep, its
+    /// stack holds still) and put in the program's map as off since now,
+    /// so that its coming back ends the interval as any other's does.
+    fn attach_switches(&mut self) -> Result<(), Error> {
+        let release = crate::procfs::kernel_release().unwrap_or_default();
+        if !kernel_at_least(&release, (5, 18)) {
+            return Err(Error::BpfUnavailable(format!(
+                "its off-CPU modes need Linux 5.18 or later (sched_switch passing the \
+                 task's state); this kernel is {release}"
+            )));
+        }
+        let mut off_map: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(
+            self.ebpf
+                .map_mut("off_cpu")
+                .ok_or_else(|| load_error("the program", "no off_cpu map"))?,
+        )
+        .map_err(|e| load_error("the off_cpu map", e))?;
+        let mut asleep = Vec::new();
+        for (tid, t) in &self.threads {
+            let state = crate::procfs::thread_state(self.pid, *tid);
+            if let Some(c @ ('S' | 'D')) = state {
+                if off_map.insert(*tid as u32, self.start_ns, 0).is_ok() {
+                    asleep.push((*tid, t.tstate, c));
+                }
+            }
+        }
+        for (tid, tstate, c) in asleep {
+            let frames = self.walk_here(tstate);
+            let call = self.waits.as_mut().and_then(|w| w.syscall(tid));
+            if let Some(stack) = self.stack_of(tid as u32, 0, frames, &mut Vec::new()) {
+                let stack = self.off_stack(stack, tid, c, call);
+                self.off.insert(tid as u32, (self.start_ns, stack));
+            }
+        }
+        let prog: &mut aya::programs::RawTracePoint = self
+            .ebpf
+            .program_mut("on_switch")
+            .ok_or_else(|| load_error("the program", "no on_switch"))?
+            .try_into()
+            .map_err(|e| load_error("the program", e))?;
+        prog.load()
+            .map_err(|e| load_error("the kernel refused the sched_switch program", e))?;
+        prog.attach("sched_switch")
+            .map_err(|e| load_error("attaching to sched_switch", e))?;
+        Ok(())
+    }
+
+    /// The frame chain of a thread state, walked from here as the program
+    /// walks it (for a thread asleep: its stack does not move).
+    fn walk_here(&self, tstate: u64) -> Vec<(u64, u64)> {
+        use crate::memory::Memory;
+        let Some(w) = self.reader.walk_offsets() else {
+            return Vec::new();
+        };
+        let word = |addr: u64| -> Option<u64> {
+            let mut b = [0u8; 8];
+            self.source.read(addr, &mut b).ok()?;
+            Some(u64::from_le_bytes(b))
+        };
+        let mut out = Vec::new();
+        let Some(mut f) = word(tstate.wrapping_add(u64::from(w.tstate_frame))) else {
+            return out;
+        };
+        if w.via_cframe && f != 0 {
+            f = word(f.wrapping_add(u64::from(w.cframe_current))).unwrap_or(0);
+        }
+        for _ in 0..MAX_STEPS {
+            if f == 0 || out.len() >= MAX_FRAMES {
+                break;
+            }
+            let at = |off: u32| word(f.wrapping_add(u64::from(off)));
+            let (Some(code), Some(pos), Some(prev)) =
+                (at(w.frame_code), at(w.frame_pos), at(w.frame_previous))
+            else {
+                break;
+            };
+            let shim = w.owner.is_some_and(|(o, shim_from)| {
+                let mut b = [0u8; 1];
+                self.source
+                    .read(f.wrapping_add(u64::from(o)), &mut b)
+                    .is_ok()
+                    && b[0] >= shim_from
+            });
+            if !shim && code != 0 {
+                out.push((code, pos));
+            }
+            f = prev;
+        }
+        out
+    }
+
+    /// A stack that left its CPU in state `c`, in system call `call`: off
+    /// CPU, with its wait when the mode names waits.
+    fn off_stack(
+        &mut self,
+        mut stack: ThreadStack,
+        tid: i32,
+        c: char,
+        call: Option<crate::wait::SyscallLine>,
+    ) -> ThreadStack {
+        stack.status = ThreadStatus::Idle;
+        stack.wait = Some(match self.waits.as_mut() {
+            Some(w) => {
+                let (mut w, args) = w.read(tid, c, call, &self.source);
+                // A futex in the GIL's lock: a GIL wait (who holds it is
+                // not known here).
+                let gil = self.threads.get(&tid).map(|t| t.gil_sync.clone());
+                if let (Some(f), Some(gil)) = (args.and_then(|a| a.futex), gil) {
+                    if gil.iter().any(|(a, b)| f >= *a && f < *b) {
+                        w.gil = Some(crate::wait::GilWait {
+                            holder: None,
+                            holder_name: None,
+                        });
+                    }
+                }
+                w
+            }
+            None => crate::wait::Wait {
+                state: c.to_string(),
+                ..Default::default()
+            },
+        });
+        stack
     }
 
     /// Bring the program's thread-state map in line with `threads`.
@@ -459,100 +687,155 @@ impl BpfSampler {
         )
     }
 
-    /// Turn the ring buffer's samples into ticks.
+    /// The stack of thread `tid` from the code-object and position words
+    /// of its frames; None for a thread not listed (yet).
+    fn stack_of(
+        &mut self,
+        tid: u32,
+        flags: u32,
+        frames: Vec<(u64, u64)>,
+        errors: &mut Vec<Error>,
+    ) -> Option<ThreadStack> {
+        let t = self.threads.get(&(tid as i32))?;
+        let mut stack = ThreadStack {
+            thread_id: t.thread_id,
+            os_thread_id: Some(tid),
+            name: t.name.clone(),
+            name_source: t.name.as_ref().map(|_| NAME_SOURCE),
+            interpreter: t.interpreter,
+            status: ThreadStatus::Active,
+            holds_gil: false,
+            frames: Vec::with_capacity(frames.len()),
+            truncated: None,
+            native_entry: None,
+            wait: None,
+            asyncio: None,
+        };
+        for (code, pos) in frames {
+            match self.reader.frame_from_words(
+                &self.source,
+                &mut self.memo,
+                code,
+                pos,
+                self.function_lines,
+            ) {
+                Ok(Some(f)) => stack.frames.push(f),
+                Ok(None) => {}
+                Err(e) => {
+                    stack.truncated.get_or_insert_with(|| {
+                        format!("code object at 0x{code:x} unreadable: {e}")
+                    });
+                    stack
+                        .frames
+                        .push(crate::stack::Frame::python("<unknown>", "<unknown>", 0));
+                    errors.push(Error::Memory(e));
+                }
+            }
+        }
+        if flags & F_TRUNCATED != 0 {
+            stack.truncated = Some(format!("more than {MAX_FRAMES} frames"));
+        } else if flags & F_READ_ERROR != 0 {
+            stack
+                .truncated
+                .get_or_insert_with(|| "a frame could not be read".into());
+        }
+        Some(stack)
+    }
+
+    /// A tick of one stack of this process.
+    fn tick(
+        &self,
+        at_ns: u64,
+        weight: Duration,
+        samples: u64,
+        stack: ThreadStack,
+        errors: Vec<Error>,
+    ) -> Tick {
+        let at = Duration::from_nanos(at_ns.saturating_sub(self.start_ns));
+        Tick {
+            timestamp: at,
+            weight,
+            samples,
+            late: Duration::ZERO,
+            missed: 0,
+            processes: vec![ProcessSample {
+                pid: self.pid,
+                cmdline: self.cmdline.clone(),
+                python_version: self.version.clone(),
+                threads: vec![stack],
+                loop_turns: Vec::new(),
+                read_at: at,
+            }],
+            errors,
+            ended: Vec::new(),
+        }
+    }
+
+    /// The tick of an off-CPU interval from `since` to `until`: its weight
+    /// the interval, counting as that many periods (at least one).
+    fn interval_tick(&self, since: u64, until: u64, stack: ThreadStack) -> Tick {
+        let weight = Duration::from_nanos(until.saturating_sub(since));
+        let samples = ((weight.as_secs_f64() * self.rate).round() as u64).max(1);
+        self.tick(since, weight, samples, stack, Vec::new())
+    }
+
+    /// The threads still off their CPU at the end: counted until `end`.
+    fn close_intervals(&mut self, end: u64) {
+        let mut off: Vec<_> = std::mem::take(&mut self.off).into_iter().collect();
+        off.sort_by_key(|(_, (since, _))| *since);
+        for (_, (since, stack)) in off {
+            let t = self.interval_tick(since, end, stack);
+            self.pending.push_back(t);
+        }
+    }
+
+    /// Turn the ring buffer's records into ticks.
     fn drain(&mut self) {
         self.memo.clear();
-        // (tid, time, flags, frames): copied out first, as the ring buffer's
-        // items borrow it.
-        type Raw = (u32, u64, u32, Vec<(u64, u64)>);
-        let mut raw: Vec<Raw> = Vec::new();
+        // Copied out first, as the ring buffer's items borrow it.
+        let mut raw: Vec<RawRecord> = Vec::new();
         while let Some(item) = self.ring.next() {
-            let b: &[u8] = &item;
-            if b.len() < 24 {
-                continue;
+            if let Some(r) = RawRecord::parse(&item) {
+                raw.push(r);
             }
-            let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-            let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-            let (tid, time, n, flags) = (u32_at(4), u64_at(8), u32_at(16) as usize, u32_at(20));
-            let n = n.min(MAX_FRAMES).min((b.len() - 24) / 16);
-            let frames = (0..n)
-                .map(|i| (u64_at(24 + 16 * i), u64_at(32 + 16 * i)))
-                .collect();
-            raw.push((tid, time, flags, frames));
             if raw.len() >= MAX_PENDING {
                 break;
             }
         }
-        for (tid, time, flags, frames) in raw {
-            if flags & F_NO_TSTATE != 0 {
+        for r in raw {
+            if r.kind == K_ON {
+                // The record's `call` holds when the thread left.
+                if let Some((since, stack)) = self.off.remove(&r.tid) {
+                    let t = self.interval_tick(since, r.time, stack);
+                    self.pending.push_back(t);
+                }
+                continue;
+            }
+            if r.flags & F_NO_TSTATE != 0 {
                 self.unknown_thread += 1;
-                self.unknown_tids.insert(tid as i32);
+                self.unknown_tids.insert(r.tid as i32);
                 self.refresh_soon = true;
                 continue;
             }
-            let Some(t) = self.threads.get(&(tid as i32)) else {
+            let mut errors = Vec::new();
+            let Some(stack) = self.stack_of(r.tid, r.flags, r.frames, &mut errors) else {
                 continue;
             };
-            let mut stack = ThreadStack {
-                thread_id: t.thread_id,
-                os_thread_id: Some(tid),
-                name: t.name.clone(),
-                name_source: t.name.as_ref().map(|_| NAME_SOURCE),
-                interpreter: t.interpreter,
-                status: ThreadStatus::Active,
-                holds_gil: false,
-                frames: Vec::with_capacity(frames.len()),
-                truncated: None,
-                native_entry: None,
-                wait: None,
-                asyncio: None,
-            };
-            let mut errors = Vec::new();
-            for (code, pos) in frames {
-                match self.reader.frame_from_words(
-                    &self.source,
-                    &mut self.memo,
-                    code,
-                    pos,
-                    self.function_lines,
-                ) {
-                    Ok(Some(f)) => stack.frames.push(f),
-                    Ok(None) => {}
-                    Err(e) => {
-                        stack.truncated.get_or_insert_with(|| {
-                            format!("code object at 0x{code:x} unreadable: {e}")
-                        });
-                        stack
-                            .frames
-                            .push(crate::stack::Frame::python("<unknown>", "<unknown>", 0));
-                        errors.push(Error::Memory(e));
-                    }
-                }
-            }
-            if flags & F_TRUNCATED != 0 {
-                stack.truncated = Some(format!("more than {MAX_FRAMES} frames"));
-            } else if flags & F_READ_ERROR != 0 {
-                stack
-                    .truncated
-                    .get_or_insert_with(|| "a frame could not be read".into());
-            }
             self.taken += 1;
-            self.pending.push_back(Tick {
-                timestamp: Duration::from_nanos(time.saturating_sub(self.start_ns)),
-                weight: self.weight,
-                late: Duration::ZERO,
-                missed: 0,
-                processes: vec![ProcessSample {
-                    pid: self.pid,
-                    cmdline: self.cmdline.clone(),
-                    python_version: self.version.clone(),
-                    threads: vec![stack],
-                    loop_turns: Vec::new(),
-                    read_at: Duration::from_nanos(time.saturating_sub(self.start_ns)),
-                }],
-                errors,
-                ended: Vec::new(),
-            });
+            if r.kind == K_OFF {
+                let c = state_char(r.state);
+                let call = crate::wait::call_from_registers(r.call, r.args);
+                let stack = self.off_stack(stack, r.tid as i32, c, Some(call));
+                // An interval whose end was never seen (the thread was
+                // asleep before the program was attached, and woke before
+                // it was) is replaced.
+                self.off.insert(r.tid, (r.time, stack));
+                continue;
+            }
+            if r.kind == K_SAMPLE {
+                let t = self.tick(r.time, self.weight, 1, stack, errors);
+                self.pending.push_back(t);
+            }
         }
     }
 
@@ -570,19 +853,23 @@ impl BpfSampler {
             }
             if let Some(e) = self.ended.take() {
                 self.done = true;
-                return Some(Tick {
+                self.close_intervals(monotonic_ns());
+                self.pending.push_back(Tick {
                     timestamp: self.started.elapsed(),
                     weight: Duration::ZERO,
+                    samples: 0,
                     late: Duration::ZERO,
                     missed: 0,
                     processes: Vec::new(),
                     errors: Vec::new(),
                     ended: vec![e],
                 });
+                continue;
             }
             if crate::pause::interrupted() || self.duration_over() {
                 // What the program wrote until now still counts.
                 self.drain();
+                self.close_intervals(monotonic_ns());
                 self.done = true;
                 continue;
             }
@@ -646,5 +933,43 @@ impl BpfSampler {
             time.as_secs_f64() * 1e6 / runs as f64,
             time.as_secs_f64() * 1e3
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{kernel_at_least, state_char, RawRecord, HEADER};
+
+    #[test]
+    fn kernel_releases() {
+        assert!(kernel_at_least("6.18.44-fc-v1300", (5, 18)));
+        assert!(kernel_at_least("5.18.0", (5, 18)));
+        assert!(!kernel_at_least("5.15.0-91-generic", (5, 18)));
+        assert!(!kernel_at_least("4.19.0-26-amd64\n", (5, 18)));
+        assert!(kernel_at_least("", (5, 18)));
+    }
+
+    #[test]
+    fn switch_states() {
+        assert_eq!(state_char(0), 'R');
+        assert_eq!(state_char(1), 'S');
+        assert_eq!(state_char(2), 'D');
+        assert_eq!(state_char(2 | 0x400), 'D');
+        assert_eq!(state_char(4), 'T');
+        assert_eq!(state_char(8), 't');
+    }
+
+    #[test]
+    fn records_are_bounded_by_their_bytes() {
+        let mut b = vec![0u8; HEADER + 16];
+        b[4..8].copy_from_slice(&7u32.to_le_bytes());
+        // It claims 1000 frames; one is there.
+        b[16..20].copy_from_slice(&1000u32.to_le_bytes());
+        b[24..28].copy_from_slice(&1u32.to_le_bytes());
+        b[HEADER..HEADER + 8].copy_from_slice(&0xabcu64.to_le_bytes());
+        let r = RawRecord::parse(&b).unwrap();
+        assert_eq!((r.tid, r.kind, r.frames.len()), (7, 1, 1));
+        assert_eq!(r.frames[0].0, 0xabc);
+        assert!(RawRecord::parse(&b[..HEADER - 1]).is_none());
     }
 }

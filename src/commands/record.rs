@@ -294,7 +294,14 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         for p in &mut tick.processes {
             for t in p.threads.iter_mut() {
                 if opts.mode.sample(t, &mut leaves) {
-                    profile.add(p.pid, &p.cmdline, t, tick.timestamp, tick.weight);
+                    profile.add_samples(
+                        p.pid,
+                        &p.cmdline,
+                        t,
+                        tick.timestamp,
+                        tick.weight,
+                        tick.samples,
+                    );
                 }
             }
         }

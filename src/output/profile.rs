@@ -239,7 +239,22 @@ impl Profile {
         timestamp: Duration,
         weight: Duration,
     ) {
-        self.samples += 1;
+        self.add_samples(pid, cmdline, thread, timestamp, weight, 1);
+    }
+
+    /// As [`Profile::add`], for a stack that stands for `count` samples at
+    /// the recording's rate: an interval measured whole (the eBPF engine's
+    /// off-CPU time, from the scheduler's own switches), not sampled.
+    pub fn add_samples(
+        &mut self,
+        pid: i32,
+        cmdline: &str,
+        thread: &ThreadStack,
+        timestamp: Duration,
+        weight: Duration,
+        count: u64,
+    ) {
+        self.samples += count;
         let start_ns = nanos(timestamp);
         let weight_ns = nanos(weight);
         let end_ns = start_ns.saturating_add(weight_ns);
@@ -269,7 +284,7 @@ impl Profile {
         self.scratch = stack;
 
         let totals = self.totals.entry((stack_id, t)).or_default();
-        totals.count += 1;
+        totals.count += count;
         totals.ns = totals.ns.saturating_add(weight_ns);
 
         if self.opts.timeline {

@@ -64,6 +64,10 @@ pub(crate) struct Tick {
     pub(crate) timestamp: Duration,
     /// Real time this sample stands for: until the next sample is due.
     pub(crate) weight: Duration,
+    /// How many samples at the asked rate each of its stacks counts as: 1,
+    /// but for an interval measured whole (the eBPF engine's off-CPU
+    /// time), `weight` in periods.
+    pub(crate) samples: u64,
     /// How far behind schedule this sample was taken.
     pub(crate) late: Duration,
     /// Ticks skipped since the previous one because sampling fell far
@@ -372,6 +376,7 @@ impl Sampler {
         Some(Tick {
             timestamp,
             weight: end.saturating_sub(timestamp),
+            samples: 1,
             late,
             missed,
             processes,

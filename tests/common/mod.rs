@@ -1075,3 +1075,122 @@ pub fn run_c_probe(
     }
     Ok(values)
 }
+
+/// The worker's samples in a collapsed profile: counts by (the worker
+/// frame's line, the leaf frame).
+fn worker_leaves(collapsed: &str) -> std::collections::HashMap<(String, String), u64> {
+    let mut out = std::collections::HashMap::new();
+    for line in collapsed.lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some(at) = stack.split(';').find(|f| f.starts_with("worker (")) else {
+            continue;
+        };
+        let leaf = stack.rsplit(';').next().unwrap_or("").to_string();
+        *out.entry((at.to_string(), leaf)).or_default() += count.parse::<u64>().unwrap_or(0);
+    }
+    out
+}
+
+/// `record --mode offcpu` (with `extra` arguments: an engine) of the waits
+/// fixture's worker, which waits 70% of its time in `sock.recv` and 30% in
+/// `lock.acquire`, each timed by the worker itself: the share of each line
+/// (whatever the leaf: a GIL wait on the way out of `recv` is the worker's
+/// time in `recv` too) is within `points` of what the worker measured while
+/// it was recorded, and each line's main leaf names its wait.
+pub fn check_offcpu_shares(interp: &Interpreter, extra: &[&str], points: f64) {
+    let mut fx = Fixture::spawn(interp, "waits.py", &["offcpu"]);
+    let server = json_str(&fx.ready["server"]).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("offcpu.txt");
+    // The worker's own account of its waits, before and after: the
+    // shares that really happened while it was sampled.
+    let spent = |fx: &Fixture| -> (f64, f64) {
+        let line = fx.ask(libc::SIGUSR2, "SPENT ");
+        let mut it = line.split_whitespace().map(|v| v.parse::<f64>().unwrap());
+        (it.next().unwrap(), it.next().unwrap())
+    };
+    let pid = fx.pid.to_string();
+    let mut args = vec![
+        "record",
+        "--pid",
+        &pid,
+        "--mode",
+        "offcpu",
+        "--format",
+        "raw",
+        "--rate",
+        "1000",
+        "--duration",
+        "10",
+        "--output",
+    ];
+    args.push(out_path.to_str().unwrap());
+    args.extend_from_slice(extra);
+    let before = spent(&fx);
+    let out = pyinspect(&args);
+    out.assert_success();
+    let after = spent(&fx);
+    let (true_socket, true_lock) = (after.0 - before.0, after.1 - before.1);
+    let true_share = 100.0 * true_socket / (true_socket + true_lock);
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let leaves = worker_leaves(&text);
+    // Each wait's line, by its leaf; then everything at that line.
+    let socket_leaf = format!("[recv {server}]");
+    let line_of = |leaf: &str| {
+        leaves
+            .iter()
+            .filter(|((_, l), _)| l == leaf)
+            .max_by_key(|(_, n)| **n)
+            .map(|((at, _), _)| at.clone())
+            .unwrap_or_else(|| panic!("{}: no {leaf} leaf in {leaves:?}", fx.label))
+    };
+    let (socket_line, lock_line) = (line_of(&socket_leaf), line_of("[futex]"));
+    assert_ne!(socket_line, lock_line, "{}: {leaves:?}", fx.label);
+    let at = |line: &str| -> u64 {
+        leaves
+            .iter()
+            .filter(|((a, _), _)| a == line)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (socket, lock) = (at(&socket_line), at(&lock_line));
+    let main = |line: &str, leaf: &str| {
+        leaves
+            .get(&(line.to_string(), leaf.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    let total = socket + lock;
+    assert!(total > 500, "{}: too few samples {leaves:?}", fx.label);
+    assert!(
+        main(&socket_line, &socket_leaf) * 10 >= socket * 9
+            && main(&lock_line, "[futex]") * 10 >= lock * 9,
+        "{}: the waits' own leaves are under 90% of their lines: {leaves:?}",
+        fx.label
+    );
+    let share = |n: u64| 100.0 * n as f64 / total as f64;
+    // The waits are paced at 70/30; what the worker measured is the truth.
+    assert!(
+        (true_share - 70.0).abs() <= 10.0,
+        "{}: the fixture's own waits were {true_share:.1}% socket, far from its 70% pace",
+        fx.label
+    );
+    assert!(
+        (share(socket) - true_share).abs() <= points,
+        "{} {extra:?}: socket {:.1}%, lock {:.1}% of {total} (the worker measured \
+         {true_share:.1}% socket): {leaves:?}",
+        fx.label,
+        share(socket),
+        share(lock)
+    );
+    eprintln!(
+        "{} {extra:?}: socket {:.1}%, lock {:.1}% of {total} worker samples (measured \
+         {true_share:.1}% socket)",
+        fx.label,
+        share(socket),
+        share(lock)
+    );
+    fx.assert_alive();
+}

@@ -21,6 +21,9 @@ pub(crate) struct ThreadEntry {
     pub(crate) thread_id: u64,
     pub(crate) interpreter: i64,
     pub(crate) name: Option<String>,
+    /// Where its interpreter's GIL sleeps (the lock's futex words): a
+    /// futex wait there is a GIL wait.
+    pub(crate) gil_sync: Arc<[(u64, u64)]>,
 }
 
 /// Where the program finds a thread's frames: the offsets it is given, from
@@ -89,6 +92,7 @@ impl Reader {
     pub(crate) fn thread_entries(&mut self, src: &dyn TargetSource) -> Result<Vec<ThreadEntry>> {
         let raw = self.threads(src, src)?;
         self.refresh_names(src, &raw);
+        let mut gil: FastMap<u64, Arc<[(u64, u64)]>> = FastMap::new();
         Ok(raw
             .iter()
             .filter_map(|t| {
@@ -98,6 +102,10 @@ impl Reader {
                     thread_id: t.thread_id,
                     interpreter: t.interp_id,
                     name: self.names.get(&(t.interp, t.thread_id)).cloned(),
+                    gil_sync: gil
+                        .entry(t.interp)
+                        .or_insert_with(|| self.gil_sync_ranges(src, t.interp).into())
+                        .clone(),
                 })
             })
             .collect())
