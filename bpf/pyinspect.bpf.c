@@ -48,7 +48,7 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 // stepped over without being kept).
 #define MAX_FRAMES 128
 #define MAX_STEPS 160
-#define MAX_TARGETS 64
+#define MAX_TARGETS 256
 #define NO_FIELD 0xffffffffu
 
 // Sample flags.
@@ -65,6 +65,7 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 // name against the running kernel's BTF, so no kernel headers are needed.
 struct task_struct {
 	int pid;
+	int tgid;
 } __attribute__((preserve_access_index));
 
 // x86_64's saved user registers (struct pt_regs): the system call's
@@ -89,7 +90,12 @@ struct layout {
 	u32 owner;          // owner byte, or NO_FIELD
 	u32 shim_from;      // owner values from this on are shim frames
 	u32 switches;       // 1: walk the stack of a thread leaving its CPU
+	u32 block_from;     // the frame's fields lie in [block_from, +block_len):
+	u32 block_len;      // one read a frame (0: a read a field)
 };
+
+// Bytes of a frame read at once at most.
+#define BLOCK_MAX 128
 
 struct frame {
 	u64 code;
@@ -154,6 +160,17 @@ struct {
 	__type(value, struct sample);
 } scratch SEC(".maps");
 
+struct block {
+	u8 b[BLOCK_MAX + 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, u32);
+	__type(value, struct block);
+} blocks SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, C_COUNT);
@@ -185,38 +202,64 @@ static u64 read_u64(u64 addr, long *err)
 // once, where a plain loop would be checked step by step).
 struct walk {
 	u64 f;
-	u32 slot;
+	struct layout *l;
+	struct sample *s;
+	struct block *blk;
 	u32 n;
 	u32 err;
-	u32 scratch;
 };
+
+// The word at `off` of the frame block `blk` read from `base`.
+static __attribute__((always_inline)) u64 in_block(struct block *blk, u32 off, u32 base)
+{
+	u32 at = off - base;
+	if (at > BLOCK_MAX)
+		return 0;
+	return *(u64 *)&blk->b[at];
+}
 
 // One step along the frame chain: keep the frame unless it is a shim (or
 // holds no code object), move to the previous one. 1 ends the walk.
 static long step(u32 i, void *ctx)
 {
 	struct walk *w = ctx;
-	struct layout *l = bpf_map_lookup_elem(&layouts, &w->slot);
-	struct sample *s = bpf_map_lookup_elem(&scratch, &w->scratch);
-	if (!l || !s || !w->f)
+	struct layout *l = w->l;
+	struct sample *s = w->s;
+	struct block *blk = w->blk;
+	if (!w->f)
 		return 1;
-	long err = 0;
 	u64 f = w->f;
-	u64 code = read_u64(f + l->frame_code, &err);
-	u64 pos = read_u64(f + l->frame_pos, &err);
-	u64 prev = read_u64(f + l->frame_previous, &err);
-	if (err) {
-		w->err = 1;
-		return 1;
-	}
+	u64 code, pos, prev;
 	int shim = 0;
-	if (l->owner != NO_FIELD) {
-		u8 owner = 0;
-		if (bpf_probe_read_user(&owner, 1, (const void *)(f + l->owner)) != 0) {
+	u32 base = l->block_from, len = l->block_len;
+	if (len > BLOCK_MAX)
+		len = BLOCK_MAX;
+	// One read for the frame's fields when they lie close together; a
+	// read each when that block cannot be read (it may run past the end
+	// of a mapping the fields themselves are in).
+	if (len && bpf_probe_read_user(blk->b, len, (const void *)(f + base)) == 0) {
+		code = in_block(blk, l->frame_code, base);
+		pos = in_block(blk, l->frame_pos, base);
+		prev = in_block(blk, l->frame_previous, base);
+		if (l->owner != NO_FIELD)
+			shim = (u8)in_block(blk, l->owner, base) >= l->shim_from;
+	} else {
+		long err = 0;
+		code = read_u64(f + l->frame_code, &err);
+		pos = read_u64(f + l->frame_pos, &err);
+		prev = read_u64(f + l->frame_previous, &err);
+		if (err) {
 			w->err = 1;
 			return 1;
 		}
-		shim = owner >= l->shim_from;
+		if (l->owner != NO_FIELD) {
+			u8 owner = 0;
+			if (bpf_probe_read_user(&owner, 1, (const void *)(f + l->owner)) != 0) {
+				w->err = 1;
+				return 1;
+			}
+			shim = owner >= l->shim_from;
+		}
 	}
 	if (!shim && code) {
 		u32 n = w->n;
@@ -235,10 +278,11 @@ static long step(u32 i, void *ctx)
 // record to write.
 static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which, u32 slot, u32 tgid, u32 tid, u32 kind)
 {
-	struct walk w = {.slot = slot, .scratch = which};
-	struct layout *l = bpf_map_lookup_elem(&layouts, &w.slot);
-	if (!l)
+	struct layout *l = bpf_map_lookup_elem(&layouts, &slot);
+	struct block *blk = bpf_map_lookup_elem(&blocks, &which);
+	if (!l || !blk)
 		return 0;
+	struct walk w = {.l = l, .s = s, .blk = blk};
 	s->tgid = tgid;
 	s->tid = tid;
 	s->time_ns = bpf_ktime_get_ns();
@@ -318,7 +362,9 @@ int on_switch(u64 *ctx)
 	u32 key = next_tid;
 	u64 *since = bpf_map_lookup_elem(&off_cpu, &key);
 	if (since) {
-		s->tgid = 0;
+		int next_tgid = 0;
+		bpf_probe_read_kernel(&next_tgid, sizeof(next_tgid), &next->tgid);
+		s->tgid = next_tgid;
 		s->tid = key;
 		s->time_ns = bpf_ktime_get_ns();
 		s->nframes = 0;

@@ -177,6 +177,16 @@ struct TargetArgs {
     command: Vec<String>,
 }
 
+/// `--all`: record.
+#[derive(Args, Debug)]
+struct AllArg {
+    /// Sample every Python process on the host (and in its containers),
+    /// new ones too, each under its own root frame (pid, command line,
+    /// cgroup): the bpf engine, which --all implies.
+    #[arg(long, conflicts_with_all = ["pid", "command"])]
+    all: bool,
+}
+
 /// `--full-names`: dump, record, top and diff.
 #[derive(Args, Debug)]
 struct NamesArg {
@@ -223,9 +233,9 @@ struct SampleArgs {
     full_filenames: bool,
     #[command(flatten)]
     asyncio: SampleAsyncArgs,
-    /// Sampling engine: ptrace (default), or bpf (in the kernel; threads on a CPU).
-    #[arg(long, value_enum, default_value = "ptrace")]
-    engine: pyinspect::bpf::Engine,
+    /// Sampling engine: ptrace (default), or bpf (in the kernel: see README).
+    #[arg(long, value_enum)]
+    engine: Option<pyinspect::bpf::Engine>,
 }
 
 /// `--rate`: record, top and watch (each with its default).
@@ -361,6 +371,8 @@ struct RecordArgs {
     #[command(flatten)]
     target: TargetArgs,
     #[command(flatten)]
+    all: AllArg,
+    #[command(flatten)]
     read: ReadArgs,
     #[command(flatten)]
     sample: SampleArgs,
@@ -445,8 +457,15 @@ fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
             )?;
             check_read(a.native(), a.read.nonblocking)
         }
-        Command::Record(RecordArgs { target, read, .. })
-        | Command::Top(TopArgs { target, read, .. }) => {
+        Command::Record(RecordArgs {
+            target, read, all, ..
+        }) => {
+            if !all.all {
+                check_target(target.pid.pid, &target.command)?;
+            }
+            check_read(read.native, read.nonblocking)
+        }
+        Command::Top(TopArgs { target, read, .. }) => {
             check_target(target.pid.pid, &target.command)?;
             check_read(read.native, read.nonblocking)
         }
@@ -524,6 +543,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
             rate: a.sample.rate.or_default(),
             duration: a.duration.filter(|d| *d != Duration::MAX),
             subprocesses: a.read.subprocesses,
+            all: a.all.all,
         },
         target: pyinspect::sampler::TargetConfig {
             pause: pyinspect::sampler::PausePolicy {
@@ -560,7 +580,11 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         nolineno: a.nolineno,
         full_filenames: a.sample.full_filenames,
         mode,
-        engine: a.sample.engine,
+        engine: a.sample.engine.unwrap_or(if a.all.all {
+            pyinspect::bpf::Engine::Bpf
+        } else {
+            pyinspect::bpf::Engine::Ptrace
+        }),
     })
 }
 
@@ -579,7 +603,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         refresh: a.delay,
         full_filenames: a.sample.full_filenames,
         full_names: a.read.names.full_names,
-        engine: a.sample.engine,
+        engine: a.sample.engine.unwrap_or_default(),
     })
 }
 

@@ -186,6 +186,54 @@ impl SameMemory {
     }
 }
 
+/// Every process's pid, from the numbered entries of /proc (none when
+/// /proc cannot be read).
+pub(crate) fn pids() -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .collect()
+}
+
+/// When `pid` started (clock ticks after boot): with the pid, what tells
+/// one process from a later one given the same pid.
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
+    identity(pid).map(|i| i.start_time)
+}
+
+/// The last part of the cgroup `pid` is in, when it is not the root: what
+/// names a container or a service (`docker-3f2a….scope`, `nginx.service`).
+/// The unified hierarchy's path when there is one, else the first v1
+/// controller's that is not the root.
+pub(crate) fn cgroup_name(pid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(proc_path(pid, "cgroup")).ok()?;
+    parse_cgroup_name(&text)
+}
+
+pub(crate) fn parse_cgroup_name(text: &str) -> Option<String> {
+    let paths: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let (id, _controllers, path) = (it.next()?, it.next()?, it.next()?);
+            Some((id, path.trim()))
+        })
+        .collect();
+    let unified = paths.iter().find(|(id, _)| *id == "0").map(|(_, p)| *p);
+    let path = unified
+        .filter(|p| *p != "/")
+        .or_else(|| paths.iter().map(|(_, p)| *p).find(|p| *p != "/"))?;
+    let last = path.trim_end_matches('/').rsplit('/').next()?;
+    (!last.is_empty()).then(|| escape_name(last))
+}
+
+/// A name from the kernel, printable on one line.
+fn escape_name(s: &str) -> String {
+    crate::stack::escape_controls(s).into_owned()
+}
+
 /// The identity of `pid` now, read afresh.
 pub(crate) fn identity(pid: i32) -> Option<Identity> {
     Identity::parse(&std::fs::read_to_string(proc_path(pid, "stat")).ok()?)
@@ -631,13 +679,9 @@ pub(crate) fn ppid(pid: i32) -> Option<i32> {
 /// Every descendant of `pid` (children, grandchildren…), parents before children.
 pub(crate) fn descendants(pid: i32) -> Vec<i32> {
     let mut parent_of = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            if let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
-                if let Some(pp) = ppid(p) {
-                    parent_of.push((p, pp));
-                }
-            }
+    for p in pids() {
+        if let Some(pp) = ppid(p) {
+            parent_of.push((p, pp));
         }
     }
     let mut out = Vec::new();

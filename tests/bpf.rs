@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-/// Held by the tests that measure shares of time, so that one's busy
-/// fixture does not steal the other's CPU: the off-CPU test's truth (what
+/// Held by every test here, which run one at a time: one test's busy
+/// fixture would steal another's CPU, and the off-CPU test's truth (what
 /// the worker times itself) counts the time a woken thread waits for a CPU,
 /// which the profile rightly does not.
 static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -184,6 +184,7 @@ fn offcpu_shares_from_scheduler_events() {
 /// profile; the ptrace engine, asked, still works.
 #[test]
 fn refuses_clearly_without_the_kernel_feature_or_privilege() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let interp = common::pyenv((3, 12));
     let f = Fixture::spawn(interp, "bpf_work.py", &[]);
     let dir = tempfile::tempdir().unwrap();
@@ -252,6 +253,7 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
 /// record passes on.
 #[test]
 fn records_a_launched_program_to_its_end() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let interp = common::pyenv((3, 12));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.txt");
@@ -294,6 +296,7 @@ fn records_a_launched_program_to_its_end() {
 /// under a `[truncated]` root, never a stack passed off as whole.
 #[test]
 fn a_deep_stack_keeps_its_innermost_frames_marked_truncated() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let interp = common::pyenv((3, 12));
     let f = Fixture::spawn(interp, "bpf_work.py", &["300"]);
     let dir = tempfile::tempdir().unwrap();
@@ -333,4 +336,177 @@ fn a_deep_stack_keeps_its_innermost_frames_marked_truncated() {
         assert_eq!(frames.len(), 129, "{s}");
         assert!(frames[1].starts_with("nest "), "{s}");
     }
+}
+
+/// A running `bpf_service.py NAME`, killed (its group) when dropped, with
+/// the cgroup made for it removed.
+struct Service {
+    child: std::process::Child,
+    pid: i32,
+    cgroup: Option<std::path::PathBuf>,
+}
+
+impl Service {
+    /// Start `command` (which runs bpf_service.py) in a process group of its
+    /// own, optionally moved into a new cgroup `cgroup`, and wait for READY.
+    fn start(mut command: Command, cgroup: Option<&str>) -> Service {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        command
+            .stdout(std::process::Stdio::piped())
+            .stdin(std::process::Stdio::null())
+            .process_group(0);
+        let child = command.spawn().expect("start a service");
+        let pid = child.id() as i32;
+        let mut s = Service {
+            child,
+            pid,
+            cgroup: None,
+        };
+        if let Some(name) = cgroup {
+            // cgroup v2: the unified hierarchy, alone or beside v1's.
+            let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+                .iter()
+                .map(std::path::Path::new)
+                .find(|p| p.join("cgroup.procs").exists())
+                .expect("no cgroup v2 hierarchy mounted");
+            let dir = base.join(name);
+            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+            s.cgroup = Some(dir.clone());
+            std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", dir.display()));
+        }
+        let out = s.child.stdout.take().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "READY", "service {pid} did not start");
+        s
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the service's own process group.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+        if let Some(dir) = &self.cgroup {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// `record --all`: three services on three interpreters, one of them
+/// chrooted into another distribution's root and in a cgroup of its own,
+/// and a fourth started while recording, are each found and recorded under
+/// their own root frame (pid, command line, cgroup), with their own hot
+/// function and none of another's.
+#[test]
+fn records_every_python_process_on_the_host() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let script = common::fixture_path("bpf_service.py");
+    let plain = |python: &std::path::Path, name: &str| {
+        let mut c = Command::new(python);
+        c.arg(&script).arg(name);
+        Service::start(c, None)
+    };
+    let alpha_py = common::pyenv((3, 12));
+    let beta_py = common::find_interpreter("Debian's 3.11", |i| {
+        i.label.starts_with("debian") && !i.debug
+    });
+    let alpha = plain(&alpha_py.python, "alpha");
+    let beta = plain(&beta_py.python, "beta");
+    // Debian sid's 3.15 run inside sid's own root: its files are seen
+    // through /proc/PID/root.
+    let root = common::sid_root();
+    let inside = tempfile::Builder::new()
+        .prefix("pyinspect-all-")
+        .tempdir_in(root.join("tmp"))
+        .unwrap();
+    std::fs::copy(&script, inside.path().join("bpf_service.py")).unwrap();
+    let in_root = format!(
+        "/tmp/{}/bpf_service.py",
+        inside.path().file_name().unwrap().to_str().unwrap()
+    );
+    let cgroup = format!("pyinspect-test-{}", std::process::id());
+    let mut c = Command::new("chroot");
+    c.arg(&root)
+        .args(["/usr/bin/python3.15", &in_root, "gamma"]);
+    let gamma = Service::start(c, Some(&cgroup));
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("all.txt");
+    let out_s = out.to_str().unwrap().to_string();
+    let (rec, delta) = std::thread::scope(|s| {
+        let r = s.spawn(|| {
+            record(
+                &["--all", "-r", "200", "-d", "5", "-f", "raw", "-o", &out_s],
+                &[],
+            )
+        });
+        // A service started after recording began is picked up.
+        std::thread::sleep(Duration::from_millis(2000));
+        let delta = plain(&common::pyenv((3, 9)).python, "delta");
+        (r.join().unwrap(), delta)
+    });
+    rec.assert_success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let services = [
+        (&alpha, "alpha", alpha_py.label.as_str()),
+        (&beta, "beta", beta_py.label.as_str()),
+        (&gamma, "gamma", "sid 3.15 (chroot)"),
+        (&delta, "delta", "pyenv 3.9"),
+    ];
+    for (svc, name, label) in services {
+        let prefix = format!("process {}: \"", svc.pid);
+        let mine: Vec<&str> = text.lines().filter(|l| l.starts_with(&prefix)).collect();
+        let count = |what: &str| -> u64 {
+            mine.iter()
+                .filter(|l| l.contains(what))
+                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+                .sum()
+        };
+        let total = count("");
+        let own = count(&format!("hot_{name} (bpf_service.py:"));
+        assert!(
+            total >= 20 && own * 10 >= total * 9,
+            "{label}: {own} of {total} samples in hot_{name}:\n{}",
+            mine.join("\n")
+        );
+        for other in ["alpha", "beta", "gamma", "delta"] {
+            assert!(
+                other == name || count(&format!("hot_{other} ")) == 0,
+                "{label}: hot_{other}"
+            );
+        }
+        eprintln!(
+            "record --all: {label} (pid {}): {own} of {total} samples in hot_{name}",
+            svc.pid
+        );
+    }
+    let gamma_root = text
+        .lines()
+        .find(|l| l.starts_with(&format!("process {}: \"", gamma.pid)))
+        .unwrap();
+    assert!(
+        gamma_root.contains(&format!("[cgroup {cgroup}]")) && gamma_root.contains("gamma"),
+        "{gamma_root}"
+    );
+    // --all with the ptrace engine, or beside --pid: refused in one line.
+    let line = assert_one_clean_error_line(&record(
+        &[
+            "--all",
+            "--engine",
+            "ptrace",
+            "-d",
+            "1",
+            "-o",
+            dir.path().join("p.txt").to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert!(line.contains("--all"), "{line}");
+    let line = assert_one_clean_error_line(&record(&["--all", "--pid", "1"], &[]));
+    assert!(line.contains("--all") || line.contains("--pid"), "{line}");
 }

@@ -117,6 +117,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 fn default_output(opts: &RecordOptions) -> PathBuf {
     let stem = match opts.pid {
         Some(pid) => pid.to_string(),
+        None if opts.sampler.schedule.all => "all".into(),
         None => program_name(&opts.command),
     };
     PathBuf::from(format!(
@@ -238,6 +239,8 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
     let root = match (&launched, opts.pid) {
         (Some(l), _) => l.pid(),
         (None, Some(p)) => p,
+        // --all: no one process (0 is never a process's pid).
+        (None, None) if opts.sampler.schedule.all => 0,
         (None, None) => unreachable!("checked at the CLI edge (options::check_target)"),
     };
     let mut sampler = match AnySampler::new(opts.engine, root, opts.sampler.clone()) {
@@ -266,7 +269,7 @@ pub fn run(opts: RecordOptions) -> anyhow::Result<i32> {
         threads: opts.threads,
         nolineno: opts.nolineno,
         full_filenames: opts.full_filenames,
-        subprocesses: opts.sampler.schedule.subprocesses,
+        subprocesses: opts.sampler.schedule.subprocesses || opts.sampler.schedule.all,
         rate: opts.sampler.schedule.rate,
         timeline: opts.format.needs_timeline(),
     });

@@ -192,6 +192,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             rate: opts.rate,
             duration: None,
             subprocesses: opts.subprocesses,
+            all: false,
         },
         target: crate::sampler::TargetConfig {
             pause: crate::sampler::PausePolicy {

@@ -44,6 +44,7 @@ fn steady_config(o: &WatchOptions) -> SamplerConfig {
             rate: o.rate,
             duration: o.duration,
             subprocesses: o.subprocesses,
+            all: false,
         },
         target: crate::sampler::TargetConfig {
             pause: crate::sampler::PausePolicy {

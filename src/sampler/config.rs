@@ -32,6 +32,9 @@ pub struct Schedule {
     pub duration: Option<Duration>,
     /// Follow children and grandchildren, picking up new ones.
     pub subprocesses: bool,
+    /// Every Python process on the host, new ones too (`--all`; the eBPF
+    /// engine only).
+    pub all: bool,
 }
 
 /// Whether the threads read are paused.

@@ -1,0 +1,342 @@
+//! One process the eBPF engine follows: its interpreter's reader, its
+//! Python threads (kept in the program's thread-state map), and how the
+//! program's records of it become stacks.
+
+use super::records::{F_READ_ERROR, F_TRUNCATED, MAX_FRAMES, MAX_STEPS};
+use crate::error::Error;
+use crate::python::process::PythonProcess;
+use crate::python::reader::bpf::{CodeMemo, ThreadEntry, WalkOffsets, NAME_SOURCE};
+use crate::python::reader::Reader;
+use crate::sampler::SamplerConfig;
+use crate::stack::{ThreadStack, ThreadStatus};
+use crate::target::LiveProcess;
+use crate::wait::{SyscallLine, WaitReader};
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the thread-state map is brought up to date (and sooner when a
+/// sample names a thread it does not hold, at the next drain).
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Threads remembered as running no Python (the map holds 16384 entries).
+const MAX_NOT_PYTHON: usize = 4096;
+
+/// The program's map of thread states (kernel tid → `PyThreadState *`, or
+/// 0 for a thread known to run no Python).
+pub(super) type TstateMap = BpfHashMap<MapData, u32, u64>;
+
+pub(super) struct Followed {
+    pub(super) pid: i32,
+    /// Its entry in the program's layouts map.
+    pub(super) slot: u32,
+    /// Its command line, as outputs label it (host-wide: with its cgroup).
+    pub(super) label: Arc<str>,
+    pub(super) version: String,
+    source: LiveProcess,
+    reader: Reader,
+    /// The Python threads as of the latest refresh, by kernel tid.
+    threads: HashMap<i32, ThreadEntry>,
+    refreshed: Instant,
+    /// A sample named a thread the map did not hold.
+    refresh_soon: bool,
+    /// Threads a sample named that the thread list still lacked after a
+    /// refresh (threads running no Python: a pool of BLAS, a C library's):
+    /// the map holds 0 for them, which the program passes over silently.
+    not_python: HashSet<i32>,
+    /// Threads named by samples since the latest refresh, not in the map.
+    unknown_tids: HashSet<i32>,
+    /// What off-CPU threads wait for, when the mode names it.
+    waits: Option<WaitReader>,
+    /// Code objects resolved in the current batch.
+    memo: CodeMemo,
+    function_lines: bool,
+    /// Samples of threads not (yet) in the map.
+    pub(super) unknown_thread: u64,
+}
+
+impl Followed {
+    /// Open `pid` (its interpreter found, its threads listed), as the
+    /// program's layout slot `slot`. Errors as [`PythonProcess::open`].
+    pub(super) fn open(
+        pid: i32,
+        slot: u32,
+        cfg: &SamplerConfig,
+        with_cgroup: bool,
+    ) -> Result<(Followed, Vec<ThreadEntry>), Error> {
+        let source = LiveProcess::new(pid);
+        let process = PythonProcess::open(&source)?;
+        let mut reader = Reader::new(process);
+        let threads = reader.thread_entries(&source)?;
+        let mut label = crate::stack::escape_controls(&reader.process.cmdline).into_owned();
+        if with_cgroup {
+            if let Some(g) = crate::procfs::cgroup_name(pid) {
+                label = format!("{label} [cgroup {g}]");
+            }
+        }
+        let f = Followed {
+            pid,
+            slot,
+            label: Arc::from(label),
+            version: reader.process.version.to_string(),
+            source,
+            reader,
+            threads: HashMap::new(),
+            refreshed: Instant::now(),
+            refresh_soon: false,
+            not_python: HashSet::new(),
+            unknown_tids: HashSet::new(),
+            waits: (cfg.target.read.waits != crate::wait::WaitDetail::Off)
+                .then(|| WaitReader::new(pid, cfg.target.read.waits)),
+            memo: CodeMemo::new(),
+            function_lines: cfg.target.read.function_lines,
+            unknown_thread: 0,
+        };
+        Ok((f, threads))
+    }
+
+    pub(super) fn offsets(&self) -> Option<WalkOffsets> {
+        self.reader.walk_offsets()
+    }
+
+    /// Whether its thread list is due to be read again.
+    pub(super) fn due(&self) -> bool {
+        self.refresh_soon || self.refreshed.elapsed() >= REFRESH_EVERY
+    }
+
+    /// A sample named `tid`, which the map did not hold.
+    pub(super) fn unknown(&mut self, tid: i32) {
+        self.unknown_thread += 1;
+        self.unknown_tids.insert(tid);
+        self.refresh_soon = true;
+    }
+
+    /// A new batch of records: code objects are checked again.
+    pub(super) fn new_batch(&mut self) {
+        self.memo.clear();
+    }
+
+    /// Bring the program's thread-state map in line with `threads`.
+    pub(super) fn set_threads(&mut self, tstates: &mut TstateMap, threads: Vec<ThreadEntry>) {
+        let now: HashMap<i32, ThreadEntry> = threads.into_iter().map(|t| (t.tid, t)).collect();
+        for (tid, t) in &now {
+            if self.threads.get(tid).map(|o| o.tstate) != Some(t.tstate) {
+                let _ = tstates.insert(*tid as u32, t.tstate, 0);
+            }
+        }
+        for tid in self.threads.keys() {
+            if !now.contains_key(tid) {
+                let _ = tstates.remove(&(*tid as u32));
+            }
+        }
+        self.threads = now;
+        // Threads that were not Python and now are, or are gone.
+        let threads = &self.threads;
+        let pid = self.pid;
+        self.not_python.retain(|tid| {
+            let keep = !threads.contains_key(tid) && crate::procfs::is_task(pid, *tid);
+            if !keep && !threads.contains_key(tid) {
+                let _ = tstates.remove(&(*tid as u32));
+            }
+            keep
+        });
+        // Named by a sample, still not listed: not a Python thread.
+        for tid in std::mem::take(&mut self.unknown_tids) {
+            if self.threads.contains_key(&tid) || self.not_python.len() >= MAX_NOT_PYTHON {
+                continue;
+            }
+            if tstates.insert(tid as u32, 0u64, 0).is_ok() {
+                self.not_python.insert(tid);
+            }
+        }
+    }
+
+    /// Read the thread list again; Err when the process has ended.
+    pub(super) fn refresh(&mut self, tstates: &mut TstateMap) -> Result<(), Error> {
+        self.refreshed = Instant::now();
+        self.refresh_soon = false;
+        match self.reader.thread_entries(&self.source) {
+            Ok(t) => {
+                self.set_threads(tstates, t);
+                Ok(())
+            }
+            Err(e @ Error::ProcessExited { .. }) => Err(e),
+            Err(_) if !self.alive() => Err(Error::ProcessExited { pid: self.pid }),
+            // A list read while threads come and go: the next refresh.
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Take its threads out of the program's map (it is no longer followed).
+    pub(super) fn forget(&mut self, tstates: &mut TstateMap) {
+        for tid in self.threads.keys().chain(self.not_python.iter()) {
+            let _ = tstates.remove(&(*tid as u32));
+        }
+        self.threads.clear();
+        self.not_python.clear();
+    }
+
+    fn alive(&self) -> bool {
+        !matches!(
+            crate::procfs::thread_state(self.pid, self.pid),
+            None | Some('Z' | 'X')
+        )
+    }
+
+    /// Its threads asleep now (S or D), each with its stack, read from here
+    /// (asleep, a stack holds still) and its wait.
+    pub(super) fn asleep_now(&mut self) -> Vec<(u32, ThreadStack)> {
+        let asleep: Vec<(i32, u64, char)> = self
+            .threads
+            .iter()
+            .filter_map(
+                |(tid, t)| match crate::procfs::thread_state(self.pid, *tid) {
+                    Some(c @ ('S' | 'D')) => Some((*tid, t.tstate, c)),
+                    _ => None,
+                },
+            )
+            .collect();
+        let mut out = Vec::new();
+        for (tid, tstate, c) in asleep {
+            let frames = self.walk_here(tstate);
+            let call = self.waits.as_mut().and_then(|w| w.syscall(tid));
+            if let Some(stack) = self.stack_of(tid as u32, 0, frames, &mut Vec::new()) {
+                out.push((tid as u32, self.off_stack(stack, tid, c, call)));
+            }
+        }
+        out
+    }
+
+    /// The frame chain of a thread state, walked from here as the program
+    /// walks it (for a thread asleep: its stack does not move).
+    fn walk_here(&self, tstate: u64) -> Vec<(u64, u64)> {
+        use crate::memory::Memory;
+        let Some(w) = self.reader.walk_offsets() else {
+            return Vec::new();
+        };
+        let word = |addr: u64| -> Option<u64> {
+            let mut b = [0u8; 8];
+            self.source.read(addr, &mut b).ok()?;
+            Some(u64::from_le_bytes(b))
+        };
+        let mut out = Vec::new();
+        let Some(mut f) = word(tstate.wrapping_add(u64::from(w.tstate_frame))) else {
+            return out;
+        };
+        if w.via_cframe && f != 0 {
+            f = word(f.wrapping_add(u64::from(w.cframe_current))).unwrap_or(0);
+        }
+        for _ in 0..MAX_STEPS {
+            if f == 0 || out.len() >= MAX_FRAMES {
+                break;
+            }
+            let at = |off: u32| word(f.wrapping_add(u64::from(off)));
+            let (Some(code), Some(pos), Some(prev)) =
+                (at(w.frame_code), at(w.frame_pos), at(w.frame_previous))
+            else {
+                break;
+            };
+            let shim = w.owner.is_some_and(|(o, shim_from)| {
+                let mut b = [0u8; 1];
+                self.source
+                    .read(f.wrapping_add(u64::from(o)), &mut b)
+                    .is_ok()
+                    && b[0] >= shim_from
+            });
+            if !shim && code != 0 {
+                out.push((code, pos));
+            }
+            f = prev;
+        }
+        out
+    }
+
+    /// A stack that left its CPU in state `c`, in system call `call`: off
+    /// CPU, with its wait when the mode names waits.
+    pub(super) fn off_stack(
+        &mut self,
+        mut stack: ThreadStack,
+        tid: i32,
+        c: char,
+        call: Option<SyscallLine>,
+    ) -> ThreadStack {
+        stack.status = ThreadStatus::Idle;
+        stack.wait = Some(match self.waits.as_mut() {
+            Some(w) => {
+                let (mut w, args) = w.read(tid, c, call, &self.source);
+                // A futex in the GIL's lock: a GIL wait (who holds it is
+                // not known here).
+                let gil = self.threads.get(&tid).map(|t| t.gil_sync.clone());
+                if let (Some(f), Some(gil)) = (args.and_then(|a| a.futex), gil) {
+                    if gil.iter().any(|(a, b)| f >= *a && f < *b) {
+                        w.gil = Some(crate::wait::GilWait {
+                            holder: None,
+                            holder_name: None,
+                        });
+                    }
+                }
+                w
+            }
+            None => crate::wait::Wait {
+                state: c.to_string(),
+                ..Default::default()
+            },
+        });
+        stack
+    }
+
+    /// The stack of thread `tid` from the code-object and position words
+    /// of its frames; None for a thread not listed (yet).
+    pub(super) fn stack_of(
+        &mut self,
+        tid: u32,
+        flags: u32,
+        frames: Vec<(u64, u64)>,
+        errors: &mut Vec<Error>,
+    ) -> Option<ThreadStack> {
+        let t = self.threads.get(&(tid as i32))?;
+        let mut stack = ThreadStack {
+            thread_id: t.thread_id,
+            os_thread_id: Some(tid),
+            name: t.name.clone(),
+            name_source: t.name.as_ref().map(|_| NAME_SOURCE),
+            interpreter: t.interpreter,
+            status: ThreadStatus::Active,
+            holds_gil: false,
+            frames: Vec::with_capacity(frames.len()),
+            truncated: None,
+            native_entry: None,
+            wait: None,
+            asyncio: None,
+        };
+        for (code, pos) in frames {
+            match self.reader.frame_from_words(
+                &self.source,
+                &mut self.memo,
+                code,
+                pos,
+                self.function_lines,
+            ) {
+                Ok(Some(f)) => stack.frames.push(f),
+                Ok(None) => {}
+                Err(e) => {
+                    stack.truncated.get_or_insert_with(|| {
+                        format!("code object at 0x{code:x} unreadable: {e}")
+                    });
+                    stack
+                        .frames
+                        .push(crate::stack::Frame::python("<unknown>", "<unknown>", 0));
+                    errors.push(Error::Memory(e));
+                }
+            }
+        }
+        if flags & F_TRUNCATED != 0 {
+            stack.truncated = Some(format!("more than {MAX_FRAMES} frames"));
+        } else if flags & F_READ_ERROR != 0 {
+            stack
+                .truncated
+                .get_or_insert_with(|| "a frame could not be read".into());
+        }
+        Some(stack)
+    }
+}

@@ -1,0 +1,603 @@
+//! The eBPF engine's sampler: loads and attaches the program, keeps its
+//! maps in line with the processes followed (one, or with `--all` every
+//! Python process on the host, new ones picked up), drains the ring buffer
+//! and hands each record on as a [`Tick`].
+
+use super::followed::{Followed, TstateMap};
+use super::records::{
+    kernel_at_least, state_char, LayoutC, RawRecord, F_NO_TSTATE, K_OFF, K_ON, K_SAMPLE,
+};
+use crate::error::Error;
+use crate::sampler::{ProcessSample, RateHealth, SamplerConfig, Tick};
+use crate::stack::ThreadStack;
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{
+    PerfEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent,
+};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The compiled program (built by `bpf/build.sh`, checked by `.ci/run`).
+static PROGRAM: &[u8] = aya::include_bytes_aligned!("../../bpf/pyinspect.bpf.o");
+
+/// How often the ring buffer is drained: each wake-up costs some 20 µs
+/// before any work on this machine, so rarely. The ring buffer (4 MiB)
+/// holds more than a second of 10 kHz samples on a few CPUs.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+/// How long a just-launched program gets to bring its interpreter up.
+const STARTUP_WAIT: Duration = Duration::from_secs(5);
+/// Most samples kept waiting to be handed on (the ring buffer holds the rest).
+const MAX_PENDING: usize = 1 << 16;
+/// Processes followed at once (the program's MAX_TARGETS).
+const MAX_TARGETS: u32 = 256;
+/// Host-wide: how often /proc is scanned for new Python processes.
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+/// Host-wide: processes remembered as not Python (by pid and start time).
+const MAX_PASSED_OVER: usize = 65536;
+
+fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime fills the timespec we pass.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+fn load_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::BpfUnavailable(format!("{what}: {e}"))
+}
+
+/// A thread off its CPU: its process, since when (the program's clock), and
+/// the stack it left with, until it comes back.
+struct Away {
+    pid: i32,
+    label: Arc<str>,
+    version: String,
+    since: u64,
+    stack: ThreadStack,
+}
+
+/// The eBPF engine following one process, or every Python process.
+pub(crate) struct BpfSampler {
+    /// Holds the programs and their perf events: dropped, all is detached.
+    ebpf: aya::Ebpf,
+    ring: RingBuf<MapData>,
+    tstates: TstateMap,
+    targets: BpfHashMap<MapData, u32, u32>,
+    layouts: Array<MapData, LayoutC>,
+    off_map: BpfHashMap<MapData, u32, u64>,
+    counters: PerCpuArray<MapData, u64>,
+    cfg: SamplerConfig,
+    /// Every Python process on the host (`--all`), not one.
+    host_wide: bool,
+    followed: HashMap<i32, Followed>,
+    free_slots: Vec<u32>,
+    /// Host-wide: processes found not to be Python, by pid, with their
+    /// start time (a pid used again is looked at again).
+    passed_over: HashMap<i32, u64>,
+    scanned: Instant,
+    /// The sched_switch program is attached (off-CPU intervals are taken).
+    switches: bool,
+    away: HashMap<u32, Away>,
+    pending: VecDeque<Tick>,
+    rate: f64,
+    weight: Duration,
+    duration: Option<Duration>,
+    started: Instant,
+    /// CLOCK_MONOTONIC (the program's `bpf_ktime_get_ns`) at the start.
+    start_ns: u64,
+    /// The process ended (said once, then sampling stops; one process only).
+    ended: Option<Error>,
+    /// No more samples: the end was said, or sampling was asked to stop.
+    done: bool,
+    taken: u64,
+}
+
+impl BpfSampler {
+    /// Follow `pid`, or with `host_wide` every Python process there is
+    /// (`pid` unused).
+    pub(crate) fn new(pid: i32, cfg: SamplerConfig, host_wide: bool) -> Result<BpfSampler, Error> {
+        let first = if host_wide {
+            None
+        } else {
+            crate::privilege::check_target(pid)?;
+            // A program just launched may not have its interpreter up yet.
+            let deadline = Instant::now() + STARTUP_WAIT;
+            Some(loop {
+                match Followed::open(pid, 0, &cfg, false) {
+                    Ok(ok) => break ok,
+                    Err(Error::NotInitialized { .. } | Error::NoInterpreter { .. })
+                        if Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => return Err(e),
+                }
+            })
+        };
+        if let Some((f, _)) = &first {
+            if f.offsets().is_none() {
+                return Err(Error::BpfUnavailable(format!(
+                    "Python {} has a frame layout the eBPF program cannot walk",
+                    f.version
+                )));
+            }
+        }
+        let switches = cfg.target.filter.include_idle;
+        if switches {
+            let release = crate::procfs::kernel_release().unwrap_or_default();
+            if !kernel_at_least(&release, (5, 18)) {
+                return Err(Error::BpfUnavailable(format!(
+                    "its off-CPU modes need Linux 5.18 or later (sched_switch passing the \
+                     task's state); this kernel is {release}"
+                )));
+            }
+        }
+
+        let mut ebpf =
+            aya::Ebpf::load(PROGRAM).map_err(|e| load_error("loading the program", e))?;
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| load_error("the program", format!("no {name} map")))
+        };
+        let layouts =
+            Array::try_from(take("layouts")?).map_err(|e| load_error("the layouts map", e))?;
+        let targets =
+            BpfHashMap::try_from(take("targets")?).map_err(|e| load_error("the targets map", e))?;
+        let tstates =
+            BpfHashMap::try_from(take("tstates")?).map_err(|e| load_error("the tstates map", e))?;
+        let off_map =
+            BpfHashMap::try_from(take("off_cpu")?).map_err(|e| load_error("the off_cpu map", e))?;
+        let ring = RingBuf::try_from(take("samples")?)
+            .map_err(|e| load_error("the samples ring buffer", e))?;
+        let counters = PerCpuArray::try_from(take("counters")?)
+            .map_err(|e| load_error("the counters map", e))?;
+
+        let mut s = BpfSampler {
+            ebpf,
+            ring,
+            tstates,
+            targets,
+            layouts,
+            off_map,
+            counters,
+            rate: cfg.schedule.rate,
+            weight: Duration::from_secs_f64(1.0 / cfg.schedule.rate),
+            duration: cfg.schedule.duration,
+            cfg,
+            host_wide,
+            followed: HashMap::new(),
+            free_slots: (0..MAX_TARGETS).rev().collect(),
+            passed_over: HashMap::new(),
+            scanned: Instant::now(),
+            switches: false,
+            away: HashMap::new(),
+            pending: VecDeque::new(),
+            started: Instant::now(),
+            start_ns: monotonic_ns(),
+            ended: None,
+            done: false,
+            taken: 0,
+        };
+        if let Some((f, threads)) = first {
+            s.add(f, threads)?;
+        }
+        if host_wide {
+            s.scan();
+        }
+
+        let period = (1e9 / s.rate).round().max(1.0) as u64;
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| load_error(what, e))?;
+        let prog: &mut PerfEvent = s
+            .ebpf
+            .program_mut("on_sample")
+            .ok_or_else(|| load_error("the program", "no on_sample"))?
+            .try_into()
+            .map_err(|e| load_error("the program", e))?;
+        prog.load()
+            .map_err(|e| load_error("the kernel refused the program", e))?;
+        for cpu in cpus {
+            prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Period(period),
+                false,
+            )
+            .map_err(|e| load_error("attaching to the CPU clock", e))?;
+        }
+        s.start_ns = monotonic_ns();
+        if switches {
+            s.attach_switches()?;
+        }
+        s.started = Instant::now();
+        Ok(s)
+    }
+
+    /// Give the program a process to follow.
+    fn add(
+        &mut self,
+        mut f: Followed,
+        threads: Vec<crate::python::reader::bpf::ThreadEntry>,
+    ) -> Result<(), Error> {
+        let Some(offsets) = f.offsets() else {
+            return Err(Error::BpfUnavailable(format!(
+                "Python {} has a frame layout the eBPF program cannot walk",
+                f.version
+            )));
+        };
+        let Some(slot) = self.free_slots.pop() else {
+            return Err(Error::BpfUnavailable(format!(
+                "it follows {MAX_TARGETS} processes at most"
+            )));
+        };
+        f.slot = slot;
+        let mut layout = LayoutC::from(offsets);
+        layout.switches = u32::from(self.cfg.target.filter.include_idle);
+        self.layouts
+            .set(slot, layout, 0)
+            .map_err(|e| load_error("the layouts map", e))?;
+        f.set_threads(&mut self.tstates, threads);
+        if let Err(e) = self.targets.insert(f.pid as u32, slot, 0) {
+            f.forget(&mut self.tstates);
+            self.free_slots.push(slot);
+            return Err(load_error("the targets map", e));
+        }
+        if self.switches {
+            self.count_sleepers(&mut f, monotonic_ns());
+        }
+        self.followed.insert(f.pid, f);
+        Ok(())
+    }
+
+    /// Stop following `pid`: its threads still away are counted to now.
+    fn remove(&mut self, pid: i32) {
+        let Some(mut f) = self.followed.remove(&pid) else {
+            return;
+        };
+        let _ = self.targets.remove(&(pid as u32));
+        f.forget(&mut self.tstates);
+        self.free_slots.push(f.slot);
+        let now = monotonic_ns();
+        let gone: Vec<u32> = self
+            .away
+            .iter()
+            .filter(|(_, a)| a.pid == pid)
+            .map(|(t, _)| *t)
+            .collect();
+        for tid in gone {
+            if let Some(a) = self.away.remove(&tid) {
+                let _ = self.off_map.remove(&tid);
+                let t = self.interval_tick(a, now);
+                self.pending.push_back(t);
+            }
+        }
+    }
+
+    /// Host-wide: follow each Python process not followed yet.
+    fn scan(&mut self) {
+        self.scanned = Instant::now();
+        let me = std::process::id() as i32;
+        let pids = crate::procfs::pids();
+        if self.passed_over.len() > MAX_PASSED_OVER {
+            self.passed_over.clear();
+        }
+        for pid in pids {
+            if pid == me || self.followed.contains_key(&pid) {
+                continue;
+            }
+            let started = crate::procfs::start_time(pid).unwrap_or(0);
+            if self.passed_over.get(&pid) == Some(&started) {
+                continue;
+            }
+            match Followed::open(pid, 0, &self.cfg, true) {
+                Ok((f, threads)) => {
+                    if self.add(f, threads).is_err() {
+                        self.passed_over.insert(pid, started);
+                    }
+                }
+                // Python still starting: looked at again at the next scan.
+                Err(Error::NotInitialized { .. }) => {}
+                Err(_) => {
+                    self.passed_over.insert(pid, started);
+                }
+            }
+        }
+    }
+
+    /// Load and attach the sched_switch program, after counting the
+    /// threads already asleep from now.
+    fn attach_switches(&mut self) -> Result<(), Error> {
+        self.switches = true;
+        let now = self.start_ns;
+        let pids: Vec<i32> = self.followed.keys().copied().collect();
+        for pid in pids {
+            if let Some(mut f) = self.followed.remove(&pid) {
+                self.count_sleepers(&mut f, now);
+                self.followed.insert(pid, f);
+            }
+        }
+        let prog: &mut aya::programs::RawTracePoint = self
+            .ebpf
+            .program_mut("on_switch")
+            .ok_or_else(|| load_error("the program", "no on_switch"))?
+            .try_into()
+            .map_err(|e| load_error("the program", e))?;
+        prog.load()
+            .map_err(|e| load_error("the kernel refused the sched_switch program", e))?;
+        prog.attach("sched_switch")
+            .map_err(|e| load_error("attaching to sched_switch", e))?;
+        Ok(())
+    }
+
+    /// The threads of `f` asleep now, counted as away since `now`: each is
+    /// put in the program's map, so that its coming back ends the interval
+    /// as any other's does.
+    fn count_sleepers(&mut self, f: &mut Followed, now: u64) {
+        for (tid, stack) in f.asleep_now() {
+            if self.off_map.insert(tid, now, 0).is_ok() {
+                self.away.insert(
+                    tid,
+                    Away {
+                        pid: f.pid,
+                        label: f.label.clone(),
+                        version: f.version.clone(),
+                        since: now,
+                        stack,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A tick of one stack of process `pid`.
+    #[allow(clippy::too_many_arguments)]
+    fn tick(
+        &self,
+        pid: i32,
+        label: &Arc<str>,
+        version: &str,
+        at_ns: u64,
+        weight: Duration,
+        samples: u64,
+        stack: ThreadStack,
+        errors: Vec<Error>,
+    ) -> Tick {
+        let at = Duration::from_nanos(at_ns.saturating_sub(self.start_ns));
+        Tick {
+            timestamp: at,
+            weight,
+            samples,
+            late: Duration::ZERO,
+            missed: 0,
+            processes: vec![ProcessSample {
+                pid,
+                cmdline: label.clone(),
+                python_version: version.to_string(),
+                threads: vec![stack],
+                loop_turns: Vec::new(),
+                read_at: at,
+            }],
+            errors,
+            ended: Vec::new(),
+        }
+    }
+
+    /// The tick of an off-CPU interval to `until`: its weight the interval,
+    /// counting as that many periods (at least one).
+    fn interval_tick(&self, a: Away, until: u64) -> Tick {
+        let since = a.since.max(self.start_ns);
+        let weight = Duration::from_nanos(until.saturating_sub(since));
+        let samples = ((weight.as_secs_f64() * self.rate).round() as u64).max(1);
+        self.tick(
+            a.pid,
+            &a.label,
+            &a.version,
+            since,
+            weight,
+            samples,
+            a.stack,
+            Vec::new(),
+        )
+    }
+
+    /// The threads still off their CPU at the end: counted until `end`.
+    fn close_intervals(&mut self, end: u64) {
+        let mut away: Vec<Away> = std::mem::take(&mut self.away).into_values().collect();
+        away.sort_by_key(|a| a.since);
+        for a in away {
+            let t = self.interval_tick(a, end);
+            self.pending.push_back(t);
+        }
+    }
+
+    /// Turn the ring buffer's records into ticks.
+    fn drain(&mut self) {
+        for f in self.followed.values_mut() {
+            f.new_batch();
+        }
+        // Copied out first, as the ring buffer's items borrow it.
+        let mut raw: Vec<RawRecord> = Vec::new();
+        while let Some(item) = self.ring.next() {
+            if let Some(r) = RawRecord::parse(&item) {
+                raw.push(r);
+            }
+            if raw.len() >= MAX_PENDING {
+                break;
+            }
+        }
+        for r in raw {
+            if r.kind == K_ON {
+                if let Some(a) = self.away.remove(&r.tid) {
+                    let t = self.interval_tick(a, r.time);
+                    self.pending.push_back(t);
+                }
+                continue;
+            }
+            let pid = r.tgid as i32;
+            let Some(f) = self.followed.get_mut(&pid) else {
+                continue;
+            };
+            if r.flags & F_NO_TSTATE != 0 {
+                f.unknown(r.tid as i32);
+                continue;
+            }
+            let mut errors = Vec::new();
+            let Some(stack) = f.stack_of(r.tid, r.flags, r.frames, &mut errors) else {
+                continue;
+            };
+            self.taken += 1;
+            let (label, version) = (f.label.clone(), f.version.clone());
+            if r.kind == K_OFF {
+                let c = state_char(r.state);
+                let call = crate::wait::call_from_registers(r.call, r.args);
+                let stack = f.off_stack(stack, r.tid as i32, c, Some(call));
+                // An interval whose end was never seen (the thread was
+                // asleep before the program was attached, and woke before
+                // it was) is replaced.
+                let away = Away {
+                    pid,
+                    label,
+                    version,
+                    since: r.time,
+                    stack,
+                };
+                self.away.insert(r.tid, away);
+                continue;
+            }
+            if r.kind == K_SAMPLE {
+                let t = self.tick(pid, &label, &version, r.time, self.weight, 1, stack, errors);
+                self.pending.push_back(t);
+            }
+        }
+    }
+
+    /// Read the thread lists that are due; a process that ended is
+    /// dropped (host-wide) or ends the recording.
+    fn refresh(&mut self) {
+        let due: Vec<i32> = self
+            .followed
+            .iter()
+            .filter(|(_, f)| f.due())
+            .map(|(p, _)| *p)
+            .collect();
+        for pid in due {
+            let Some(f) = self.followed.get_mut(&pid) else {
+                continue;
+            };
+            if let Err(e) = f.refresh(&mut self.tstates) {
+                if !self.host_wide {
+                    self.ended = Some(e);
+                }
+                self.remove(pid);
+            }
+        }
+        if self.host_wide && self.scanned.elapsed() >= SCAN_EVERY {
+            self.scan();
+        }
+    }
+
+    pub(crate) fn duration_over(&self) -> bool {
+        self.duration.is_some_and(|d| self.started.elapsed() >= d)
+    }
+
+    pub(crate) fn next_tick(&mut self) -> Option<Tick> {
+        loop {
+            if let Some(t) = self.pending.pop_front() {
+                return Some(t);
+            }
+            if self.done {
+                return None;
+            }
+            if let Some(e) = self.ended.take() {
+                self.done = true;
+                self.close_intervals(monotonic_ns());
+                self.pending.push_back(Tick {
+                    timestamp: self.started.elapsed(),
+                    weight: Duration::ZERO,
+                    samples: 0,
+                    late: Duration::ZERO,
+                    missed: 0,
+                    processes: Vec::new(),
+                    errors: Vec::new(),
+                    ended: vec![e],
+                });
+                continue;
+            }
+            if crate::pause::interrupted() || self.duration_over() {
+                // What the program wrote until now still counts.
+                self.drain();
+                self.close_intervals(monotonic_ns());
+                self.done = true;
+                continue;
+            }
+            std::thread::sleep(DRAIN_EVERY);
+            // Drained before a refresh, whose removal of an ended process
+            // would leave its last records without a process.
+            self.drain();
+            self.refresh();
+        }
+    }
+
+    /// Samples the program counted and the ring buffer had no room for.
+    fn counts(&self) -> (u64, u64) {
+        let sum = |i: u32| {
+            self.counters
+                .get(&i, 0)
+                .map(|v| v.iter().sum::<u64>())
+                .unwrap_or(0)
+        };
+        (sum(0), sum(1))
+    }
+
+    pub(crate) fn rate_health(&self) -> RateHealth {
+        let secs = self.started.elapsed().as_secs_f64();
+        let (_, lost) = self.counts();
+        let missed = lost;
+        let share = if self.taken + missed > 0 {
+            self.taken as f64 / (self.taken + missed) as f64
+        } else {
+            1.0
+        };
+        let mut reason = None;
+        if secs >= 0.5 && share < 0.95 {
+            reason = Some(format!(
+                "the eBPF engine: {lost} samples found the ring buffer full"
+            ));
+        }
+        RateHealth {
+            asked: self.rate,
+            delivered: self.rate * share,
+            reason,
+        }
+    }
+
+    pub(crate) fn cost_line(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        let unknown: u64 = self.followed.values().map(|f| f.unknown_thread).sum();
+        for name in ["on_sample", "on_switch"] {
+            let Some(p) = self.ebpf.program(name) else {
+                continue;
+            };
+            let Ok(info) = p.info() else { continue };
+            let (runs, time) = (info.run_count(), info.run_time());
+            if runs == 0 {
+                continue;
+            }
+            let each = time.as_secs_f64() * 1e6 / runs as f64;
+            let all = time.as_secs_f64() * 1e3;
+            parts.push(if name == "on_sample" {
+                let (taken, _) = self.counts();
+                format!(
+                    "eBPF program: {runs} runs ({taken} in the target, {unknown} of threads not \
+                     listed yet), {each:.2} µs each, {all:.1} ms in all"
+                )
+            } else {
+                format!("sched_switch program: {runs} runs, {each:.2} µs each, {all:.1} ms in all")
+            });
+        }
+        (!parts.is_empty()).then(|| format!("pyinspect: {}", parts.join("; ")))
+    }
+}
