@@ -200,6 +200,21 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def cpu_seconds_precise(pid):
+    """Time on a CPU of every live thread of pid so far, in nanoseconds from
+    /proc/PID/task/*/schedstat: utime and stime come in 10 ms ticks, too
+    coarse for a process that uses 0.1% of a CPU over a few seconds.
+    Threads that have ended are not counted (the eBPF engine runs one)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
 def spawn(cmd):
     """Start a profiler in the background, its stderr kept in a file (a pipe
     nobody reads could fill up and stall it)."""
@@ -890,8 +905,10 @@ class Bench:
                          f"median of {runs}, {window} s each",
                          {"cpu_pct": cpu})
 
-    def cpu_over(self, proc, warmup, window, what, drain=None):
-        """CPU % of one core that proc uses over `window` seconds after `warmup`."""
+    def cpu_over(self, proc, warmup, window, what, drain=None, precise=False):
+        """CPU % of one core that proc uses over `window` seconds after `warmup`
+        (precise: counted in nanoseconds, for a single-threaded process)."""
+        cpu = cpu_seconds_precise if precise else cpu_seconds
         deadline = time.monotonic() + warmup
         while time.monotonic() < deadline:
             if drain:
@@ -904,14 +921,14 @@ class Bench:
                 if not_implemented(err):
                     reason = f"not-implemented: {reason}"
                 raise Skip(f"{what} exited early: {reason}")
-        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        c0, t0 = cpu(proc.pid), time.monotonic()
         end = t0 + window
         while time.monotonic() < end:
             if drain:
                 drain(0.05)
             else:
                 time.sleep(0.05)
-        return (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0) * 100
+        return (cpu(proc.pid) - c0) / (time.monotonic() - t0) * 100
 
     def cpu_in_pty(self, cmd, warmup, window, what):
         """Run an interactive view in a 120x40 pseudo-terminal, keep reading
@@ -1021,7 +1038,11 @@ class Bench:
         """On one CPython 3.15 process (4 threads), pyinspect, CPython's own
         sampler (`profiling.sampling attach -a`) and py-spy at 1 and 10 kHz,
         non-blocking and pausing: CPU per sample after start-up, share of the
-        asked rate delivered, target slowdown. Then 1 kHz on 3.12 against py-spy."""
+        asked rate delivered, target slowdown. Then 1 kHz on 3.12 against py-spy.
+        pyinspect's eBPF engine (`--engine bpf`, which never pauses) runs in
+        the same rows as `pyinspect-bpf`: its CPU adds the program's kernel
+        time (kernel.bpf_stats_enabled, set for the scenario, then restored),
+        which the kernel spends in the target's threads and at switches."""
         secs, work = (3, 1.5) if self.quick else (5, 2.5)
         threads = 4
         py315 = sid_python("3.15")
@@ -1035,6 +1056,9 @@ class Bench:
                     "record", "-p", pid, "-r", rate, "-d", d, "--idle", "-f", "raw", "-o", out,
                     *([] if block else ["--nonblocking"])),
             }
+            t["pyinspect-bpf"] = lambda pid, rate, d, out, block: self.ours(
+                "record", "-p", pid, "-r", rate, "-d", d, "--idle", "-f", "raw", "-o", out,
+                "--engine", "bpf")
             if python == py315:
                 t["cpython"] = lambda pid, rate, d, out, block: [
                     py315, "-m", "profiling.sampling", "attach", "-a", "-r", str(rate), "-d", str(d),
@@ -1078,10 +1102,12 @@ class Bench:
                 t.ask(1, 30)  # warm-up
                 for name, make in tools(python).items():
                     for block in modes:
+                        if block and name == "pyinspect-bpf":
+                            continue
                         # Start-up alone: one sample a second for a second.
                         su = self.tmp / f"startup-{name}.txt"
                         m0, _, _, why0 = one_run(t, make(t.pid, 1, 1, su, block), su, 0.0)
-                        startup_cpu = m0.cpu if m0 and why0 is None else 0.0
+                        startup_cpu = m0.cpu + program_s(m0) if m0 and why0 is None else 0.0
                         startup_wall = m0.wall - 1.0 if m0 and why0 is None else 0.5
                         for rate in rates:
                             alone = float(t.ask(work, work + 30).split()[1])
@@ -1091,7 +1117,10 @@ class Bench:
                             row = {"python": label, "tool": name, "mode": "pausing" if block else "nonblocking",
                                    "rate": rate, "error": why}
                             if why is None and ticks > 0:
-                                row["us_per_sample"] = max(0.0, m.cpu - startup_cpu) / ticks * 1e6
+                                cpu = max(0.0, m.cpu + program_s(m) - startup_cpu)
+                                row["us_per_sample"] = cpu / ticks * 1e6
+                                row["cpu_pct"] = cpu / secs * 100
+                                row["program_s"] = program_s(m)
                                 row["delivered_pct"] = ticks / (rate * secs) * 100
                                 row["startup_cpu_s"] = startup_cpu
                                 row["wall_s"] = m.wall
@@ -1099,8 +1128,21 @@ class Bench:
                                 row["slowdown_pct"] = (alone - with_rate) / alone * 100
                             rows.append(row)
 
-        measure(py315, "3.15", [1000, 10000], [False, True])
-        measure(self.python, version_of(self.python), [1000], [False, True])
+        def program_s(m):
+            """The eBPF program's run time, from the engine's summary line."""
+            found = re.search(r"eBPF program: \d+ runs .*?([\d.]+) ms in all", m.err or "")
+            return float(found.group(1)) / 1000 if found else 0.0
+
+        stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+        old_stats = stats.read_text().strip() if stats.exists() else None
+        try:
+            if old_stats is not None:
+                stats.write_text("1")
+            measure(py315, "3.15", [1000, 10000], [False, True])
+            measure(self.python, version_of(self.python), [1000], [False, True])
+        finally:
+            if old_stats is not None:
+                stats.write_text(old_stats)
 
         def cell(r, key, unit):
             if r is None or r.get(key) is None:
@@ -1133,6 +1175,26 @@ class Bench:
             return None
 
         for py in ("3.15", version_of(self.python)):
+            for rate in (1000, 10000):
+                b = find(py, "pyinspect-bpf", "nonblocking", rate)
+                if b is None:
+                    continue
+                peer = find(py, "cpython", "nonblocking", rate) or find(py, "py-spy", "nonblocking", rate)
+                spy = find(py, "py-spy", "nonblocking", rate)
+                # CPU per sample is judged by record-bpf-engine (measured over a
+                # window, start-up apart); here the whole run less a start-up
+                # run, beside the peers', and what the target lost.
+                d, slow = b.get("delivered_pct"), b.get("slowdown_pct")
+                ok = d is not None and d >= 99 and slow is not None and slow <= 1
+                self.results.add(f"rec{py} {rate // 1000}k bpf delivered", d,
+                                 peer.get("delivered_pct") if peer else None,
+                                 ">= 99%, slowdown <= 1%", verdict(ok), "%",
+                                 f"target slowdown {cell(b, 'slowdown_pct', '%')} "
+                                 f"(vs {peer['tool'] if peer else '-'} {cell(peer, 'slowdown_pct', '%')}); "
+                                 f"{cell(b, 'us_per_sample', ' us')}/sample, program "
+                                 f"{b.get('program_s', 0) * 1e3:.0f} ms; py-spy {cell(spy, 'us_per_sample', ' us')}, "
+                                 f"ptrace engine {cell(find(py, 'pyinspect', 'nonblocking', rate), 'us_per_sample', ' us')}",
+                                 {"rows": [b, peer, spy]})
             for mode in ("nonblocking", "pausing"):
                 for rate in (1000, 10000):
                     ours = find(py, "pyinspect", mode, rate)
@@ -1260,7 +1322,8 @@ class Bench:
                         proc = spawn(self.ours("record", "--pid", t.pid, "--engine", engine, "-r", rate,
                                                "-d", secs, "-f", "raw", "-o", out))
                         try:
-                            cpu_pct = self.cpu_over(proc, warmup, window, f"record --engine {engine}")
+                            cpu_pct = self.cpu_over(proc, warmup, window, f"record --engine {engine}",
+                                                    precise=engine == "bpf")
                             proc.wait(60)
                         finally:
                             stop_gently(proc)

@@ -23,9 +23,12 @@ use std::time::{Duration, Instant};
 static PROGRAM: &[u8] = aya::include_bytes_aligned!("../../bpf/pyinspect.bpf.o");
 
 /// How often the ring buffer is drained: each wake-up costs some 20 µs
-/// before any work on this machine, so rarely. The ring buffer (4 MiB)
-/// holds more than a second of 10 kHz samples on a few CPUs.
+/// before any work on this machine, and each drain checks again the code
+/// objects its samples name, so rarely. The ring buffer (4 MiB) holds more
+/// than a second of 10 kHz samples on a few CPUs; up to 2 kHz, four times
+/// as long.
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
+const DRAIN_EVERY_SLOW: Duration = Duration::from_millis(250);
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 /// Most samples kept waiting to be handed on (the ring buffer holds the rest).
@@ -428,49 +431,79 @@ impl BpfSampler {
                 break;
             }
         }
+        // A thread's samples in a row with the same stack (a hot loop) are
+        // resolved and handed on once, as that many samples: the same
+        // profile, for a fraction of the work.
+        let mut held: HashMap<u32, (RawRecord, u64)> = HashMap::new();
         for r in raw {
-            if r.kind == K_ON {
-                if let Some(a) = self.away.remove(&r.tid) {
-                    let t = self.interval_tick(a, r.time);
-                    self.pending.push_back(t);
+            if r.kind == K_SAMPLE {
+                if let Some((h, n)) = held.get_mut(&r.tid) {
+                    if h.tgid == r.tgid && h.flags == r.flags && h.frames == r.frames {
+                        *n += 1;
+                        continue;
+                    }
+                }
+                if let Some((h, n)) = held.insert(r.tid, (r, 1)) {
+                    self.take(h, n);
                 }
                 continue;
             }
-            let pid = r.tgid as i32;
-            let Some(f) = self.followed.get_mut(&pid) else {
-                continue;
-            };
-            if r.flags & F_NO_TSTATE != 0 {
-                f.unknown(r.tid as i32);
-                continue;
+            // Anything else of a thread comes after its samples held.
+            if let Some((h, n)) = held.remove(&r.tid) {
+                self.take(h, n);
             }
-            let mut errors = Vec::new();
-            let Some(stack) = f.stack_of(r.tid, r.flags, r.frames, &mut errors) else {
-                continue;
-            };
-            self.taken += 1;
-            let (label, version) = (f.label.clone(), f.version.clone());
-            if r.kind == K_OFF {
-                let c = state_char(r.state);
-                let call = crate::wait::call_from_registers(r.call, r.args);
-                let stack = f.off_stack(stack, r.tid as i32, c, Some(call));
-                // An interval whose end was never seen (the thread was
-                // asleep before the program was attached, and woke before
-                // it was) is replaced.
-                let away = Away {
-                    pid,
-                    label,
-                    version,
-                    since: r.time,
-                    stack,
-                };
-                self.away.insert(r.tid, away);
-                continue;
-            }
-            if r.kind == K_SAMPLE {
-                let t = self.tick(pid, &label, &version, r.time, self.weight, 1, stack, errors);
+            self.take(r, 1);
+        }
+        let mut rest: Vec<(RawRecord, u64)> = held.into_values().collect();
+        rest.sort_by_key(|(r, _)| r.time);
+        for (r, n) in rest {
+            self.take(r, n);
+        }
+    }
+
+    /// Hand on one record of the program's (`n` samples in a row of one
+    /// thread, with one stack, for a tick record).
+    fn take(&mut self, r: RawRecord, n: u64) {
+        if r.kind == K_ON {
+            if let Some(a) = self.away.remove(&r.tid) {
+                let t = self.interval_tick(a, r.time);
                 self.pending.push_back(t);
             }
+            return;
+        }
+        let pid = r.tgid as i32;
+        let Some(f) = self.followed.get_mut(&pid) else {
+            return;
+        };
+        if r.flags & F_NO_TSTATE != 0 {
+            f.unknown(r.tid as i32);
+            return;
+        }
+        let mut errors = Vec::new();
+        let Some(stack) = f.stack_of(r.tid, r.flags, r.frames, &mut errors) else {
+            return;
+        };
+        self.taken += n;
+        let (label, version) = (f.label.clone(), f.version.clone());
+        if r.kind == K_OFF {
+            let c = state_char(r.state);
+            let call = crate::wait::call_from_registers(r.call, r.args);
+            let stack = f.off_stack(stack, r.tid as i32, c, Some(call));
+            // An interval whose end was never seen (the thread was asleep
+            // before the program was attached, and woke before it was) is
+            // replaced.
+            let away = Away {
+                pid,
+                label,
+                version,
+                since: r.time,
+                stack,
+            };
+            self.away.insert(r.tid, away);
+        } else if r.kind == K_SAMPLE {
+            let weight = self.weight * n as u32;
+            let t = self.tick(pid, &label, &version, r.time, weight, n, stack, errors);
+            self.pending.push_back(t);
         }
     }
 
@@ -533,7 +566,16 @@ impl BpfSampler {
                 self.done = true;
                 continue;
             }
-            std::thread::sleep(DRAIN_EVERY);
+            let every = if self.rate <= 2000.0 {
+                DRAIN_EVERY_SLOW
+            } else {
+                DRAIN_EVERY
+            };
+            // Not past the end of the recording.
+            let left = self
+                .duration
+                .map_or(every, |d| d.saturating_sub(self.started.elapsed()));
+            std::thread::sleep(every.min(left).max(Duration::from_millis(1)));
             // Drained before a refresh, whose removal of an ended process
             // would leave its last records without a process.
             self.drain();
