@@ -76,8 +76,9 @@ fn hot_share(m: &BTreeMap<String, f64>) -> f64 {
 
 /// Both engines record the same running fixture at once. The bpf engine's
 /// share of hot_function matches the CPU time the fixture counted itself
-/// (within 4 points), and every stack and line through hot_function or
-/// cold_function that the ptrace engine shows, the bpf engine shows too.
+/// (within 1 point; 0.6 at most seen), and every stack and line through
+/// hot_function or cold_function that the ptrace engine shows, the bpf
+/// engine shows too.
 /// Their shares are printed, not compared: on this overloaded two-CPU
 /// machine the ptrace engine counts runnable time (a thread waiting for a
 /// CPU counts where it was preempted), which strays from the CPU time by
@@ -136,7 +137,7 @@ fn same_stacks_as_the_ptrace_engine() {
             hot_share(&ps)
         );
             assert!(
-                (hot_share(&bs) - truth).abs() <= 0.04,
+                (hot_share(&bs) - truth).abs() <= 0.01,
                 "hot_function: bpf {:.3}, CPU time {truth:.3}\nbpf {bs:#?}",
                 hot_share(&bs)
             );
