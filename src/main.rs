@@ -177,7 +177,7 @@ struct TargetArgs {
     command: Vec<String>,
 }
 
-/// `--all`: record.
+/// `--all`: record and top.
 #[derive(Args, Debug)]
 struct AllArg {
     /// Sample every Python process on the host (and in its containers),
@@ -185,6 +185,17 @@ struct AllArg {
     /// cgroup): the bpf engine, which --all implies.
     #[arg(long, conflicts_with_all = ["pid", "command"])]
     all: bool,
+}
+
+impl AllArg {
+    /// The engine asked, else the one --all needs, else the default.
+    fn engine(&self, asked: Option<pyinspect::bpf::Engine>) -> pyinspect::bpf::Engine {
+        match asked {
+            Some(e) => e,
+            None if self.all => pyinspect::bpf::Engine::Bpf,
+            None => pyinspect::bpf::Engine::default(),
+        }
+    }
 }
 
 /// `--full-names`: dump, record, top and diff.
@@ -404,6 +415,8 @@ struct TopArgs {
     #[command(flatten)]
     target: TargetArgs,
     #[command(flatten)]
+    all: AllArg,
+    #[command(flatten)]
     read: ReadArgs,
     #[command(flatten)]
     sample: SampleArgs,
@@ -465,8 +478,12 @@ fn check(command: &Command) -> Result<(), pyinspect::error::Error> {
             }
             check_read(read.native, read.nonblocking)
         }
-        Command::Top(TopArgs { target, read, .. }) => {
-            check_target(target.pid.pid, &target.command)?;
+        Command::Top(TopArgs {
+            target, read, all, ..
+        }) => {
+            if !all.all {
+                check_target(target.pid.pid, &target.command)?;
+            }
             check_read(read.native, read.nonblocking)
         }
         Command::Watch(WatchArgs { target, read, .. }) => {
@@ -580,11 +597,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         nolineno: a.nolineno,
         full_filenames: a.sample.full_filenames,
         mode,
-        engine: a.sample.engine.unwrap_or(if a.all.all {
-            pyinspect::bpf::Engine::Bpf
-        } else {
-            pyinspect::bpf::Engine::Ptrace
-        }),
+        engine: a.all.engine(a.sample.engine),
     })
 }
 
@@ -603,7 +616,8 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         refresh: a.delay,
         full_filenames: a.sample.full_filenames,
         full_names: a.read.names.full_names,
-        engine: a.sample.engine.unwrap_or_default(),
+        engine: a.all.engine(a.sample.engine),
+        all: a.all.all,
     })
 }
 

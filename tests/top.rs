@@ -394,3 +394,27 @@ fn top_names_native_frames_short() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
+
+/// `top --all`: every Python process on the host, the fixture's hot
+/// function among them, under a header that says so; q ends it cleanly.
+#[test]
+fn top_all_shows_every_python_process() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let fixture = Fixture::spawn(pyenv((3, 12)), "top_hot.py", &["120"]);
+    let tmux = Tmux::start(
+        "all",
+        &format!("{BIN} top --all; echo \"EXITED rc=$?\"; sleep 60"),
+    );
+    // (A PID column appears once there are two processes.)
+    let (ok, screen) = tmux.wait_for(Duration::from_secs(20), |s| {
+        s.contains("every Python process on the host") && s.contains("hot_loop")
+    });
+    assert!(
+        ok,
+        "top --all: no hot_loop or header (fixture {}):\n{screen}",
+        fixture.pid
+    );
+    tmux.keys("q");
+    let (ok, screen) = tmux.wait_for(Duration::from_secs(10), |s| s.contains("EXITED rc="));
+    assert!(ok && screen.contains("EXITED rc=0"), "{screen}");
+}

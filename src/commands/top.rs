@@ -45,6 +45,8 @@ pub struct TopOptions {
     /// Native frames by their whole signature (`--full-names`).
     pub full_names: bool,
     pub engine: crate::bpf::Engine,
+    /// Every Python process on the host (`--all`; the eBPF engine).
+    pub all: bool,
 }
 
 /// The first refresh comes sooner, so the screen is not empty for a second.
@@ -77,6 +79,8 @@ pub fn run(opts: TopOptions) -> anyhow::Result<()> {
     pause::install_signal_flag();
     let (pid, launched, log) = match opts.pid {
         Some(pid) => (pid, None, None),
+        // --all: no one process (0 is never a process's pid).
+        None if opts.all => (0, None, None),
         None => {
             // Created exclusively (never through a planted link); the time
             // keeps a stale log of an earlier pyinspect with our pid from
@@ -192,7 +196,7 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             rate: opts.rate,
             duration: None,
             subprocesses: opts.subprocesses,
-            all: false,
+            all: opts.all,
         },
         target: crate::sampler::TargetConfig {
             pause: crate::sampler::PausePolicy {
@@ -244,7 +248,16 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             idle: opts.idle,
             gil_only: opts.gil,
         }),
-        view: View::new(pid, procfs::cmdline(pid).unwrap_or_default(), opts.rate),
+        view: View::new(
+            pid,
+            if opts.all {
+                String::new()
+            } else {
+                procfs::cmdline(pid).unwrap_or_default()
+            },
+            opts.rate,
+        ),
+        pids: HashSet::new(),
         monitor: ThreadMonitor::new(),
         rates: HashMap::new(),
         gone: HashSet::new(),
@@ -278,6 +291,8 @@ struct App {
     monitor: ThreadMonitor,
     rates: HashMap<(i32, u32), ThreadRates>,
     gone: HashSet<(i32, u32)>,
+    /// The processes seen (`--all`: each tick holds one).
+    pids: HashSet<i32>,
     root_pid: i32,
     /// Mean sampling interval: a sample later than this counts as late.
     interval: Duration,
@@ -300,6 +315,7 @@ impl App {
                 match rx.try_recv() {
                     Ok(Msg::Tick(t)) => self.add_tick(t),
                     Ok(Msg::Started) => {}
+                    Ok(Msg::Ended) if self.root_pid == 0 => self.end("sampling ended".into()),
                     Ok(Msg::Ended) => self.end(format!("process {} exited", self.root_pid)),
                     Ok(Msg::Failed(e)) => self.end(e.to_string()),
                     Err(TryRecvError::Empty) => break,
@@ -363,10 +379,13 @@ impl App {
     fn add_tick(&mut self, t: Tick) {
         let late = u64::from(t.late > self.interval) + t.missed;
         self.agg.begin_tick(late, t.late, &t.errors);
-        if !t.processes.is_empty() {
+        if self.root_pid == 0 {
+            self.pids.extend(t.processes.iter().map(|p| p.pid));
+            self.view.processes = self.pids.len();
+        } else if !t.processes.is_empty() {
             self.view.processes = t.processes.len();
         }
-        if self.view.python_version.is_empty() {
+        if self.view.python_version.is_empty() && self.root_pid != 0 {
             let root = t.processes.iter().find(|p| p.pid == self.root_pid);
             if let Some(p) = root.or(t.processes.first()) {
                 self.view.python_version = p.python_version.clone();

@@ -62,7 +62,11 @@ fn draw_header(f: &mut Frame, area: Rect, v: &View) {
     let t = &v.snapshot.totals;
     let mut first = vec![
         Span::styled("pyinspect top", Style::new().bold()),
-        Span::raw(format!("  process {}: {}", v.root_pid, v.cmdline)),
+        Span::raw(if v.root_pid == 0 {
+            "  every Python process on the host (--all)".to_string()
+        } else {
+            format!("  process {}: {}", v.root_pid, v.cmdline)
+        }),
     ];
     if !v.python_version.is_empty() {
         first.push(Span::raw(format!("  Python {}", v.python_version)));
