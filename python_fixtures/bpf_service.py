@@ -2,12 +2,13 @@
 # One of several services that `record --all` records together: it spins in
 # a function of its own, hot_<NAME> (argv[1]: alpha, beta, gamma or delta),
 # so that each process's profile can be told from the others'. Prints
-# "READY" once it spins; ends by itself after LIFETIME seconds. Standalone
+# "READY" once it spins; ends by itself after LIFETIME seconds (argv[2]
+# when given: a test whose services outlive its shell). Standalone
 # (no fixture_util): one test runs it inside a chroot. Runs on 2.7 and 3.6+.
 import sys
 import time
 
-LIFETIME = 120.0
+LIFETIME = float(sys.argv[2]) if len(sys.argv) > 2 else 120.0
 END = time.time() + LIFETIME
 
 

@@ -212,7 +212,7 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
     assert!(!out.exists(), "a profile was written");
 
     // Options the engine does not take yet.
-    for extra in [&["--native"][..], &["--mode", "gil"], &["-s"]] {
+    for extra in [&["--native"][..], &["--mode", "gil"], &["--async"]] {
         let mut a = args.to_vec();
         a.extend_from_slice(extra);
         let line = assert_one_clean_error_line(&record(&a, &[]));
@@ -510,4 +510,62 @@ fn records_every_python_process_on_the_host() {
     assert!(line.contains("--all"), "{line}");
     let line = assert_one_clean_error_line(&record(&["--all", "--pid", "1"], &[]));
     assert!(line.contains("--all") || line.contains("--pid"), "{line}");
+}
+
+/// `--subprocesses`: a shell that starts two Python services, recorded
+/// from its start; each service under its own root frame, with its own hot
+/// function. (The services end by themselves after 8 s: background jobs
+/// of a shell ignore the interrupt that ends it.)
+#[test]
+fn follows_the_python_processes_a_program_starts() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let script = common::fixture_path("bpf_service.py");
+    let (a, b) = (common::pyenv((3, 12)), common::pyenv((3, 10)));
+    let shell = format!(
+        "{} {} alpha 8 & {} {} beta 8 & wait",
+        a.python.display(),
+        script.display(),
+        b.python.display(),
+        script.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.txt");
+    let r = record(
+        &[
+            "--engine",
+            "bpf",
+            "-s",
+            "-r",
+            "200",
+            "-d",
+            "4",
+            "-f",
+            "raw",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &shell,
+        ],
+        &[],
+    );
+    r.assert_success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    for (name, interp) in [("alpha", a), ("beta", b)] {
+        let roots: BTreeSet<&str> = text
+            .lines()
+            .filter(|l| l.contains(&format!("hot_{name} (")))
+            .filter_map(|l| l.split(';').next())
+            .collect();
+        assert!(
+            roots.len() == 1
+                && roots
+                    .iter()
+                    .all(|r| r.starts_with("process ") && r.contains(name)),
+            "{}: hot_{name} under {roots:?}:\n{text}",
+            interp.label
+        );
+    }
+    eprintln!("bpf -s: covered {} and {}", a.label, b.label);
 }

@@ -96,8 +96,6 @@ pub(crate) fn unavailable() -> Option<String> {
 fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
     if cfg.target.read.native {
         Some("--native")
-    } else if cfg.schedule.subprocesses {
-        Some("--subprocesses")
     } else if cfg.target.filter.gil_only {
         Some("--gil / --mode gil")
     } else if cfg.target.read.asyncio != crate::sampler::AsyncMode::Off {

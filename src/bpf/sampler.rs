@@ -76,6 +76,9 @@ pub(crate) struct BpfSampler {
     cfg: SamplerConfig,
     /// Every Python process on the host (`--all`), not one.
     host_wide: bool,
+    /// With --subprocesses: the root whose Python descendants are followed
+    /// too (the root itself need not be Python).
+    family: Option<i32>,
     followed: HashMap<i32, Followed>,
     free_slots: Vec<u32>,
     /// Host-wide: processes found not to be Python, by pid, with their
@@ -100,26 +103,30 @@ pub(crate) struct BpfSampler {
 }
 
 impl BpfSampler {
-    /// Follow `pid`, or with `host_wide` every Python process there is
-    /// (`pid` unused).
+    /// Follow `pid` (with --subprocesses, its Python descendants too), or
+    /// with `host_wide` every Python process there is (`pid` unused).
     pub(crate) fn new(pid: i32, cfg: SamplerConfig, host_wide: bool) -> Result<BpfSampler, Error> {
+        let family = (!host_wide && cfg.schedule.subprocesses).then_some(pid);
         let first = if host_wide {
             None
         } else {
             crate::privilege::check_target(pid)?;
             // A program just launched may not have its interpreter up yet.
             let deadline = Instant::now() + STARTUP_WAIT;
-            Some(loop {
+            loop {
                 match Followed::open(pid, 0, &cfg, false) {
-                    Ok(ok) => break ok,
+                    Ok(ok) => break Some(ok),
                     Err(Error::NotInitialized { .. } | Error::NoInterpreter { .. })
                         if Instant::now() < deadline =>
                     {
                         std::thread::sleep(Duration::from_millis(10));
                     }
+                    // A shell or a launcher: its Python children are what
+                    // is followed.
+                    Err(_) if family.is_some() => break None,
                     Err(e) => return Err(e),
                 }
-            })
+            }
         };
         if let Some((f, _)) = &first {
             if f.offsets().is_none() {
@@ -172,6 +179,7 @@ impl BpfSampler {
             duration: cfg.schedule.duration,
             cfg,
             host_wide,
+            family,
             followed: HashMap::new(),
             free_slots: (0..MAX_TARGETS).rev().collect(),
             passed_over: HashMap::new(),
@@ -188,7 +196,7 @@ impl BpfSampler {
         if let Some((f, threads)) = first {
             s.add(f, threads)?;
         }
-        if host_wide {
+        if host_wide || family.is_some() {
             s.scan();
         }
 
@@ -279,11 +287,17 @@ impl BpfSampler {
         }
     }
 
-    /// Host-wide: follow each Python process not followed yet.
+    /// Follow each Python process not followed yet: on the host, or among
+    /// the root's descendants.
     fn scan(&mut self) {
         self.scanned = Instant::now();
         let me = std::process::id() as i32;
-        let pids = crate::procfs::pids();
+        let pids = match self.family {
+            Some(root) => std::iter::once(root)
+                .chain(crate::procfs::descendants(root))
+                .collect(),
+            None => crate::procfs::pids(),
+        };
         if self.passed_over.len() > MAX_PASSED_OVER {
             self.passed_over.clear();
         }
@@ -295,7 +309,7 @@ impl BpfSampler {
             if self.passed_over.get(&pid) == Some(&started) {
                 continue;
             }
-            match Followed::open(pid, 0, &self.cfg, true) {
+            match Followed::open(pid, 0, &self.cfg, self.host_wide) {
                 Ok((f, threads)) => {
                     if self.add(f, threads).is_err() {
                         self.passed_over.insert(pid, started);
@@ -521,14 +535,24 @@ impl BpfSampler {
                 continue;
             };
             if let Err(e) = f.refresh(&mut self.tstates) {
-                if !self.host_wide {
+                if !self.host_wide && self.family.is_none() {
                     self.ended = Some(e);
                 }
                 self.remove(pid);
             }
         }
-        if self.host_wide && self.scanned.elapsed() >= SCAN_EVERY {
+        if (self.host_wide || self.family.is_some()) && self.scanned.elapsed() >= SCAN_EVERY {
             self.scan();
+        }
+        // A family ends with its root, once no Python process of it is left.
+        if let Some(root) = self.family {
+            let gone = matches!(
+                crate::procfs::thread_state(root, root),
+                None | Some('Z' | 'X')
+            );
+            if gone && self.followed.is_empty() && self.ended.is_none() {
+                self.ended = Some(Error::ProcessExited { pid: root });
+            }
         }
     }
 
