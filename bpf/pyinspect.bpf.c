@@ -61,6 +61,9 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 #define K_OFF 1         // a thread left its CPU (stack, state, call)
 #define K_ON 2          // a thread that had left came back (no stack)
 
+// A task's state at its last switch, after it exited.
+#define TASK_DEAD 0x80
+
 // The only kernel types read, by CO-RE: the loader matches the fields by
 // name against the running kernel's BTF, so no kernel headers are needed.
 struct task_struct {
@@ -384,9 +387,15 @@ int on_switch(u64 *ctx)
 	struct layout *l = bpf_map_lookup_elem(&layouts, slot);
 	if (!l || !l->switches)
 		return 0;
+	u32 state = ctx[0] ? 0 : (u32)ctx[3];
+	if (state & TASK_DEAD) {
+		// Its last switch: it never comes back.
+		bpf_map_delete_elem(&off_cpu, &tid);
+		return 0;
+	}
 	if (!take_stack(s, which, *slot, tgid, tid, K_OFF))
 		return 0;
-	s->state = ctx[0] ? 0 : (u32)ctx[3];
+	s->state = state;
 	u64 regs[REGS_WORDS];
 	void *pt = bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (pt && bpf_probe_read_kernel(regs, sizeof(regs), pt) == 0) {

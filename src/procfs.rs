@@ -197,12 +197,6 @@ pub(crate) fn pids() -> Vec<i32> {
         .collect()
 }
 
-/// When `pid` started (clock ticks after boot): with the pid, what tells
-/// one process from a later one given the same pid.
-pub(crate) fn start_time(pid: i32) -> Option<u64> {
-    identity(pid).map(|i| i.start_time)
-}
-
 /// The last part of the cgroup `pid` is in, when it is not the root: what
 /// names a container or a service (`docker-3f2a….scope`, `nginx.service`).
 /// The unified hierarchy's path when there is one, else the first v1

@@ -569,3 +569,47 @@ fn follows_the_python_processes_a_program_starts() {
     }
     eprintln!("bpf -s: covered {} and {}", a.label, b.label);
 }
+
+/// Off-CPU intervals far shorter than a period (0.3 ms naps, recorded at
+/// 100 Hz in wall mode) add up to the time they took, not to a sample
+/// each: a single-threaded process gets about one sample per period.
+#[test]
+fn short_waits_add_up_to_their_time() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let script = common::fixture_path("bpf_service.py");
+    let mut c = Command::new(&common::pyenv((3, 12)).python);
+    c.arg(&script).args(["naps", "30"]);
+    let svc = Service::start(c, None);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("naps.txt");
+    let pid = svc.pid.to_string();
+    let r = record(
+        &[
+            "--engine",
+            "bpf",
+            "--mode",
+            "wall",
+            "-r",
+            "100",
+            "-d",
+            "3",
+            "-f",
+            "raw",
+            "-o",
+            out.to_str().unwrap(),
+            "--pid",
+            &pid,
+        ],
+        &[],
+    );
+    r.assert_success();
+    let total: u64 = common_output::raw_stacks(&std::fs::read(&out).unwrap())
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        (255..=345).contains(&total),
+        "{total} samples for 3 s of one thread at 100 Hz\n{}",
+        r.describe()
+    );
+}

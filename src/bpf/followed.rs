@@ -116,8 +116,14 @@ impl Followed {
         self.memo.clear();
     }
 
-    /// Bring the program's thread-state map in line with `threads`.
-    pub(super) fn set_threads(&mut self, tstates: &mut TstateMap, threads: Vec<ThreadEntry>) {
+    /// Bring the program's thread-state map in line with `threads`; the
+    /// threads no longer there.
+    pub(super) fn set_threads(
+        &mut self,
+        tstates: &mut TstateMap,
+        threads: Vec<ThreadEntry>,
+    ) -> Vec<u32> {
+        let mut gone = Vec::new();
         let now: HashMap<i32, ThreadEntry> = threads.into_iter().map(|t| (t.tid, t)).collect();
         for (tid, t) in &now {
             if self.threads.get(tid).map(|o| o.tstate) != Some(t.tstate) {
@@ -127,6 +133,7 @@ impl Followed {
         for tid in self.threads.keys() {
             if !now.contains_key(tid) {
                 let _ = tstates.remove(&(*tid as u32));
+                gone.push(*tid as u32);
             }
         }
         self.threads = now;
@@ -149,31 +156,31 @@ impl Followed {
                 self.not_python.insert(tid);
             }
         }
+        gone
     }
 
-    /// Read the thread list again; Err when the process has ended.
-    pub(super) fn refresh(&mut self, tstates: &mut TstateMap) -> Result<(), Error> {
+    /// Read the thread list again: the threads gone since; Err when the
+    /// process has ended.
+    pub(super) fn refresh(&mut self, tstates: &mut TstateMap) -> Result<Vec<u32>, Error> {
         self.refreshed = Instant::now();
         self.refresh_soon = false;
         match self.reader.thread_entries(&self.source) {
-            Ok(t) => {
-                self.set_threads(tstates, t);
-                Ok(())
-            }
+            Ok(t) => Ok(self.set_threads(tstates, t)),
             Err(e @ Error::ProcessExited { .. }) => Err(e),
             Err(_) if !self.alive() => Err(Error::ProcessExited { pid: self.pid }),
             // A list read while threads come and go: the next refresh.
-            Err(_) => Ok(()),
+            Err(_) => Ok(Vec::new()),
         }
     }
 
-    /// Take its threads out of the program's map (it is no longer followed).
-    pub(super) fn forget(&mut self, tstates: &mut TstateMap) {
+    /// Take its threads out of the program's map (it is no longer
+    /// followed): the Python threads it had.
+    pub(super) fn forget(&mut self, tstates: &mut TstateMap) -> Vec<u32> {
         for tid in self.threads.keys().chain(self.not_python.iter()) {
             let _ = tstates.remove(&(*tid as u32));
         }
-        self.threads.clear();
         self.not_python.clear();
+        self.threads.drain().map(|(t, _)| t as u32).collect()
     }
 
     fn alive(&self) -> bool {

@@ -56,6 +56,7 @@ fn load_error(what: &str, e: impl std::fmt::Display) -> Error {
 /// A thread off its CPU: its process, since when (the program's clock), and
 /// the stack it left with, until it comes back.
 struct Away {
+    tid: u32,
     pid: i32,
     label: Arc<str>,
     version: String,
@@ -82,12 +83,17 @@ pub(crate) struct BpfSampler {
     followed: HashMap<i32, Followed>,
     free_slots: Vec<u32>,
     /// Host-wide: processes found not to be Python, by pid, with their
-    /// start time (a pid used again is looked at again).
-    passed_over: HashMap<i32, u64>,
+    /// identity (a pid used again, or a process that execs, is looked at
+    /// again).
+    passed_over: HashMap<i32, crate::procfs::Identity>,
     scanned: Instant,
     /// The sched_switch program is attached (off-CPU intervals are taken).
     switches: bool,
     away: HashMap<u32, Away>,
+    /// Per thread, the part of a period its off-CPU intervals have added
+    /// up to beyond whole samples: a wait of 0.3 periods counts as no
+    /// sample, and the next one's share carries it.
+    carry: HashMap<u32, f64>,
     pending: VecDeque<Tick>,
     rate: f64,
     weight: Duration,
@@ -186,6 +192,7 @@ impl BpfSampler {
             scanned: Instant::now(),
             switches: false,
             away: HashMap::new(),
+            carry: HashMap::new(),
             pending: VecDeque::new(),
             started: Instant::now(),
             start_ns: monotonic_ns(),
@@ -269,21 +276,37 @@ impl BpfSampler {
             return;
         };
         let _ = self.targets.remove(&(pid as u32));
-        f.forget(&mut self.tstates);
+        let threads = f.forget(&mut self.tstates);
         self.free_slots.push(f.slot);
+        // Its threads still away are counted to now.
         let now = monotonic_ns();
-        let gone: Vec<u32> = self
+        let mut gone: Vec<u32> = self
             .away
             .iter()
             .filter(|(_, a)| a.pid == pid)
             .map(|(t, _)| *t)
             .collect();
-        for tid in gone {
-            if let Some(a) = self.away.remove(&tid) {
-                let _ = self.off_map.remove(&tid);
+        gone.sort_unstable();
+        for tid in &gone {
+            if let Some(a) = self.away.remove(tid) {
                 let t = self.interval_tick(a, now);
                 self.pending.push_back(t);
             }
+        }
+        for tid in gone.iter().chain(&threads) {
+            let _ = self.off_map.remove(tid);
+            self.carry.remove(tid);
+        }
+    }
+
+    /// Threads of a process followed that have exited: nothing of them is
+    /// waited for any more (an interval open when a thread exits ends
+    /// unseen; the program drops a dead task's own last switch).
+    fn forget_threads(&mut self, tids: &[u32]) {
+        for tid in tids {
+            self.away.remove(tid);
+            self.carry.remove(tid);
+            let _ = self.off_map.remove(tid);
         }
     }
 
@@ -305,20 +328,22 @@ impl BpfSampler {
             if pid == me || self.followed.contains_key(&pid) {
                 continue;
             }
-            let started = crate::procfs::start_time(pid).unwrap_or(0);
-            if self.passed_over.get(&pid) == Some(&started) {
+            let Some(id) = crate::procfs::identity(pid) else {
+                continue;
+            };
+            if self.passed_over.get(&pid) == Some(&id) {
                 continue;
             }
             match Followed::open(pid, 0, &self.cfg, self.host_wide) {
                 Ok((f, threads)) => {
                     if self.add(f, threads).is_err() {
-                        self.passed_over.insert(pid, started);
+                        self.passed_over.insert(pid, id);
                     }
                 }
                 // Python still starting: looked at again at the next scan.
-                Err(Error::NotInitialized { .. }) => {}
+                Err(Error::NotInitialized { .. } | Error::NoInterpreter { .. }) => {}
                 Err(_) => {
-                    self.passed_over.insert(pid, started);
+                    self.passed_over.insert(pid, id);
                 }
             }
         }
@@ -358,6 +383,7 @@ impl BpfSampler {
                 self.away.insert(
                     tid,
                     Away {
+                        tid,
                         pid: f.pid,
                         label: f.label.clone(),
                         version: f.version.clone(),
@@ -403,11 +429,16 @@ impl BpfSampler {
     }
 
     /// The tick of an off-CPU interval to `until`: its weight the interval,
-    /// counting as that many periods (at least one).
-    fn interval_tick(&self, a: Away, until: u64) -> Tick {
+    /// counting as that many whole periods (with what its thread's earlier
+    /// intervals left over; the rest is carried to its next one).
+    fn interval_tick(&mut self, a: Away, until: u64) -> Tick {
         let since = a.since.max(self.start_ns);
         let weight = Duration::from_nanos(until.saturating_sub(since));
-        let samples = ((weight.as_secs_f64() * self.rate).round() as u64).max(1);
+        let carry = self.carry.entry(a.tid).or_insert(0.0);
+        let periods = *carry + weight.as_secs_f64() * self.rate;
+        let samples = periods.floor().max(0.0);
+        *carry = periods - samples;
+        let samples = samples as u64;
         self.tick(
             a.pid,
             &a.label,
@@ -507,6 +538,7 @@ impl BpfSampler {
             // before the program was attached, and woke before it was) is
             // replaced.
             let away = Away {
+                tid: r.tid,
                 pid,
                 label,
                 version,
@@ -534,11 +566,14 @@ impl BpfSampler {
             let Some(f) = self.followed.get_mut(&pid) else {
                 continue;
             };
-            if let Err(e) = f.refresh(&mut self.tstates) {
-                if !self.host_wide && self.family.is_none() {
-                    self.ended = Some(e);
+            match f.refresh(&mut self.tstates) {
+                Ok(gone) => self.forget_threads(&gone),
+                Err(e) => {
+                    if !self.host_wide && self.family.is_none() {
+                        self.ended = Some(e);
+                    }
+                    self.remove(pid);
                 }
-                self.remove(pid);
             }
         }
         if (self.host_wide || self.family.is_some()) && self.scanned.elapsed() >= SCAN_EVERY {
