@@ -198,7 +198,8 @@ pub(crate) fn pids() -> Vec<i32> {
 }
 
 /// The last part of the cgroup `pid` is in, when it is not the root: what
-/// names a container or a service (`docker-3f2a….scope`, `nginx.service`).
+/// names a container or a service (`docker-3f2a….scope`, `nginx.service`),
+/// as the kernel writes it (the caller makes it printable).
 /// The unified hierarchy's path when there is one, else the first v1
 /// controller's that is not the root.
 pub(crate) fn cgroup_name(pid: i32) -> Option<String> {
@@ -220,12 +221,7 @@ pub(crate) fn parse_cgroup_name(text: &str) -> Option<String> {
         .filter(|p| *p != "/")
         .or_else(|| paths.iter().map(|(_, p)| *p).find(|p| *p != "/"))?;
     let last = path.trim_end_matches('/').rsplit('/').next()?;
-    (!last.is_empty()).then(|| escape_name(last))
-}
-
-/// A name from the kernel, printable on one line.
-fn escape_name(s: &str) -> String {
-    crate::stack::escape_controls(s).into_owned()
+    (!last.is_empty()).then(|| last.to_string())
 }
 
 /// The identity of `pid` now, read afresh.
@@ -1014,6 +1010,20 @@ garbage line
         assert_eq!(stat_field("1 (x) S 9", 4), Some(9));
         assert_eq!(stat_field("1 (x) S", 4), None);
         assert_eq!(stat_field("1 (x) S 9", 2), None);
+    }
+
+    #[test]
+    fn cgroup_names() {
+        // cgroup v2 alone, a container's scope.
+        let v2 = "0::/system.slice/docker-3f2a.scope\n";
+        assert_eq!(parse_cgroup_name(v2).as_deref(), Some("docker-3f2a.scope"));
+        // Hybrid, unified at the root: the first v1 path that is not.
+        let hybrid = "9:name=systemd:/\n4:memory:/process_api/5550\n0::/\n";
+        assert_eq!(parse_cgroup_name(hybrid).as_deref(), Some("5550"));
+        // Everything at the root, or nothing readable: no name.
+        assert_eq!(parse_cgroup_name("0::/\n1:cpu:/\n"), None);
+        assert_eq!(parse_cgroup_name("garbage"), None);
+        assert_eq!(parse_cgroup_name(""), None);
     }
 
     #[test]

@@ -71,6 +71,7 @@ impl Followed {
         let mut label = crate::stack::escape_controls(&reader.process.cmdline).into_owned();
         if with_cgroup {
             if let Some(g) = crate::procfs::cgroup_name(pid) {
+                let g = crate::stack::escape_controls(&g);
                 label = format!("{label} [cgroup {g}]");
             }
         }
