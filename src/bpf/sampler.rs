@@ -134,14 +134,6 @@ impl BpfSampler {
                 }
             }
         };
-        if let Some((f, _)) = &first {
-            if f.offsets().is_none() {
-                return Err(Error::BpfUnavailable(format!(
-                    "Python {} has a frame layout the eBPF program cannot walk",
-                    f.version
-                )));
-            }
-        }
         let switches = cfg.target.filter.include_idle;
         if switches {
             let release = crate::procfs::kernel_release().unwrap_or_default();
@@ -400,8 +392,8 @@ impl BpfSampler {
     fn tick(
         &self,
         pid: i32,
-        label: &Arc<str>,
-        version: &str,
+        label: Arc<str>,
+        version: String,
         at_ns: u64,
         weight: Duration,
         samples: u64,
@@ -417,8 +409,8 @@ impl BpfSampler {
             missed: 0,
             processes: vec![ProcessSample {
                 pid,
-                cmdline: label.clone(),
-                python_version: version.to_string(),
+                cmdline: label,
+                python_version: version,
                 threads: vec![stack],
                 loop_turns: Vec::new(),
                 read_at: at,
@@ -441,8 +433,8 @@ impl BpfSampler {
         let samples = samples as u64;
         self.tick(
             a.pid,
-            &a.label,
-            &a.version,
+            a.label,
+            a.version,
             since,
             weight,
             samples,
@@ -548,7 +540,7 @@ impl BpfSampler {
             self.away.insert(r.tid, away);
         } else if r.kind == K_SAMPLE {
             let weight = self.weight * n as u32;
-            let t = self.tick(pid, &label, &version, r.time, weight, n, stack, errors);
+            let t = self.tick(pid, label, version, r.time, weight, n, stack, errors);
             self.pending.push_back(t);
         }
     }
