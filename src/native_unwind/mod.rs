@@ -25,6 +25,7 @@ mod names;
 mod naming;
 pub(crate) mod pools;
 pub(crate) mod scan;
+mod stack_copy;
 mod symbols;
 mod walk;
 
@@ -55,6 +56,7 @@ pub use merge::{
     Merged, PyFrameForMerge,
 };
 pub(crate) use names::short_name;
+pub(crate) use stack_copy::StackCopy;
 
 /// Least time between two reads of the maps for addresses outside every
 /// module (see [`NativeUnwinder::module_for`]).

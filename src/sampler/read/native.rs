@@ -6,7 +6,7 @@
 use super::Target;
 use crate::error::Error;
 use crate::memory::Memory;
-use crate::native_unwind::NativeFrame;
+use crate::native_unwind::{NativeFrame, StackCopy};
 use crate::pause::PauseGuard;
 use crate::python::reader::ThreadSnapshot;
 use crate::sampler::config::TargetConfig;
@@ -53,32 +53,6 @@ fn copy_stack(mem: &dyn Memory, sp: u64, want: usize) -> (u64, Vec<u8>) {
     }
     bytes.truncate(got);
     (base, bytes)
-}
-
-/// A thread's stack as copied while it was stopped, over the live memory
-/// (code, and anything beyond the copy). Records how deep reads went.
-struct StackCopy<'a> {
-    base: u64,
-    bytes: Vec<u8>,
-    live: &'a dyn Memory,
-    beyond: std::cell::Cell<u64>,
-}
-
-impl Memory for StackCopy<'_> {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), crate::error::MemError> {
-        let end = addr.saturating_add(buf.len() as u64);
-        let copy_end = self.base + self.bytes.len() as u64;
-        if addr >= self.base && end <= copy_end {
-            let o = (addr - self.base) as usize;
-            buf.copy_from_slice(&self.bytes[o..o + buf.len()]);
-            return Ok(());
-        }
-        if addr >= self.base && addr < copy_end.saturating_add(STACK_COPY_MAX as u64) {
-            // A stack read past the copy: the next copy goes deeper.
-            self.beyond.set(self.beyond.get().max(end));
-        }
-        self.live.read(addr, buf)
-    }
 }
 
 /// A thread's registers and its stack as copied while it stood still.
@@ -160,15 +134,10 @@ impl Target {
         if let Some(n) = self.native.as_mut() {
             let mut depths = HashMap::new();
             for c in copies {
-                let copy = StackCopy {
-                    base: c.base,
-                    bytes: c.bytes,
-                    live: &*self.source,
-                    beyond: std::cell::Cell::new(0),
-                };
+                let copy = StackCopy::new(c.base, &c.bytes, &*self.source);
                 unwound.insert(c.tid, n.unwind_regs(c.tid, c.regs, &copy));
                 // Next time copy as deep as this unwind read, and a margin.
-                let needed = copy.beyond.get().saturating_sub(c.regs.1) as usize;
+                let needed = copy.read_beyond().saturating_sub(c.regs.1) as usize;
                 if needed > c.want {
                     self.late_threads += 1;
                 }
