@@ -4,6 +4,10 @@
 // the interrupted task belongs to a target process, it walks the task's
 // Python frame chain with bpf_probe_read_user and writes the chain (code
 // object and instruction position of each frame) to a ring buffer.
+// With --native, the sampled thread's user registers and a copy of the
+// top of its user stack go out too, in a record of their own written just
+// before the sample: user space unwinds them with its CFI unwinder, and
+// merges by the frames' addresses, which the walk then notes.
 // For the off-CPU and wall modes, a second program on the scheduler's
 // sched_switch tracepoint does the same when a target thread leaves its
 // CPU (with the system call it sleeps in, from its saved registers), and
@@ -43,6 +47,7 @@ static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_probe_read_user)(void *dst, u32 size, const void *src) = (void *)112;
 static long (*bpf_ringbuf_output)(void *rb, void *data, u64 size, u64 flags) = (void *)130;
 static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64 flags) = (void *)181;
+static u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 
 // Frames kept per sample, and frame-chain steps taken (shim frames are
 // stepped over without being kept).
@@ -60,6 +65,18 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 #define K_SAMPLE 0      // a cpu-clock tick of a thread on a CPU
 #define K_OFF 1         // a thread left its CPU (stack, state, call)
 #define K_ON 2          // a thread that had left came back (no stack)
+#define K_NATIVE 3      // the registers and stack bytes of the sample after it
+
+// Bytes of user stack copied at most (a layout asks for up to this), and
+// below the stack pointer, the red zone a leaf function may use.
+#define STACK_MAX (64 << 10)
+#define PAGE 4096
+#define RED_ZONE 128
+
+// In a K_NATIVE record's frame addresses: the frame is the first one its
+// eval-loop call ran (3.11's is_entry; on 3.12+ the walk marks the frame
+// before a shim).
+#define A_ENTRY 1
 
 // A task's state at its last switch, after it exited.
 #define TASK_DEAD 0x80
@@ -73,6 +90,7 @@ struct task_struct {
 
 // x86_64's saved user registers (struct pt_regs): the system call's
 // number and its six arguments, at their fixed places.
+#define REGS_BP 4
 #define REGS_R10 7
 #define REGS_R9 8
 #define REGS_R8 9
@@ -80,7 +98,9 @@ struct task_struct {
 #define REGS_SI 13
 #define REGS_DI 14
 #define REGS_ORIG_AX 15
-#define REGS_WORDS 16
+#define REGS_IP 16
+#define REGS_SP 19
+#define REGS_WORDS 20
 
 // Where to find things, for one target process (one interpreter layout).
 struct layout {
@@ -95,6 +115,9 @@ struct layout {
 	u32 switches;       // 1: walk the stack of a thread leaving its CPU
 	u32 block_from;     // the frame's fields lie in [block_from, +block_len):
 	u32 block_len;      // one read a frame (0: a read a field)
+	u32 entry;          // 3.11's is_entry byte, or NO_FIELD
+	u32 cframe_previous; // offset of previous in _PyCFrame
+	u32 stack_bytes;    // --native: user stack bytes to copy (0: none)
 };
 
 // Bytes of a frame read at once at most.
@@ -116,6 +139,25 @@ struct sample {
 	u64 call;           // K_OFF: the system call's number (orig_ax), or -1
 	u64 args[6];        // and its arguments
 	struct frame frames[MAX_FRAMES];
+};
+
+// What --native adds to a sample: its thread's user registers, where each
+// kept frame is (and whether it is an entry frame), the shim frame after
+// each (3.12+; on the C stack of the eval-loop call that runs it), and
+// the top of the stack.
+struct native {
+	u32 tgid;
+	u32 tid;
+	u64 time_ns;
+	u32 nframes;        // as the sample's
+	u32 len;            // stack bytes copied
+	u32 kind;           // K_NATIVE (where a sample has its kind)
+	u32 pad;
+	u64 ip, sp, bp;
+	u64 base;           // the address of stack[0]
+	u64 addrs[MAX_FRAMES]; // frame address | A_ENTRY
+	u64 shims[MAX_FRAMES]; // the shim frame after it, or 0
+	u8 stack[STACK_MAX];
 };
 
 // Counters, per CPU: samples taken, samples the ring buffer had no room for.
@@ -174,6 +216,15 @@ struct {
 	__type(value, struct block);
 } blocks SEC(".maps");
 
+// One per CPU, by its number (too big for a per-CPU map): user space sizes
+// it to the CPUs there are when --native is asked.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct native);
+} natives SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, C_COUNT);
@@ -208,6 +259,7 @@ struct walk {
 	struct layout *l;
 	struct sample *s;
 	struct block *blk;
+	struct native *nat; // NULL: no frame addresses noted
 	u32 n;
 	u32 err;
 };
@@ -233,7 +285,7 @@ static long step(u32 i, void *ctx)
 		return 1;
 	u64 f = w->f;
 	u64 code, pos, prev;
-	int shim = 0;
+	int shim = 0, entry = 0;
 	u32 base = l->block_from, len = l->block_len;
 	if (len > BLOCK_MAX)
 		len = BLOCK_MAX;
@@ -246,6 +298,8 @@ static long step(u32 i, void *ctx)
 		prev = in_block(blk, l->frame_previous, base);
 		if (l->owner != NO_FIELD)
 			shim = (u8)in_block(blk, l->owner, base) >= l->shim_from;
+		if (l->entry != NO_FIELD)
+			entry = (u8)in_block(blk, l->entry, base) != 0;
 	} else {
 		long err = 0;
 		code = read_u64(f + l->frame_code, &err);
@@ -263,6 +317,23 @@ static long step(u32 i, void *ctx)
 			}
 			shim = owner >= l->shim_from;
 		}
+		if (l->entry != NO_FIELD) {
+			u8 e = 0;
+			bpf_probe_read_user(&e, 1, (const void *)(f + l->entry));
+			entry = e != 0;
+		}
+	}
+	struct native *nat = w->nat;
+	if (shim && nat) {
+		// The frame inside this shim is the first of its eval-loop call;
+		// the first shim after it is its call's (3.15's thread state ends
+		// the chain with one more, not on the C stack).
+		u32 last = w->n - 1;
+		if (last < MAX_FRAMES) {
+			nat->addrs[last] |= A_ENTRY;
+			if (!nat->shims[last])
+				nat->shims[last] = f;
+		}
 	}
 	if (!shim && code) {
 		u32 n = w->n;
@@ -270,6 +341,10 @@ static long step(u32 i, void *ctx)
 			return 1;
 		s->frames[n].code = code;
 		s->frames[n].pos = pos;
+		if (nat) {
+			nat->addrs[n] = f | (entry ? A_ENTRY : 0);
+			nat->shims[n] = 0;
+		}
 		w->n = n + 1;
 	}
 	w->f = prev;
@@ -279,13 +354,14 @@ static long step(u32 i, void *ctx)
 // Fill `s` with the stack of thread `tid` of target `tgid` (whose layout
 // is in slot `slot`), in scratch slot `which`. 0: not a Python thread, no
 // record to write.
-static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which, u32 slot, u32 tgid, u32 tid, u32 kind)
+// With `nat`, the frames' addresses are noted in it.
+static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which, u32 slot, u32 tgid, u32 tid, u32 kind, struct native *nat)
 {
 	struct layout *l = bpf_map_lookup_elem(&layouts, &slot);
 	struct block *blk = bpf_map_lookup_elem(&blocks, &which);
 	if (!l || !blk)
 		return 0;
-	struct walk w = {.l = l, .s = s, .blk = blk};
+	struct walk w = {.l = l, .s = s, .blk = blk, .nat = nat};
 	s->tgid = tgid;
 	s->tid = tid;
 	s->time_ns = bpf_ktime_get_ns();
@@ -302,12 +378,26 @@ static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which
 	} else {
 		long err = 0;
 		u64 f = read_u64(*tstate + l->tstate_frame, &err);
+		u64 cf = f;
 		if (!err && l->via_cframe && f)
 			f = read_u64(f + l->cframe_current, &err);
 		w.f = f;
 		w.err = err != 0;
 		if (!w.err)
 			bpf_loop(MAX_STEPS, step, &w, 0);
+		if (l->via_cframe && w.err && !w.n && cf) {
+			// An eval-loop call that has pushed its cframe but not set
+			// its frame yet (3.11, 3.12): what runs is its caller's.
+			err = 0;
+			u64 prev = read_u64(cf + l->cframe_previous, &err);
+			f = 0;
+			if (!err && prev)
+				f = read_u64(prev + l->cframe_current, &err);
+			w.f = f;
+			w.err = err != 0;
+			if (!w.err)
+				bpf_loop(MAX_STEPS, step, &w, 0);
+		}
 		if (w.err)
 			s->flags |= F_READ_ERROR;
 		else if (w.f)
@@ -330,6 +420,51 @@ static __attribute__((always_inline)) void put(struct sample *s)
 		count(C_LOST);
 }
 
+// Copying the stack a page at a time: a read that runs past the end of
+// the stack's mapping fails whole, so the copy ends at the last page that
+// could be read.
+struct copy {
+	struct native *nat;
+	u64 from;
+	u32 len;
+	u32 want;
+};
+
+static long copy_page(u32 i, void *ctx)
+{
+	struct copy *c = ctx;
+	u32 off = c->len;
+	if (off >= c->want || off > STACK_MAX - PAGE)
+		return 1;
+	if (bpf_probe_read_user(&c->nat->stack[off], PAGE, (const void *)(c->from + off)) != 0)
+		return 1;
+	c->len = off + PAGE;
+	return 0;
+}
+
+// The thread's user registers and the top of its stack, into `nat`.
+static __attribute__((always_inline)) void copy_native(struct native *nat, u32 want)
+{
+	u64 regs[REGS_WORDS];
+	nat->len = 0;
+	nat->ip = nat->sp = nat->bp = nat->base = 0;
+	void *pt = bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (!pt || bpf_probe_read_kernel(regs, sizeof(regs), pt) != 0)
+		return;
+	nat->ip = regs[REGS_IP];
+	nat->sp = regs[REGS_SP];
+	nat->bp = regs[REGS_BP];
+	u64 from = nat->sp - RED_ZONE;
+	nat->base = from;
+	// Up to the page's end first, then whole pages.
+	u32 head = PAGE - (u32)(from & (PAGE - 1));
+	if (bpf_probe_read_user(nat->stack, head, (const void *)from) != 0)
+		return;
+	struct copy c = {.nat = nat, .from = from, .len = head, .want = want};
+	bpf_loop(STACK_MAX / PAGE, copy_page, &c, 0);
+	nat->len = c.len;
+}
+
 SEC("perf_event")
 int on_sample(void *ctx)
 {
@@ -340,11 +475,33 @@ int on_sample(void *ctx)
 		return 0;
 	u32 which = SCRATCH_TICK;
 	struct sample *s = bpf_map_lookup_elem(&scratch, &which);
-	if (!s)
+	struct layout *l = bpf_map_lookup_elem(&layouts, slot);
+	if (!s || !l)
 		return 0;
 	count(C_SAMPLES);
-	if (take_stack(s, which, *slot, tgid, tid, K_SAMPLE))
-		put(s);
+	struct native *nat = 0;
+	u32 want = l->stack_bytes;
+	if (want) {
+		u32 cpu = bpf_get_smp_processor_id();
+		nat = bpf_map_lookup_elem(&natives, &cpu);
+	}
+	if (!take_stack(s, which, *slot, tgid, tid, K_SAMPLE, nat))
+		return 0;
+	if (nat) {
+		copy_native(nat, want);
+		nat->tgid = tgid;
+		nat->tid = tid;
+		nat->time_ns = s->time_ns;
+		nat->kind = K_NATIVE;
+		nat->nframes = s->nframes;
+		u32 len = nat->len;
+		if (len > STACK_MAX)
+			len = STACK_MAX;
+		u64 size = sizeof(*nat) - sizeof(nat->stack) + len;
+		if (bpf_ringbuf_output(&samples, nat, size, 0) != 0)
+			count(C_LOST);
+	}
+	put(s);
 	return 0;
 }
 
@@ -393,7 +550,7 @@ int on_switch(u64 *ctx)
 		bpf_map_delete_elem(&off_cpu, &tid);
 		return 0;
 	}
-	if (!take_stack(s, which, *slot, tgid, tid, K_OFF))
+	if (!take_stack(s, which, *slot, tgid, tid, K_OFF, 0))
 		return 0;
 	s->state = state;
 	u64 regs[REGS_WORDS];

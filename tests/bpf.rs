@@ -168,6 +168,134 @@ fn same_stacks_as_the_ptrace_engine() {
     );
 }
 
+/// The numbers of `native merges: A by stack address, N by eval-loop
+/// names, F fell back` in a record's summary.
+fn merges(out: &Output) -> (u64, u64, u64) {
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("native merges:"))
+        .unwrap_or_else(|| panic!("no merge line\n{}", out.describe()));
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(n.len(), 3, "{line}");
+    (n[0], n[1], n[2])
+}
+
+/// Whether a collapsed stack's frame is a Python one (`name (file.py:N)`).
+fn is_python(frame: &str) -> bool {
+    frame
+        .rsplit_once(" (")
+        .is_some_and(|(_, at)| at.contains(".py:"))
+}
+
+/// Shares of a `--native` profile of bpf_native.py: of the samples in
+/// compress, those with libz's code under it; of those in the key
+/// function, those with sorted's C code (a native frame) between sort and
+/// key; and the root frames holding at least 2% of the samples.
+fn native_shape(stacks: &[(String, u64)]) -> (f64, f64, BTreeSet<String>) {
+    let (mut compress, mut libz, mut key, mut between) = (0, 0, 0, 0);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let mut roots: BTreeMap<String, u64> = BTreeMap::new();
+    for (s, n) in stacks {
+        let frames: Vec<&str> = s.split(';').collect();
+        *roots.entry(frames[0].to_string()).or_default() += n;
+        if let Some(i) = frames.iter().position(|f| f.starts_with("compress (")) {
+            compress += n;
+            if frames[i + 1..].iter().any(|f| f.contains("(libz.so")) {
+                libz += n;
+            }
+        }
+        let sort = frames.iter().position(|f| f.starts_with("sort ("));
+        let k = frames.iter().position(|f| f.starts_with("key ("));
+        if let (Some(a), Some(b)) = (sort, k) {
+            key += n;
+            if a < b && frames[a + 1..b].iter().any(|f| !is_python(f)) {
+                between += n;
+            }
+        }
+    }
+    let share = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    let roots = roots
+        .into_iter()
+        .filter(|(_, n)| *n as f64 >= 0.02 * total as f64)
+        .map(|(r, _)| r)
+        .collect();
+    (share(libz, compress), share(between, key), roots)
+}
+
+/// `--native` on the bpf engine: the program copies the sampled thread's
+/// registers and the top of its stack, unwound here by the CFI unwinder
+/// and merged by the eval loop's frames on the C stack, as the ptrace
+/// engine's. Both engines record bpf_native.py at once (Python -> zlib ->
+/// libz on the main thread; sorted's C code -> a Python key function on
+/// another): on every interpreter, the bpf engine's merges do not fall
+/// back, libz is under compress in most samples and C code between sort
+/// and key in nearly all, and its root frames are the ptrace engine's.
+#[test]
+fn native_stacks_as_the_ptrace_engine() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    for_each_interpreter(
+        "bpf_native",
+        |_| true,
+        |interp| {
+            let f = Fixture::spawn(interp, "bpf_native.py", &[]);
+            let dir = tempfile::tempdir().unwrap();
+            let pid = f.pid.to_string();
+            let path = |engine: &str| dir.path().join(format!("{engine}.txt"));
+            let (bp, pp) = (path("bpf"), path("ptrace"));
+            let args = |engine: &'static str, rate: &'static str, out: &std::path::Path| {
+                let mut a: Vec<String> = ["--native", "--engine", engine, "-f", "raw"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                a.extend(["-r", rate, "-d", "3", "-o"].iter().map(|s| s.to_string()));
+                a.extend([out.display().to_string(), "--pid".into(), pid.clone()]);
+                a
+            };
+            let (ba, pa) = (args("bpf", "500", &bp), args("ptrace", "200", &pp));
+            let (bpf, pt) = std::thread::scope(|s| {
+                let b = s.spawn(|| record(&ba.iter().map(String::as_str).collect::<Vec<_>>(), &[]));
+                let p = record(&pa.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+                (b.join().unwrap(), p)
+            });
+            bpf.assert_success();
+            pt.assert_success();
+            let read = |p: &std::path::Path| common_output::raw_stacks(&std::fs::read(p).unwrap());
+            let (b, p) = (read(&bp), read(&pp));
+            let total: u64 = b.iter().map(|(_, n)| n).sum();
+            let (by_address, by_name, fell_back) = merges(&bpf);
+            let (b_libz, b_between, b_roots) = native_shape(&b);
+            let (p_libz, p_between, p_roots) = native_shape(&p);
+            eprintln!(
+                "bpf_native [{}]: {total} samples, merged {by_address} by address, {by_name} by \
+                 name, {fell_back} fell back; libz under compress bpf {b_libz:.3} ptrace \
+                 {p_libz:.3}; C between sort and key bpf {b_between:.3} ptrace {p_between:.3}",
+                interp.label
+            );
+            assert!(total >= 300, "only {total} bpf samples\n{}", bpf.describe());
+            assert!(
+                fell_back * 100 <= by_address + by_name,
+                "{fell_back} merges fell back\n{}",
+                bpf.describe()
+            );
+            // On a CPU, compress is nearly all libz (the rest frees and
+            // takes the GIL back); key is always called from sorted's C code.
+            assert!(
+                b_libz >= 0.85 && b_between >= 0.95,
+                "bpf {bs:#?}",
+                bs = function_shares(&b)
+            );
+            assert!(
+                b_roots.is_subset(&p_roots),
+                "roots: bpf {b_roots:?}, ptrace {p_roots:?}"
+            );
+        },
+    );
+}
+
 /// Off-CPU time from the scheduler's own switches: the waits fixture's
 /// worker waits 70% on a socket and 30% on a lock; each leaf's share is
 /// within 1 point of what the worker measured itself, on every interpreter.
@@ -212,7 +340,7 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
     assert!(!out.exists(), "a profile was written");
 
     // Options the engine does not take yet.
-    for extra in [&["--native"][..], &["--mode", "gil"], &["--async"]] {
+    for extra in [&["--mode", "gil"][..], &["--async"]] {
         let mut a = args.to_vec();
         a.extend_from_slice(extra);
         let line = assert_one_clean_error_line(&record(&a, &[]));

@@ -2,13 +2,15 @@
 //! Python threads (kept in the program's thread-state map), and how the
 //! program's records of it become stacks.
 
-use super::records::{F_READ_ERROR, F_TRUNCATED, MAX_FRAMES, MAX_STEPS};
+use super::records::{RawNative, F_READ_ERROR, F_TRUNCATED, MAX_FRAMES, MAX_STEPS, STACK_MAX};
 use crate::error::Error;
+use crate::native_unwind::StackCopy;
+use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
 use crate::python::reader::bpf::{CodeMemo, ThreadEntry, WalkOffsets, NAME_SOURCE};
 use crate::python::reader::Reader;
 use crate::sampler::SamplerConfig;
-use crate::stack::{ThreadStack, ThreadStatus};
+use crate::stack::{FrameMark, ThreadStack, ThreadStatus};
 use crate::target::LiveProcess;
 use crate::wait::{SyscallLine, WaitReader};
 use aya::maps::{HashMap as BpfHashMap, MapData};
@@ -21,6 +23,10 @@ use std::time::{Duration, Instant};
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// Threads remembered as running no Python (the map holds 16384 entries).
 const MAX_NOT_PYTHON: usize = 4096;
+/// With --native: stack bytes the program copies at first, and the margin
+/// added when an unwind read past a copy (the program's STACK_MAX at most).
+const STACK_COPY_FIRST: u32 = 16 << 10;
+const STACK_COPY_MARGIN: u32 = 4 << 10;
 
 /// The program's map of thread states (kernel tid → `PyThreadState *`, or
 /// 0 for a thread known to run no Python).
@@ -28,8 +34,9 @@ pub(super) type TstateMap = BpfHashMap<MapData, u32, u64>;
 
 pub(super) struct Followed {
     pub(super) pid: i32,
-    /// Its entry in the program's layouts map.
+    /// Its entry in the program's layouts map, and what is there.
     pub(super) slot: u32,
+    pub(super) layout: super::records::LayoutC,
     /// Its command line, as outputs label it (host-wide: with its cgroup).
     pub(super) label: Arc<str>,
     pub(super) version: String,
@@ -53,6 +60,14 @@ pub(super) struct Followed {
     function_lines: bool,
     /// Samples of threads not (yet) in the map.
     pub(super) unknown_thread: u64,
+    /// With --native: the unwinder and merger of its samples' native stacks.
+    native: Option<NativeStacks>,
+    /// With --native: the stack bytes the program is to copy (grown when
+    /// an unwind reads past a copy), and whether that changed.
+    pub(super) stack_bytes: u32,
+    pub(super) stack_bytes_grew: bool,
+    /// Every Python frame is the first of its eval-loop call (up to 3.10).
+    every_frame_entry: bool,
 }
 
 impl Followed {
@@ -75,9 +90,23 @@ impl Followed {
                 label = format!("{label} [cgroup {g}]");
             }
         }
+        let native = if cfg.target.read.native {
+            let src: std::rc::Rc<dyn crate::target::TargetSource> =
+                std::rc::Rc::new(LiveProcess::new(pid));
+            Some(NativeStacks::new(
+                src,
+                cfg.target.read.native_all,
+                cfg.target.read.native_debug_info,
+                cfg.target.read.full_names,
+            )?)
+        } else {
+            None
+        };
+        let every_frame_entry = reader.walk_offsets().is_some_and(|w| w.every_frame_entry);
         let f = Followed {
             pid,
             slot,
+            layout: Default::default(),
             label: Arc::from(label),
             version: reader.process.version.to_string(),
             source,
@@ -92,6 +121,14 @@ impl Followed {
             memo: CodeMemo::new(),
             function_lines: cfg.target.read.function_lines,
             unknown_thread: 0,
+            stack_bytes: if native.is_some() {
+                STACK_COPY_FIRST
+            } else {
+                0
+            },
+            stack_bytes_grew: false,
+            native,
+            every_frame_entry,
         };
         Ok((f, threads))
     }
@@ -208,7 +245,7 @@ impl Followed {
         for (tid, tstate, c) in asleep {
             let frames = self.walk_here(tstate);
             let call = self.waits.as_mut().and_then(|w| w.syscall(tid));
-            if let Some(stack) = self.stack_of(tid as u32, 0, frames, &mut Vec::new()) {
+            if let Some(stack) = self.stack_of(tid as u32, 0, frames, &[], &mut Vec::new()) {
                 out.push((tid as u32, self.off_stack(stack, tid, c, call)));
             }
         }
@@ -295,11 +332,14 @@ impl Followed {
 
     /// The stack of thread `tid` from the code-object and position words
     /// of its frames; None for a thread not listed (yet).
+    /// With `marks` (from a native record, one per frame), each frame's
+    /// address and whether it is an entry frame, for the native merge.
     pub(super) fn stack_of(
         &mut self,
         tid: u32,
         flags: u32,
         frames: Vec<(u64, u64)>,
+        marks: &[(u64, bool, u64)],
         errors: &mut Vec<Error>,
     ) -> Option<ThreadStack> {
         let t = self.threads.get(&(tid as i32))?;
@@ -317,7 +357,7 @@ impl Followed {
             wait: None,
             asyncio: None,
         };
-        for (code, pos) in frames {
+        for (i, (code, pos)) in frames.into_iter().enumerate() {
             match self.reader.frame_from_words(
                 &self.source,
                 &mut self.memo,
@@ -325,7 +365,16 @@ impl Followed {
                 pos,
                 self.function_lines,
             ) {
-                Ok(Some(f)) => stack.frames.push(f),
+                Ok(Some(mut f)) => {
+                    if let Some(&(addr, entry, _)) = marks.get(i) {
+                        f.mark = Some(FrameMark {
+                            addr,
+                            is_entry: entry || self.every_frame_entry,
+                            instr: pos,
+                        });
+                    }
+                    stack.frames.push(f)
+                }
                 Ok(None) => {}
                 Err(e) => {
                     stack.truncated.get_or_insert_with(|| {
@@ -346,5 +395,64 @@ impl Followed {
                 .get_or_insert_with(|| "a frame could not be read".into());
         }
         Some(stack)
+    }
+
+    /// With --native: `stack` (a sample's, its frames marked from `n`)
+    /// with the native frames unwound from the registers and stack bytes
+    /// the program copied, merged. Without a native record (the ring
+    /// buffer had no room for it), the Python frames alone, said so.
+    pub(super) fn with_native(
+        &mut self,
+        stack: ThreadStack,
+        n: Option<RawNative>,
+        errors: &mut Vec<Error>,
+    ) -> ThreadStack {
+        let Some(native) = self.native.as_mut() else {
+            return stack;
+        };
+        let Some(n) = n else {
+            let mut stack = stack;
+            stack
+                .truncated
+                .get_or_insert_with(|| "no native stack: the ring buffer had no room".into());
+            return stack;
+        };
+        let tid = n.tid as i32;
+        let copy = StackCopy::new(n.base, &n.stack, &self.source);
+        let frames = native.unwind_regs(tid, n.regs, &copy);
+        // The next copies go as deep as this unwind read, and a margin.
+        let needed = copy.read_beyond().saturating_sub(n.base);
+        if needed > u64::from(self.stack_bytes) && self.stack_bytes < STACK_MAX {
+            self.stack_bytes = (needed.min(u64::from(STACK_MAX)) as u32)
+                .saturating_add(STACK_COPY_MARGIN)
+                .min(STACK_MAX);
+            self.stack_bytes_grew = true;
+        }
+        let anchors = n
+            .frames
+            .iter()
+            .filter(|(_, _, shim)| *shim != 0)
+            .map(|&(addr, _, shim)| (shim, addr))
+            .collect();
+        let mut snap = crate::python::reader::ThreadSnapshot {
+            stack,
+            anchors,
+            in_gc: false,
+            gil_sync: Vec::new(),
+            local_refs: Vec::new(),
+            tstate: 0,
+            interp: 0,
+        };
+        native.merge(&mut snap, &frames);
+        errors.extend(native.take_notes());
+        snap.stack
+    }
+
+    /// Samples merged by each method since the last call.
+    pub(super) fn take_merge_counts(&mut self) -> MergeCounts {
+        self.native
+            .as_mut()
+            .map(|n| n.take_merge_counts())
+            .unwrap_or_default()
     }
 }

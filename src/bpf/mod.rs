@@ -27,6 +27,12 @@
 //! state (3.11+) or from glibc's `struct pthread` (before), as for the ptrace
 //! engine.
 //!
+//! With `--native` the program copies the sampled thread's user registers
+//! and the top of its stack, and notes where each Python frame and each
+//! eval-loop call's shim frame lies: the unwind and the merge run here, on
+//! that copy, as the ptrace engine's run on the copy it takes while a
+//! thread is paused.
+//!
 //! With `--all` it follows every Python process on the host, each in its
 //! own slot of the program's maps, and looks for new ones every second.
 
@@ -48,7 +54,8 @@ pub enum Engine {
     Ptrace,
     /// Sample in the kernel with an eBPF program (root or CAP_BPF and
     /// CAP_PERFMON; Python frames: --mode cpu, and wall, offcpu and --idle
-    /// from the scheduler's own switches).
+    /// from the scheduler's own switches; --native from the stack's top,
+    /// copied in the kernel and unwound here).
     Bpf,
 }
 
@@ -94,9 +101,7 @@ pub(crate) fn unavailable() -> Option<String> {
 
 /// What the engine cannot do yet, from the options asked.
 fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
-    if cfg.target.read.native {
-        Some("--native")
-    } else if cfg.target.filter.gil_only {
+    if cfg.target.filter.gil_only {
         Some("--gil / --mode gil")
     } else if cfg.target.read.asyncio != crate::sampler::AsyncMode::Off {
         Some("--async")
@@ -165,7 +170,7 @@ impl AnySampler {
     pub(crate) fn merge_counts(&self) -> crate::python::native::MergeCounts {
         match self {
             AnySampler::Ptrace(s) => s.merge_counts(),
-            AnySampler::Bpf(_) => Default::default(),
+            AnySampler::Bpf(s) => s.merge_counts(),
         }
     }
 

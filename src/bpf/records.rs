@@ -1,6 +1,7 @@
 //! The program's side of the engine, as user space sees it: the layout it
 //! walks with (`struct layout`), the records it writes to the ring buffer
-//! (`struct sample`), and their flags and kinds. Each number here is the
+//! (`struct sample`, and with `--native` `struct native`), and their flags
+//! and kinds. Each number here is the
 //! one of the same name in `bpf/pyinspect.bpf.c`.
 
 use crate::python::reader::bpf::WalkOffsets;
@@ -17,6 +18,17 @@ pub(super) const F_NO_TSTATE: u32 = 4;
 pub(super) const K_SAMPLE: u32 = 0;
 pub(super) const K_OFF: u32 = 1;
 pub(super) const K_ON: u32 = 2;
+pub(super) const K_NATIVE: u32 = 3;
+
+/// Where a record's kind is, in both kinds of record.
+const KIND_AT: usize = 24;
+
+/// User stack bytes the program copies at most (its STACK_MAX).
+pub(super) const STACK_MAX: u32 = 64 << 10;
+/// In a native record's frame addresses: an entry frame (its A_ENTRY).
+const A_ENTRY: u64 = 1;
+/// Bytes of `struct native` before its stack bytes.
+const NATIVE_HEADER: usize = 64 + 2 * 8 * MAX_FRAMES;
 
 /// Bytes before a record's frames (`struct sample` up to `frames`).
 pub(super) const HEADER: usize = 88;
@@ -38,6 +50,10 @@ pub(super) struct LayoutC {
     pub(super) switches: u32,
     block_from: u32,
     block_len: u32,
+    entry: u32,
+    cframe_previous: u32,
+    /// With --native: user stack bytes to copy at a sample.
+    pub(super) stack_bytes: u32,
 }
 
 // SAFETY: plain u32 fields, no padding.
@@ -51,15 +67,12 @@ impl From<WalkOffsets> for LayoutC {
         // The frame's fields in one read, when they lie within BLOCK_MAX
         // bytes of each other (a read each else).
         let words = [w.frame_code, w.frame_pos, w.frame_previous];
-        let from = words
-            .iter()
-            .chain(w.owner.as_ref().map(|(o, _)| o))
-            .min()
-            .copied();
+        let bytes = w.owner.map(|(o, _)| o).into_iter().chain(w.entry);
+        let from = words.iter().copied().chain(bytes.clone()).min();
         let end = words
             .iter()
             .map(|o| o + 8)
-            .chain(w.owner.map(|(o, _)| o + 1))
+            .chain(bytes.map(|o| o + 1))
             .max();
         let (block_from, block_len) = match (from, end) {
             (Some(a), Some(b)) if b - a <= BLOCK_MAX => (a, b - a),
@@ -77,7 +90,60 @@ impl From<WalkOffsets> for LayoutC {
             switches: 0,
             block_from,
             block_len,
+            entry: w.entry.unwrap_or(u32::MAX),
+            cframe_previous: w.cframe_previous,
+            stack_bytes: 0,
         }
+    }
+}
+
+/// The kind of a record of the program's, before it is parsed.
+pub(super) fn kind_of(b: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        b.get(KIND_AT..KIND_AT + 4)?.try_into().ok()?,
+    ))
+}
+
+/// A native record (`struct native`): the registers and stack bytes of the
+/// sample of the same thread and time after it, and where its frames were.
+pub(super) struct RawNative {
+    pub(super) tid: u32,
+    pub(super) time: u64,
+    /// ip, sp, bp.
+    pub(super) regs: (u64, u64, u64),
+    /// The address of `stack[0]`.
+    pub(super) base: u64,
+    pub(super) stack: Vec<u8>,
+    /// Per Python frame kept, innermost first: its address, whether it is
+    /// the first its eval-loop call ran, the shim frame after it (0: none).
+    pub(super) frames: Vec<(u64, bool, u64)>,
+}
+
+impl RawNative {
+    pub(super) fn parse(b: &[u8]) -> Option<RawNative> {
+        if b.len() < NATIVE_HEADER {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let n = (u32_at(16) as usize).min(MAX_FRAMES);
+        let len = (u32_at(20) as usize)
+            .min(STACK_MAX as usize)
+            .min(b.len() - NATIVE_HEADER);
+        Some(RawNative {
+            tid: u32_at(4),
+            time: u64_at(8),
+            regs: (u64_at(32), u64_at(40), u64_at(48)),
+            base: u64_at(56),
+            stack: b[NATIVE_HEADER..NATIVE_HEADER + len].to_vec(),
+            frames: (0..n)
+                .map(|i| {
+                    let a = u64_at(64 + 8 * i);
+                    let shim = u64_at(64 + 8 * MAX_FRAMES + 8 * i);
+                    (a & !A_ENTRY, a & A_ENTRY != 0, shim)
+                })
+                .collect(),
+        })
     }
 }
 
@@ -152,7 +218,9 @@ pub(super) fn state_char(state: u32) -> char {
 
 #[cfg(test)]
 mod tests {
-    use super::{kernel_at_least, state_char, RawRecord, HEADER};
+    use super::{
+        kernel_at_least, kind_of, state_char, RawNative, RawRecord, HEADER, K_NATIVE, NATIVE_HEADER,
+    };
 
     #[test]
     fn kernel_releases() {
@@ -185,5 +253,23 @@ mod tests {
         assert_eq!((r.tid, r.kind, r.frames.len()), (7, 1, 1));
         assert_eq!(r.frames[0].0, 0xabc);
         assert!(RawRecord::parse(&b[..HEADER - 1]).is_none());
+    }
+
+    #[test]
+    fn native_records_are_bounded_by_their_bytes() {
+        let mut b = vec![0u8; NATIVE_HEADER + 16];
+        b[4..8].copy_from_slice(&9u32.to_le_bytes());
+        // 1000 frames and 60000 stack bytes claimed; 16 bytes there.
+        b[16..20].copy_from_slice(&1000u32.to_le_bytes());
+        b[20..24].copy_from_slice(&60000u32.to_le_bytes());
+        b[24..28].copy_from_slice(&K_NATIVE.to_le_bytes());
+        b[64..72].copy_from_slice(&0x7000_0001u64.to_le_bytes());
+        b[64 + 8 * 128..72 + 8 * 128].copy_from_slice(&0x5000u64.to_le_bytes());
+        assert_eq!(kind_of(&b), Some(K_NATIVE));
+        let r = RawNative::parse(&b).unwrap();
+        assert_eq!((r.tid, r.frames.len(), r.stack.len()), (9, 128, 16));
+        assert_eq!(r.frames[0], (0x7000_0000, true, 0x5000));
+        assert!(RawNative::parse(&b[..NATIVE_HEADER - 1]).is_none());
+        assert_eq!(kind_of(&b[..20]), None);
     }
 }

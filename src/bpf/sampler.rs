@@ -5,7 +5,8 @@
 
 use super::followed::{Followed, TstateMap};
 use super::records::{
-    kernel_at_least, state_char, LayoutC, RawRecord, F_NO_TSTATE, K_OFF, K_ON, K_SAMPLE,
+    kernel_at_least, kind_of, state_char, LayoutC, RawNative, RawRecord, F_NO_TSTATE, K_NATIVE,
+    K_OFF, K_ON, K_SAMPLE,
 };
 use crate::error::Error;
 use crate::sampler::{ProcessSample, RateHealth, SamplerConfig, Tick};
@@ -27,8 +28,11 @@ static PROGRAM: &[u8] = aya::include_bytes_aligned!("../../bpf/pyinspect.bpf.o")
 /// objects its samples name, so rarely. The ring buffer (4 MiB) holds more
 /// than a second of 10 kHz samples on a few CPUs; up to 2 kHz, four times
 /// as long.
+/// With --native a sample carries its stack's top (16 KiB or more): the
+/// ring buffer is larger, and drained every 100 ms at any rate.
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
 const DRAIN_EVERY_SLOW: Duration = Duration::from_millis(250);
+const NATIVE_RING_BYTES: u32 = 32 << 20;
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 /// Most samples kept waiting to be handed on (the ring buffer holds the rest).
@@ -89,6 +93,8 @@ pub(crate) struct BpfSampler {
     scanned: Instant,
     /// The sched_switch program is attached (off-CPU intervals are taken).
     switches: bool,
+    /// Samples come with their native stacks (--native).
+    native: bool,
     away: HashMap<u32, Away>,
     /// Per thread, the part of a period its off-CPU intervals have added
     /// up to beyond whole samples: a wait of 0.3 periods counts as no
@@ -106,6 +112,8 @@ pub(crate) struct BpfSampler {
     /// No more samples: the end was said, or sampling was asked to stop.
     done: bool,
     taken: u64,
+    /// With --native: how samples' native and Python frames were merged.
+    merges: crate::python::native::MergeCounts,
 }
 
 impl BpfSampler {
@@ -145,8 +153,17 @@ impl BpfSampler {
             }
         }
 
-        let mut ebpf =
-            aya::Ebpf::load(PROGRAM).map_err(|e| load_error("loading the program", e))?;
+        let native = cfg.target.read.native;
+        let mut loader = aya::EbpfLoader::new();
+        if native {
+            // A stack copy per CPU, by the CPU's number.
+            let cpus = aya::util::nr_cpus().map_err(|(what, e)| load_error(what, e))?;
+            loader.map_max_entries("natives", cpus.max(1) as u32);
+            loader.map_max_entries("samples", NATIVE_RING_BYTES);
+        }
+        let mut ebpf = loader
+            .load(PROGRAM)
+            .map_err(|e| load_error("loading the program", e))?;
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| load_error("the program", format!("no {name} map")))
@@ -183,6 +200,7 @@ impl BpfSampler {
             passed_over: HashMap::new(),
             scanned: Instant::now(),
             switches: false,
+            native,
             away: HashMap::new(),
             carry: HashMap::new(),
             pending: VecDeque::new(),
@@ -191,6 +209,7 @@ impl BpfSampler {
             ended: None,
             done: false,
             taken: 0,
+            merges: Default::default(),
         };
         if let Some((f, threads)) = first {
             s.add(f, threads)?;
@@ -246,6 +265,8 @@ impl BpfSampler {
         f.slot = slot;
         let mut layout = LayoutC::from(offsets);
         layout.switches = u32::from(self.cfg.target.filter.include_idle);
+        layout.stack_bytes = f.stack_bytes;
+        f.layout = layout;
         self.layouts
             .set(slot, layout, 0)
             .map_err(|e| load_error("the layouts map", e))?;
@@ -460,13 +481,35 @@ impl BpfSampler {
         }
         // Copied out first, as the ring buffer's items borrow it.
         let mut raw: Vec<RawRecord> = Vec::new();
+        // With --native: each thread's native record, written just before
+        // its sample.
+        let mut natives: HashMap<u32, RawNative> = HashMap::new();
+        let mut native_of = Vec::new();
         while let Some(item) = self.ring.next() {
+            if kind_of(&item) == Some(K_NATIVE) {
+                if let Some(n) = RawNative::parse(&item) {
+                    natives.insert(n.tid, n);
+                }
+                continue;
+            }
             if let Some(r) = RawRecord::parse(&item) {
+                if self.native {
+                    let n = natives.remove(&r.tid).filter(|n| n.time == r.time);
+                    native_of.push(n);
+                }
                 raw.push(r);
             }
             if raw.len() >= MAX_PENDING {
                 break;
             }
+        }
+        if self.native {
+            // Each sample has native frames of its own: none is folded.
+            for (r, n) in raw.into_iter().zip(native_of) {
+                self.take(r, 1, n);
+            }
+            self.grow_stack_copies();
+            return;
         }
         // A thread's samples in a row with the same stack (a hot loop) are
         // resolved and handed on once, as that many samples: the same
@@ -481,26 +524,41 @@ impl BpfSampler {
                     }
                 }
                 if let Some((h, n)) = held.insert(r.tid, (r, 1)) {
-                    self.take(h, n);
+                    self.take(h, n, None);
                 }
                 continue;
             }
             // Anything else of a thread comes after its samples held.
             if let Some((h, n)) = held.remove(&r.tid) {
-                self.take(h, n);
+                self.take(h, n, None);
             }
-            self.take(r, 1);
+            self.take(r, 1, None);
         }
         let mut rest: Vec<(RawRecord, u64)> = held.into_values().collect();
         rest.sort_by_key(|(r, _)| r.time);
         for (r, n) in rest {
-            self.take(r, n);
+            self.take(r, n, None);
+        }
+    }
+
+    /// With --native: the processes whose unwinds read past their stack
+    /// copies get deeper ones.
+    fn grow_stack_copies(&mut self) {
+        for f in self.followed.values_mut() {
+            if std::mem::take(&mut f.stack_bytes_grew) {
+                f.layout.stack_bytes = f.stack_bytes;
+                let _ = self.layouts.set(f.slot, f.layout, 0);
+            }
+            let m = f.take_merge_counts();
+            self.merges.address += m.address;
+            self.merges.name += m.name;
+            self.merges.fallback += m.fallback;
         }
     }
 
     /// Hand on one record of the program's (`n` samples in a row of one
-    /// thread, with one stack, for a tick record).
-    fn take(&mut self, r: RawRecord, n: u64) {
+    /// thread, with one stack, for a tick record), with its native record.
+    fn take(&mut self, r: RawRecord, n: u64, native: Option<RawNative>) {
         if r.kind == K_ON {
             if let Some(a) = self.away.remove(&r.tid) {
                 let t = self.interval_tick(a, r.time);
@@ -517,9 +575,13 @@ impl BpfSampler {
             return;
         }
         let mut errors = Vec::new();
-        let Some(stack) = f.stack_of(r.tid, r.flags, r.frames, &mut errors) else {
+        let marks = native.as_ref().map_or(&[][..], |n| &n.frames[..]);
+        let Some(mut stack) = f.stack_of(r.tid, r.flags, r.frames, marks, &mut errors) else {
             return;
         };
+        if self.native && r.kind == K_SAMPLE {
+            stack = f.with_native(stack, native, &mut errors);
+        }
         self.taken += n;
         let (label, version) = (f.label.clone(), f.version.clone());
         if r.kind == K_OFF {
@@ -583,6 +645,12 @@ impl BpfSampler {
         }
     }
 
+    /// With --native: samples merged by stack address, by eval-loop names,
+    /// or that fell back.
+    pub(crate) fn merge_counts(&self) -> crate::python::native::MergeCounts {
+        self.merges
+    }
+
     pub(crate) fn duration_over(&self) -> bool {
         self.duration.is_some_and(|d| self.started.elapsed() >= d)
     }
@@ -617,7 +685,7 @@ impl BpfSampler {
                 self.done = true;
                 continue;
             }
-            let every = if self.rate <= 2000.0 {
+            let every = if self.rate <= 2000.0 && !self.native {
                 DRAIN_EVERY_SLOW
             } else {
                 DRAIN_EVERY

@@ -33,11 +33,16 @@ pub(crate) struct WalkOffsets {
     pub(crate) tstate_frame: u32,
     pub(crate) via_cframe: bool,
     pub(crate) cframe_current: u32,
+    pub(crate) cframe_previous: u32,
     pub(crate) frame_previous: u32,
     pub(crate) frame_code: u32,
     pub(crate) frame_pos: u32,
     /// The `owner` byte and the first value of a shim frame (3.12+).
     pub(crate) owner: Option<(u32, u8)>,
+    /// The `is_entry` byte (3.11).
+    pub(crate) entry: Option<u32>,
+    /// Every frame is run by its own eval-loop call (up to 3.10).
+    pub(crate) every_frame_entry: bool,
 }
 
 /// The code objects resolved for one batch of samples, by address: each is
@@ -60,31 +65,41 @@ impl Reader {
     pub(crate) fn walk_offsets(&self) -> Option<WalkOffsets> {
         let l = &self.process.layout;
         let small = |v: u64| u32::try_from(v).ok();
-        let (tstate_frame, via_cframe, cframe_current) = match l.thread.current_frame {
-            crate::cpython_layouts::CurrentFrame::Direct(o) => (small(o)?, false, 0),
-            crate::cpython_layouts::CurrentFrame::ViaCFrame {
-                cframe,
-                current_frame,
-                ..
-            } => (small(cframe)?, true, small(current_frame)?),
-        };
+        let (tstate_frame, via_cframe, cframe_current, cframe_previous) =
+            match l.thread.current_frame {
+                crate::cpython_layouts::CurrentFrame::Direct(o) => (small(o)?, false, 0, 0),
+                crate::cpython_layouts::CurrentFrame::ViaCFrame {
+                    cframe,
+                    current_frame,
+                    previous,
+                } => (
+                    small(cframe)?,
+                    true,
+                    small(current_frame)?,
+                    small(previous)?,
+                ),
+            };
         let pos = match l.frame.position {
             InstrPosition::LastiBytes(o)
             | InstrPosition::LastiCodeUnits(o)
             | InstrPosition::InstrPointer(o) => o,
         };
-        let owner = match l.frame.entry {
-            EntryMarker::OwnerShim { owner, shim_from } => Some((small(owner)?, shim_from)),
-            _ => None,
+        let (owner, entry) = match l.frame.entry {
+            EntryMarker::OwnerShim { owner, shim_from } => (Some((small(owner)?, shim_from)), None),
+            EntryMarker::IsEntry(o) => (None, Some(small(o)?)),
+            EntryMarker::EveryFrame => (None, None),
         };
         Some(WalkOffsets {
             tstate_frame,
             via_cframe,
             cframe_current,
+            cframe_previous,
             frame_previous: small(l.frame.previous)?,
             frame_code: small(l.frame.code)?,
             frame_pos: small(pos)?,
             owner,
+            entry,
+            every_frame_entry: matches!(l.frame.entry, EntryMarker::EveryFrame),
         })
     }
 
