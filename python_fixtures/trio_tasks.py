@@ -18,11 +18,14 @@ opened the task's nursery, or null), frames: [{function, line}] innermost
 first (the task's coroutine chain, task.iter_await_frames()), wait}; `main`
 (the main task's id) and `park` (where it parks: function, line). `wait`,
 where the fixture knows what a task waits on: {kind: "socket", fd} or
-{kind, object} (the id of the Event, Lock or channel); {kind: null} for the
-sleeping tasks, which wait on no object.
+{kind, object} (the id of the Event, Lock or channel); {kind: "timer",
+seconds_left, at} for the sleeping tasks: the seconds left to the deadline
+of their trio.sleep (sleep_until's `deadline` less trio.current_time()),
+and time.monotonic() when it was read.
 """
 import socket
 import sys
+import time
 
 import trio
 import trio.lowlevel
@@ -63,10 +66,9 @@ async def receiver(channel):
 
 
 # What each task waits on, by task name, where the fixture knows.
-WAITS = {
-    "__main__.sleeper": {"kind": None},
-    "__main__.worker": {"kind": None},
-}
+WAITS = {}
+# The sleeping tasks: their wait is their sleep's deadline.
+SLEEPERS = ("__main__.sleeper", "__main__.worker")
 
 
 async def supervisor():
@@ -77,6 +79,15 @@ async def supervisor():
 
 def code_name(code):
     return getattr(code, "co_qualname", code.co_name)
+
+
+def sleep_of(task):
+    """A sleeping task's wait: the seconds left to its sleep's deadline."""
+    for f, _ in task.iter_await_frames():
+        if f.f_code is trio._timeouts.sleep_until.__code__:
+            left = f.f_locals["deadline"] - trio.current_time()
+            return {"kind": "timer", "seconds_left": left, "at": time.monotonic()}
+    raise AssertionError("%s is not in trio.sleep" % task.name)
 
 
 def view_of(task):
@@ -91,7 +102,7 @@ def view_of(task):
         "name": task.name,
         "parent": id(parent) if parent is not None else None,
         "frames": frames,
-        "wait": WAITS.get(task.name),
+        "wait": sleep_of(task) if task.name in SLEEPERS else WAITS.get(task.name),
     }
 
 

@@ -87,19 +87,22 @@ fn dump_shows_trio_tasks_by_nursery() {
             assert_eq!(awaited_by, parent, "{what}");
             assert_eq!(t["state"], "pending", "{what}");
             if id == main_id {
-                // It ran on after the view: it parks in park().
+                // It ran on after the view: it parks in park(), a sleep.
                 assert!(frames_of(&t["frames"]).contains(&park), "{what}");
+                assert_eq!(t["wait"]["kind"], "timer", "{what}");
+                assert!(t["wait"]["seconds_left"].as_f64().is_some(), "{what}");
                 continue;
             }
             assert_eq!(frames_of(&t["frames"]), frames_of(&o["frames"]), "{what}");
-            check_wait(&o["wait"], &t["wait"], &what);
+            let who = format!("{ctx}: {}", o["name"].as_str().unwrap_or("?"));
+            check_wait(&o["wait"], &t["wait"], &who, &what);
         }
         // Every kind of wait the fixture sets up was met.
         let kinds: Vec<&str> = oracle
             .iter()
             .filter_map(|o| o["wait"]["kind"].as_str())
             .collect();
-        for kind in ["socket", "event", "lock", "queue"] {
+        for kind in ["socket", "event", "lock", "queue", "timer"] {
             assert!(kinds.contains(&kind), "{ctx}: no {kind} wait: {kinds:?}");
         }
         // The fixture's tree: supervisor's two workers under it.
@@ -135,17 +138,49 @@ fn dump_shows_trio_tasks_by_nursery() {
             indent(worker) > indent(sup),
             "{ctx}: workers under supervisor\n{text}"
         );
+        assert!(
+            worker.contains(") waiting on a timer, ") && worker.ends_with("s left"),
+            "{ctx}: a sleep's time left\n{text}"
+        );
     });
+}
+
+/// Seconds now on the monotonic clock (the fixture's `time.monotonic()`).
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// A task's wait in dump's JSON against the fixture's (`o`): none known
 /// (null) is not checked; `{kind: null}`: no wait shown.
-fn check_wait(o: &Value, t: &Value, what: &str) {
+fn check_wait(o: &Value, t: &Value, who: &str, what: &str) {
     if o.is_null() {
         return;
     }
     match o["kind"].as_str() {
         None => assert!(t.is_null(), "{what}: dump names a wait"),
+        Some("timer") => {
+            // A sleep: the seconds left to its deadline, as Trio counted
+            // them when the fixture read them, less the time since.
+            assert_eq!(t["kind"], "timer", "{what}");
+            assert_eq!(t["local"], "deadline", "{what}");
+            let left = t["seconds_left"].as_f64().expect("seconds_left");
+            let then = o["seconds_left"].as_f64().unwrap();
+            let want = then - (monotonic() - o["at"].as_f64().unwrap());
+            eprintln!(
+                "{who}: {left:.3}s left, Trio's {want:.3}s ({:+.3}s)",
+                left - want
+            );
+            assert!(
+                (left - want).abs() < 1.0,
+                "{what}: {left}s left, Trio's clock says {want}s"
+            );
+        }
         Some("socket") => {
             assert_eq!(t["kind"], "socket", "{what}");
             assert_eq!(t["fd"]["fd"], o["fd"], "{what}");

@@ -9,15 +9,21 @@
 //! it: the task's parent in the tree. Each task's stack follows what its
 //! coroutine awaits, as an asyncio task's does; the running one's comes
 //! from the thread's stack.
+//!
+//! A task in `trio.sleep` waits on no object: `sleep_until`'s frame holds
+//! its deadline (the `deadline` local), on Trio's clock. The default clock,
+//! `SystemClock`, reads `perf_counter()` (`CLOCK_MONOTONIC` on Linux) plus
+//! its `offset`: the deadline less the offset is on the monotonic clock,
+//! where a gevent timer's is. Another clock's time is not known here.
 
 use super::state::{AsyncioReader, TasksByThread, MAX_CHAIN, MAX_TASKS, NO_ASYNCIO_RECHECK};
 use crate::cpython_layouts::asyncio::AsyncioLayout;
 use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
 use crate::python::pagecache::PageCache;
-use crate::python::reader::{Reader, ThreadSnapshot};
+use crate::python::reader::{LocalRef, Reader, ThreadSnapshot};
 use crate::python::waits::{WaitReader, WaitTypes};
-use crate::stack::{Task, TaskState};
+use crate::stack::{Frame, ObjectWait, Task, TaskState};
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -28,6 +34,17 @@ const WAIT_FRAMES: usize = 4;
 const RUN_MODULE: &str = "trio._core._run";
 /// The most of a thread's outermost frames looked through for the runner.
 const RUNNER_FRAMES: usize = 16;
+/// Where `sleep_until` is, and the function whose frame holds a sleep's deadline.
+const TIMEOUTS_MODULE: &str = "trio._timeouts";
+const SLEEP_UNTIL: &str = "sleep_until";
+
+/// What tells a sleeping task's deadline, from the target's modules: Trio's
+/// `SystemClock` type, and the file of `sleep_until`'s module (its code's
+/// `co_filename`).
+struct SleepFacts {
+    system_clock: Option<u64>,
+    timeouts_file: Option<String>,
+}
 
 impl AsyncioReader {
     /// The Trio tasks of every thread of `snaps` that runs `trio.run`,
@@ -50,6 +67,7 @@ impl AsyncioReader {
         // What waiting tasks wait on (dump): the types, from the first
         // runner's interpreter's modules, looked up once a runner is found.
         let mut wait_types: Option<WaitTypes> = None;
+        let mut sleeps: Option<SleepFacts> = None;
         for (i, snap) in snaps.iter().enumerate() {
             // The Runner type: looked up (a scan of sys.modules) again only
             // once a second while Trio is not imported; a type, once found,
@@ -100,12 +118,30 @@ impl AsyncioReader {
                 wait_types = Some(WaitTypes::find(&|m: &str, n: &str| {
                     module_attr(&objr, snap.interp, m, n)
                 }));
+                sleeps = Some(SleepFacts {
+                    system_clock: module_attr(&objr, snap.interp, RUN_MODULE, "SystemClock"),
+                    timeouts_file: module_attr(&objr, snap.interp, TIMEOUTS_MODULE, "__file__")
+                        .and_then(|f| objr.string(f, 4096).ok())
+                        .filter(|(_, cut)| !cut)
+                        .map(|(f, _)| crate::stack::escape_controls(&f).into_owned()),
+                });
             }
             let mut wr = wait_types
                 .as_ref()
                 .map(|types| WaitReader::new(&objr, l, None, types));
-            let (tasks, left_out) =
-                self.trio_tasks(reader, &objr, l, runner, snap, limit, wr.as_mut());
+            let sleep = sleeps.as_ref().map(|facts| Sleep {
+                file: facts.timeouts_file.as_deref(),
+                offset: self.clock_offset(&objr, l, runner, facts.system_clock),
+            });
+            let (tasks, left_out) = self.trio_tasks(
+                reader,
+                &objr,
+                l,
+                runner,
+                snap,
+                limit,
+                wr.as_mut().zip(sleep.as_ref()),
+            );
             if tasks.is_empty() && left_out == 0 {
                 // A run that ended: the thread's next run is looked for.
                 self.trio_runners.remove(&snap.tstate);
@@ -128,7 +164,7 @@ impl AsyncioReader {
         runner: u64,
         snap: &ThreadSnapshot,
         limit: usize,
-        mut waits: Option<&mut WaitReader>,
+        mut waits: Option<(&mut WaitReader, &Sleep)>,
     ) -> (Vec<Task>, u64) {
         let Some(set) = self.slot(objr, l, runner, "tasks") else {
             return (Vec::new(), 0);
@@ -175,11 +211,15 @@ impl AsyncioReader {
         tasks.truncate(limit);
         // What each waiting task shown waits on: the first of its innermost
         // frames whose locals tell (Trio's own frames, `wait_task_rescheduled`
-        // and the trap below it, tell nothing).
-        if let Some(w) = waits.as_mut() {
+        // and the trap below it, tell nothing); a sleep's, its deadline.
+        if let Some((w, sleep)) = waits.as_mut() {
             for (t, addrs) in &mut tasks {
                 for (f, addr) in t.frames.iter().zip(addrs.iter()).take(WAIT_FRAMES) {
                     let locals = reader.frame_locals_at(objr.mem, *addr);
+                    if sleep.is_sleep_until(f) {
+                        t.wait = sleep.wait(objr, &f.function, &locals);
+                        break;
+                    }
                     t.wait = w.wait_of(t.id, &f.function, &locals);
                     if t.wait.is_some() {
                         break;
@@ -189,6 +229,69 @@ impl AsyncioReader {
         }
         (tasks.into_iter().map(|(t, _)| t).collect(), left_out)
     }
+
+    /// The offset of the runner's clock when it is Trio's `SystemClock`
+    /// (its time is then the monotonic clock's plus the offset); `None` for
+    /// another clock, whose time is not known here.
+    fn clock_offset(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        runner: u64,
+        system_clock: Option<u64>,
+    ) -> Option<f64> {
+        let clock = self.slot(objr, l, runner, "clock")?;
+        // Exactly Trio's: a subclass may keep another time.
+        if objr.type_of(clock).ok()? != system_clock? {
+            return None;
+        }
+        let offset = self.slot(objr, l, clock, "offset")?;
+        float_of(objr, offset)
+    }
+}
+
+/// How a sleeping task's deadline is told, for one runner.
+struct Sleep<'a> {
+    /// The file of `sleep_until`'s module.
+    file: Option<&'a str>,
+    /// The runner's clock's offset from the monotonic clock (a `SystemClock`).
+    offset: Option<f64>,
+}
+
+impl Sleep<'_> {
+    /// Whether `f` is `trio.sleep_until`'s frame: its name, in its module's file.
+    fn is_sleep_until(&self, f: &Frame) -> bool {
+        &*f.function == SLEEP_UNTIL && self.file.is_some_and(|m| f.file.as_deref() == Some(m))
+    }
+
+    /// A sleep's wait, from `sleep_until`'s locals: a timer whose deadline
+    /// on the monotonic clock is its `deadline` local less the clock's
+    /// offset (none where the clock is not a `SystemClock`); no wait for a
+    /// sleep without end (`trio.sleep(math.inf)`), which waits as
+    /// `sleep_forever` does, on nothing.
+    fn wait(&self, objr: &ObjReader, function: &str, locals: &[LocalRef]) -> Option<ObjectWait> {
+        let local = locals.iter().find(|l| l.name == "deadline")?;
+        let at = float_of(objr, local.obj).filter(|v| v.is_finite())?;
+        Some(ObjectWait {
+            kind: "timer",
+            type_name: local.kind.clone(),
+            object: local.obj,
+            local: local.name.clone(),
+            function: function.to_string(),
+            fd: None,
+            deadline: self.offset.map(|o| at - o).filter(|v| v.is_finite()),
+            seconds_left: None,
+        })
+    }
+}
+
+/// The value of a Python `float`.
+fn float_of(objr: &ObjReader, obj: u64) -> Option<f64> {
+    if objr.type_name(obj).ok()? != "float" {
+        return None;
+    }
+    let at = obj.wrapping_add(objr.layout.object.float_value);
+    objr.mem.read_u64(at).ok().map(f64::from_bits)
 }
 
 /// `module.name` in interpreter `interp`'s `sys.modules`.
