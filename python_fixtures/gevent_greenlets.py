@@ -3,10 +3,14 @@
 Usage: gevent_greenlets.py [--many N | --raw | --eventlet]
 
 With --eventlet, eventlet instead of gevent: sleeper, event-waiter,
-reader, getter and finished as below (eventlet's GreenThreads carry no
-names: READY's view names none of them), the main greenlet parked in
-park(), and eventlet's hub (a plain greenlet, the GreenThreads' parent)
-running its loop.
+reader, getter and finished as below, and one spawned with
+eventlet.spawn_after(1000, waiting_unnamed), not started; the main
+greenlet parked in park(), and eventlet's hub (a plain greenlet, the
+GreenThreads' parent) running its loop. eventlet's GreenThreads carry no
+names: READY's view names each started one after the function it was
+spawned with (its qualified name, as recorded at the spawn), and the one
+not started after the method it will run, GreenThread.main (eventlet
+keeps its function only in its hub's timer).
 
 With --raw, greenlet alone (no gevent): three plain greenlets (raw_run,
 raw_deep's two levels, one not started) and the main greenlet, which stays
@@ -130,6 +134,15 @@ def code_name(code):
 NAMED_BY_GEVENT = set()
 # What each greenlet waits on, by id, where the fixture knows.
 WAITS = {}
+# eventlet: the name each GreenThread is expected under, by id.
+SPAWNED = {}
+
+
+def spawn(func, *args):
+    """eventlet.spawn, the function's qualified name recorded."""
+    g = eventlet.spawn(func, *args)
+    SPAWNED[id(g)] = code_name(func.__code__)
+    return g
 
 
 def name_of(g, main):
@@ -137,6 +150,8 @@ def name_of(g, main):
         return "main"
     if id(g) in NAMED_BY_GEVENT:
         return g.name
+    if id(g) in SPAWNED and not g.dead:
+        return SPAWNED[id(g)]
     d = getattr(g, "__dict__", None) or {}
     if isinstance(d.get("name"), str):
         return d["name"]
@@ -328,20 +343,23 @@ def main():
 def main_eventlet():
     main_g = greenlet.getcurrent()
     hub = eventlet.hubs.get_hub()
-    keep = [eventlet.spawn(sleeper)]
+    keep = [spawn(sleeper)]
     event = eventlet.event.Event()
-    g = eventlet.spawn(event_waiter, event)
+    g = spawn(event_waiter, event)
     WAITS[id(g)] = {"kind": "event", "object": id(event)}
     keep.append(g)
     a, b = eventlet.green.socket.socketpair()
-    g = eventlet.spawn(reader, a)
+    g = spawn(reader, a)
     WAITS[id(g)] = {"kind": "socket", "fd": a.fileno()}
     keep.append(g)
     queue = eventlet.queue.LightQueue()
-    g = eventlet.spawn(getter, queue)
+    g = spawn(getter, queue)
     WAITS[id(g)] = {"kind": "queue", "object": id(queue)}
     keep.append(g)
-    keep.append(eventlet.spawn(finishes))
+    keep.append(spawn(finishes))
+    g = eventlet.spawn_after(1000, waiting_unnamed)
+    SPAWNED[id(g)] = "GreenThread.main"
+    keep.append(g)
     keep.append(b)
     eventlet.sleep(0.2)
     gc.collect()

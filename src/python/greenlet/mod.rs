@@ -436,6 +436,7 @@ impl GreenletReader {
             _ => None,
         };
         let mut is_gevent: HashMap<u64, bool> = HashMap::new();
+        let mut is_green_thread: HashMap<u64, bool> = HashMap::new();
         // Each type's name, read once (a sample reads every greenlet).
         let mut type_names: HashMap<u64, String> = HashMap::new();
         // Sampling: names are kept as long as the greenlets found are.
@@ -450,7 +451,9 @@ impl GreenletReader {
                 .into_iter()
                 .map(|(r, state, hub)| {
                     let mut wait = None;
-                    let (frames, truncated) = if state == "running" {
+                    // Its frames, innermost first, and their addresses (0:
+                    // not known).
+                    let (frames, truncated, addrs) = if state == "running" {
                         let f: Vec<Frame> = snaps[i]
                             .stack
                             .frames
@@ -458,25 +461,26 @@ impl GreenletReader {
                             .filter(|f| f.kind == FrameKind::Python)
                             .cloned()
                             .collect();
-                        (f, None)
+                        let addrs = f.iter().map(|f| f.mark.map_or(0, |m| m.addr)).collect();
+                        (f, None, addrs)
                     } else if r.top_frame != 0 {
-                        let (frames, truncated, innermost) =
+                        let (frames, truncated, addrs) =
                             saved_frames(reader, mem, pl, py, r.top_frame);
                         // The innermost frames, innermost first: the first
                         // whose locals tell a wait tells it (eventlet waits
                         // in its hub's own `switch`, below the waiter).
                         if let Some(w) = waits.as_mut() {
-                            for (f, addr) in frames.iter().zip(innermost) {
-                                let locals = reader.frame_locals_at(mem, addr);
+                            for (f, addr) in frames.iter().zip(&addrs).take(WAIT_FRAMES) {
+                                let locals = reader.frame_locals_at(mem, *addr);
                                 wait = w.wait_of(r.id, &f.function, &locals);
                                 if wait.is_some() {
                                     break;
                                 }
                             }
                         }
-                        (frames, truncated)
+                        (frames, truncated, addrs)
                     } else {
-                        (Vec::new(), None)
+                        (Vec::new(), None, Vec::new())
                     };
                     let name = if r.main {
                         Some("main".to_string())
@@ -486,10 +490,22 @@ impl GreenletReader {
                                 .entry(r.ty)
                                 .or_insert_with(|| derives_from(mem, py, r.ty, t))
                         });
+                        let of_eventlet = gevent.green_thread.is_some_and(|t| {
+                            *is_green_thread
+                                .entry(r.ty)
+                                .or_insert_with(|| derives_from(mem, py, r.ty, t))
+                        });
                         match names.get(&(r.id, r.ty)) {
                             Some(n) => n.clone(),
                             None => {
-                                let n = greenlet_name(objr, py, gevent, of_gevent, r.id, r.run);
+                                let spawned = of_eventlet
+                                    .then(|| {
+                                        spawned_function(reader, objr, py, r.id, &frames, &addrs)
+                                    })
+                                    .flatten();
+                                let n = spawned.or_else(|| {
+                                    greenlet_name(objr, py, gevent, of_gevent, r.id, r.run)
+                                });
                                 if keep_names {
                                     names.insert((r.id, r.ty), n.clone());
                                 }
@@ -679,8 +695,8 @@ fn read_raw(mem: &dyn Memory, gl: &GreenletLayout, id: u64, ty: u64) -> Option<R
     })
 }
 
-/// A suspended greenlet's saved frames, innermost first; with the
-/// addresses of the innermost [`WAIT_FRAMES`] of them.
+/// A suspended greenlet's saved frames, innermost first; with their
+/// addresses.
 fn saved_frames(
     reader: &mut Reader,
     mem: &dyn Memory,
@@ -689,7 +705,7 @@ fn saved_frames(
     top: u64,
 ) -> (Vec<Frame>, Option<String>, Vec<u64>) {
     let mut frames = Vec::new();
-    let mut innermost = Vec::new();
+    let mut addrs = Vec::new();
     let mut f = match py.frameobject_f_frame {
         Some(off) => mem.read_u64(top.wrapping_add(off)).unwrap_or(0),
         None => top,
@@ -700,11 +716,11 @@ fn saved_frames(
             return (
                 frames,
                 Some(format!("more than {MAX_FRAMES} frames")),
-                innermost,
+                addrs,
             );
         }
         if !seen.insert(f) {
-            return (frames, Some("the frame chain loops".to_string()), innermost);
+            return (frames, Some("the frame chain loops".to_string()), addrs);
         }
         let shim = match pl.frame.entry {
             EntryMarker::OwnerShim { owner, shim_from } => mem
@@ -715,32 +731,18 @@ fn saved_frames(
         if !shim {
             match reader.frame_at(mem, f) {
                 Some((frame, _)) => {
-                    if innermost.len() < WAIT_FRAMES {
-                        innermost.push(f);
-                    }
+                    addrs.push(f);
                     frames.push(frame)
                 }
-                None => {
-                    return (
-                        frames,
-                        Some("a frame could not be read".to_string()),
-                        innermost,
-                    )
-                }
+                None => return (frames, Some("a frame could not be read".to_string()), addrs),
             }
         }
         f = match mem.read_u64(f.wrapping_add(pl.frame.previous)) {
             Ok(p) => p,
-            Err(_) => {
-                return (
-                    frames,
-                    Some("a frame could not be read".to_string()),
-                    innermost,
-                )
-            }
+            Err(_) => return (frames, Some("a frame could not be read".to_string()), addrs),
         };
     }
-    (frames, None, innermost)
+    (frames, None, addrs)
 }
 
 /// gevent's name for a greenlet: `name` when one was given, else
@@ -778,6 +780,35 @@ fn greenlet_name(
         }
     }
     (run != 0).then(|| callable_name(objr, py, run)).flatten()
+}
+
+/// The function eventlet `GreenThread` `id` was spawned with: the
+/// `function` local of the frame of the method it runs,
+/// `GreenThread.main(self, function, args, kwargs)`, whose `self` is the
+/// GreenThread (the outermost such frame). `None` when it is not found
+/// (not started yet: eventlet keeps the function only in its hub's timer)
+/// or not a function or method.
+fn spawned_function(
+    reader: &mut Reader,
+    objr: &ObjReader,
+    py: &GreenletPython,
+    id: u64,
+    frames: &[Frame],
+    addrs: &[u64],
+) -> Option<String> {
+    frames
+        .iter()
+        .zip(addrs)
+        .rev()
+        // The code's qualified name (3.11+), or its name.
+        .filter(|(f, a)| matches!(&*f.function, "GreenThread.main" | "main") && **a != 0)
+        .take(MAX_BASES)
+        .find_map(|(_, addr)| {
+            let locals = reader.frame_locals_at(objr.mem, *addr);
+            let me = locals.iter().any(|l| l.name == "self" && l.obj == id);
+            let function = locals.iter().find(|l| l.name == "function")?;
+            me.then(|| callable_name(objr, py, function.obj)).flatten()
+        })
 }
 
 /// A function's or bound method's qualified name.
