@@ -118,6 +118,10 @@ struct layout {
 	u32 entry;          // 3.11's is_entry byte, or NO_FIELD
 	u32 cframe_previous; // offset of previous in _PyCFrame
 	u32 stack_bytes;    // --native: user stack bytes to copy (0: none)
+	u32 gil_only;       // --mode gil: only the thread holding the GIL
+	u32 pad;
+	u64 gil_holder;     // the GIL holder's PyThreadState * is here
+	u64 gil_locked;     // the GIL's locked flag (int) is here, or 0
 };
 
 // Bytes of a frame read at once at most.
@@ -420,6 +424,21 @@ static __attribute__((always_inline)) void put(struct sample *s)
 		count(C_LOST);
 }
 
+// Whether thread `tid` holds its process's GIL (as far as the GIL says).
+static __attribute__((always_inline)) int holds_gil(struct layout *l, u32 tid)
+{
+	u64 *tstate = bpf_map_lookup_elem(&tstates, &tid);
+	if (!tstate || !*tstate)
+		return 0;
+	int locked = 1;
+	u64 holder = 0;
+	if (l->gil_locked && bpf_probe_read_user(&locked, sizeof(locked), (const void *)l->gil_locked) != 0)
+		return 0;
+	if (bpf_probe_read_user(&holder, sizeof(holder), (const void *)l->gil_holder) != 0)
+		return 0;
+	return locked && holder == *tstate;
+}
+
 // Copying the stack a page at a time: a read that runs past the end of
 // the stack's mapping fails whole, so the copy ends at the last page that
 // could be read.
@@ -477,6 +496,8 @@ int on_sample(void *ctx)
 	struct sample *s = bpf_map_lookup_elem(&scratch, &which);
 	struct layout *l = bpf_map_lookup_elem(&layouts, slot);
 	if (!s || !l)
+		return 0;
+	if (l->gil_only && !holds_gil(l, tid))
 		return 0;
 	count(C_SAMPLES);
 	struct native *nat = 0;

@@ -137,6 +137,11 @@ impl Followed {
         self.reader.walk_offsets()
     }
 
+    /// Where the program tells the GIL's holder (see `Reader::gil_words`).
+    pub(super) fn gil_words(&self) -> Option<(u64, u64)> {
+        self.reader.gil_words(&self.source)
+    }
+
     /// Whether its thread list is due to be read again.
     pub(super) fn due(&self) -> bool {
         self.refresh_soon || self.refreshed.elapsed() >= REFRESH_EVERY

@@ -54,8 +54,8 @@ pub enum Engine {
     Ptrace,
     /// Sample in the kernel with an eBPF program (root or CAP_BPF and
     /// CAP_PERFMON; Python frames: --mode cpu, and wall, offcpu and --idle
-    /// from the scheduler's own switches; --native from the stack's top,
-    /// copied in the kernel and unwound here).
+    /// from the scheduler's own switches; --mode gil; --native from the
+    /// stack's top, copied in the kernel and unwound here).
     Bpf,
 }
 
@@ -101,9 +101,7 @@ pub(crate) fn unavailable() -> Option<String> {
 
 /// What the engine cannot do yet, from the options asked.
 fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
-    if cfg.target.filter.gil_only {
-        Some("--gil / --mode gil")
-    } else if cfg.target.read.asyncio != crate::sampler::AsyncMode::Off {
+    if cfg.target.read.asyncio != crate::sampler::AsyncMode::Off {
         Some("--async")
     } else {
         None

@@ -54,9 +54,15 @@ pub(super) struct LayoutC {
     cframe_previous: u32,
     /// With --native: user stack bytes to copy at a sample.
     pub(super) stack_bytes: u32,
+    /// With --mode gil: only the GIL holder is sampled, told by the
+    /// holder's pointer and the GIL's `locked` flag at these addresses.
+    pub(super) gil_only: u32,
+    pad: u32,
+    pub(super) gil_holder: u64,
+    pub(super) gil_locked: u64,
 }
 
-// SAFETY: plain u32 fields, no padding.
+// SAFETY: plain integer fields, no padding (`pad` fills the one hole).
 unsafe impl aya::Pod for LayoutC {}
 
 /// Bytes of a frame the program reads at once at most (its BLOCK_MAX).
@@ -93,6 +99,10 @@ impl From<WalkOffsets> for LayoutC {
             entry: w.entry.unwrap_or(u32::MAX),
             cframe_previous: w.cframe_previous,
             stack_bytes: 0,
+            gil_only: 0,
+            pad: 0,
+            gil_holder: 0,
+            gil_locked: 0,
         }
     }
 }

@@ -266,6 +266,18 @@ impl BpfSampler {
         let mut layout = LayoutC::from(offsets);
         layout.switches = u32::from(self.cfg.target.filter.include_idle);
         layout.stack_bytes = f.stack_bytes;
+        if self.cfg.target.filter.gil_only {
+            let Some((holder, locked)) = f.gil_words() else {
+                self.free_slots.push(slot);
+                return Err(Error::BpfUnavailable(format!(
+                    "it cannot tell the GIL's holder in Python {} (--mode gil)",
+                    f.version
+                )));
+            };
+            layout.gil_only = 1;
+            layout.gil_holder = holder;
+            layout.gil_locked = locked;
+        }
         f.layout = layout;
         self.layouts
             .set(slot, layout, 0)
@@ -582,6 +594,8 @@ impl BpfSampler {
         if self.native && r.kind == K_SAMPLE {
             stack = f.with_native(stack, native, &mut errors);
         }
+        // With --mode gil the program samples the GIL's holder alone.
+        stack.holds_gil = r.kind == K_SAMPLE && self.cfg.target.filter.gil_only;
         self.taken += n;
         let (label, version) = (f.label.clone(), f.version.clone());
         if r.kind == K_OFF {

@@ -230,10 +230,12 @@ fn watch(pid: i32, opts: &TopOptions, log: Option<&std::path::Path>) -> anyhow::
             },
         },
     };
-    if opts.engine == crate::bpf::Engine::Bpf && !opts.idle {
+    if opts.engine == crate::bpf::Engine::Bpf {
         // The eBPF engine samples threads on a CPU only: the panel lists
-        // the others from /proc.
-        cfg.target.filter.include_idle = false;
+        // the others from /proc. With --gil its program samples the GIL
+        // holder alone (it cannot tell a holder later).
+        cfg.target.filter.include_idle &= opts.idle;
+        cfg.target.filter.gil_only = opts.gil;
     }
     let (rx, sampler) = start_sampler(pid, cfg, opts.engine);
     // Attach errors (not Python, permission) are printed plainly, before

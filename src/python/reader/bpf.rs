@@ -103,6 +103,31 @@ impl Reader {
         })
     }
 
+    /// Where the program tells the main interpreter's GIL holder: the
+    /// address of the holder's thread-state pointer, and of the GIL's
+    /// `locked` flag (0: none, the pointer is the holder's while it holds
+    /// it). None where this layout does not say, or the GIL is not made yet.
+    pub(crate) fn gil_words(&self, src: &dyn TargetSource) -> Option<(u64, u64)> {
+        use crate::memory::MemoryExt;
+        use crate::python::process::GilSource;
+        match self.process.gil {
+            GilSource::TstatePtr(a) => Some((a, 0)),
+            GilSource::PerInterp {
+                ceval_gil,
+                last_holder,
+                locked,
+            } => {
+                let interp = src.read_u64(self.process.interp_head_ptr).ok()?;
+                let g = src
+                    .read_u64(interp.wrapping_add(ceval_gil))
+                    .ok()
+                    .filter(|g| *g != 0)?;
+                Some((g.wrapping_add(last_holder), g.wrapping_add(locked)))
+            }
+            GilSource::Unknown => None,
+        }
+    }
+
     /// Every Python thread with a kernel tid, with its thread state and name.
     pub(crate) fn thread_entries(&mut self, src: &dyn TargetSource) -> Result<Vec<ThreadEntry>> {
         let raw = self.threads(src, src)?;
