@@ -1346,6 +1346,62 @@ class Bench:
         finally:
             stats.write_text(old)
 
+    def record_bpf_native(self):
+        """CPU per sample of `record --native` on the eBPF engine (the
+        program copies each sample's stack top; pyinspect unwinds it) against
+        the default engine's --native and py-spy's, at 500 Hz on 4 busy
+        threads: each recorder's CPU over a window after start-up, plus the
+        program's kernel time (kernel.bpf_stats_enabled), per sample it
+        delivered."""
+        warmup, window, rate, threads = 2, (4 if self.quick else 8), 500, 4
+        stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+        try:
+            old = stats.read_text().strip()
+            stats.write_text("1")
+        except OSError as e:
+            raise Skip(f"cannot enable kernel.bpf_stats_enabled: {e}")
+        cells = {}
+        try:
+            with Target(self.python, "threads.py", threads, threads) as t:
+                secs = warmup + window + 1
+                for who in ("bpf", "ptrace", "py-spy"):
+                    out = self.tmp / f"bpf-native-{who}.txt"
+                    out.unlink(missing_ok=True)
+                    common = ["--pid", t.pid, "--native", "-r", rate, "-d", secs, "-f", "raw", "-o", out]
+                    if who == "py-spy":
+                        cmd = self.theirs("record", *common)
+                    else:
+                        cmd = self.ours("record", "--engine", who, *common)
+                    proc = spawn(cmd)
+                    try:
+                        cpu_pct = self.cpu_over(proc, warmup, window, f"{who} record --native",
+                                                precise=who == "bpf")
+                        proc.wait(60)
+                    finally:
+                        stop_gently(proc)
+                    err = stderr_of(proc)
+                    stacks = read_raw(out)
+                    samples = sum(c for _, c in stacks)
+                    if proc.returncode != 0 or not samples:
+                        raise Skip(f"{who} record --native failed: {first_line(err)}")
+                    if not any(is_native(f) for frames, _ in stacks for f in frames):
+                        raise Skip(f"{who} record --native wrote no native frames")
+                    m = re.search(r"eBPF program: (\d+) runs .*?([\d.]+) ms in all", err)
+                    prog_pct = float(m.group(2)) / 1000 / secs * 100 if m else 0.0
+                    per_s = samples / secs
+                    us = (cpu_pct + prog_pct) / 100 / per_s * 1e6
+                    cells[who] = (us, cpu_pct, prog_pct, per_s / threads / rate * 100)
+        finally:
+            stats.write_text(old)
+        b, p, y = cells["bpf"], cells["ptrace"], cells["py-spy"]
+        self.results.add(
+            "record-bpf-native CPU/sample", b[0], y[0], "<= half of py-spy's",
+            verdict(b[0] <= y[0] / 2), "us",
+            f"bpf: {b[1]:.2f}% user+sys + {b[2]:.2f}% program, {b[3]:.0f}% delivered; "
+            f"ptrace engine: {p[0]:.1f} us, {p[3]:.0f}% delivered; py-spy {y[3]:.0f}% delivered; "
+            f"pyinspect/py-spy {b[0] / y[0]:.2f}",
+            {"bpf": b, "ptrace": p, "py-spy": y})
+
     def add_three(self, name, values, unit, target, ok, note, detail, higher_is_better=False):
         """One row with pyinspect against py-spy (the table's columns), and
         profiling.sampling's figure and both ratios in the note."""
@@ -1444,6 +1500,7 @@ SCENARIOS = [
     ("profiling-sampling", Bench.profiling_sampling),
     ("record-vs-cpython-sampler", Bench.record_vs_cpython_sampler),
     ("record-bpf-engine", Bench.record_bpf_engine),
+    ("record-bpf-native", Bench.record_bpf_native),
     ("heap-1M", Bench.heap_1m),
 ]
 
