@@ -16,44 +16,6 @@ const GREENLETS_FOUND_FOR: Duration = Duration::from_secs(1);
 use crate::python::pagecache::PageCache;
 use crate::python::reader::ThreadSnapshot;
 use crate::sampler::config::{AsyncMode, TargetConfig};
-use crate::target::TargetSource;
-
-/// Where the target may carry `_asyncio`'s `AsyncioDebug` section: the
-/// `_asyncio` extension module, or the interpreter's binary when the module
-/// is built in; each as (file, section's address in the target).
-fn asyncio_debug_sections(source: &dyn TargetSource) -> Vec<(String, crate::elf::Range)> {
-    let Ok(maps) = source.maps() else {
-        return Vec::new();
-    };
-    let mut paths: Vec<&str> = Vec::new();
-    for m in &maps {
-        let name = m.path.rsplit('/').next().unwrap_or("");
-        let candidate = name.starts_with("_asyncio")
-            || name.starts_with("libpython3")
-            || name.starts_with("python3");
-        if m.is_file() && candidate && !paths.contains(&m.path.as_str()) {
-            paths.push(&m.path);
-        }
-    }
-    let mut out = Vec::new();
-    for p in paths {
-        let file_maps: Vec<&crate::mapping::MapEntry> =
-            maps.iter().filter(|m| m.path == p).collect();
-        let Some(first) = file_maps.iter().min_by_key(|m| m.offset) else {
-            continue;
-        };
-        let Some(file) = source.mapped_file(first) else {
-            continue;
-        };
-        if let Some(sec) = crate::elf::load(&file, &file_maps, &[])
-            .ok()
-            .and_then(|i| i.asyncio_debug)
-        {
-            out.push((p.to_string(), sec));
-        }
-    }
-    out
-}
 
 impl Target {
     /// The asyncio tasks (and for dump the greenlets) of the threads in
@@ -72,7 +34,7 @@ impl Target {
                 let cache = PageCache::new(&*self.source);
                 let source = &*self.source;
                 r.read(&mut self.reader, &cache, s, want, &|| {
-                    asyncio_debug_sections(source)
+                    asyncio::debug_sections(source)
                 })
             }
             None => TasksByThread::default(),
