@@ -7,7 +7,9 @@
 // With --native, the sampled thread's user registers and a copy of the
 // top of its user stack go out too, in a record of their own written just
 // before the sample: user space unwinds them with its CFI unwinder, and
-// merges by the frames' addresses, which the walk then notes.
+// merges by the frames' addresses, which the walk then notes. With
+// --async that record holds the frames' addresses alone (user space finds
+// the running asyncio task by its coroutine's frame).
 // For the off-CPU and wall modes, a second program on the scheduler's
 // sched_switch tracepoint does the same when a target thread leaves its
 // CPU (with the system call it sleeps in, from its saved registers), and
@@ -89,7 +91,7 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 // x86_64's saved user registers (struct pt_regs): the system call's
-// number and its six arguments, at their fixed places.
+// number and its six arguments, and bp, ip and sp, at their fixed places.
 #define REGS_BP 4
 #define REGS_R10 7
 #define REGS_R9 8
@@ -119,7 +121,7 @@ struct layout {
 	u32 cframe_previous; // offset of previous in _PyCFrame
 	u32 stack_bytes;    // --native: user stack bytes to copy (0: none)
 	u32 gil_only;       // --mode gil: only the thread holding the GIL
-	u32 pad;
+	u32 frame_addrs;    // --async: the frames' addresses, with no stack
 	u64 gil_holder;     // the GIL holder's PyThreadState * is here
 	u64 gil_locked;     // the GIL's locked flag (int) is here, or 0
 };
@@ -221,7 +223,7 @@ struct {
 } blocks SEC(".maps");
 
 // One per CPU, by its number (too big for a per-CPU map): user space sizes
-// it to the CPUs there are when --native is asked.
+// it to the CPUs there are when --native or --async is asked.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -355,6 +357,19 @@ static long step(u32 i, void *ctx)
 	return 0;
 }
 
+// A record's header, its frames none yet.
+static __attribute__((always_inline)) void header(struct sample *s, u32 tgid, u32 tid, u32 kind, u64 call)
+{
+	s->tgid = tgid;
+	s->tid = tid;
+	s->time_ns = bpf_ktime_get_ns();
+	s->nframes = 0;
+	s->flags = 0;
+	s->kind = kind;
+	s->state = 0;
+	s->call = call;
+}
+
 // Fill `s` with the stack of thread `tid` of target `tgid` (whose layout
 // is in slot `slot`), in scratch slot `which`. 0: not a Python thread, no
 // record to write.
@@ -366,14 +381,7 @@ static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which
 	if (!l || !blk)
 		return 0;
 	struct walk w = {.l = l, .s = s, .blk = blk, .nat = nat};
-	s->tgid = tgid;
-	s->tid = tid;
-	s->time_ns = bpf_ktime_get_ns();
-	s->nframes = 0;
-	s->flags = 0;
-	s->kind = kind;
-	s->state = 0;
-	s->call = (u64)-1;
+	header(s, tgid, tid, kind, (u64)-1);
 	u64 *tstate = bpf_map_lookup_elem(&tstates, &tid);
 	if (tstate && !*tstate)
 		return 0; // a thread user space found to run no Python
@@ -465,8 +473,6 @@ static long copy_page(u32 i, void *ctx)
 static __attribute__((always_inline)) void copy_native(struct native *nat, u32 want)
 {
 	u64 regs[REGS_WORDS];
-	nat->len = 0;
-	nat->ip = nat->sp = nat->bp = nat->base = 0;
 	void *pt = bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!pt || bpf_probe_read_kernel(regs, sizeof(regs), pt) != 0)
 		return;
@@ -502,14 +508,17 @@ int on_sample(void *ctx)
 	count(C_SAMPLES);
 	struct native *nat = 0;
 	u32 want = l->stack_bytes;
-	if (want) {
+	if (want || l->frame_addrs) {
 		u32 cpu = bpf_get_smp_processor_id();
 		nat = bpf_map_lookup_elem(&natives, &cpu);
 	}
 	if (!take_stack(s, which, *slot, tgid, tid, K_SAMPLE, nat))
 		return 0;
 	if (nat) {
-		copy_native(nat, want);
+		nat->len = 0;
+		nat->ip = nat->sp = nat->bp = nat->base = 0;
+		if (want)
+			copy_native(nat, want);
 		nat->tgid = tgid;
 		nat->tid = tid;
 		nat->time_ns = s->time_ns;
@@ -518,6 +527,11 @@ int on_sample(void *ctx)
 		u32 len = nat->len;
 		if (len > STACK_MAX)
 			len = STACK_MAX;
+		// The clamped value itself to the size (the compiler may
+		// otherwise size from a copy the verifier sees unbounded).
+		asm volatile("" : "+r"(len));
+		if (len > STACK_MAX)
+			return 0;
 		u64 size = sizeof(*nat) - sizeof(nat->stack) + len;
 		if (bpf_ringbuf_output(&samples, nat, size, 0) != 0)
 			count(C_LOST);
@@ -545,14 +559,8 @@ int on_switch(u64 *ctx)
 	if (since) {
 		int next_tgid = 0;
 		bpf_probe_read_kernel(&next_tgid, sizeof(next_tgid), &next->tgid);
-		s->tgid = next_tgid;
-		s->tid = key;
-		s->time_ns = bpf_ktime_get_ns();
-		s->nframes = 0;
-		s->flags = 0;
-		s->kind = K_ON;
-		s->state = 0;
-		s->call = *since;
+		// The interval's start rides in `call`.
+		header(s, next_tgid, key, K_ON, *since);
 		bpf_map_delete_elem(&off_cpu, &key);
 		put(s);
 	}

@@ -5,7 +5,9 @@
 use super::records::{RawNative, F_READ_ERROR, F_TRUNCATED, MAX_FRAMES, MAX_STEPS, STACK_MAX};
 use crate::error::Error;
 use crate::native_unwind::StackCopy;
+use crate::python::asyncio::{self, AsyncRead, AsyncioReader};
 use crate::python::native::{MergeCounts, NativeStacks};
+use crate::python::pagecache::PageCache;
 use crate::python::process::PythonProcess;
 use crate::python::reader::bpf::{CodeMemo, ThreadEntry, WalkOffsets, NAME_SOURCE};
 use crate::python::reader::Reader;
@@ -27,6 +29,8 @@ const MAX_NOT_PYTHON: usize = 4096;
 /// added when an unwind read past a copy (the program's STACK_MAX at most).
 const STACK_COPY_FIRST: u32 = 16 << 10;
 const STACK_COPY_MARGIN: u32 = 4 << 10;
+/// With --async: distinct stacks whose task attribution a batch keeps.
+const MAX_STITCHED: usize = 4096;
 
 /// The program's map of thread states (kernel tid → `PyThreadState *`, or
 /// 0 for a thread known to run no Python).
@@ -68,6 +72,13 @@ pub(super) struct Followed {
     pub(super) stack_bytes_grew: bool,
     /// Every Python frame is the first of its eval-loop call (up to 3.10).
     every_frame_entry: bool,
+    /// With --async: the asyncio task reader.
+    tasks: Option<AsyncioReader>,
+    /// With --async, for the current batch: by a sample's frame addresses
+    /// (innermost first), how many of its frames stay and the awaiters'
+    /// frames that follow them. A thread's samples in one task share the
+    /// answer; the tasks are read once for each.
+    stitched: HashMap<Vec<u64>, (usize, Vec<crate::stack::Frame>)>,
 }
 
 impl Followed {
@@ -103,6 +114,10 @@ impl Followed {
             None
         };
         let every_frame_entry = reader.walk_offsets().is_some_and(|w| w.every_frame_entry);
+        let tasks = (cfg.target.read.asyncio != crate::sampler::AsyncMode::Off).then(|| {
+            let v = &reader.process.version;
+            AsyncioReader::new(v.major, v.minor)
+        });
         let f = Followed {
             pid,
             slot,
@@ -129,6 +144,8 @@ impl Followed {
             stack_bytes_grew: false,
             native,
             every_frame_entry,
+            tasks,
+            stitched: HashMap::new(),
         };
         Ok((f, threads))
     }
@@ -157,6 +174,7 @@ impl Followed {
     /// A new batch of records: code objects are checked again.
     pub(super) fn new_batch(&mut self) {
         self.memo.clear();
+        self.stitched.clear();
     }
 
     /// Bring the program's thread-state map in line with `threads`; the
@@ -459,5 +477,74 @@ impl Followed {
             .as_mut()
             .map(|n| n.take_merge_counts())
             .unwrap_or_default()
+    }
+
+    /// With --async: `stack` (a sample's, its frames marked with their
+    /// addresses) attributed to the asyncio task it runs, found by its
+    /// coroutine's frame among them: the task's awaiters' frames replace
+    /// the event loop's below it (`asyncio::stitch`, as the ptrace engine
+    /// does). The tasks are read now, after the sample: the running task
+    /// is the one the sample ran (its coroutine frame is where it was), its
+    /// awaiters as they are now.
+    pub(super) fn with_tasks(&mut self, mut stack: ThreadStack) -> ThreadStack {
+        let Some(r) = self.tasks.as_mut() else {
+            return stack;
+        };
+        let key: Vec<u64> = stack
+            .frames
+            .iter()
+            .map(|f| f.mark.map_or(0, |m| m.addr))
+            .collect();
+        if let Some((keep, tail)) = self.stitched.get(&key) {
+            stack.frames.truncate(*keep);
+            stack.frames.extend(tail.iter().cloned());
+            return stack;
+        }
+        let Some(t) = stack
+            .os_thread_id
+            .and_then(|tid| self.threads.get(&(tid as i32)))
+        else {
+            return stack;
+        };
+        let snaps = [crate::python::reader::ThreadSnapshot {
+            stack,
+            anchors: Vec::new(),
+            in_gc: false,
+            gil_sync: Vec::new(),
+            local_refs: Vec::new(),
+            tstate: t.tstate,
+            interp: t.interp,
+        }];
+        let want = AsyncRead {
+            limit: asyncio::MAX_TASKS,
+            max_tasks: asyncio::MAX_TASKS,
+            running_only: true,
+        };
+        let cache = PageCache::new(&self.source);
+        let source = &self.source;
+        let mut by = r.read(&mut self.reader, &cache, &snaps, want, &|| {
+            asyncio::debug_sections(source)
+        });
+        let [snap] = snaps;
+        let mut stack = snap.stack;
+        let before = stack.frames.clone();
+        stack.asyncio = by.remove(&0);
+        asyncio::stitch(&mut stack, false);
+        // What stitching kept of the sample's frames, and what it added.
+        let keep = before
+            .iter()
+            .zip(&stack.frames)
+            .take_while(|(a, b)| {
+                a.function == b.function
+                    && a.file == b.file
+                    && a.line == b.line
+                    && a.mark.map(|m| m.addr) == b.mark.map(|m| m.addr)
+            })
+            .count();
+        if self.stitched.len() < MAX_STITCHED {
+            self.stitched
+                .insert(key, (keep, stack.frames[keep..].to_vec()));
+        }
+        stack
     }
 }

@@ -33,6 +33,10 @@
 //! that copy, as the ptrace engine's run on the copy it takes while a
 //! thread is paused.
 //!
+//! With `--async` the program notes each frame's address: pyinspect finds
+//! the asyncio task a sample ran by its coroutine's frame, among the tasks
+//! it reads at the drain, and stitches its awaiters below it.
+//!
 //! With `--all` it follows every Python process on the host, each in its
 //! own slot of the program's maps, and looks for new ones every second.
 
@@ -54,8 +58,9 @@ pub enum Engine {
     Ptrace,
     /// Sample in the kernel with an eBPF program (root or CAP_BPF and
     /// CAP_PERFMON; Python frames: --mode cpu, and wall, offcpu and --idle
-    /// from the scheduler's own switches; --mode gil; --native from the
-    /// stack's top, copied in the kernel and unwound here).
+    /// from the scheduler's own switches; --mode gil; --async, the running
+    /// asyncio task's; --native from the stack's top, copied in the kernel
+    /// and unwound here).
     Bpf,
 }
 
@@ -101,10 +106,10 @@ pub(crate) fn unavailable() -> Option<String> {
 
 /// What the engine cannot do yet, from the options asked.
 fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
-    if cfg.target.read.asyncio != crate::sampler::AsyncMode::Off {
-        Some("--async")
-    } else {
-        None
+    match cfg.target.read.asyncio {
+        crate::sampler::AsyncMode::Stitch { all: true } => Some("--async-mode all"),
+        crate::sampler::AsyncMode::Tree { .. } => Some("--async with a task tree"),
+        _ => None,
     }
 }
 

@@ -57,12 +57,13 @@ pub(super) struct LayoutC {
     /// With --mode gil: only the GIL holder is sampled, told by the
     /// holder's pointer and the GIL's `locked` flag at these addresses.
     pub(super) gil_only: u32,
-    pad: u32,
+    /// With --async: a native record with the frames' addresses alone.
+    pub(super) frame_addrs: u32,
     pub(super) gil_holder: u64,
     pub(super) gil_locked: u64,
 }
 
-// SAFETY: plain integer fields, no padding (`pad` fills the one hole).
+// SAFETY: plain integer fields, no padding (16 u32s, then the u64s).
 unsafe impl aya::Pod for LayoutC {}
 
 /// Bytes of a frame the program reads at once at most (its BLOCK_MAX).
@@ -100,7 +101,7 @@ impl From<WalkOffsets> for LayoutC {
             cframe_previous: w.cframe_previous,
             stack_bytes: 0,
             gil_only: 0,
-            pad: 0,
+            frame_addrs: 0,
             gil_holder: 0,
             gil_locked: 0,
         }

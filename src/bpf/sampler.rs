@@ -95,6 +95,9 @@ pub(crate) struct BpfSampler {
     switches: bool,
     /// Samples come with their native stacks (--native).
     native: bool,
+    /// Samples are attributed to asyncio tasks (--async): they come with
+    /// their frames' addresses.
+    tasks: bool,
     away: HashMap<u32, Away>,
     /// Per thread, the part of a period its off-CPU intervals have added
     /// up to beyond whole samples: a wait of 0.3 periods counts as no
@@ -154,11 +157,14 @@ impl BpfSampler {
         }
 
         let native = cfg.target.read.native;
+        let tasks = cfg.target.read.asyncio != crate::sampler::AsyncMode::Off;
         let mut loader = aya::EbpfLoader::new();
-        if native {
-            // A stack copy per CPU, by the CPU's number.
+        if native || tasks {
+            // A native record per CPU, by the CPU's number.
             let cpus = aya::util::nr_cpus().map_err(|(what, e)| load_error(what, e))?;
             loader.map_max_entries("natives", cpus.max(1) as u32);
+        }
+        if native {
             loader.map_max_entries("samples", NATIVE_RING_BYTES);
         }
         let mut ebpf = loader
@@ -201,6 +207,7 @@ impl BpfSampler {
             scanned: Instant::now(),
             switches: false,
             native,
+            tasks,
             away: HashMap::new(),
             carry: HashMap::new(),
             pending: VecDeque::new(),
@@ -266,6 +273,7 @@ impl BpfSampler {
         let mut layout = LayoutC::from(offsets);
         layout.switches = u32::from(self.cfg.target.filter.include_idle);
         layout.stack_bytes = f.stack_bytes;
+        layout.frame_addrs = u32::from(self.tasks);
         if self.cfg.target.filter.gil_only {
             let Some((holder, locked)) = f.gil_words() else {
                 self.free_slots.push(slot);
@@ -505,7 +513,7 @@ impl BpfSampler {
                 continue;
             }
             if let Some(r) = RawRecord::parse(&item) {
-                if self.native {
+                if self.native || self.tasks {
                     let n = natives.remove(&r.tid).filter(|n| n.time == r.time);
                     native_of.push(n);
                 }
@@ -515,8 +523,9 @@ impl BpfSampler {
                 break;
             }
         }
-        if self.native {
-            // Each sample has native frames of its own: none is folded.
+        if self.native || self.tasks {
+            // Each sample has native frames or frame addresses of its own:
+            // none is folded.
             for (r, n) in raw.into_iter().zip(native_of) {
                 self.take(r, 1, n);
             }
@@ -593,6 +602,9 @@ impl BpfSampler {
         };
         if self.native && r.kind == K_SAMPLE {
             stack = f.with_native(stack, native, &mut errors);
+        }
+        if self.tasks && r.kind == K_SAMPLE {
+            stack = f.with_tasks(stack);
         }
         // With --mode gil the program samples the GIL's holder alone.
         stack.holds_gil = r.kind == K_SAMPLE && self.cfg.target.filter.gil_only;

@@ -20,6 +20,8 @@ pub(crate) struct ThreadEntry {
     pub(crate) tstate: u64,
     pub(crate) thread_id: u64,
     pub(crate) interpreter: i64,
+    /// Its interpreter's `PyInterpreterState` address.
+    pub(crate) interp: u64,
     pub(crate) name: Option<String>,
     /// Where its interpreter's GIL sleeps (the lock's futex words): a
     /// futex wait there is a GIL wait.
@@ -141,6 +143,7 @@ impl Reader {
                     tstate: t.tstate,
                     thread_id: t.thread_id,
                     interpreter: t.interp_id,
+                    interp: t.interp,
                     name: self.names.get(&(t.interp, t.thread_id)).cloned(),
                     gil_sync: gil
                         .entry(t.interp)
