@@ -1,6 +1,10 @@
 """Trio fixture: tasks in nurseries, parked in known places, then READY.
 
-Usage: trio_tasks.py
+Usage: trio_tasks.py [--guest]
+
+--guest: the same tasks in a guest run (trio.lowlevel.start_guest_run) on
+an asyncio loop that asyncio.run runs on the main thread, instead of
+trio.run. READY then also carries `host`, the loop's thread ident.
 
 Tasks (names are Trio's: the function's qualified name):
   sleeper        trio.sleep(1000) two calls deep
@@ -23,8 +27,10 @@ seconds_left, at} for the sleeping tasks: the seconds left to the deadline
 of their trio.sleep (sleep_until's `deadline` less trio.current_time()),
 and time.monotonic() when it was read.
 """
+import asyncio
 import socket
 import sys
+import threading
 import time
 
 import trio
@@ -143,10 +149,27 @@ async def main():
                 "tasks": [view_of(t) for t in all_tasks()],
                 "main": id(me),
                 "park": {"function": "park", "line": MARK["park"]},
+                "host": threading.get_ident(),
             }
         )
         await park()
     fu.exit_now()
 
 
-trio.run(main)
+async def host():
+    """The asyncio side of a guest run: it waits for the run to end."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    trio.lowlevel.start_guest_run(
+        main,
+        run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+        done_callback=done.set_result,
+        host_uses_signal_set_wakeup_fd=True,
+    )
+    (await done).unwrap()
+
+
+if "--guest" in sys.argv[1:]:
+    asyncio.run(host())
+else:
+    trio.run(main)

@@ -1,4 +1,5 @@
-//! Trio: dump's task tree against Trio's own view (`trio.lowlevel`), on
+//! Trio: dump's task tree against Trio's own view (`trio.lowlevel`), of a
+//! `trio.run` and of a guest run on asyncio's loop, on
 //! every interpreter Trio is installed into: pyenv 3.9-3.13
 //! (`.ci/gevent-deps`) and sid's 3.13-3.15, release and debug builds
 //! (sid's python3-trio, `.ci/sid-trio-deps`).
@@ -30,119 +31,157 @@ fn frames_of(v: &Value) -> Vec<(String, u64)> {
 #[test]
 fn dump_shows_trio_tasks_by_nursery() {
     for_each_interpreter("dump_shows_trio_tasks_by_nursery", with_trio, |interp| {
-        let fx = Fixture::spawn(interp, "trio_tasks.py", &[]);
-        let ctx = &interp.label;
-        let oracle = fx.ready["tasks"].as_array().expect("tasks").clone();
-        let main_id = fx.ready["main"].as_u64().unwrap();
-        let park = (
-            fx.ready["park"]["function"].as_str().unwrap().to_string(),
-            fx.ready["park"]["line"].as_u64().unwrap(),
-        );
-        // READY is written from the main task before it parks: wait for it
-        // to park.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let shown = loop {
-            let p = &dump_json(fx.pid, &[])[0];
-            let with: Vec<&Value> = p["threads"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|t| t["trio_tasks"].is_array())
-                .collect();
-            assert_eq!(with.len(), 1, "{ctx}: one thread runs Trio\n{p:#}");
-            let shown = with[0]["trio_tasks"].as_array().unwrap().clone();
-            let main_parked = shown.iter().any(|t| {
-                t["id"].as_u64() == Some(main_id)
-                    && t["state"] == "pending"
-                    && frames_of(&t["frames"]).contains(&park)
-            });
-            if main_parked || std::time::Instant::now() > deadline {
-                break shown;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        };
-        assert_eq!(
-            shown.len(),
-            oracle.len(),
-            "{ctx}: as many tasks as Trio's own view\n{shown:#?}\n{oracle:#?}"
-        );
-        let by_id: HashMap<u64, &Value> = shown
-            .iter()
-            .map(|t| (t["id"].as_u64().unwrap(), t))
-            .collect();
-        for o in &oracle {
-            let id = o["id"].as_u64().unwrap();
-            let t = by_id
-                .get(&id)
-                .unwrap_or_else(|| panic!("{ctx}: task {o} not in dump\n{shown:#?}"));
-            let what = format!("{ctx}: task {o}\ndump: {t}");
-            assert_eq!(t["name"], o["name"], "{what}");
-            let parent: Vec<u64> = o["parent"].as_u64().into_iter().collect();
-            let awaited_by: Vec<u64> = t["awaited_by"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|v| v.as_u64())
-                .collect();
-            assert_eq!(awaited_by, parent, "{what}");
-            assert_eq!(t["state"], "pending", "{what}");
-            if id == main_id {
-                // It ran on after the view: it parks in park(), a sleep.
-                assert!(frames_of(&t["frames"]).contains(&park), "{what}");
-                assert_eq!(t["wait"]["kind"], "timer", "{what}");
-                assert!(t["wait"]["seconds_left"].as_f64().is_some(), "{what}");
-                continue;
-            }
-            assert_eq!(frames_of(&t["frames"]), frames_of(&o["frames"]), "{what}");
-            let who = format!("{ctx}: {}", o["name"].as_str().unwrap_or("?"));
-            check_wait(&o["wait"], &t["wait"], &who, &what);
-        }
-        // Every kind of wait the fixture sets up was met.
-        let kinds: Vec<&str> = oracle
-            .iter()
-            .filter_map(|o| o["wait"]["kind"].as_str())
-            .collect();
-        for kind in ["socket", "event", "lock", "queue", "timer"] {
-            assert!(kinds.contains(&kind), "{ctx}: no {kind} wait: {kinds:?}");
-        }
-        // The fixture's tree: supervisor's two workers under it.
-        let supervisor = oracle
-            .iter()
-            .find(|o| {
-                o["name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with("supervisor"))
-            })
-            .expect("supervisor");
-        let workers = oracle
-            .iter()
-            .filter(|o| o["parent"] == supervisor["id"])
-            .count();
-        assert_eq!(workers, 2, "{ctx}: {oracle:#?}");
-        // Text: a tree by nursery, each task's stack under it.
-        let out = pyinspect(&["dump", "--pid", &fx.pid.to_string()]);
-        out.assert_success();
-        let text = &out.stdout;
-        assert!(text.contains("    trio tasks ("), "{ctx}\n{text}");
-        assert!(!text.contains("asyncio tasks"), "{ctx}\n{text}");
-        let sup = text
-            .lines()
-            .find(|l| l.contains("Task \"__main__.supervisor\""))
-            .unwrap_or_else(|| panic!("{ctx}\n{text}"));
-        let worker = text
-            .lines()
-            .find(|l| l.contains("Task \"__main__.worker\""))
-            .unwrap_or_else(|| panic!("{ctx}\n{text}"));
-        let indent = |l: &str| l.len() - l.trim_start().len();
-        assert!(
-            indent(worker) > indent(sup),
-            "{ctx}: workers under supervisor\n{text}"
-        );
-        assert!(
-            worker.contains(") waiting on a timer, ") && worker.ends_with("s left"),
-            "{ctx}: a sleep's time left\n{text}"
-        );
+        check_dump(interp, false)
     });
+}
+
+/// A guest run (`trio.lowlevel.start_guest_run` on asyncio's loop): no
+/// `trio.run` frame; the same tree, under the host loop's thread.
+#[test]
+fn dump_shows_trio_guest_run_tasks() {
+    for_each_interpreter("dump_shows_trio_guest_run_tasks", with_trio, |interp| {
+        check_dump(interp, true)
+    });
+}
+
+/// dump's Trio tasks of `trio_tasks.py` (`--guest`: its guest run)
+/// against the fixture's view.
+fn check_dump(interp: &Interpreter, guest: bool) {
+    let args: &[&str] = if guest { &["--guest"] } else { &[] };
+    let fx = Fixture::spawn(interp, "trio_tasks.py", args);
+    let ctx = &format!("{}{}", interp.label, if guest { " (guest)" } else { "" });
+    let oracle = fx.ready["tasks"].as_array().expect("tasks").clone();
+    let main_id = fx.ready["main"].as_u64().unwrap();
+    let park = (
+        fx.ready["park"]["function"].as_str().unwrap().to_string(),
+        fx.ready["park"]["line"].as_u64().unwrap(),
+    );
+    // READY is written from the main task before it parks: wait for it
+    // to park.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let shown = loop {
+        let p = &dump_json(fx.pid, &[])[0];
+        let with: Vec<&Value> = p["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["trio_tasks"].is_array())
+            .collect();
+        let late = std::time::Instant::now() > deadline;
+        // A guest whose next tick waits in the host's queue shows on
+        // no stack: it is found at a later look.
+        if guest && with.is_empty() && !late {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
+        }
+        assert_eq!(with.len(), 1, "{ctx}: one thread runs Trio\n{p:#}");
+        if guest {
+            // The host loop's thread, where the guest's tasks run.
+            assert_eq!(with[0]["thread_id"], fx.ready["host"], "{ctx}\n{p:#}");
+        }
+        let shown = with[0]["trio_tasks"].as_array().unwrap().clone();
+        let main_parked = shown.iter().any(|t| {
+            t["id"].as_u64() == Some(main_id)
+                && t["state"] == "pending"
+                && frames_of(&t["frames"]).contains(&park)
+        });
+        if main_parked || late {
+            break shown;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(
+        shown.len(),
+        oracle.len(),
+        "{ctx}: as many tasks as Trio's own view\n{shown:#?}\n{oracle:#?}"
+    );
+    let by_id: HashMap<u64, &Value> = shown
+        .iter()
+        .map(|t| (t["id"].as_u64().unwrap(), t))
+        .collect();
+    for o in &oracle {
+        let id = o["id"].as_u64().unwrap();
+        let t = by_id
+            .get(&id)
+            .unwrap_or_else(|| panic!("{ctx}: task {o} not in dump\n{shown:#?}"));
+        let what = format!("{ctx}: task {o}\ndump: {t}");
+        assert_eq!(t["name"], o["name"], "{what}");
+        let parent: Vec<u64> = o["parent"].as_u64().into_iter().collect();
+        let awaited_by: Vec<u64> = t["awaited_by"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .collect();
+        assert_eq!(awaited_by, parent, "{what}");
+        assert_eq!(t["state"], "pending", "{what}");
+        if id == main_id {
+            // It ran on after the view: it parks in park(), a sleep.
+            assert!(frames_of(&t["frames"]).contains(&park), "{what}");
+            assert_eq!(t["wait"]["kind"], "timer", "{what}");
+            assert!(t["wait"]["seconds_left"].as_f64().is_some(), "{what}");
+            continue;
+        }
+        assert_eq!(frames_of(&t["frames"]), frames_of(&o["frames"]), "{what}");
+        let who = format!("{ctx}: {}", o["name"].as_str().unwrap_or("?"));
+        check_wait(&o["wait"], &t["wait"], &who, &what);
+    }
+    // Every kind of wait the fixture sets up was met.
+    let kinds: Vec<&str> = oracle
+        .iter()
+        .filter_map(|o| o["wait"]["kind"].as_str())
+        .collect();
+    for kind in ["socket", "event", "lock", "queue", "timer"] {
+        assert!(kinds.contains(&kind), "{ctx}: no {kind} wait: {kinds:?}");
+    }
+    // The fixture's tree: supervisor's two workers under it.
+    let supervisor = oracle
+        .iter()
+        .find(|o| {
+            o["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("supervisor"))
+        })
+        .expect("supervisor");
+    let workers = oracle
+        .iter()
+        .filter(|o| o["parent"] == supervisor["id"])
+        .count();
+    assert_eq!(workers, 2, "{ctx}: {oracle:#?}");
+    // Text: a tree by nursery, each task's stack under it.
+    let out = pyinspect(&["dump", "--pid", &fx.pid.to_string()]);
+    out.assert_success();
+    let text = &out.stdout;
+    assert!(text.contains("    trio tasks ("), "{ctx}\n{text}");
+    // A guest's host runs one asyncio task of its own: the one that
+    // started the run, which waits for it to end.
+    let asyncio_tasks = if guest {
+        "asyncio tasks (1)"
+    } else {
+        "asyncio tasks"
+    };
+    assert_eq!(
+        text.contains(asyncio_tasks),
+        guest,
+        "{ctx}: asyncio tasks\n{text}"
+    );
+    let sup = text
+        .lines()
+        .find(|l| l.contains("Task \"__main__.supervisor\""))
+        .unwrap_or_else(|| panic!("{ctx}\n{text}"));
+    let worker = text
+        .lines()
+        .find(|l| l.contains("Task \"__main__.worker\""))
+        .unwrap_or_else(|| panic!("{ctx}\n{text}"));
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    assert!(
+        indent(worker) > indent(sup),
+        "{ctx}: workers under supervisor\n{text}"
+    );
+    assert!(
+        worker.contains(") waiting on a timer, ") && worker.ends_with("s left"),
+        "{ctx}: a sleep's time left\n{text}"
+    );
 }
 
 /// Seconds now on the monotonic clock (the fixture's `time.monotonic()`).
@@ -217,51 +256,74 @@ fn trio_tasks_are_bounded_by_the_async_limit() {
 
 /// `record --async --async-mode all`: each waiting Trio task's own stack
 /// under a root of its own (`task NAME`, with --threads), at every sample;
-/// the thread keeps its own root.
+/// the thread keeps its own root. The same for a guest run, once it has
+/// gone idle (its host's thread is the one counted).
 #[test]
 fn record_async_all_adds_waiting_trio_tasks() {
     for_each_interpreter(
         "record_async_all_adds_waiting_trio_tasks",
         |i| std::ptr::eq(i, pyenv((3, 12))) || i.label == "sid 3.15.2 (static, no symbols)",
         |interp| {
-            let fx = Fixture::spawn(interp, "trio_tasks.py", &[]);
-            let text = record_raw(
-                fx.pid,
-                &[
-                    "--duration",
-                    "1",
-                    "--rate",
-                    "50",
-                    "--mode",
-                    "wall",
-                    "--async",
-                    "--async-mode",
-                    "all",
-                    "--threads",
-                ],
-            );
-            let ctx = format!("{}\n{text}", interp.label);
-            let count = |root: &str, leaf: &str| -> u64 {
-                text.lines()
-                    .filter_map(|l| l.rsplit_once(' '))
-                    .filter(|(s, _)| {
-                        s.split(';').next().is_some_and(|r| r.ends_with(root)) && s.contains(leaf)
-                    })
-                    .map(|(_, n)| n.parse::<u64>().unwrap())
-                    .sum()
-            };
-            let thread = count("\"MainThread\"", "run (");
-            assert!(thread > 20, "{ctx}");
-            // Every sample of the thread has each waiting task beside it.
-            for (task, at) in [
-                ("\"task __main__.sleeper\"", "deeper_sleep ("),
-                ("\"task __main__.reader\"", "reader ("),
-                ("\"task __main__.worker\"", "worker ("),
-            ] {
-                let n = count(task, at);
-                let per = if task.contains("worker") { 2 } else { 1 };
-                assert_eq!(n, thread * per, "{ctx}: {task}");
+            for guest in [false, true] {
+                record_trio(interp, guest);
             }
         },
     );
+}
+
+fn record_trio(interp: &Interpreter, guest: bool) {
+    let args: &[&str] = if guest { &["--guest"] } else { &[] };
+    let fx = Fixture::spawn(interp, "trio_tasks.py", args);
+    if guest {
+        // Parked: every task waits, the guest on its I/O thread.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !dump_json(fx.pid, &[])[0]["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["trio_tasks"].as_array())
+            .flatten()
+            .any(|t| frames_of(&t["frames"]).iter().any(|(f, _)| f == "park"))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    let text = record_raw(
+        fx.pid,
+        &[
+            "--duration",
+            "1",
+            "--rate",
+            "50",
+            "--mode",
+            "wall",
+            "--async",
+            "--async-mode",
+            "all",
+            "--threads",
+        ],
+    );
+    let ctx = format!("{} (guest: {guest})\n{text}", interp.label);
+    let count = |root: &str, leaf: &str| -> u64 {
+        text.lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(s, _)| {
+                s.split(';').next().is_some_and(|r| r.ends_with(root)) && s.contains(leaf)
+            })
+            .map(|(_, n)| n.parse::<u64>().unwrap())
+            .sum()
+    };
+    let thread = count("\"MainThread\"", "run (");
+    assert!(thread > 20, "{ctx}");
+    // Every sample of the thread has each waiting task beside it.
+    for (task, at) in [
+        ("\"task __main__.sleeper\"", "deeper_sleep ("),
+        ("\"task __main__.reader\"", "reader ("),
+        ("\"task __main__.worker\"", "worker ("),
+    ] {
+        let n = count(task, at);
+        let per = if task.contains("worker") { 2 } else { 1 };
+        assert_eq!(n, thread * per, "{ctx}: {task}");
+    }
 }

@@ -88,8 +88,12 @@ pub(crate) struct AsyncioReader {
     /// Per interpreter: Trio's `Runner` type (`None`: not imported when
     /// looked, at that instant).
     pub(super) trio_types: HashMap<u64, (Option<u64>, Instant)>,
-    /// Per thread state: the runner of the `trio.run` it runs, as found.
+    /// Per thread state: the runner of the `trio.run` it runs, as found;
+    /// or of the guest run whose host loop it runs.
     pub(super) trio_runners: HashMap<u64, u64>,
+    /// Per interpreter (once its `Runner` type is found): what tells a
+    /// guest run's frames (`None`: Trio has no guest mode there).
+    pub(super) trio_guest_facts: HashMap<u64, Option<std::sync::Arc<super::trio::GuestFacts>>>,
     /// How long ago the target's moment was (a core: when it was written),
     /// in seconds: its loops' clock then read `monotonic() - age`.
     pub(super) age: f64,
@@ -116,6 +120,7 @@ impl AsyncioReader {
             no_asyncio: HashMap::new(),
             trio_types: HashMap::new(),
             trio_runners: HashMap::new(),
+            trio_guest_facts: HashMap::new(),
             age: 0.0,
         }
     }

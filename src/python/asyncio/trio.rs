@@ -1,5 +1,5 @@
-//! Trio's tasks (`dump`): every task of each `trio.run`, as a tree by
-//! nursery, each with its coroutine stack.
+//! Trio's tasks (`dump`): every task of each `trio.run` or guest run, as
+//! a tree by nursery, each with its coroutine stack.
 //!
 //! A thread that runs Trio has `trio.run`'s frame on its stack, whose
 //! locals hold the run's `Runner` (an object whose type is, or derives
@@ -9,6 +9,10 @@
 //! it: the task's parent in the tree. Each task's stack follows what its
 //! coroutine awaits, as an asyncio task's does; the running one's comes
 //! from the thread's stack.
+//!
+//! A guest run (`trio.lowlevel.start_guest_run`) has no `trio.run`
+//! frame: its runner is found through its `GuestState` on a stack (see
+//! `find_trio_guests`), and kept under its host loop's thread.
 //!
 //! A task in `trio.sleep` waits on no object: `sleep_until`'s frame holds
 //! its deadline (the `deadline` local), on Trio's clock. The default clock,
@@ -25,6 +29,7 @@ use crate::python::reader::{LocalRef, Reader, ThreadSnapshot};
 use crate::python::waits::{WaitReader, WaitTypes};
 use crate::stack::{Frame, ObjectWait, Task, TaskState};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How many of a waiting task's innermost frames are looked at for what
@@ -37,6 +42,13 @@ const RUNNER_FRAMES: usize = 16;
 /// Where `sleep_until` is, and the function whose frame holds a sleep's deadline.
 const TIMEOUTS_MODULE: &str = "trio._timeouts";
 const SLEEP_UNTIL: &str = "sleep_until";
+/// A guest run's tick (a `GuestState` method), and the module and method
+/// of Trio's worker threads, one of which waits for a guest's I/O.
+const GUEST_TICK: &str = "guest_tick";
+const THREAD_CACHE_MODULE: &str = "trio._core._thread_cache";
+const HANDLE_JOB: &str = "_handle_job";
+/// The most cells of a closure looked through for a `GuestState`.
+const MAX_CELLS: u64 = 16;
 
 /// What tells a sleeping task's deadline, from the target's modules: Trio's
 /// `SystemClock` type, and the file of `sleep_until`'s module (its code's
@@ -68,20 +80,11 @@ impl AsyncioReader {
         // runner's interpreter's modules, looked up once a runner is found.
         let mut wait_types: Option<WaitTypes> = None;
         let mut sleeps: Option<SleepFacts> = None;
+        // Guest runs first: each is kept under its host loop's thread,
+        // where the loop below finds it as it finds trio.run's.
+        self.find_trio_guests(reader, &objr, l, snaps);
         for (i, snap) in snaps.iter().enumerate() {
-            // The Runner type: looked up (a scan of sys.modules) again only
-            // once a second while Trio is not imported; a type, once found,
-            // stays.
-            let runner_type = match self.trio_types.get(&snap.interp) {
-                Some((Some(t), _)) => Some(*t),
-                Some((None, at)) if at.elapsed() < NO_ASYNCIO_RECHECK => None,
-                _ => {
-                    let t = module_attr(&objr, snap.interp, RUN_MODULE, "Runner");
-                    self.trio_types.insert(snap.interp, (t, Instant::now()));
-                    t
-                }
-            };
-            let Some(runner_type) = runner_type else {
+            let Some(runner_type) = self.trio_runner_type(&objr, snap.interp) else {
                 continue;
             };
             // trio.run's frame is among the thread's outermost: its runner
@@ -151,6 +154,110 @@ impl AsyncioReader {
             tt.trio_tasks = tasks;
             tt.trio_tasks_left_out = left_out;
         }
+    }
+
+    /// Trio's `Runner` type in interpreter `interp`: looked up (a scan of
+    /// sys.modules) again only once a second while Trio is not imported; a
+    /// type, once found, stays.
+    fn trio_runner_type(&mut self, objr: &ObjReader, interp: u64) -> Option<u64> {
+        match self.trio_types.get(&interp) {
+            Some((Some(t), _)) => Some(*t),
+            Some((None, at)) if at.elapsed() < NO_ASYNCIO_RECHECK => None,
+            _ => {
+                let t = module_attr(objr, interp, RUN_MODULE, "Runner");
+                self.trio_types.insert(interp, (t, Instant::now()));
+                t
+            }
+        }
+    }
+
+    /// Guest runs (`trio.lowlevel.start_guest_run`): no `trio.run` frame
+    /// holds their runner. A guest run lives in its `GuestState`, which
+    /// the host loop's callbacks and Trio's I/O thread hold; on a stack,
+    /// it is `guest_tick`'s `self` on the host's thread while the guest
+    /// runs, and, while it waits for I/O, a closure cell of the job
+    /// (`fn`, `deliver`) that `_handle_job`'s frame of a Trio worker
+    /// thread runs. Each run found is kept under its host's thread (see
+    /// [`Self::guest_host`]) in `trio_runners`.
+    fn find_trio_guests(
+        &mut self,
+        reader: &mut Reader,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        snaps: &[ThreadSnapshot],
+    ) {
+        for (i, snap) in snaps.iter().enumerate() {
+            let Some(runner_type) = self.trio_runner_type(objr, snap.interp) else {
+                continue;
+            };
+            let facts = self
+                .trio_guest_facts
+                .entry(snap.interp)
+                .or_insert_with(|| GuestFacts::find(objr, snap.interp).map(Arc::new))
+                .clone();
+            let Some(facts) = facts else {
+                continue;
+            };
+            for f in &snap.stack.frames {
+                let Some(m) = f.mark else {
+                    continue;
+                };
+                let (ticking, names): (bool, &[&str]) = if facts.is_guest_tick(f) {
+                    (true, &["self"])
+                } else if facts.is_handle_job(f) {
+                    (false, &["fn", "deliver"])
+                } else {
+                    continue;
+                };
+                let locals = reader.frame_locals_at(objr.mem, m.addr);
+                let state = locals
+                    .iter()
+                    .filter(|lr| names.contains(&lr.name.as_str()))
+                    .find_map(|lr| facts.guest_state_in(objr, l, lr.obj, ticking));
+                let Some(runner) = state
+                    .and_then(|gs| self.slot(objr, l, gs, "runner"))
+                    .filter(|r| is_a(objr, l, *r, runner_type))
+                else {
+                    continue;
+                };
+                if self.trio_runners.values().any(|r| *r == runner) {
+                    continue;
+                }
+                let host = state
+                    .and_then(|gs| self.guest_host(objr, l, gs, snaps, snap.interp))
+                    .or(ticking.then_some(i));
+                if let Some(h) = host {
+                    if self.trio_runners.len() > 4096 {
+                        self.trio_runners.clear();
+                    }
+                    self.trio_runners.insert(snaps[h].tstate, runner);
+                }
+            }
+        }
+    }
+
+    /// The thread of a guest run's host loop: the loop whose bound method
+    /// Trio was given as `run_sync_soon_threadsafe` (asyncio's
+    /// `call_soon_threadsafe`), by the `_thread_id` a Python loop keeps
+    /// while it runs. Trio itself keeps no thread.
+    fn guest_host(
+        &mut self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        state: u64,
+        snaps: &[ThreadSnapshot],
+        interp: u64,
+    ) -> Option<usize> {
+        let call = self.slot(objr, l, state, "run_sync_soon_threadsafe")?;
+        if objr.type_name(call).ok()? != "method" {
+            return None;
+        }
+        let lp = objr.mem.read_u64(call.wrapping_add(l.method_self)).ok()?;
+        let id = objr.instance_attr(lp, "_thread_id").ok().flatten()?;
+        let ident = objr.int_u64(id).ok()?;
+        snaps
+            .iter()
+            .position(|s| s.interp == interp && s.stack.thread_id == ident)
     }
 
     /// One run's tasks, the running one first; and how many were left out.
@@ -248,6 +355,81 @@ impl AsyncioReader {
         let offset = self.slot(objr, l, clock, "offset")?;
         float_of(objr, offset)
     }
+}
+
+/// What tells a guest run's frames, from the target's modules: Trio's
+/// `GuestState` type, and the files of `guest_tick`'s module and of the
+/// worker threads' (`_handle_job`).
+pub(super) struct GuestFacts {
+    guest_state: u64,
+    run_file: String,
+    cache_file: String,
+}
+
+impl GuestFacts {
+    fn find(objr: &ObjReader, interp: u64) -> Option<GuestFacts> {
+        let file = |module: &str| {
+            module_attr(objr, interp, module, "__file__")
+                .and_then(|f| objr.string(f, 4096).ok())
+                .filter(|(_, cut)| !cut)
+                .map(|(f, _)| crate::stack::escape_controls(&f).into_owned())
+        };
+        Some(GuestFacts {
+            guest_state: module_attr(objr, interp, RUN_MODULE, "GuestState")?,
+            run_file: file(RUN_MODULE)?,
+            cache_file: file(THREAD_CACHE_MODULE)?,
+        })
+    }
+
+    fn is_guest_tick(&self, f: &Frame) -> bool {
+        named(f, GUEST_TICK) && f.file.as_deref() == Some(&*self.run_file)
+    }
+
+    fn is_handle_job(&self, f: &Frame) -> bool {
+        named(f, HANDLE_JOB) && f.file.as_deref() == Some(&*self.cache_file)
+    }
+
+    /// The `GuestState` that `obj` is (`direct`), or that one of its
+    /// closure's cells holds (a function).
+    fn guest_state_in(
+        &self,
+        objr: &ObjReader,
+        l: &AsyncioLayout,
+        obj: u64,
+        direct: bool,
+    ) -> Option<u64> {
+        let is_state = |o: u64| objr.type_of(o).is_ok_and(|t| t == self.guest_state);
+        if direct {
+            return is_state(obj).then_some(obj);
+        }
+        if objr.type_name(obj).ok()? != "function" {
+            return None;
+        }
+        let closure = objr
+            .mem
+            .read_u64(obj.wrapping_add(l.func_closure))
+            .ok()
+            .filter(|c| *c != 0)?;
+        let (cells, _) = objr.tuple_items(closure, MAX_CELLS).ok()?;
+        cells
+            .into_iter()
+            .filter(|c| objr.type_name(*c).is_ok_and(|t| t == "cell"))
+            .filter_map(|c| {
+                objr.mem
+                    .read_u64(c.wrapping_add(objr.layout.object.cell_ref))
+                    .ok()
+            })
+            .find(|o| *o != 0 && is_state(*o))
+    }
+}
+
+/// Whether `f` is a function or method of this name (3.11+ show a
+/// method's qualified name).
+fn named(f: &Frame, name: &str) -> bool {
+    let n = &*f.function;
+    n == name
+        || n.strip_suffix(name)
+            .is_some_and(|p| p.ends_with('.') && !p.ends_with(">."))
 }
 
 /// How a sleeping task's deadline is told, for one runner.
