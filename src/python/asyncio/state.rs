@@ -93,7 +93,7 @@ pub(crate) struct AsyncioReader {
     pub(super) trio_runners: HashMap<u64, u64>,
     /// Per interpreter (once its `Runner` type is found): what tells a
     /// guest run's frames (`None`: Trio has no guest mode there).
-    pub(super) trio_guest_facts: HashMap<u64, Option<std::sync::Arc<super::trio::GuestFacts>>>,
+    pub(super) trio_guest_facts: HashMap<u64, Option<std::sync::Arc<GuestFacts>>>,
     /// How long ago the target's moment was (a core: when it was written),
     /// in seconds: its loops' clock then read `monotonic() - age`.
     pub(super) age: f64,
@@ -102,6 +102,15 @@ pub(crate) struct AsyncioReader {
 /// How long an interpreter found without asyncio is taken to still be
 /// without it (a sampler looks each sample: the look scans sys.modules).
 pub(super) const NO_ASYNCIO_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What tells a Trio guest run's frames, from the target's modules:
+/// Trio's `GuestState` type, and the files of `guest_tick`'s module and
+/// of the worker threads' (`_handle_job`). Found by `trio.rs`.
+pub(super) struct GuestFacts {
+    pub(super) guest_state: u64,
+    pub(super) run_file: String,
+    pub(super) cache_file: String,
+}
 
 /// Result for one process: per thread index of the snapshot, its tasks.
 pub(crate) type TasksByThread = HashMap<usize, ThreadTasks>;

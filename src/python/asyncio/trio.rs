@@ -20,7 +20,9 @@
 //! its `offset`: the deadline less the offset is on the monotonic clock,
 //! where a gevent timer's is. Another clock's time is not known here.
 
-use super::state::{AsyncioReader, TasksByThread, MAX_CHAIN, MAX_TASKS, NO_ASYNCIO_RECHECK};
+use super::state::{
+    AsyncioReader, GuestFacts, TasksByThread, MAX_CHAIN, MAX_TASKS, NO_ASYNCIO_RECHECK,
+};
 use crate::cpython_layouts::asyncio::AsyncioLayout;
 use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
@@ -355,15 +357,6 @@ impl AsyncioReader {
         let offset = self.slot(objr, l, clock, "offset")?;
         float_of(objr, offset)
     }
-}
-
-/// What tells a guest run's frames, from the target's modules: Trio's
-/// `GuestState` type, and the files of `guest_tick`'s module and of the
-/// worker threads' (`_handle_job`).
-pub(super) struct GuestFacts {
-    guest_state: u64,
-    run_file: String,
-    cache_file: String,
 }
 
 impl GuestFacts {
