@@ -11,6 +11,7 @@ See bench/README.md for what each scenario measures.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import pty
@@ -191,6 +192,22 @@ class Target:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+@contextlib.contextmanager
+def bpf_stats_on():
+    """kernel.bpf_stats_enabled set for a scenario (the eBPF programs' run
+    time counted), then as it was."""
+    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    try:
+        old = stats.read_text().strip()
+        stats.write_text("1")
+    except OSError as e:
+        raise Skip(f"cannot enable kernel.bpf_stats_enabled: {e}")
+    try:
+        yield
+    finally:
+        stats.write_text(old)
 
 
 def cpu_seconds(pid):
@@ -1298,6 +1315,24 @@ class Bench:
                                higher_is_better=True)
 
     # issue 25
+    def recorder_cost(self, cmd, out, warmup, window, secs, what, precise):
+        """Run a recorder that writes raw stacks to `out` for `secs`: its CPU
+        (% of a core) over `window` after `warmup`, the eBPF program's (from
+        its summary line, 0 without one), and its stacks."""
+        proc = spawn(cmd)
+        try:
+            cpu_pct = self.cpu_over(proc, warmup, window, what, precise=precise)
+            proc.wait(60)
+        finally:
+            stop_gently(proc)
+        err = stderr_of(proc)
+        stacks = read_raw(out)
+        if proc.returncode != 0 or not stacks:
+            raise Skip(f"{what} failed: {first_line(err)}")
+        m = re.search(r"eBPF program: (\d+) runs .*?([\d.]+) ms in all", err)
+        prog_pct = float(m.group(2)) / 1000 / secs * 100 if m else 0.0
+        return cpu_pct, prog_pct, stacks
+
     def record_bpf_engine(self):
         """CPU per sample of `record --engine bpf` against the default
         engine, at 1 and 10 kHz on 4 busy threads: pyinspect's own CPU over
@@ -1305,46 +1340,28 @@ class Bench:
         one-time cost), plus the eBPF program's kernel time from
         kernel.bpf_stats_enabled (set here for the scenario, then restored)."""
         warmup, window = 2, (4 if self.quick else 8)
-        stats = Path("/proc/sys/kernel/bpf_stats_enabled")
-        try:
-            old = stats.read_text().strip()
-            stats.write_text("1")
-        except OSError as e:
-            raise Skip(f"cannot enable kernel.bpf_stats_enabled: {e}")
-        try:
-            with Target(self.python, "threads.py", 4, 4) as t:
-                for rate in (1000, 10000):
-                    cells = {}
-                    for engine in ("ptrace", "bpf"):
-                        out = self.tmp / f"bpf-{engine}-{rate}.txt"
-                        out.unlink(missing_ok=True)
-                        secs = warmup + window + 1
-                        proc = spawn(self.ours("record", "--pid", t.pid, "--engine", engine, "-r", rate,
-                                               "-d", secs, "-f", "raw", "-o", out))
-                        try:
-                            cpu_pct = self.cpu_over(proc, warmup, window, f"record --engine {engine}",
-                                                    precise=engine == "bpf")
-                            proc.wait(60)
-                        finally:
-                            stop_gently(proc)
-                        err = stderr_of(proc)
-                        samples = sum(c for _, c in read_raw(out))
-                        if proc.returncode != 0 or not samples:
-                            raise Skip(f"record --engine {engine} failed: {first_line(err)}")
-                        m = re.search(r"eBPF program: (\d+) runs .*?([\d.]+) ms in all", err)
-                        prog_pct = float(m.group(2)) / 1000 / secs * 100 if m else 0.0
-                        per_s = samples / secs
-                        us = (cpu_pct + prog_pct) / 100 / per_s * 1e6
-                        cells[engine] = (us, cpu_pct, prog_pct, per_s)
-                    b, p = cells["bpf"], cells["ptrace"]
-                    self.results.add(
-                        f"record-bpf-{rate // 1000}kHz CPU/sample", b[0], None, "<= 3 us, < 1% at 1 kHz",
-                        verdict(b[0] <= 3 and (rate != 1000 or b[1] + b[2] < 1)), "us",
-                        f"bpf: {b[1]:.2f}% user+sys + {b[2]:.2f}% program, {b[3]:.0f} samples/s; "
-                        f"ptrace engine: {p[0]:.1f} us/sample, {p[1]:.1f}% of a core, {p[3]:.0f} samples/s",
-                        {"bpf": b, "ptrace": p})
-        finally:
-            stats.write_text(old)
+        with bpf_stats_on(), Target(self.python, "threads.py", 4, 4) as t:
+            for rate in (1000, 10000):
+                cells = {}
+                for engine in ("ptrace", "bpf"):
+                    out = self.tmp / f"bpf-{engine}-{rate}.txt"
+                    out.unlink(missing_ok=True)
+                    secs = warmup + window + 1
+                    cmd = self.ours("record", "--pid", t.pid, "--engine", engine, "-r", rate,
+                                    "-d", secs, "-f", "raw", "-o", out)
+                    cpu_pct, prog_pct, stacks = self.recorder_cost(
+                        cmd, out, warmup, window, secs, f"record --engine {engine}", engine == "bpf")
+                    samples = sum(c for _, c in stacks)
+                    per_s = samples / secs
+                    us = (cpu_pct + prog_pct) / 100 / per_s * 1e6
+                    cells[engine] = (us, cpu_pct, prog_pct, per_s)
+                b, p = cells["bpf"], cells["ptrace"]
+                self.results.add(
+                    f"record-bpf-{rate // 1000}kHz CPU/sample", b[0], None, "<= 3 us, < 1% at 1 kHz",
+                    verdict(b[0] <= 3 and (rate != 1000 or b[1] + b[2] < 1)), "us",
+                    f"bpf: {b[1]:.2f}% user+sys + {b[2]:.2f}% program, {b[3]:.0f} samples/s; "
+                    f"ptrace engine: {p[0]:.1f} us/sample, {p[1]:.1f}% of a core, {p[3]:.0f} samples/s",
+                    {"bpf": b, "ptrace": p})
 
     def record_bpf_native(self):
         """CPU per sample of `record --native` on the eBPF engine (the
@@ -1354,45 +1371,25 @@ class Bench:
         program's kernel time (kernel.bpf_stats_enabled), per sample it
         delivered."""
         warmup, window, rate, threads = 2, (4 if self.quick else 8), 500, 4
-        stats = Path("/proc/sys/kernel/bpf_stats_enabled")
-        try:
-            old = stats.read_text().strip()
-            stats.write_text("1")
-        except OSError as e:
-            raise Skip(f"cannot enable kernel.bpf_stats_enabled: {e}")
         cells = {}
-        try:
-            with Target(self.python, "threads.py", threads, threads) as t:
-                secs = warmup + window + 1
-                for who in ("bpf", "ptrace", "py-spy"):
-                    out = self.tmp / f"bpf-native-{who}.txt"
-                    out.unlink(missing_ok=True)
-                    common = ["--pid", t.pid, "--native", "-r", rate, "-d", secs, "-f", "raw", "-o", out]
-                    if who == "py-spy":
-                        cmd = self.theirs("record", *common)
-                    else:
-                        cmd = self.ours("record", "--engine", who, *common)
-                    proc = spawn(cmd)
-                    try:
-                        cpu_pct = self.cpu_over(proc, warmup, window, f"{who} record --native",
-                                                precise=who == "bpf")
-                        proc.wait(60)
-                    finally:
-                        stop_gently(proc)
-                    err = stderr_of(proc)
-                    stacks = read_raw(out)
-                    samples = sum(c for _, c in stacks)
-                    if proc.returncode != 0 or not samples:
-                        raise Skip(f"{who} record --native failed: {first_line(err)}")
-                    if not any(is_native(f) for frames, _ in stacks for f in frames):
-                        raise Skip(f"{who} record --native wrote no native frames")
-                    m = re.search(r"eBPF program: (\d+) runs .*?([\d.]+) ms in all", err)
-                    prog_pct = float(m.group(2)) / 1000 / secs * 100 if m else 0.0
-                    per_s = samples / secs
-                    us = (cpu_pct + prog_pct) / 100 / per_s * 1e6
-                    cells[who] = (us, cpu_pct, prog_pct, per_s / threads / rate * 100)
-        finally:
-            stats.write_text(old)
+        with bpf_stats_on(), Target(self.python, "threads.py", threads, threads) as t:
+            secs = warmup + window + 1
+            for who in ("bpf", "ptrace", "py-spy"):
+                out = self.tmp / f"bpf-native-{who}.txt"
+                out.unlink(missing_ok=True)
+                common = ["--pid", t.pid, "--native", "-r", rate, "-d", secs, "-f", "raw", "-o", out]
+                if who == "py-spy":
+                    cmd = self.theirs("record", *common)
+                else:
+                    cmd = self.ours("record", "--engine", who, *common)
+                cpu_pct, prog_pct, stacks = self.recorder_cost(
+                    cmd, out, warmup, window, secs, f"{who} record --native", who == "bpf")
+                samples = sum(c for _, c in stacks)
+                if not any(is_native(f) for frames, _ in stacks for f in frames):
+                    raise Skip(f"{who} record --native wrote no native frames")
+                per_s = samples / secs
+                us = (cpu_pct + prog_pct) / 100 / per_s * 1e6
+                cells[who] = (us, cpu_pct, prog_pct, per_s / threads / rate * 100)
         b, p, y = cells["bpf"], cells["ptrace"], cells["py-spy"]
         self.results.add(
             "record-bpf-native CPU/sample", b[0], y[0], "<= half of py-spy's",

@@ -338,18 +338,6 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
     }
 }
 
-/// Seconds now on the monotonic clock (libev's, and the fixture's
-/// `time.monotonic()`).
-fn monotonic() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
 /// A greenlet's wait in dump's JSON against the fixture's own (`o`).
 fn check_wait(o: &Value, g: &Value, what: &str) {
     if o.is_null() {

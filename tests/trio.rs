@@ -184,17 +184,6 @@ fn check_dump(interp: &Interpreter, guest: bool) {
     );
 }
 
-/// Seconds now on the monotonic clock (the fixture's `time.monotonic()`).
-fn monotonic() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
 /// A task's wait in dump's JSON against the fixture's (`o`): none known
 /// (null) is not checked; `{kind: null}`: no wait shown.
 fn check_wait(o: &Value, t: &Value, who: &str, what: &str) {

@@ -1194,3 +1194,15 @@ pub fn check_offcpu_shares(interp: &Interpreter, extra: &[&str], points: f64) {
     );
     fx.assert_alive();
 }
+
+/// Seconds now on the monotonic clock: a fixture's `time.monotonic()`,
+/// libev's and Trio's `SystemClock` less its offset.
+pub fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
