@@ -28,8 +28,9 @@ static PROGRAM: &[u8] = aya::include_bytes_aligned!("../../bpf/pyinspect.bpf.o")
 /// objects its samples name, so rarely. The ring buffer (4 MiB) holds more
 /// than a second of 10 kHz samples on a few CPUs; up to 2 kHz, four times
 /// as long.
-/// With --native a sample carries its stack's top (16 KiB or more): the
-/// ring buffer is larger, and drained every 100 ms at any rate.
+/// With --native a sample carries its stack's top (16 KiB or more), with
+/// --async its frames' addresses (2 KiB): the ring buffer is larger, and
+/// drained every 100 ms at any rate.
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
 const DRAIN_EVERY_SLOW: Duration = Duration::from_millis(250);
 const NATIVE_RING_BYTES: u32 = 32 << 20;
@@ -164,7 +165,7 @@ impl BpfSampler {
             let cpus = aya::util::nr_cpus().map_err(|(what, e)| load_error(what, e))?;
             loader.map_max_entries("natives", cpus.max(1) as u32);
         }
-        if native {
+        if native || tasks {
             loader.map_max_entries("samples", NATIVE_RING_BYTES);
         }
         let mut ebpf = loader
@@ -711,7 +712,7 @@ impl BpfSampler {
                 self.done = true;
                 continue;
             }
-            let every = if self.rate <= 2000.0 && !self.native {
+            let every = if self.rate <= 2000.0 && !self.native && !self.tasks {
                 DRAIN_EVERY_SLOW
             } else {
                 DRAIN_EVERY
