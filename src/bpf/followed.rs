@@ -457,15 +457,7 @@ impl Followed {
             .filter(|(_, _, shim)| *shim != 0)
             .map(|&(addr, _, shim)| (shim, addr))
             .collect();
-        let mut snap = crate::python::reader::ThreadSnapshot {
-            stack,
-            anchors,
-            in_gc: false,
-            gil_sync: Vec::new(),
-            local_refs: Vec::new(),
-            tstate: 0,
-            interp: 0,
-        };
+        let mut snap = snapshot(stack, anchors, 0, 0);
         native.merge(&mut snap, &frames);
         errors.extend(native.take_notes());
         snap.stack
@@ -506,15 +498,7 @@ impl Followed {
         else {
             return stack;
         };
-        let snaps = [crate::python::reader::ThreadSnapshot {
-            stack,
-            anchors: Vec::new(),
-            in_gc: false,
-            gil_sync: Vec::new(),
-            local_refs: Vec::new(),
-            tstate: t.tstate,
-            interp: t.interp,
-        }];
+        let snaps = [snapshot(stack, Vec::new(), t.tstate, t.interp)];
         let want = AsyncRead {
             limit: asyncio::MAX_TASKS,
             max_tasks: asyncio::MAX_TASKS,
@@ -546,5 +530,25 @@ impl Followed {
                 .insert(key, (keep, stack.frames[keep..].to_vec()));
         }
         stack
+    }
+}
+
+/// A sample as the reader's snapshot of a thread, for what takes one (the
+/// native merge, the asyncio task reader): its stack (frames marked), the
+/// eval loop's anchors on the C stack, its thread state and interpreter.
+fn snapshot(
+    stack: ThreadStack,
+    anchors: Vec<(u64, u64)>,
+    tstate: u64,
+    interp: u64,
+) -> crate::python::reader::ThreadSnapshot {
+    crate::python::reader::ThreadSnapshot {
+        stack,
+        anchors,
+        in_gc: false,
+        gil_sync: Vec::new(),
+        local_refs: Vec::new(),
+        tstate,
+        interp,
     }
 }

@@ -4,6 +4,7 @@
 //! and kinds. Each number here is the
 //! one of the same name in `bpf/pyinspect.bpf.c`.
 
+use crate::memory::{le_u32, le_u64};
 use crate::python::reader::bpf::WalkOffsets;
 
 /// Frames a sample holds at most (the program's MAX_FRAMES).
@@ -110,9 +111,7 @@ impl From<WalkOffsets> for LayoutC {
 
 /// The kind of a record of the program's, before it is parsed.
 pub(super) fn kind_of(b: &[u8]) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(KIND_AT..KIND_AT + 4)?.try_into().ok()?,
-    ))
+    (b.len() >= KIND_AT + 4).then(|| le_u32(b, KIND_AT as u64))
 }
 
 /// A native record (`struct native`): the registers and stack bytes of the
@@ -135,8 +134,8 @@ impl RawNative {
         if b.len() < NATIVE_HEADER {
             return None;
         }
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u32_at = |o: usize| le_u32(b, o as u64);
+        let u64_at = |o: usize| le_u64(b, o as u64);
         let n = (u32_at(16) as usize).min(MAX_FRAMES);
         let len = (u32_at(20) as usize)
             .min(STACK_MAX as usize)
@@ -176,8 +175,8 @@ impl RawRecord {
         if b.len() < HEADER {
             return None;
         }
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u32_at = |o: usize| le_u32(b, o as u64);
+        let u64_at = |o: usize| le_u64(b, o as u64);
         let n = (u32_at(16) as usize)
             .min(MAX_FRAMES)
             .min((b.len() - HEADER) / 16);
