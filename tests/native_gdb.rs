@@ -145,6 +145,8 @@ struct Frame {
     /// are gdb's frames to match like any other, and the table says how
     /// many of them pyinspect missed.
     tail_call: bool,
+    /// gdb unwound it from a junk frame (see [`gdb_stacks`]): a guess.
+    guessed: bool,
 }
 
 /// Names as both tools print them, made comparable: no argument list, no
@@ -310,14 +312,22 @@ fn tail_call_script() -> PathBuf {
 }
 
 /// `thread apply all bt` of a stopped process: frames per kernel tid, and
-/// how many frames were junk: a pc outside all code (gdb's heuristic
-/// unwinders produce those after a frame without CFI, then resynchronise),
-/// left out. The calls inlined into an eval-loop frame are kept: pyinspect
-/// shows them with --native-all, inner to the Python frames. Frames past
-/// the thread's start are gdb's junk.
+/// how many frames were junk: a pc outside all code, left out. gdb's
+/// heuristic unwinder produces those after a frame without CFI: it takes
+/// `rbp` for a frame pointer, and MKL's hand-written sgemm kernels (say)
+/// keep something else there. Every frame gdb prints after one is unwound
+/// from the junk frame's registers: some are back on the live chain, some
+/// are stale return addresses left lower on the stack
+/// (`mkl_blas_def_sgemm_getbufs_bdz`, whose call returned long before) or
+/// unnamed words that happen to point into code. They are marked
+/// `guessed`: matched, they count; unmatched, they are not frames
+/// pyinspect missed (see [`compare_stopped`]). The calls inlined into an
+/// eval-loop frame are kept: pyinspect shows them with --native-all, inner
+/// to the Python frames. Frames past the thread's start are gdb's junk.
 fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
     let code = code_ranges(pid);
     let mut junk = 0;
+    let mut lost: std::collections::HashSet<i32> = std::collections::HashSet::new();
     let mut gdb = Command::new("gdb");
     // A target in another root (chroot, container): gdb must read its
     // files, and its debug files, from there.
@@ -395,6 +405,7 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
                 Some(&(a, _, off)) => at = Some(pc - a + off),
                 None => {
                     junk += 1;
+                    lost.insert(t);
                     continue;
                 }
             }
@@ -411,6 +422,7 @@ fn gdb_stacks(pid: i32) -> (HashMap<i32, Vec<Frame>>, usize) {
             python,
             at,
             tail_call,
+            guessed: lost.contains(&t),
         };
         let groups = stacks.get_mut(&t).unwrap();
         // A frame with an address starts a physical frame; those without
@@ -478,6 +490,7 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
                     python: false,
                     at,
                     tail_call: f["tail_call"] == true,
+                    guessed: false,
                 });
                 // As for gdb: nothing past the thread's start.
                 if start {
@@ -490,6 +503,7 @@ fn pyinspect_stacks(dump: &Value) -> HashMap<i32, (Vec<Frame>, Option<String>)> 
                     python: true,
                     at: None,
                     tail_call: false,
+                    guessed: false,
                 });
             }
         }
@@ -604,8 +618,9 @@ fn demangler_neutral(name: &str) -> String {
     }
 }
 
-/// Longest common subsequence under [`same`]: which of gdb's frames matched.
-fn aligned(g: &[Frame], p: &[Frame]) -> Vec<bool> {
+/// Longest common subsequence under [`same`]: for each of gdb's frames,
+/// the index of pyinspect's it matched.
+fn aligned(g: &[Frame], p: &[Frame]) -> Vec<Option<usize>> {
     let mut t = vec![vec![0usize; p.len() + 1]; g.len() + 1];
     for i in (0..g.len()).rev() {
         for j in (0..p.len()).rev() {
@@ -616,11 +631,11 @@ fn aligned(g: &[Frame], p: &[Frame]) -> Vec<bool> {
             };
         }
     }
-    let mut matched = vec![false; g.len()];
+    let mut matched = vec![None; g.len()];
     let (mut i, mut j) = (0, 0);
     while i < g.len() && j < p.len() {
         if same(&g[i], &p[j]) && t[i][j] == t[i + 1][j + 1] + 1 {
-            matched[i] = true;
+            matched[i] = Some(j);
             i += 1;
             j += 1;
         } else if t[i + 1][j] >= t[i][j + 1] {
@@ -766,26 +781,23 @@ fn compare_stopped(label: &str, pid: i32, row: &mut Row) {
         };
         row.threads += 1;
         let matched = aligned(g, p);
-        let m = matched.iter().filter(|&&x| x).count();
-        for (f, &ok) in g.iter().zip(&matched) {
+        let m = matched.iter().filter(|x| x.is_some()).count();
+        for (f, ok) in g.iter().zip(&matched) {
             if f.tail_call {
                 row.tail_calls += 1;
-                row.tail_calls_missed += usize::from(!ok);
+                row.tail_calls_missed += usize::from(ok.is_none());
             }
         }
-        row.gdb_frames += g.len();
-        row.matched += m;
         let gdb_whole = g
             .last()
             .and_then(|f| f.name.as_deref())
             .is_some_and(is_start);
-        let past = if !gdb_whole && m == g.len() {
-            p.len() - m
-        } else {
-            0
-        };
-        row.past_gdb += past;
-        row.extra += p.len() - m - past;
+        let c = classify(g, p, &matched, gdb_whole);
+        row.gdb_frames += g.len() - c.guesses;
+        row.gdb_junk += c.guesses;
+        row.matched += m;
+        row.past_gdb += c.past;
+        row.extra += c.extra;
         if m < g.len() || m < p.len() {
             let _ = writeln!(
                 row.detail,
@@ -795,6 +807,115 @@ fn compare_stopped(label: &str, pid: i32, row: &mut Row) {
             );
         }
     }
+}
+
+/// What the frames the alignment left unmatched are, for one thread.
+#[derive(Debug, Default, PartialEq)]
+struct Unmatched {
+    /// gdb's guesses (frames unwound from a junk frame) pyinspect does not
+    /// have: not counted as missed.
+    guesses: usize,
+    /// pyinspect's frames gdb cannot vouch for, nor deny: where gdb's own
+    /// frames are guesses, or past where gdb gave up.
+    past: usize,
+    /// pyinspect's frames gdb denies.
+    extra: usize,
+}
+
+/// Sort the unmatched frames between each two matched ones (and after the
+/// last). Where gdb's frames are guessed (the stretch ends at a guessed
+/// frame gdb got back on the chain with, or it is the tail and has
+/// guesses), gdb's unmatched guesses are no misses and pyinspect's
+/// unmatched frames are past gdb's knowledge. The tail is too when gdb
+/// stopped short of the thread's start having matched all it showed.
+fn classify(g: &[Frame], p: &[Frame], matched: &[Option<usize>], gdb_whole: bool) -> Unmatched {
+    let mut u = Unmatched::default();
+    let (mut gi, mut pj) = (0usize, 0usize);
+    let mut stretch = |g_from: usize, g_to: usize, p_from: usize, p_to: usize, vouched: bool| {
+        let gaps = &g[g_from..g_to];
+        let guesses = gaps.iter().filter(|f| f.guessed).count();
+        u.guesses += guesses;
+        let ours = p_to - p_from;
+        if vouched {
+            u.extra += ours;
+        } else {
+            u.past += ours;
+        }
+    };
+    for (i, j) in matched.iter().enumerate() {
+        let Some(j) = *j else { continue };
+        stretch(gi, i, pj, j, !g[i].guessed);
+        gi = i + 1;
+        pj = j + 1;
+    }
+    let tail = &g[gi..];
+    let tail_guessed = tail.iter().any(|f| f.guessed);
+    let tail_missed = tail.iter().any(|f| !f.guessed);
+    let vouched = !tail_guessed && (gdb_whole || tail_missed);
+    stretch(gi, g.len(), pj, p.len(), vouched);
+    u
+}
+
+/// gdb's guesses after a junk frame are not misses, and what pyinspect has
+/// in their place is not extra; without the junk, the same gap is both.
+#[test]
+fn frames_after_gdb_junk_are_guesses() {
+    let f = |n: &str, guessed: bool| Frame {
+        name: Some(n.to_string()),
+        module: Some("libx".to_string()),
+        python: false,
+        at: None,
+        tail_call: false,
+        guessed,
+    };
+    let ours = [
+        f("kernel", false),
+        f("xsgemm", false),
+        f("start_thread", false),
+    ];
+    // kernel <- (junk) <- getbufs <- start_thread: getbufs a stale word.
+    let gdb = [
+        f("kernel", false),
+        f("getbufs", true),
+        f("start_thread", true),
+    ];
+    let m = aligned(&gdb, &ours);
+    assert_eq!(m, vec![Some(0), None, Some(2)]);
+    let u = classify(&gdb, &ours, &m, true);
+    assert_eq!(
+        u,
+        Unmatched {
+            guesses: 1,
+            past: 1,
+            extra: 0
+        }
+    );
+    // The same without junk: a frame missed, one extra.
+    let gdb = [
+        f("kernel", false),
+        f("getbufs", false),
+        f("start_thread", false),
+    ];
+    let u = classify(&gdb, &ours, &aligned(&gdb, &ours), true);
+    assert_eq!(
+        u,
+        Unmatched {
+            guesses: 0,
+            past: 0,
+            extra: 1
+        }
+    );
+    // gdb gave up after junk: what pyinspect shows past it is not extra.
+    let gdb = [f("kernel", false), f("getbufs", true)];
+    let u = classify(&gdb, &ours, &aligned(&gdb, &ours), false);
+    assert_eq!(
+        u,
+        Unmatched {
+            guesses: 1,
+            past: 2,
+            extra: 0
+        }
+    );
 }
 
 /// `repeats` dumps of the running process: no pseudo-frames, and the
