@@ -100,6 +100,10 @@ pub(crate) struct BpfSampler {
     /// their frames' addresses.
     tasks: bool,
     away: HashMap<u32, Away>,
+    /// With --native or --async: each thread's native record (its frames'
+    /// addresses, its registers and stack bytes), written just before its
+    /// sample, until the sample is read: a drain can come between the two.
+    natives: HashMap<u32, RawNative>,
     /// Per thread, the part of a period its off-CPU intervals have added
     /// up to beyond whole samples: a wait of 0.3 periods counts as no
     /// sample, and the next one's share carries it.
@@ -210,6 +214,7 @@ impl BpfSampler {
             native,
             tasks,
             away: HashMap::new(),
+            natives: HashMap::new(),
             carry: HashMap::new(),
             pending: VecDeque::new(),
             started: Instant::now(),
@@ -330,6 +335,7 @@ impl BpfSampler {
         for tid in gone.iter().chain(&threads) {
             let _ = self.off_map.remove(tid);
             self.carry.remove(tid);
+            self.natives.remove(tid);
         }
     }
 
@@ -338,6 +344,7 @@ impl BpfSampler {
     /// unseen; the program drops a dead task's own last switch).
     fn forget_threads(&mut self, tids: &[u32]) {
         for tid in tids {
+            self.natives.remove(tid);
             self.away.remove(tid);
             self.carry.remove(tid);
             let _ = self.off_map.remove(tid);
@@ -502,20 +509,17 @@ impl BpfSampler {
         }
         // Copied out first, as the ring buffer's items borrow it.
         let mut raw: Vec<RawRecord> = Vec::new();
-        // With --native: each thread's native record, written just before
-        // its sample.
-        let mut natives: HashMap<u32, RawNative> = HashMap::new();
         let mut native_of = Vec::new();
         while let Some(item) = self.ring.next() {
             if kind_of(&item) == Some(K_NATIVE) {
                 if let Some(n) = RawNative::parse(&item) {
-                    natives.insert(n.tid, n);
+                    self.natives.insert(n.tid, n);
                 }
                 continue;
             }
             if let Some(r) = RawRecord::parse(&item) {
                 if self.native || self.tasks {
-                    let n = natives.remove(&r.tid).filter(|n| n.time == r.time);
+                    let n = self.natives.remove(&r.tid).filter(|n| n.time == r.time);
                     native_of.push(n);
                 }
                 raw.push(r);
