@@ -440,6 +440,18 @@ impl LoopTurns {
         frame: u64,
         kind: LoopFrame,
     ) -> Option<u64> {
+        let lp = self.loop_of(objr, fl, frame, kind)?;
+        self.turn_of(objr, lp)
+    }
+
+    /// The loop that the frame at `frame` (of kind `kind`) runs.
+    pub(crate) fn loop_of(
+        &mut self,
+        objr: &ObjReader,
+        fl: &crate::cpython_layouts::FrameLayout,
+        frame: u64,
+        kind: LoopFrame,
+    ) -> Option<u64> {
         let this =
             objr.mem.read_u64(frame.wrapping_add(fl.localsplus)).ok()? & !fl.pointer_tag_bits;
         if this == 0 {
@@ -459,9 +471,12 @@ impl LoopTurns {
                 }
             },
         };
-        if lp == 0 {
-            return None;
-        }
+        (lp != 0).then_some(lp)
+    }
+
+    /// The turn of loop `lp` (as [`LoopTurns::loop_of`] found it): how
+    /// many callbacks it has begun.
+    pub(crate) fn turn_of(&mut self, objr: &ObjReader, lp: u64) -> Option<u64> {
         let look = match self.ready.get(&lp) {
             Some(Ok(_)) => false,
             Some(Err(at)) => at.elapsed() >= TURN_RETRY,
