@@ -222,8 +222,9 @@ struct {
 	__type(value, struct block);
 } blocks SEC(".maps");
 
-// One per CPU, by its number (too big for a per-CPU map): user space sizes
-// it to the CPUs there are when --native or --async is asked.
+// Two per CPU, by its number (too big for a per-CPU map): 2 × cpu for a
+// tick's sample, 2 × cpu + 1 for a switch's. User space sizes it to the
+// CPUs there are when --native, --async or watch asks for frame addresses.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -447,6 +448,30 @@ static __attribute__((always_inline)) int holds_gil(struct layout *l, u32 tid)
 	return locked && holder == *tstate;
 }
 
+// The native record of sample `s`, written just before it: its frames'
+// addresses (noted by the walk), and with --native its registers and
+// stack bytes. 0: not written, nor is the sample to be.
+static __attribute__((always_inline)) int put_native(struct native *nat, struct sample *s)
+{
+	nat->tgid = s->tgid;
+	nat->tid = s->tid;
+	nat->time_ns = s->time_ns;
+	nat->kind = K_NATIVE;
+	nat->nframes = s->nframes;
+	u32 len = nat->len;
+	if (len > STACK_MAX)
+		len = STACK_MAX;
+	// The clamped value itself to the size (the compiler may otherwise
+	// size from a copy the verifier sees unbounded).
+	asm volatile("" : "+r"(len));
+	if (len > STACK_MAX)
+		return 0;
+	u64 size = sizeof(*nat) - sizeof(nat->stack) + len;
+	if (bpf_ringbuf_output(&samples, nat, size, 0) != 0)
+		count(C_LOST);
+	return 1;
+}
+
 // Copying the stack a page at a time: a read that runs past the end of
 // the stack's mapping fails whole, so the copy ends at the last page that
 // could be read.
@@ -509,8 +534,8 @@ int on_sample(void *ctx)
 	struct native *nat = 0;
 	u32 want = l->stack_bytes;
 	if (want || l->frame_addrs) {
-		u32 cpu = bpf_get_smp_processor_id();
-		nat = bpf_map_lookup_elem(&natives, &cpu);
+		u32 i = bpf_get_smp_processor_id() * 2;
+		nat = bpf_map_lookup_elem(&natives, &i);
 	}
 	if (!take_stack(s, which, *slot, tgid, tid, K_SAMPLE, nat))
 		return 0;
@@ -519,22 +544,8 @@ int on_sample(void *ctx)
 		nat->ip = nat->sp = nat->bp = nat->base = 0;
 		if (want)
 			copy_native(nat, want);
-		nat->tgid = tgid;
-		nat->tid = tid;
-		nat->time_ns = s->time_ns;
-		nat->kind = K_NATIVE;
-		nat->nframes = s->nframes;
-		u32 len = nat->len;
-		if (len > STACK_MAX)
-			len = STACK_MAX;
-		// The clamped value itself to the size (the compiler may
-		// otherwise size from a copy the verifier sees unbounded).
-		asm volatile("" : "+r"(len));
-		if (len > STACK_MAX)
+		if (!put_native(nat, s))
 			return 0;
-		u64 size = sizeof(*nat) - sizeof(nat->stack) + len;
-		if (bpf_ringbuf_output(&samples, nat, size, 0) != 0)
-			count(C_LOST);
 	}
 	put(s);
 	return 0;
@@ -579,7 +590,14 @@ int on_switch(u64 *ctx)
 		bpf_map_delete_elem(&off_cpu, &tid);
 		return 0;
 	}
-	if (!take_stack(s, which, *slot, tgid, tid, K_OFF, 0))
+	// The frames' addresses too when they are asked for (a thread's
+	// stack as it left is as good as a sample's to watch).
+	struct native *nat = 0;
+	if (l->frame_addrs) {
+		u32 i = bpf_get_smp_processor_id() * 2 + 1;
+		nat = bpf_map_lookup_elem(&natives, &i);
+	}
+	if (!take_stack(s, which, *slot, tgid, tid, K_OFF, nat))
 		return 0;
 	s->state = state;
 	u64 regs[REGS_WORDS];
@@ -595,6 +613,12 @@ int on_switch(u64 *ctx)
 	}
 	u64 now = s->time_ns;
 	bpf_map_update_elem(&off_cpu, &tid, &now, 0);
+	if (nat) {
+		nat->len = 0;
+		nat->ip = nat->sp = nat->bp = nat->base = 0;
+		if (!put_native(nat, s))
+			return 0;
+	}
 	put(s);
 	return 0;
 }

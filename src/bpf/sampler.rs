@@ -165,9 +165,10 @@ impl BpfSampler {
         let tasks = cfg.target.read.asyncio != crate::sampler::AsyncMode::Off;
         let mut loader = aya::EbpfLoader::new();
         if native || tasks {
-            // A native record per CPU, by the CPU's number.
+            // Two native records per CPU (a tick's, a switch's), by the
+            // CPU's number.
             let cpus = aya::util::nr_cpus().map_err(|(what, e)| load_error(what, e))?;
-            loader.map_max_entries("natives", cpus.max(1) as u32);
+            loader.map_max_entries("natives", 2 * cpus.max(1) as u32);
         }
         if native || tasks {
             loader.map_max_entries("samples", NATIVE_RING_BYTES);
