@@ -1363,6 +1363,57 @@ class Bench:
                     f"ptrace engine: {p[0]:.1f} us/sample, {p[1]:.1f}% of a core, {p[3]:.0f} samples/s",
                     {"bpf": b, "ptrace": p})
 
+    def watch_bpf(self):
+        """`watch` on the eBPF engine against the default engine, at 50 Hz
+        (watch's default) and 250 Hz, on a service of four threads (one
+        busy in pure Python, three waiting): pyinspect's CPU (schedstat,
+        over the work window) plus the eBPF programs' kernel time (its
+        summary line, kernel.bpf_stats_enabled), and the busy thread's
+        slowdown against its rate alone just before (the default engine
+        pauses the process at each tick; the eBPF engine never does)."""
+        work = 3 if self.quick else 6
+        runs = 2 if self.quick else 3
+        cells = {}
+        with bpf_stats_on(), Target(self.python, "work_threads.py") as t:
+            t.ask(1, 30)  # warm-up
+            for rate in (50, 250):
+                for engine in ("ptrace", "bpf"):
+                    cpu, prog, slow = [], [], []
+                    for i in range(runs):
+                        alone = float(t.ask(work, work + 30).split()[1])
+                        secs = work + 3
+                        proc = spawn(self.ours("watch", "--pid", t.pid, "--engine", engine, "-r", rate,
+                                               "-d", secs, "-o", self.tmp / f"watch-{engine}-{rate}-{i}.jsonl"))
+                        try:
+                            time.sleep(1.5)
+                            if proc.poll() is not None:
+                                raise Skip(f"watch --engine {engine} ended: {first_line(stderr_of(proc))}")
+                            before = cpu_seconds_precise(proc.pid)
+                            with_rate = float(t.ask(work, work + 30).split()[1])
+                            used = cpu_seconds_precise(proc.pid) - before
+                            proc.wait(secs + 30)
+                        finally:
+                            stop_gently(proc)
+                        m = re.search(r"eBPF program: (\d+) runs .*?([\d.]+) ms in all", stderr_of(proc))
+                        s = re.search(r"sched_switch program: \d+ runs, [\d.]+ µs each, ([\d.]+) ms in all",
+                                      stderr_of(proc))
+                        program = (float(m.group(2)) if m else 0.0) + (float(s.group(1)) if s else 0.0)
+                        # The programs ran over the whole watch: their share
+                        # over the work window is taken as their mean.
+                        cpu.append(used / work * 100)
+                        prog.append(program / 1000 / secs * 100)
+                        slow.append((alone - with_rate) / alone * 100)
+                    cells[(engine, rate)] = (statistics.median(cpu), statistics.median(prog),
+                                             statistics.median(slow))
+        for rate in (50, 250):
+            b, p = cells[("bpf", rate)], cells[("ptrace", rate)]
+            self.results.add(
+                f"watch-bpf {rate} Hz CPU", b[0] + b[1], None, "<= the default engine's",
+                verdict(b[0] + b[1] <= p[0] + p[1]), "%",
+                f"bpf: {b[0]:.2f}% pyinspect + {b[1]:.2f}% programs, target slowdown {b[2]:.1f}%; "
+                f"ptrace: {p[0]:.2f}% pyinspect, target slowdown {p[2]:.1f}%; median of {runs}, {work} s each",
+                {"bpf": b, "ptrace": p})
+
     def record_bpf_native(self):
         """CPU per sample of `record --native` on the eBPF engine (the
         program copies each sample's stack top; pyinspect unwinds it) against
@@ -1498,6 +1549,7 @@ SCENARIOS = [
     ("record-vs-cpython-sampler", Bench.record_vs_cpython_sampler),
     ("record-bpf-engine", Bench.record_bpf_engine),
     ("record-bpf-native", Bench.record_bpf_native),
+    ("watch-bpf", Bench.watch_bpf),
     ("heap-1M", Bench.heap_1m),
 ]
 

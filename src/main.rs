@@ -97,6 +97,8 @@ struct WatchArgs {
     read: ReadArgs,
     #[command(flatten)]
     rate: RateArg,
+    #[command(flatten)]
+    engine: EngineArg,
     /// Event loop blocked: one callback (task step) running longer than this
     /// ("100ms", "0.5s", or seconds).
     #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = parse_threshold)]
@@ -244,6 +246,13 @@ struct SampleArgs {
     full_filenames: bool,
     #[command(flatten)]
     asyncio: SampleAsyncArgs,
+    #[command(flatten)]
+    engine: EngineArg,
+}
+
+/// `--engine`: record, top and watch.
+#[derive(Args, Debug)]
+struct EngineArg {
     /// Sampling engine: ptrace (default), or bpf (in the kernel: see README).
     #[arg(long, value_enum)]
     engine: Option<pyinspect::bpf::Engine>,
@@ -597,7 +606,7 @@ fn record(a: RecordArgs) -> anyhow::Result<i32> {
         nolineno: a.nolineno,
         full_filenames: a.sample.full_filenames,
         mode,
-        engine: a.all.engine(a.sample.engine),
+        engine: a.all.engine(a.sample.engine.engine),
     })
 }
 
@@ -616,7 +625,7 @@ fn top(a: TopArgs) -> anyhow::Result<()> {
         refresh: a.delay,
         full_filenames: a.sample.full_filenames,
         full_names: a.read.names.full_names,
-        engine: a.all.engine(a.sample.engine),
+        engine: a.all.engine(a.sample.engine.engine),
         all: a.all.all,
     })
 }
@@ -661,6 +670,7 @@ fn watch(a: WatchArgs) -> anyhow::Result<i32> {
         output: a.output,
         incident_dir: a.incident_dir,
         max_per_minute: a.max_incidents_per_minute,
+        engine: a.engine.engine.unwrap_or_default(),
     })
 }
 

@@ -454,6 +454,12 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
         "{line}"
     );
     assert!(!out.exists(), "a profile was written");
+    // watch, likewise.
+    let mut c = Command::new(BIN);
+    c.args(["watch", "--engine", "bpf", "-d", "1", "--pid", &pid])
+        .env("PYINSPECT_BPF_UNAVAILABLE", "1");
+    let line = assert_one_clean_error_line(&common::run_command(c, Duration::from_secs(60)));
+    assert!(line.contains("bpf engine cannot be used"), "watch: {line}");
 
     // An option the engine does not take yet.
     let mut a = args.to_vec();

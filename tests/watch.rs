@@ -145,6 +145,20 @@ fn stalls_and_incidents(fixture: &Fixture, mut w: Watcher) -> (Vec<Value>, Vec<V
 
 #[test]
 fn each_stall_is_one_incident_with_its_culprit_and_length() {
+    each_stall_is_one_incident("watch stalls", &[]);
+}
+
+/// The same stalls, the same judgement, sampled by the eBPF engine: each
+/// thread at each tick as the program's samples and scheduler records left
+/// it, the GIL's holder and the loops' turns read at the tick.
+#[test]
+fn the_bpf_engine_sees_each_stall_as_one_incident() {
+    each_stall_is_one_incident("watch stalls (bpf engine)", &["--engine", "bpf"]);
+}
+
+/// Each stall of watch_stalls.py one incident, with its culprit and
+/// length, on every interpreter, watched with `engine` options.
+fn each_stall_is_one_incident(what: &str, engine: &[&str]) {
     // One interpreter at a time: the stalls' lengths are measured against
     // the fixture's own clock, and a second fixture's CPU-bound stalls on
     // this 2-core machine hold the sampler up. Set before any thread of
@@ -152,12 +166,12 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
     std::env::set_var("PYINSPECT_TEST_JOBS", "1");
     let _one_at_a_time = serial();
     for_each_interpreter(
-        "watch stalls",
+        what,
         |_| true,
         |interp| {
             let fixture = Fixture::spawn(interp, "watch_stalls.py", &[]);
             let pid = fixture.pid.to_string();
-            let w = Watcher::start(&[
+            let mut args = vec![
                 "--pid",
                 &pid,
                 "--rate",
@@ -171,7 +185,9 @@ fn each_stall_is_one_incident_with_its_culprit_and_length() {
                 "250ms",
                 "--frozen-threshold",
                 "150ms",
-            ]);
+            ];
+            args.extend(engine);
+            let w = Watcher::start(&args);
             let (stalls, incidents, stderr) = stalls_and_incidents(&fixture, w);
             let mut problems = Vec::new();
             for s in &stalls {
@@ -404,12 +420,25 @@ fn check_against_asyncio(incidents: &[Value], slow: &[(String, f64, f64)], conte
 
 #[test]
 fn loop_incidents_are_what_asyncio_debug_mode_reports() {
+    loop_incidents_as_asyncio_reports(&[]);
+}
+
+/// The same judge for the eBPF engine's watch: asyncio's own debug mode.
+#[test]
+fn the_bpf_engine_reports_the_loop_stalls_asyncio_reports() {
+    loop_incidents_as_asyncio_reports(&["--engine", "bpf"]);
+}
+
+/// A service's blocking handlers, watched with `engine` options: each one
+/// asyncio's debug mode reports is one incident, and nothing else is.
+fn loop_incidents_as_asyncio_reports(engine: &[&str]) {
     let _one_at_a_time = serial();
     let fixture = service();
     let port = fixture.ready["port"].as_u64().unwrap() as u16;
     let pid = fixture.pid.to_string();
     let mut args = vec!["--pid", pid.as_str()];
     args.extend_from_slice(LOOP_ONLY);
+    args.extend_from_slice(engine);
     let mut w = Watcher::start(&args);
     w.wait_for("pyinspect: watching", Duration::from_secs(30));
     let attached = std::time::SystemTime::now()
@@ -493,19 +522,31 @@ impl Drop for Hogs {
 /// and then watch must report it too, as asyncio does).
 #[test]
 fn a_service_that_does_not_stall_gives_no_false_incident() {
+    no_false_incident(&[]);
+}
+
+/// The same minute of a loaded machine, watched by the eBPF engine.
+#[test]
+fn the_bpf_engine_gives_no_false_incident_either() {
+    no_false_incident(&["--engine", "bpf"]);
+}
+
+fn no_false_incident(engine: &[&str]) {
     let _one_at_a_time = serial();
     let fixture = service();
     let port = fixture.ready["port"].as_u64().unwrap() as u16;
     let pid = fixture.pid.to_string();
     let _hogs = Hogs::start();
     // The default thresholds, but for the rate limit (every incident counts).
-    let mut w = Watcher::start(&[
+    let mut args = vec![
         "--pid",
-        &pid,
+        pid.as_str(),
         "--json",
         "--max-incidents-per-minute",
         "1000",
-    ]);
+    ];
+    args.extend_from_slice(engine);
+    let mut w = Watcher::start(&args);
     w.wait_for("pyinspect: watching", Duration::from_secs(30));
     let attached = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -79,6 +79,12 @@ pub(super) struct Followed {
     /// frames that follow them. A thread's samples in one task share the
     /// answer; the tasks are read once for each.
     stitched: HashMap<Vec<u64>, (usize, Vec<crate::stack::Frame>)>,
+    /// For watch: where the GIL's holder and lock flag are (looked up
+    /// once), the loop each asyncio thread runs (from its latest sample
+    /// with frame addresses), and their turns' reader.
+    gil: Option<Option<(u64, u64)>>,
+    loops: HashMap<i32, u64>,
+    turns: asyncio::LoopTurns,
 }
 
 impl Followed {
@@ -146,6 +152,9 @@ impl Followed {
             every_frame_entry,
             tasks,
             stitched: HashMap::new(),
+            gil: None,
+            loops: HashMap::new(),
+            turns: Default::default(),
         };
         Ok((f, threads))
     }
@@ -157,6 +166,11 @@ impl Followed {
     /// Where the program tells the GIL's holder (see `Reader::gil_words`).
     pub(super) fn gil_words(&self) -> Option<(u64, u64)> {
         self.reader.gil_words(&self.source)
+    }
+
+    /// The kernel tids of its Python threads, as of the latest refresh.
+    pub(super) fn thread_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.threads.keys().map(|t| *t as u32)
     }
 
     /// Whether its thread list is due to be read again.
@@ -251,12 +265,13 @@ impl Followed {
         )
     }
 
-    /// Its threads asleep now (S or D), each with its stack, read from here
-    /// (asleep, a stack holds still) and its wait.
-    pub(super) fn asleep_now(&mut self) -> Vec<(u32, ThreadStack)> {
+    /// Its threads asleep now (S or D) among those `among` picks, each with
+    /// its stack, read from here (asleep, a stack holds still) and its wait.
+    pub(super) fn asleep_now(&mut self, among: impl Fn(u32) -> bool) -> Vec<(u32, ThreadStack)> {
         let asleep: Vec<(i32, u64, char)> = self
             .threads
             .iter()
+            .filter(|(tid, _)| among(**tid as u32))
             .filter_map(
                 |(tid, t)| match crate::procfs::thread_state(self.pid, *tid) {
                     Some(c @ ('S' | 'D')) => Some((*tid, t.tstate, c)),
@@ -266,9 +281,13 @@ impl Followed {
             .collect();
         let mut out = Vec::new();
         for (tid, tstate, c) in asleep {
-            let frames = self.walk_here(tstate);
+            let (frames, marks): (Vec<_>, Vec<_>) = self
+                .walk_here(tstate)
+                .into_iter()
+                .map(|(code, pos, at)| ((code, pos), (at, false, 0)))
+                .unzip();
             let call = self.waits.as_mut().and_then(|w| w.syscall(tid));
-            if let Some(stack) = self.stack_of(tid as u32, 0, frames, &[], &mut Vec::new()) {
+            if let Some(stack) = self.stack_of(tid as u32, 0, frames, &marks, &mut Vec::new()) {
                 out.push((tid as u32, self.off_stack(stack, tid, c, call)));
             }
         }
@@ -276,8 +295,9 @@ impl Followed {
     }
 
     /// The frame chain of a thread state, walked from here as the program
-    /// walks it (for a thread asleep: its stack does not move).
-    fn walk_here(&self, tstate: u64) -> Vec<(u64, u64)> {
+    /// walks it (for a thread asleep: its stack does not move): each
+    /// frame's code object, instruction position and address.
+    fn walk_here(&self, tstate: u64) -> Vec<(u64, u64, u64)> {
         use crate::memory::Memory;
         let Some(w) = self.reader.walk_offsets() else {
             return Vec::new();
@@ -312,7 +332,7 @@ impl Followed {
                     && b[0] >= shim_from
             });
             if !shim && code != 0 {
-                out.push((code, pos));
+                out.push((code, pos, f));
             }
             f = prev;
         }
@@ -530,6 +550,67 @@ impl Followed {
                 .insert(key, (keep, stack.frames[keep..].to_vec()));
         }
         stack
+    }
+}
+
+impl Followed {
+    /// For watch: the threads' latest stacks as one tick sees them, read
+    /// now: the GIL's holder marked (and named to its waiters), and the
+    /// turn of each asyncio loop a thread runs (the loop taken from the
+    /// thread's latest stack with frame addresses: a sample's, as the
+    /// records of a thread leaving its CPU carry none).
+    pub(super) fn at_tick(
+        &mut self,
+        mut threads: Vec<ThreadStack>,
+    ) -> (Vec<ThreadStack>, Vec<(u32, u64)>) {
+        use crate::memory::{Memory, MemoryExt};
+        let words = *self
+            .gil
+            .get_or_insert_with(|| self.reader.gil_words(&self.source));
+        let holder = words.and_then(|(holder, locked)| {
+            let mut l = [0u8; 4];
+            if locked != 0 && self.source.read(locked, &mut l).is_err() {
+                return None;
+            }
+            let h = self.source.read_u64(holder).ok()?;
+            (locked == 0 || u32::from_le_bytes(l) != 0).then_some(h)
+        });
+        let holder = holder.and_then(|h| {
+            self.threads
+                .iter()
+                .find(|(_, t)| t.tstate == h && h != 0)
+                .map(|(tid, t)| (*tid as u32, t.name.clone()))
+        });
+        for t in &mut threads {
+            t.holds_gil = holder.as_ref().is_some_and(|h| t.os_thread_id == Some(h.0));
+            if let Some(g) = t.wait.as_mut().and_then(|w| w.gil.as_mut()) {
+                let other = holder.as_ref().filter(|h| t.os_thread_id != Some(h.0));
+                g.holder = other.map(|h| h.0);
+                g.holder_name = other.and_then(|h| h.1.clone());
+            }
+        }
+        let pl = &self.reader.process.layout;
+        let objr = crate::python::objects::ObjReader::new(&self.source, pl);
+        let mut turns = Vec::new();
+        for t in &threads {
+            let Some(tid) = t.os_thread_id else { continue };
+            let Some((f, kind)) = crate::watch::loop_frame(&t.frames) else {
+                self.loops.remove(&(tid as i32));
+                continue;
+            };
+            if let Some(m) = f.mark {
+                if let Some(lp) = self.turns.loop_of(&objr, &pl.frame, m.addr, kind) {
+                    self.loops.insert(tid as i32, lp);
+                }
+            }
+            let Some(&lp) = self.loops.get(&(tid as i32)) else {
+                continue;
+            };
+            if let Some(turn) = self.turns.turn_of(&objr, lp) {
+                turns.push((tid, turn));
+            }
+        }
+        (threads, turns)
     }
 }
 

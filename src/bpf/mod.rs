@@ -39,8 +39,15 @@
 //!
 //! With `--all` it follows every Python process on the host, each in its
 //! own slot of the program's maps, and looks for new ones every second.
+//!
+//! For `watch` both programs run, with the frames' addresses, and the ring
+//! buffer is drained at every tick: each thread's latest record (a sample,
+//! or the stack and wait it left its CPU with) stands for it, and a tick is
+//! every thread at once, the GIL's holder and the loops' turns read then
+//! (`latest.rs`).
 
 mod followed;
+mod latest;
 mod records;
 mod sampler;
 
@@ -121,6 +128,26 @@ pub(crate) enum AnySampler {
 
 impl AnySampler {
     pub(crate) fn new(engine: Engine, root: i32, cfg: SamplerConfig) -> Result<AnySampler, Error> {
+        AnySampler::open(engine, root, cfg, false)
+    }
+
+    /// The sampler `watch` drives: each tick every thread of each process
+    /// (the ptrace engine reads them all; the eBPF engine keeps each
+    /// thread's latest state from its records).
+    pub(crate) fn for_watch(
+        engine: Engine,
+        root: i32,
+        cfg: SamplerConfig,
+    ) -> Result<AnySampler, Error> {
+        AnySampler::open(engine, root, cfg, true)
+    }
+
+    fn open(
+        engine: Engine,
+        root: i32,
+        cfg: SamplerConfig,
+        watch: bool,
+    ) -> Result<AnySampler, Error> {
         match engine {
             Engine::Ptrace if cfg.schedule.all => Err(Error::BpfUnavailable(
                 "--all samples the whole host with the bpf engine only (not --engine ptrace)"
@@ -137,7 +164,7 @@ impl AnySampler {
                     )));
                 }
                 let all = cfg.schedule.all;
-                BpfSampler::new(root, cfg, all).map(|s| AnySampler::Bpf(Box::new(s)))
+                BpfSampler::new(root, cfg, all, watch).map(|s| AnySampler::Bpf(Box::new(s)))
             }
         }
     }
@@ -146,6 +173,14 @@ impl AnySampler {
         match self {
             AnySampler::Ptrace(s) => s.next_tick(),
             AnySampler::Bpf(s) => s.next_tick(),
+        }
+    }
+
+    /// When the ticks' timestamps count from.
+    pub(crate) fn started(&self) -> std::time::Instant {
+        match self {
+            AnySampler::Ptrace(s) => s.started(),
+            AnySampler::Bpf(s) => s.started(),
         }
     }
 

@@ -4,6 +4,7 @@
 //! and hands each record on as a [`Tick`].
 
 use super::followed::{Followed, TstateMap};
+use super::latest::Latest;
 use super::records::{
     kernel_at_least, kind_of, state_char, LayoutC, RawNative, RawRecord, F_NO_TSTATE, K_NATIVE,
     K_OFF, K_ON, K_SAMPLE,
@@ -15,7 +16,7 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{
     PerfEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent,
 };
-use foldhash::{HashMap, HashMapExt};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,13 +97,18 @@ pub(crate) struct BpfSampler {
     switches: bool,
     /// Samples come with their native stacks (--native).
     native: bool,
-    /// Samples are attributed to asyncio tasks (--async): they come with
-    /// their frames' addresses.
+    /// Samples are attributed to asyncio tasks (--async).
     tasks: bool,
+    /// Samples come with their frames' addresses (--async, watch).
+    addrs: bool,
+    /// For watch: every thread's latest state, handed on whole at each
+    /// tick rather than record by record.
+    latest: Option<Latest>,
     away: HashMap<u32, Away>,
-    /// With --native or --async: each thread's native record (its frames'
-    /// addresses, its registers and stack bytes), written just before its
-    /// sample, until the sample is read: a drain can come between the two.
+    /// With --native, --async or watch: each thread's native record (its
+    /// frames' addresses, its registers and stack bytes), written just
+    /// before its sample, until the sample is read: a drain can come
+    /// between the two.
     natives: HashMap<u32, RawNative>,
     /// Per thread, the part of a period its off-CPU intervals have added
     /// up to beyond whole samples: a wait of 0.3 periods counts as no
@@ -126,8 +132,15 @@ pub(crate) struct BpfSampler {
 
 impl BpfSampler {
     /// Follow `pid` (with --subprocesses, its Python descendants too), or
-    /// with `host_wide` every Python process there is (`pid` unused).
-    pub(crate) fn new(pid: i32, cfg: SamplerConfig, host_wide: bool) -> Result<BpfSampler, Error> {
+    /// with `host_wide` every Python process there is (`pid` unused). With
+    /// `watch`, each tick is every thread of each process, as they are at
+    /// the tick (see [`Latest`]).
+    pub(crate) fn new(
+        pid: i32,
+        cfg: SamplerConfig,
+        host_wide: bool,
+        watch: bool,
+    ) -> Result<BpfSampler, Error> {
         let family = (!host_wide && cfg.schedule.subprocesses).then_some(pid);
         let first = if host_wide {
             None
@@ -163,14 +176,14 @@ impl BpfSampler {
 
         let native = cfg.target.read.native;
         let tasks = cfg.target.read.asyncio != crate::sampler::AsyncMode::Off;
+        // watch reads the turns of asyncio loops from their frames.
+        let addrs = tasks || watch;
         let mut loader = aya::EbpfLoader::new();
-        if native || tasks {
+        if native || addrs {
             // Two native records per CPU (a tick's, a switch's), by the
             // CPU's number.
             let cpus = aya::util::nr_cpus().map_err(|(what, e)| load_error(what, e))?;
             loader.map_max_entries("natives", 2 * cpus.max(1) as u32);
-        }
-        if native || tasks {
             loader.map_max_entries("samples", NATIVE_RING_BYTES);
         }
         let mut ebpf = loader
@@ -193,6 +206,7 @@ impl BpfSampler {
         let counters = PerCpuArray::try_from(take("counters")?)
             .map_err(|e| load_error("the counters map", e))?;
 
+        let latest = watch.then(|| Latest::new(cfg.schedule.rate));
         let mut s = BpfSampler {
             ebpf,
             ring,
@@ -214,6 +228,8 @@ impl BpfSampler {
             switches: false,
             native,
             tasks,
+            addrs,
+            latest,
             away: HashMap::new(),
             natives: HashMap::new(),
             carry: HashMap::new(),
@@ -280,7 +296,7 @@ impl BpfSampler {
         let mut layout = LayoutC::from(offsets);
         layout.switches = u32::from(self.cfg.target.filter.include_idle);
         layout.stack_bytes = f.stack_bytes;
-        layout.frame_addrs = u32::from(self.tasks);
+        layout.frame_addrs = u32::from(self.addrs);
         if self.cfg.target.filter.gil_only {
             let Some((holder, locked)) = f.gil_words() else {
                 self.free_slots.push(slot);
@@ -318,6 +334,9 @@ impl BpfSampler {
         let _ = self.targets.remove(&(pid as u32));
         let threads = f.forget(&mut self.tstates);
         self.free_slots.push(f.slot);
+        if let Some(l) = self.latest.as_mut() {
+            l.forget_process(pid);
+        }
         // Its threads still away are counted to now.
         let now = monotonic_ns();
         let mut gone: Vec<u32> = self
@@ -345,6 +364,9 @@ impl BpfSampler {
     /// unseen; the program drops a dead task's own last switch).
     fn forget_threads(&mut self, tids: &[u32]) {
         for tid in tids {
+            if let Some(l) = self.latest.as_mut() {
+                l.forget(*tid);
+            }
             self.natives.remove(tid);
             self.away.remove(tid);
             self.carry.remove(tid);
@@ -420,7 +442,18 @@ impl BpfSampler {
     /// put in the program's map, so that its coming back ends the interval
     /// as any other's does.
     fn count_sleepers(&mut self, f: &mut Followed, now: u64) {
-        for (tid, stack) in f.asleep_now() {
+        self.sleepers_among(f, now, |_| true);
+    }
+
+    /// [`BpfSampler::count_sleepers`] for the threads `among` picks; for
+    /// watch, their stacks are their latest.
+    fn sleepers_among(&mut self, f: &mut Followed, now: u64, among: impl Fn(u32) -> bool) {
+        for (tid, stack) in f.asleep_now(&among) {
+            if let Some(l) = self.latest.as_mut() {
+                l.set(f.pid, tid, now, stack);
+                let _ = self.off_map.insert(tid, now, 0);
+                continue;
+            }
             if self.off_map.insert(tid, now, 0).is_ok() {
                 self.away.insert(
                     tid,
@@ -519,7 +552,7 @@ impl BpfSampler {
                 continue;
             }
             if let Some(r) = RawRecord::parse(&item) {
-                if self.native || self.tasks {
+                if self.native || self.addrs {
                     let n = self.natives.remove(&r.tid).filter(|n| n.time == r.time);
                     native_of.push(n);
                 }
@@ -529,7 +562,7 @@ impl BpfSampler {
                 break;
             }
         }
-        if self.native || self.tasks {
+        if self.native || self.addrs {
             // Each sample has native frames or frame addresses of its own:
             // none is folded.
             for (r, n) in raw.into_iter().zip(native_of) {
@@ -587,6 +620,10 @@ impl BpfSampler {
     /// thread, with one stack, for a tick record), with its native record.
     fn take(&mut self, r: RawRecord, n: u64, native: Option<RawNative>) {
         if r.kind == K_ON {
+            if let Some(l) = self.latest.as_mut() {
+                l.back(r.tid, r.time);
+                return;
+            }
             if let Some(a) = self.away.remove(&r.tid) {
                 let t = self.interval_tick(a, r.time);
                 self.pending.push_back(t);
@@ -599,6 +636,9 @@ impl BpfSampler {
         };
         if r.flags & F_NO_TSTATE != 0 {
             f.unknown(r.tid as i32);
+            if let Some(l) = self.latest.as_mut() {
+                l.unknown(r.tid, r.time);
+            }
             return;
         }
         let mut errors = Vec::new();
@@ -615,6 +655,16 @@ impl BpfSampler {
         // With --mode gil the program samples the GIL's holder alone.
         stack.holds_gil = r.kind == K_SAMPLE && self.cfg.target.filter.gil_only;
         self.taken += n;
+        if let Some(l) = self.latest.as_mut() {
+            let stack = if r.kind == K_OFF {
+                let call = crate::wait::call_from_registers(r.call, r.args);
+                f.off_stack(stack, r.tid as i32, state_char(r.state), Some(call))
+            } else {
+                stack
+            };
+            l.set(pid, r.tid, r.time, stack);
+            return;
+        }
         let (label, version) = (f.label.clone(), f.version.clone());
         if r.kind == K_OFF {
             let c = state_char(r.state);
@@ -688,6 +738,9 @@ impl BpfSampler {
     }
 
     pub(crate) fn next_tick(&mut self) -> Option<Tick> {
+        if self.latest.is_some() {
+            return self.next_watch_tick();
+        }
         loop {
             if let Some(t) = self.pending.pop_front() {
                 return Some(t);
@@ -717,7 +770,7 @@ impl BpfSampler {
                 self.done = true;
                 continue;
             }
-            let every = if self.rate <= 2000.0 && !self.native && !self.tasks {
+            let every = if self.rate <= 2000.0 && !self.native && !self.addrs {
                 DRAIN_EVERY_SLOW
             } else {
                 DRAIN_EVERY
@@ -732,6 +785,99 @@ impl BpfSampler {
             self.drain();
             self.refresh();
         }
+    }
+
+    /// For watch: at each tick, every thread of each process followed, as
+    /// the records until then left it (see [`Latest`]).
+    fn next_watch_tick(&mut self) -> Option<Tick> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(e) = self.ended.take() {
+                self.done = true;
+                return Some(Tick {
+                    timestamp: self.started.elapsed(),
+                    weight: Duration::ZERO,
+                    samples: 0,
+                    late: Duration::ZERO,
+                    missed: 0,
+                    processes: Vec::new(),
+                    errors: Vec::new(),
+                    ended: vec![e],
+                });
+            }
+            if crate::pause::interrupted() || self.duration_over() {
+                self.done = true;
+                return None;
+            }
+            let due = self
+                .latest
+                .as_ref()
+                .map_or(Duration::ZERO, Latest::until_next);
+            let left = self
+                .duration
+                .map_or(due, |d| d.saturating_sub(self.started.elapsed()));
+            std::thread::sleep(due.min(left));
+            self.drain();
+            self.refresh();
+            if self.duration_over() || self.ended.is_some() {
+                continue;
+            }
+            return Some(self.watch_tick());
+        }
+    }
+
+    /// The tick due now, for watch: each process's threads, those not
+    /// seen yet read if asleep (a thread that went to sleep before it was
+    /// listed has no record), with the GIL's holder and the loops' turns.
+    fn watch_tick(&mut self) -> Tick {
+        let now = monotonic_ns();
+        let pids: Vec<i32> = self.followed.keys().copied().collect();
+        let mut processes = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let Some(mut f) = self.followed.remove(&pid) else {
+                continue;
+            };
+            let Some(l) = self.latest.as_ref() else {
+                self.followed.insert(pid, f);
+                continue;
+            };
+            let unseen: HashSet<u32> = f.thread_ids().filter(|t| !l.has(*t)).collect();
+            if !unseen.is_empty() {
+                self.sleepers_among(&mut f, now, |t| unseen.contains(&t));
+            }
+            let threads = self.latest.as_ref().map(|l| l.of(pid)).unwrap_or_default();
+            let (threads, loop_turns) = f.at_tick(threads);
+            processes.push(ProcessSample {
+                pid,
+                cmdline: f.label.clone(),
+                python_version: f.version.clone(),
+                threads,
+                loop_turns,
+                read_at: self.started.elapsed(),
+            });
+            self.followed.insert(pid, f);
+        }
+        processes.sort_unstable_by_key(|p| p.pid);
+        if let Some(l) = self.latest.as_mut() {
+            l.ticked();
+        }
+        Tick {
+            timestamp: self.started.elapsed(),
+            weight: self.weight,
+            samples: 1,
+            late: Duration::ZERO,
+            missed: 0,
+            processes,
+            errors: Vec::new(),
+            ended: Vec::new(),
+        }
+    }
+
+    /// When the ticks' timestamps count from.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
     }
 
     /// Samples the program counted and the ring buffer had no room for.

@@ -1,12 +1,13 @@
 //! `pyinspect watch`: sample at low cost and, when a trigger fires, write an
 //! incident (src/watch), then keep watching.
 
+use crate::bpf::{AnySampler, Engine};
 use crate::error::Error;
 use crate::launch::{Launched, Stop, CHILD_GRACE_AT_END};
 use crate::output::sink::OutputFile;
 use crate::output::{OutputFormat, Profile, ProfileOptions};
 use crate::pause;
-use crate::sampler::{AsyncMode, ProcessSample, Sampler, SamplerConfig, Target, TargetConfig};
+use crate::sampler::{AsyncMode, ProcessSample, SamplerConfig, Target, TargetConfig};
 use crate::stack::ProcessStacks;
 use crate::watch::incident::{self, Incident, Opening, RateLimit, Summary};
 use crate::watch::{Event, ProcessWatch, Streak, Thresholds, Trigger};
@@ -34,6 +35,9 @@ pub struct WatchOptions {
     /// Write a flame graph of each incident's samples here.
     pub incident_dir: Option<PathBuf>,
     pub max_per_minute: u32,
+    /// What samples steadily: the ptrace engine, or the eBPF one (the
+    /// full reads when an incident opens are the ptrace engine's either way).
+    pub engine: Engine,
 }
 
 /// What the steady sampling reads: every thread, the call each waits in
@@ -268,11 +272,12 @@ fn open_outputs(opts: &WatchOptions) -> anyhow::Result<Option<std::fs::File>> {
 /// The sampler on `root`; when it cannot start on a program we launched,
 /// that program is ended and `Err` carries the exit code.
 fn start_sampler(
+    engine: Engine,
     root: i32,
     steady: SamplerConfig,
     launched: &mut Option<Launched>,
-) -> anyhow::Result<Result<Sampler, i32>> {
-    match Sampler::new(root, steady) {
+) -> anyhow::Result<Result<AnySampler, i32>> {
+    match AnySampler::for_watch(engine, root, steady) {
         Ok(s) => Ok(Ok(s)),
         Err(e) => {
             if let Some(l) = launched.take() {
@@ -444,7 +449,7 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
         (None, Some(p)) => p,
         (None, None) => unreachable!("checked above"),
     };
-    let mut sampler = match start_sampler(root, steady_config(&opts), &mut launched)? {
+    let mut sampler = match start_sampler(opts.engine, root, steady_config(&opts), &mut launched)? {
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
@@ -496,6 +501,10 @@ pub fn run(opts: WatchOptions) -> anyhow::Result<i32> {
     }
     let stopped = pause::interrupted();
     let by_duration = !stopped && sampler.duration_over();
+    // The eBPF engine's program runs and time, as record's summary says them.
+    if let Some(line) = sampler.cost_line() {
+        eprintln!("{line}");
+    }
     drop(sampler);
     incidents.details.clear();
     pause::release_lingering(Duration::from_millis(200));
