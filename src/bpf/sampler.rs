@@ -751,16 +751,7 @@ impl BpfSampler {
             if let Some(e) = self.ended.take() {
                 self.done = true;
                 self.close_intervals(monotonic_ns());
-                self.pending.push_back(Tick {
-                    timestamp: self.started.elapsed(),
-                    weight: Duration::ZERO,
-                    samples: 0,
-                    late: Duration::ZERO,
-                    missed: 0,
-                    processes: Vec::new(),
-                    errors: Vec::new(),
-                    ended: vec![e],
-                });
+                self.pending.push_back(self.ended_tick(e));
                 continue;
             }
             if crate::pause::interrupted() || self.duration_over() {
@@ -787,6 +778,20 @@ impl BpfSampler {
         }
     }
 
+    /// The tick that says the process ended.
+    fn ended_tick(&self, e: Error) -> Tick {
+        Tick {
+            timestamp: self.started.elapsed(),
+            weight: Duration::ZERO,
+            samples: 0,
+            late: Duration::ZERO,
+            missed: 0,
+            processes: Vec::new(),
+            errors: Vec::new(),
+            ended: vec![e],
+        }
+    }
+
     /// For watch: at each tick, every thread of each process followed, as
     /// the records until then left it (see [`Latest`]).
     fn next_watch_tick(&mut self) -> Option<Tick> {
@@ -796,16 +801,7 @@ impl BpfSampler {
             }
             if let Some(e) = self.ended.take() {
                 self.done = true;
-                return Some(Tick {
-                    timestamp: self.started.elapsed(),
-                    weight: Duration::ZERO,
-                    samples: 0,
-                    late: Duration::ZERO,
-                    missed: 0,
-                    processes: Vec::new(),
-                    errors: Vec::new(),
-                    ended: vec![e],
-                });
+                return Some(self.ended_tick(e));
             }
             if crate::pause::interrupted() || self.duration_over() {
                 self.done = true;
