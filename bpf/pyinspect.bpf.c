@@ -591,9 +591,12 @@ int on_switch(u64 *ctx)
 		return 0;
 	}
 	// The frames' addresses too when they are asked for (a thread's
-	// stack as it left is as good as a sample's to watch).
+	// stack as it left is as good as a sample's to watch), and with
+	// --native its registers and stack's top: where in native code it
+	// waits (its registers are those it entered the kernel with).
 	struct native *nat = 0;
-	if (l->frame_addrs) {
+	u32 want = l->stack_bytes;
+	if (l->frame_addrs || want) {
 		u32 i = bpf_get_smp_processor_id() * 2 + 1;
 		nat = bpf_map_lookup_elem(&natives, &i);
 	}
@@ -616,6 +619,8 @@ int on_switch(u64 *ctx)
 	if (nat) {
 		nat->len = 0;
 		nat->ip = nat->sp = nat->bp = nat->base = 0;
+		if (want)
+			copy_native(nat, want);
 		if (!put_native(nat, s))
 			return 0;
 	}

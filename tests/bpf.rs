@@ -296,6 +296,116 @@ fn native_stacks_as_the_ptrace_engine() {
     );
 }
 
+/// The worker's off-CPU waits in waits.py (`offcpu`: a socket, a lock), by
+/// leaf: the native frames between its innermost Python frame and the
+/// wait's leaf, with their samples.
+fn wait_natives(stacks: &[(String, u64)]) -> BTreeMap<(&'static str, Vec<String>), u64> {
+    let mut out = BTreeMap::new();
+    for (s, n) in stacks {
+        let frames: Vec<&str> = s.split(';').collect();
+        if !frames.iter().any(|f| f.starts_with("worker (waits.py:")) {
+            continue;
+        }
+        let leaf = frames.last().copied().unwrap_or("");
+        let kind = if leaf.starts_with("[recv ") {
+            "socket"
+        } else if leaf == "[futex]" {
+            "lock"
+        } else {
+            continue;
+        };
+        let py = frames.iter().rposition(|f| is_python(f)).unwrap_or(0);
+        let natives = frames[py + 1..frames.len() - 1]
+            .iter()
+            .map(|f| f.rsplit_once(" (").map_or(*f, |(name, _)| name).to_string())
+            .collect();
+        *out.entry((kind, natives)).or_default() += n;
+    }
+    out
+}
+
+/// With `--native`, a thread leaving its CPU has its registers and stack's
+/// top copied too: its off-CPU time has the native frames of where it
+/// waits. Both engines record waits.py's worker (70% on a socket, 30% on a
+/// lock) with `--mode offcpu --native` at once: on every interpreter, the
+/// bpf engine's waits have native frames (all but the interval of a thread
+/// asleep when recording began, read without registers), and the same
+/// native frames as the ptrace engine's for each.
+#[test]
+fn offcpu_native_stacks_as_the_ptrace_engine() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    for_each_interpreter(
+        "bpf_offcpu_native",
+        |_| true,
+        |interp| {
+            let f = Fixture::spawn(interp, "waits.py", &["offcpu"]);
+            let dir = tempfile::tempdir().unwrap();
+            let pid = f.pid.to_string();
+            let path = |engine: &str| dir.path().join(format!("{engine}.txt"));
+            let (bp, pp) = (path("bpf"), path("ptrace"));
+            let args = |engine: &'static str, out: &std::path::Path| {
+                let mut a: Vec<String> = ["--native", "--engine", engine, "--mode", "offcpu"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                a.extend(
+                    ["-f", "raw", "-r", "200", "-d", "3", "-o"]
+                        .iter()
+                        .map(|s| s.to_string()),
+                );
+                a.extend([out.display().to_string(), "--pid".into(), pid.clone()]);
+                a
+            };
+            let (ba, pa) = (args("bpf", &bp), args("ptrace", &pp));
+            let (bpf, pt) = std::thread::scope(|s| {
+                let b = s.spawn(|| record(&ba.iter().map(String::as_str).collect::<Vec<_>>(), &[]));
+                let p = record(&pa.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+                (b.join().unwrap(), p)
+            });
+            bpf.assert_success();
+            pt.assert_success();
+            let read = |p: &std::path::Path| common_output::raw_stacks(&std::fs::read(p).unwrap());
+            let (b, p) = (wait_natives(&read(&bp)), wait_natives(&read(&pp)));
+            let (_, _, fell_back) = merges(&bpf);
+            let total: u64 = b.values().sum();
+            let bare: u64 = b
+                .iter()
+                .filter(|((_, natives), _)| natives.is_empty())
+                .map(|(_, n)| n)
+                .sum();
+            let top = |m: &BTreeMap<(&'static str, Vec<String>), u64>, kind: &str| {
+                m.iter()
+                    .filter(|((k, _), _)| *k == kind)
+                    .max_by_key(|(_, n)| **n)
+                    .map(|((_, natives), _)| natives.clone())
+                    .unwrap_or_default()
+            };
+            let mut problems = Vec::new();
+            for kind in ["socket", "lock"] {
+                let (bt, pt) = (top(&b, kind), top(&p, kind));
+                if bt.is_empty() || bt != pt {
+                    problems.push(format!("{kind}: bpf {bt:?}, ptrace {pt:?}"));
+                }
+            }
+            eprintln!(
+                "bpf_offcpu_native [{}]: {total} samples of the worker's waits, {bare} without native frames, {fell_back} merges fell back; socket {:?}",
+                interp.label,
+                top(&b, "socket")
+            );
+            assert!(total >= 300, "only {total} samples\n{}", bpf.describe());
+            assert!(
+                bare * 20 <= total,
+                "{bare} of {total} without native frames: {b:#?}"
+            );
+            assert_eq!(fell_back, 0, "{}", bpf.describe());
+            assert!(
+                problems.is_empty(),
+                "{problems:?}\nbpf {b:#?}\nptrace {p:#?}"
+            );
+        },
+    );
+}
+
 /// `--mode gil` on the bpf engine: the program samples a thread only while
 /// the GIL says it holds it. In bpf_native.py the main thread compresses
 /// (zlib lets the GIL go around the compression) while "sorter" runs Python

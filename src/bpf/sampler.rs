@@ -646,7 +646,7 @@ impl BpfSampler {
         let Some(mut stack) = f.stack_of(r.tid, r.flags, r.frames, marks, &mut errors) else {
             return;
         };
-        if self.native && r.kind == K_SAMPLE {
+        if self.native && (r.kind == K_SAMPLE || r.kind == K_OFF) {
             stack = f.with_native(stack, native, &mut errors);
         }
         if self.tasks && r.kind == K_SAMPLE {
