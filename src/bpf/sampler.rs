@@ -778,7 +778,9 @@ impl BpfSampler {
         }
     }
 
-    /// The tick that says the process ended.
+    /// The tick that says why the sampling ended: nothing to say when the
+    /// process just exited (as the ptrace engine, which said nothing, where
+    /// this said it "exited while it was being read").
     fn ended_tick(&self, e: Error) -> Tick {
         Tick {
             timestamp: self.started.elapsed(),
@@ -788,7 +790,10 @@ impl BpfSampler {
             missed: 0,
             processes: Vec::new(),
             errors: Vec::new(),
-            ended: vec![e],
+            ended: match e {
+                Error::ProcessExited { .. } => Vec::new(),
+                e => vec![e],
+            },
         }
     }
 
