@@ -7,10 +7,9 @@ reader, getter and finished as below, and one spawned with
 eventlet.spawn_after(1000, waiting_unnamed), not started; the main
 greenlet parked in park(), and eventlet's hub (a plain greenlet, the
 GreenThreads' parent) running its loop. eventlet's GreenThreads carry no
-names: READY's view names each started one after the function it was
-spawned with (its qualified name, as recorded at the spawn), and the one
-not started after the method it will run, GreenThread.main (eventlet
-keeps its function only in its hub's timer).
+names: READY's view names each one after the function it was spawned
+with (its qualified name, as recorded at the spawn), the one not started
+too (eventlet keeps its function only in its hub's timer).
 
 With --raw, greenlet alone (no gevent): three plain greenlets (raw_run,
 raw_deep's two levels, one not started) and the main greenlet, which stays
@@ -358,7 +357,7 @@ def main_eventlet():
     keep.append(g)
     keep.append(spawn(finishes))
     g = eventlet.spawn_after(1000, waiting_unnamed)
-    SPAWNED[id(g)] = "GreenThread.main"
+    SPAWNED[id(g)] = code_name(waiting_unnamed.__code__)
     keep.append(g)
     keep.append(b)
     eventlet.sleep(0.2)

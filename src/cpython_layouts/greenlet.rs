@@ -79,6 +79,11 @@ pub struct GreenletPython {
     pub func_qualname: u64,
     /// `PyMethodObject.im_func`.
     pub method_func: u64,
+    /// `PyMethodObject.im_self`: a bound method's object.
+    pub method_self: u64,
+    /// `PyCFunctionObject.m_self`: a built-in method's object (a
+    /// greenlet's `switch`, bound).
+    pub cfunction_self: u64,
     /// `PyTypeObject.tp_base`.
     pub tp_base: u64,
 }
@@ -199,6 +204,8 @@ const fn python(
         frameobject_f_frame,
         func_qualname: 40,
         method_func: 16,
+        method_self: 24,
+        cfunction_self: 24,
         tp_base: 256,
     }
 }

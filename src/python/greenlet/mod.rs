@@ -37,6 +37,9 @@ const MAX_FRAMES: usize = 4096;
 const WAIT_FRAMES: usize = 3;
 /// The longest base-class chain followed to tell a greenlet type.
 const MAX_BASES: usize = 64;
+/// The most timers of eventlet's hub looked at for GreenThreads not
+/// started yet.
+const MAX_PENDING_TIMERS: u64 = 10_000;
 
 /// Reads greenlets; keeps what could not be read, for the warnings, and
 /// (sampling) the greenlets found, for [`GreenletRead::found_for`].
@@ -446,6 +449,10 @@ impl GreenletReader {
             gs.sort_by_key(rank);
             let left_out = gs.len().saturating_sub(limit) as u64;
             gs.truncate(limit);
+            // eventlet's GreenThreads not started yet, and the functions
+            // they were spawned with: from the hub's timers, once its
+            // frames are read (the hub comes before them, by rank).
+            let mut pending: Option<HashMap<u64, u64>> = None;
             // Only the greenlets shown are read further.
             let shown = gs
                 .into_iter()
@@ -482,6 +489,9 @@ impl GreenletReader {
                     } else {
                         (Vec::new(), None, Vec::new())
                     };
+                    if eventlet_hubs.contains(&r.id) && pending.is_none() {
+                        pending = Some(eventlet_pending(reader, objr, py, &frames, &addrs));
+                    }
                     let name = if r.main {
                         Some("main".to_string())
                     } else {
@@ -501,6 +511,10 @@ impl GreenletReader {
                                 let spawned = of_eventlet
                                     .then(|| {
                                         spawned_function(reader, objr, py, r.id, &frames, &addrs)
+                                            .or_else(|| {
+                                                let f = pending.as_ref()?.get(&r.id)?;
+                                                callable_name(objr, py, *f)
+                                            })
                                     })
                                     .flatten();
                                 let n = spawned.or_else(|| {
@@ -809,6 +823,75 @@ fn spawned_function(
             let function = locals.iter().find(|l| l.name == "function")?;
             me.then(|| callable_name(objr, py, function.obj)).flatten()
         })
+}
+
+/// The GreenThreads of eventlet's hub spawned and not started yet, with
+/// the function each was spawned with. eventlet keeps it only in the hub's
+/// timers: `spawn` schedules `GreenThread.switch(function, args, kwargs)`,
+/// a `Timer` whose `tpl` is `(callback, args, kwargs)`, kept as
+/// `(deadline, timer)` in the hub's `next_timers` until its loop moves it
+/// to `timers`. The hub is the `self` of the outermost `BaseHub.run` frame
+/// of its greenlet (`frames`, with their addresses).
+fn eventlet_pending(
+    reader: &mut Reader,
+    objr: &ObjReader,
+    py: &GreenletPython,
+    frames: &[Frame],
+    addrs: &[u64],
+) -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
+    let hub = frames
+        .iter()
+        .zip(addrs)
+        .rev()
+        .filter(|(f, a)| matches!(&*f.function, "BaseHub.run" | "run") && **a != 0)
+        .take(MAX_BASES)
+        .find_map(|(_, addr)| {
+            let locals = reader.frame_locals_at(objr.mem, *addr);
+            locals.iter().find(|l| l.name == "self").map(|l| l.obj)
+        });
+    let Some(hub) = hub else {
+        return out;
+    };
+    for list in ["next_timers", "timers"] {
+        let Some(list) = objr.instance_attr(hub, list).ok().flatten() else {
+            continue;
+        };
+        let Ok((entries, _)) = objr.list_items(list, MAX_PENDING_TIMERS) else {
+            continue;
+        };
+        for e in entries {
+            let timer = objr
+                .tuple_items(e, 2)
+                .ok()
+                .and_then(|(t, _)| t.get(1).copied());
+            let tpl = timer.and_then(|t| objr.instance_attr(t, "tpl").ok().flatten());
+            let Some((tpl, _)) = tpl.and_then(|t| objr.tuple_items(t, 3).ok()) else {
+                continue;
+            };
+            let (Some(&callback), Some(&args)) = (tpl.first(), tpl.get(1)) else {
+                continue;
+            };
+            // The callback is the GreenThread's `switch`, bound: greenlet's
+            // C method (or a Python override of it).
+            let me_at = match objr.type_name(callback).ok().as_deref() {
+                Some("builtin_function_or_method") => py.cfunction_self,
+                Some("method") => py.method_self,
+                _ => continue,
+            };
+            let Ok(me) = objr.mem.read_u64(callback.wrapping_add(me_at)) else {
+                continue;
+            };
+            let function = objr
+                .tuple_items(args, 1)
+                .ok()
+                .and_then(|(a, _)| a.first().copied());
+            if let Some(f) = function {
+                out.insert(me, f);
+            }
+        }
+    }
+    out
 }
 
 /// A function's or bound method's qualified name.
