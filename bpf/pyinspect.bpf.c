@@ -161,6 +161,7 @@ struct native {
 	u32 pad;
 	u64 ip, sp, bp;
 	u64 base;           // the address of stack[0]
+	u64 cframe;         // 3.11/3.12: tstate->cframe (its chain anchors the eval loop's calls)
 	u64 addrs[MAX_FRAMES]; // frame address | A_ENTRY
 	u64 shims[MAX_FRAMES]; // the shim frame after it, or 0
 	u8 stack[STACK_MAX];
@@ -383,6 +384,8 @@ static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which
 		return 0;
 	struct walk w = {.l = l, .s = s, .blk = blk, .nat = nat};
 	header(s, tgid, tid, kind, (u64)-1);
+	if (nat)
+		nat->cframe = 0;
 	u64 *tstate = bpf_map_lookup_elem(&tstates, &tid);
 	if (tstate && !*tstate)
 		return 0; // a thread user space found to run no Python
@@ -392,6 +395,8 @@ static __attribute__((always_inline)) int take_stack(struct sample *s, u32 which
 		long err = 0;
 		u64 f = read_u64(*tstate + l->tstate_frame, &err);
 		u64 cf = f;
+		if (nat && l->via_cframe)
+			nat->cframe = cf;
 		if (!err && l->via_cframe && f)
 			f = read_u64(f + l->cframe_current, &err);
 		w.f = f;

@@ -471,12 +471,26 @@ impl Followed {
                 .min(STACK_MAX);
             self.stack_bytes_grew = true;
         }
-        let anchors = n
+        let mut anchors: Vec<(u64, u64)> = n
             .frames
             .iter()
             .filter(|(_, _, shim)| *shim != 0)
             .map(|&(addr, _, shim)| (shim, addr))
             .collect();
+        // 3.11 (no shim frames): each eval-loop call's `_PyCFrame` on the
+        // C stack, chained from the one the program read, over its copy.
+        if let (true, Some(w)) = (
+            anchors.is_empty() && n.cframe != 0,
+            self.reader.walk_offsets(),
+        ) {
+            anchors = crate::python::reader::cframe_chain(
+                &copy,
+                n.cframe,
+                u64::from(w.cframe_current),
+                u64::from(w.cframe_previous),
+                MAX_FRAMES,
+            );
+        }
         let mut snap = snapshot(stack, anchors, 0, 0);
         native.merge(&mut snap, &frames);
         errors.extend(native.take_notes());

@@ -29,7 +29,7 @@ pub(super) const STACK_MAX: u32 = 64 << 10;
 /// In a native record's frame addresses: an entry frame (its A_ENTRY).
 const A_ENTRY: u64 = 1;
 /// Bytes of `struct native` before its stack bytes.
-const NATIVE_HEADER: usize = 64 + 2 * 8 * MAX_FRAMES;
+const NATIVE_HEADER: usize = 72 + 2 * 8 * MAX_FRAMES;
 
 /// Bytes before a record's frames (`struct sample` up to `frames`).
 pub(super) const HEADER: usize = 88;
@@ -123,6 +123,9 @@ pub(super) struct RawNative {
     pub(super) regs: (u64, u64, u64),
     /// The address of `stack[0]`.
     pub(super) base: u64,
+    /// 3.11/3.12: the thread state's innermost `_PyCFrame` (on the C
+    /// stack, chained by `previous`), 0 otherwise.
+    pub(super) cframe: u64,
     pub(super) stack: Vec<u8>,
     /// Per Python frame kept, innermost first: its address, whether it is
     /// the first its eval-loop call ran, the shim frame after it (0: none).
@@ -145,11 +148,12 @@ impl RawNative {
             time: u64_at(8),
             regs: (u64_at(32), u64_at(40), u64_at(48)),
             base: u64_at(56),
+            cframe: u64_at(64),
             stack: b[NATIVE_HEADER..NATIVE_HEADER + len].to_vec(),
             frames: (0..n)
                 .map(|i| {
-                    let a = u64_at(64 + 8 * i);
-                    let shim = u64_at(64 + 8 * MAX_FRAMES + 8 * i);
+                    let a = u64_at(72 + 8 * i);
+                    let shim = u64_at(72 + 8 * MAX_FRAMES + 8 * i);
                     (a & !A_ENTRY, a & A_ENTRY != 0, shim)
                 })
                 .collect(),
@@ -273,12 +277,14 @@ mod tests {
         b[16..20].copy_from_slice(&1000u32.to_le_bytes());
         b[20..24].copy_from_slice(&60000u32.to_le_bytes());
         b[24..28].copy_from_slice(&K_NATIVE.to_le_bytes());
-        b[64..72].copy_from_slice(&0x7000_0001u64.to_le_bytes());
-        b[64 + 8 * 128..72 + 8 * 128].copy_from_slice(&0x5000u64.to_le_bytes());
+        b[64..72].copy_from_slice(&0x6000u64.to_le_bytes());
+        b[72..80].copy_from_slice(&0x7000_0001u64.to_le_bytes());
+        b[72 + 8 * 128..80 + 8 * 128].copy_from_slice(&0x5000u64.to_le_bytes());
         assert_eq!(kind_of(&b), Some(K_NATIVE));
         let r = RawNative::parse(&b).unwrap();
         assert_eq!((r.tid, r.frames.len(), r.stack.len()), (9, 128, 16));
         assert_eq!(r.frames[0], (0x7000_0000, true, 0x5000));
+        assert_eq!(r.cframe, 0x6000);
         assert!(RawNative::parse(&b[..NATIVE_HEADER - 1]).is_none());
         assert_eq!(kind_of(&b[..20]), None);
     }

@@ -24,6 +24,7 @@ mod threads;
 mod types;
 
 pub(crate) use super::bounds::MAX_THREADS;
+pub(crate) use frames::cframe_chain;
 pub(crate) use types::{LocalObjects, LocalRef, ReadOptions, Reader, ThreadSnapshot};
 
 /// The longest repr of a local, its `...` included, per `-l` given: 80, as

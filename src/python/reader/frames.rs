@@ -266,20 +266,37 @@ impl Reader {
 /// from `tstate->cframe` by `previous`, with `current_frame` the innermost
 /// Python frame of that call. The chain ends at the thread state's root
 /// cframe (not on the stack: it anchors nothing). Bounded like the frames.
-fn cframe_anchors(mem: &dyn Memory, mut cf: u64, current: u64, previous: u64, t: &mut RawThread) {
+fn cframe_anchors(mem: &dyn Memory, cf: u64, current: u64, previous: u64, t: &mut RawThread) {
+    let room = MAX_FRAMES.saturating_sub(t.anchors.len());
+    t.anchors
+        .extend(cframe_chain(mem, cf, current, previous, room));
+}
+
+/// The `_PyCFrame` chain from `cf` (see [`cframe_anchors`]): each cframe
+/// with its current frame, innermost first, `max` at most. The eBPF engine
+/// walks it over the stack bytes its program copied.
+pub(crate) fn cframe_chain(
+    mem: &dyn Memory,
+    mut cf: u64,
+    current: u64,
+    previous: u64,
+    max: usize,
+) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
     let mut seen = FastSet::new();
-    while cf != 0 && t.anchors.len() < MAX_FRAMES && seen.insert(cf) {
+    while cf != 0 && out.len() < max && seen.insert(cf) {
         let (Ok(frame), Ok(prev)) = (
             mem.read_u64(cf.wrapping_add(current)),
             mem.read_u64(cf.wrapping_add(previous)),
         ) else {
-            return;
+            break;
         };
         if frame != 0 {
-            t.anchors.push((cf, frame));
+            out.push((cf, frame));
         }
         cf = prev;
     }
+    out
 }
 
 #[cfg(test)]
