@@ -453,30 +453,6 @@ static __attribute__((always_inline)) int holds_gil(struct layout *l, u32 tid)
 	return locked && holder == *tstate;
 }
 
-// The native record of sample `s`, written just before it: its frames'
-// addresses (noted by the walk), and with --native its registers and
-// stack bytes. 0: not written, nor is the sample to be.
-static __attribute__((always_inline)) int put_native(struct native *nat, struct sample *s)
-{
-	nat->tgid = s->tgid;
-	nat->tid = s->tid;
-	nat->time_ns = s->time_ns;
-	nat->kind = K_NATIVE;
-	nat->nframes = s->nframes;
-	u32 len = nat->len;
-	if (len > STACK_MAX)
-		len = STACK_MAX;
-	// The clamped value itself to the size (the compiler may otherwise
-	// size from a copy the verifier sees unbounded).
-	asm volatile("" : "+r"(len));
-	if (len > STACK_MAX)
-		return 0;
-	u64 size = sizeof(*nat) - sizeof(nat->stack) + len;
-	if (bpf_ringbuf_output(&samples, nat, size, 0) != 0)
-		count(C_LOST);
-	return 1;
-}
-
 // Copying the stack a page at a time: a read that runs past the end of
 // the stack's mapping fails whole, so the copy ends at the last page that
 // could be read.
@@ -520,6 +496,35 @@ static __attribute__((always_inline)) void copy_native(struct native *nat, u32 w
 	nat->len = c.len;
 }
 
+// The native record of sample `s`, written just before it: its frames'
+// addresses (noted by the walk), and with --native (`want` stack bytes)
+// the current task's registers and stack bytes. 0: not written, nor is
+// the sample to be.
+static __attribute__((always_inline)) int put_native(struct native *nat, struct sample *s, u32 want)
+{
+	nat->len = 0;
+	nat->ip = nat->sp = nat->bp = nat->base = 0;
+	if (want)
+		copy_native(nat, want);
+	nat->tgid = s->tgid;
+	nat->tid = s->tid;
+	nat->time_ns = s->time_ns;
+	nat->kind = K_NATIVE;
+	nat->nframes = s->nframes;
+	u32 len = nat->len;
+	if (len > STACK_MAX)
+		len = STACK_MAX;
+	// The clamped value itself to the size (the compiler may otherwise
+	// size from a copy the verifier sees unbounded).
+	asm volatile("" : "+r"(len));
+	if (len > STACK_MAX)
+		return 0;
+	u64 size = sizeof(*nat) - sizeof(nat->stack) + len;
+	if (bpf_ringbuf_output(&samples, nat, size, 0) != 0)
+		count(C_LOST);
+	return 1;
+}
+
 SEC("perf_event")
 int on_sample(void *ctx)
 {
@@ -544,14 +549,8 @@ int on_sample(void *ctx)
 	}
 	if (!take_stack(s, which, *slot, tgid, tid, K_SAMPLE, nat))
 		return 0;
-	if (nat) {
-		nat->len = 0;
-		nat->ip = nat->sp = nat->bp = nat->base = 0;
-		if (want)
-			copy_native(nat, want);
-		if (!put_native(nat, s))
-			return 0;
-	}
+	if (nat && !put_native(nat, s, want))
+		return 0;
 	put(s);
 	return 0;
 }
@@ -621,14 +620,8 @@ int on_switch(u64 *ctx)
 	}
 	u64 now = s->time_ns;
 	bpf_map_update_elem(&off_cpu, &tid, &now, 0);
-	if (nat) {
-		nat->len = 0;
-		nat->ip = nat->sp = nat->bp = nat->base = 0;
-		if (want)
-			copy_native(nat, want);
-		if (!put_native(nat, s))
-			return 0;
-	}
+	if (nat && !put_native(nat, s, want))
+		return 0;
 	put(s);
 	return 0;
 }

@@ -24,6 +24,36 @@ fn record(args: &[&str], env: &[(&str, &str)]) -> Output {
     common::run_command(c, Duration::from_secs(120))
 }
 
+/// A 3 s raw `record` of `pid` by each engine at once, with `args`, each
+/// at its own rate: (output, stacks) of the bpf engine's, then the ptrace
+/// engine's, both succeeded.
+type Recorded = (Output, Vec<(String, u64)>);
+fn both_engines(
+    pid: i32,
+    args: &[&str],
+    bpf_rate: &str,
+    ptrace_rate: &str,
+) -> (Recorded, Recorded) {
+    let dir = tempfile::tempdir().unwrap();
+    let pid = pid.to_string();
+    let run = |engine: &str, rate: &str| {
+        let path = dir.path().join(format!("{engine}.txt"));
+        let out = path.display().to_string();
+        let mut a = vec!["--engine", engine, "-f", "raw", "-r", rate, "-d", "3"];
+        a.extend_from_slice(args);
+        a.extend(["-o", &out, "--pid", &pid]);
+        let r = record(&a, &[]);
+        r.assert_success();
+        let stacks = common_output::raw_stacks(&std::fs::read(&path).unwrap());
+        (r, stacks)
+    };
+    std::thread::scope(|s| {
+        let b = s.spawn(|| run("bpf", bpf_rate));
+        let p = run("ptrace", ptrace_rate);
+        (b.join().unwrap(), p)
+    })
+}
+
 /// Each stack's share of the samples, with frames as function names only
 /// (lines are compared apart), leaving out stacks under 2%.
 fn function_shares(stacks: &[(String, u64)]) -> BTreeMap<String, f64> {
@@ -91,40 +121,14 @@ fn same_stacks_as_the_ptrace_engine() {
         |_| true,
         |interp| {
             let f = Fixture::spawn(interp, "bpf_work.py", &[]);
-            let dir = tempfile::tempdir().unwrap();
-            let pid = f.pid.to_string();
-            let args = |engine: &str, rate: &str| {
-                let path = dir.path().join(format!("{engine}.txt"));
-                let args: Vec<String> =
-                    ["--engine", engine, "-f", "raw", "-r", rate, "-d", "3", "-o"]
-                        .iter()
-                        .map(|s| s.to_string())
-                        .chain([path.display().to_string(), "--pid".into(), pid.clone()])
-                        .collect();
-                (args, path)
-            };
             // The bpf engine samples only while the fixture is on a CPU, which
             // on a loaded machine is a small part of the time: a higher rate
             // (it costs no wake-up) keeps the sample count up.
-            let (bpf_args, bpf_path) = args("bpf", "4k");
-            let (pt_args, pt_path) = args("ptrace", "1000");
             let before = spent(&f);
-            let (bpf, pt) = std::thread::scope(|s| {
-                let b = s.spawn(|| {
-                    let a: Vec<&str> = bpf_args.iter().map(String::as_str).collect();
-                    record(&a, &[])
-                });
-                let a: Vec<&str> = pt_args.iter().map(String::as_str).collect();
-                let p = record(&a, &[]);
-                (b.join().unwrap(), p)
-            });
+            let ((bpf, b), (_, p)) = both_engines(f.pid, &[], "4k", "1000");
             let after = spent(&f);
-            bpf.assert_success();
-            pt.assert_success();
             let (dh, dc) = (after.0 - before.0, after.1 - before.1);
             let truth = dh / (dh + dc);
-            let read = |p: &std::path::Path| common_output::raw_stacks(&std::fs::read(p).unwrap());
-            let (b, p) = (read(&bpf_path), read(&pt_path));
             let total: u64 = b.iter().map(|(_, n)| n).sum();
             assert!(total >= 300, "only {total} bpf samples\n{}", bpf.describe());
             let (bs, ps) = (function_shares(&b), function_shares(&p));
@@ -242,29 +246,7 @@ fn native_stacks_as_the_ptrace_engine() {
         |_| true,
         |interp| {
             let f = Fixture::spawn(interp, "bpf_native.py", &[]);
-            let dir = tempfile::tempdir().unwrap();
-            let pid = f.pid.to_string();
-            let path = |engine: &str| dir.path().join(format!("{engine}.txt"));
-            let (bp, pp) = (path("bpf"), path("ptrace"));
-            let args = |engine: &'static str, rate: &'static str, out: &std::path::Path| {
-                let mut a: Vec<String> = ["--native", "--engine", engine, "-f", "raw"]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
-                a.extend(["-r", rate, "-d", "3", "-o"].iter().map(|s| s.to_string()));
-                a.extend([out.display().to_string(), "--pid".into(), pid.clone()]);
-                a
-            };
-            let (ba, pa) = (args("bpf", "500", &bp), args("ptrace", "200", &pp));
-            let (bpf, pt) = std::thread::scope(|s| {
-                let b = s.spawn(|| record(&ba.iter().map(String::as_str).collect::<Vec<_>>(), &[]));
-                let p = record(&pa.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
-                (b.join().unwrap(), p)
-            });
-            bpf.assert_success();
-            pt.assert_success();
-            let read = |p: &std::path::Path| common_output::raw_stacks(&std::fs::read(p).unwrap());
-            let (b, p) = (read(&bp), read(&pp));
+            let ((bpf, b), (_, p)) = both_engines(f.pid, &["--native"], "500", "200");
             let total: u64 = b.iter().map(|(_, n)| n).sum();
             let (by_address, by_name, fell_back) = merges(&bpf);
             let (b_libz, b_between, b_roots) = native_shape(&b);
@@ -349,33 +331,9 @@ fn offcpu_native_stacks_as_the_ptrace_engine() {
         |_| true,
         |interp| {
             let f = Fixture::spawn(interp, "waits.py", &["offcpu"]);
-            let dir = tempfile::tempdir().unwrap();
-            let pid = f.pid.to_string();
-            let path = |engine: &str| dir.path().join(format!("{engine}.txt"));
-            let (bp, pp) = (path("bpf"), path("ptrace"));
-            let args = |engine: &'static str, out: &std::path::Path| {
-                let mut a: Vec<String> = ["--native", "--engine", engine, "--mode", "offcpu"]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
-                a.extend(
-                    ["-f", "raw", "-r", "200", "-d", "3", "-o"]
-                        .iter()
-                        .map(|s| s.to_string()),
-                );
-                a.extend([out.display().to_string(), "--pid".into(), pid.clone()]);
-                a
-            };
-            let (ba, pa) = (args("bpf", &bp), args("ptrace", &pp));
-            let (bpf, pt) = std::thread::scope(|s| {
-                let b = s.spawn(|| record(&ba.iter().map(String::as_str).collect::<Vec<_>>(), &[]));
-                let p = record(&pa.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
-                (b.join().unwrap(), p)
-            });
-            bpf.assert_success();
-            pt.assert_success();
-            let read = |p: &std::path::Path| common_output::raw_stacks(&std::fs::read(p).unwrap());
-            let (b, p) = (wait_natives(&read(&bp)), wait_natives(&read(&pp)));
+            let args = ["--native", "--mode", "offcpu"];
+            let ((bpf, b), (_, p)) = both_engines(f.pid, &args, "200", "200");
+            let (b, p) = (wait_natives(&b), wait_natives(&p));
             let (_, _, fell_back) = merges(&bpf);
             let total: u64 = b.values().sum();
             let bare: u64 = b
