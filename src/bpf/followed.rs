@@ -570,9 +570,10 @@ impl Followed {
 impl Followed {
     /// For watch: the threads' latest stacks as one tick sees them, read
     /// now: the GIL's holder marked (and named to its waiters), and the
-    /// turn of each asyncio loop a thread runs (the loop taken from the
-    /// thread's latest stack with frame addresses: a sample's, as the
-    /// records of a thread leaving its CPU carry none).
+    /// turn of each asyncio loop a thread runs (the loop found from its
+    /// `_run_once` frame's address, and remembered for a stack that comes
+    /// without addresses: a record whose native record the ring buffer
+    /// had no room for).
     pub(super) fn at_tick(
         &mut self,
         mut threads: Vec<ThreadStack>,
