@@ -449,9 +449,11 @@ impl GreenletReader {
             gs.sort_by_key(rank);
             let left_out = gs.len().saturating_sub(limit) as u64;
             gs.truncate(limit);
-            // eventlet's GreenThreads not started yet, and the functions
-            // they were spawned with: from the hub's timers, once its
-            // frames are read (the hub comes before them, by rank).
+            // eventlet's hub's `BaseHub.run` frames, noted as the hub is
+            // read (it comes before the greenlets not started, by rank),
+            // and, read from its timers the first time a GreenThread not
+            // started needs a name, the functions they were spawned with.
+            let mut hub_runs: Vec<u64> = Vec::new();
             let mut pending: Option<HashMap<u64, u64>> = None;
             // Only the greenlets shown are read further.
             let shown = gs
@@ -489,8 +491,17 @@ impl GreenletReader {
                     } else {
                         (Vec::new(), None, Vec::new())
                     };
-                    if eventlet_hubs.contains(&r.id) && pending.is_none() {
-                        pending = Some(eventlet_pending(reader, objr, py, &frames, &addrs));
+                    if eventlet_hubs.contains(&r.id) && hub_runs.is_empty() {
+                        hub_runs = frames
+                            .iter()
+                            .zip(&addrs)
+                            .rev()
+                            .filter(|(f, a)| {
+                                matches!(&*f.function, "BaseHub.run" | "run") && **a != 0
+                            })
+                            .map(|(_, a)| *a)
+                            .take(MAX_BASES)
+                            .collect();
                     }
                     let name = if r.main {
                         Some("main".to_string())
@@ -512,8 +523,14 @@ impl GreenletReader {
                                     .then(|| {
                                         spawned_function(reader, objr, py, r.id, &frames, &addrs)
                                             .or_else(|| {
-                                                let f = pending.as_ref()?.get(&r.id)?;
-                                                callable_name(objr, py, *f)
+                                                let f = *pending
+                                                    .get_or_insert_with(|| {
+                                                        eventlet_pending(
+                                                            reader, objr, py, &hub_runs,
+                                                        )
+                                                    })
+                                                    .get(&r.id)?;
+                                                callable_name(objr, py, f)
                                             })
                                     })
                                     .flatten();
@@ -830,26 +847,19 @@ fn spawned_function(
 /// timers: `spawn` schedules `GreenThread.switch(function, args, kwargs)`,
 /// a `Timer` whose `tpl` is `(callback, args, kwargs)`, kept as
 /// `(deadline, timer)` in the hub's `next_timers` until its loop moves it
-/// to `timers`. The hub is the `self` of the outermost `BaseHub.run` frame
-/// of its greenlet (`frames`, with their addresses).
+/// to `timers`. The hub is the `self` of the outermost of its greenlet's
+/// `BaseHub.run` frames (`runs`: their addresses, outermost first).
 fn eventlet_pending(
     reader: &mut Reader,
     objr: &ObjReader,
     py: &GreenletPython,
-    frames: &[Frame],
-    addrs: &[u64],
+    runs: &[u64],
 ) -> HashMap<u64, u64> {
     let mut out = HashMap::new();
-    let hub = frames
-        .iter()
-        .zip(addrs)
-        .rev()
-        .filter(|(f, a)| matches!(&*f.function, "BaseHub.run" | "run") && **a != 0)
-        .take(MAX_BASES)
-        .find_map(|(_, addr)| {
-            let locals = reader.frame_locals_at(objr.mem, *addr);
-            locals.iter().find(|l| l.name == "self").map(|l| l.obj)
-        });
+    let hub = runs.iter().find_map(|addr| {
+        let locals = reader.frame_locals_at(objr.mem, *addr);
+        locals.iter().find(|l| l.name == "self").map(|l| l.obj)
+    });
     let Some(hub) = hub else {
         return out;
     };
