@@ -284,7 +284,11 @@ pub(crate) fn cframe_chain(
 ) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut seen = FastSet::new();
-    while cf != 0 && out.len() < max && seen.insert(cf) {
+    // Steps bounded too: a racing target's chain of cframes with no
+    // current frame would add nothing to `out`.
+    let mut steps = 0;
+    while cf != 0 && out.len() < max && steps <= 2 * max && seen.insert(cf) {
+        steps += 1;
         let (Ok(frame), Ok(prev)) = (
             mem.read_u64(cf.wrapping_add(current)),
             mem.read_u64(cf.wrapping_add(previous)),
