@@ -604,6 +604,9 @@ impl Followed {
                 g.holder_name = other.and_then(|h| h.1.clone());
             }
         }
+        // The loops of threads gone, or no longer running one, forgotten.
+        self.loops
+            .retain(|tid, _| threads.iter().any(|t| t.os_thread_id == Some(*tid as u32)));
         let pl = &self.reader.process.layout;
         let objr = crate::python::objects::ObjReader::new(&self.source, pl);
         let mut turns = Vec::new();

@@ -655,21 +655,16 @@ impl BpfSampler {
         // With --mode gil the program samples the GIL's holder alone.
         stack.holds_gil = r.kind == K_SAMPLE && self.cfg.target.filter.gil_only;
         self.taken += n;
+        if r.kind == K_OFF {
+            let call = crate::wait::call_from_registers(r.call, r.args);
+            stack = f.off_stack(stack, r.tid as i32, state_char(r.state), Some(call));
+        }
         if let Some(l) = self.latest.as_mut() {
-            let stack = if r.kind == K_OFF {
-                let call = crate::wait::call_from_registers(r.call, r.args);
-                f.off_stack(stack, r.tid as i32, state_char(r.state), Some(call))
-            } else {
-                stack
-            };
             l.set(pid, r.tid, r.time, stack);
             return;
         }
         let (label, version) = (f.label.clone(), f.version.clone());
         if r.kind == K_OFF {
-            let c = state_char(r.state);
-            let call = crate::wait::call_from_registers(r.call, r.args);
-            let stack = f.off_stack(stack, r.tid as i32, c, Some(call));
             // An interval whose end was never seen (the thread was asleep
             // before the program was attached, and woke before it was) is
             // replaced.
