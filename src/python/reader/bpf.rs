@@ -144,7 +144,11 @@ impl Reader {
                     thread_id: t.thread_id,
                     interpreter: t.interp_id,
                     interp: t.interp,
-                    name: self.names.get(&(t.interp, t.thread_id)).cloned(),
+                    // From the target: escaped as every name a sample gives.
+                    name: self
+                        .names
+                        .get(&(t.interp, t.thread_id))
+                        .map(|n| crate::stack::escape_controls(n).into_owned()),
                     gil_sync: gil
                         .entry(t.interp)
                         .or_insert_with(|| self.gil_sync_ranges(src, t.interp).into())
