@@ -1414,6 +1414,41 @@ class Bench:
                 f"ptrace: {p[0]:.2f}% pyinspect, target slowdown {p[2]:.1f}%; median of {runs}, {work} s each",
                 {"bpf": b, "ptrace": p})
 
+    def record_greenlets_bpf(self):
+        """`record --async --async-mode all` on the eBPF engine against the
+        default engine's, on a gevent process with 100 sleeping greenlets,
+        --mode wall at 200 Hz: pyinspect's CPU over a window after start-up
+        plus the eBPF programs' kernel time, per tick of the thread (a root
+        under --threads not named `greenlet ...`). The default engine pauses
+        the thread and reads every greenlet at each tick; the eBPF engine
+        takes the thread's stacks from its programs and reads the greenlets
+        (without a pause) about once a period, never more than a tenth of
+        the time."""
+        warmup, window, rate = 2, (4 if self.quick else 8), 200
+        cells = {}
+        with bpf_stats_on(), Target(self.python, "greenlets.py", 100) as t:
+            secs = warmup + window + 1
+            for engine in ("ptrace", "bpf"):
+                out = self.tmp / f"greenlets-{engine}.txt"
+                out.unlink(missing_ok=True)
+                cmd = self.ours("record", "--pid", t.pid, "--engine", engine, "-r", rate, "--mode", "wall",
+                                "--threads", "--async", "--async-mode", "all", "-d", secs, "-f", "raw", "-o", out)
+                cpu_pct, prog_pct, stacks = self.recorder_cost(
+                    cmd, out, warmup, window, secs, f"record --engine {engine} --async-mode all", True)
+                ticks = sum(c for st, c in stacks if '"greenlet ' not in st[0])
+                greenlets = sum(c for st, c in stacks if '"greenlet ' in st[0])
+                per_s = ticks / secs
+                us = (cpu_pct + prog_pct) / 100 / max(per_s, 1e-9) * 1e6
+                cells[engine] = (us, cpu_pct, prog_pct, per_s, greenlets / max(ticks, 1))
+        b, p = cells["bpf"], cells["ptrace"]
+        self.results.add(
+            "record-greenlets-bpf --async-mode all CPU/tick", b[0], None, "<= the default engine's",
+            verdict(b[0] <= p[0]), "us",
+            f"bpf: {b[1]:.2f}% pyinspect + {b[2]:.2f}% programs, {b[3]:.0f} ticks/s, {b[4]:.0f} greenlet "
+            f"stacks a tick; ptrace: {p[0]:.0f} us, {p[1]:.1f}% of a core, {p[3]:.0f} ticks/s, {p[4]:.0f} "
+            f"greenlet stacks a tick; 100 sleeping greenlets, wall, {rate} Hz",
+            {"bpf": b, "ptrace": p})
+
     def record_bpf_native(self):
         """CPU per sample of `record --native` on the eBPF engine (the
         program copies each sample's stack top; pyinspect unwinds it) against
@@ -1550,6 +1585,7 @@ SCENARIOS = [
     ("record-bpf-engine", Bench.record_bpf_engine),
     ("record-bpf-native", Bench.record_bpf_native),
     ("watch-bpf", Bench.watch_bpf),
+    ("record-greenlets-bpf", Bench.record_greenlets_bpf),
     ("heap-1M", Bench.heap_1m),
 ]
 

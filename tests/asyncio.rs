@@ -692,19 +692,24 @@ fn record_async_stitches_tasks_under_their_awaiters() {
             "{}: {stacks:?}",
             fx.label
         );
-        // --async-mode all adds the waiting sleeper.
-        let all = record_async(fx.pid, &["--async-mode", "all"]);
-        assert!(
-            all.iter()
-                .any(|(s, _)| functions(s).starts_with(&["sleeper"])),
-            "{}: no waiting task in {all:?}",
-            fx.label
-        );
-        assert!(
-            all.iter().any(|(s, _)| functions(s) == stitched),
-            "{}",
-            fx.label
-        );
+        // --async-mode all adds the waiting sleeper, on either engine: about
+        // as many samples as the running task's in wall time (it waits all
+        // the time the busy task runs, and the loop's thread never waits).
+        for engine in ["ptrace", "bpf"] {
+            let args = ["--async-mode", "all", "--mode", "wall", "--engine", engine];
+            let all = record_async(fx.pid, &args);
+            let sum = |pick: &dyn Fn(&str) -> bool| -> u64 {
+                all.iter().filter(|(s, _)| pick(s)).map(|(_, n)| n).sum()
+            };
+            let waiting = sum(&|s| functions(s).starts_with(&["sleeper"]));
+            let running = sum(&|s| functions(s) == stitched);
+            let ctx = format!("{} ({engine} engine): {all:?}", fx.label);
+            assert!(running > 50, "{ctx}");
+            assert!(
+                waiting.abs_diff(running) * 10 <= running,
+                "{ctx}: {waiting} samples of the waiting task, {running} of the running one"
+            );
+        }
     });
 }
 

@@ -539,12 +539,6 @@ fn refuses_clearly_without_the_kernel_feature_or_privilege() {
     let line = assert_one_clean_error_line(&common::run_command(c, Duration::from_secs(60)));
     assert!(line.contains("bpf engine cannot be used"), "watch: {line}");
 
-    // An option the engine does not take yet.
-    let mut a = args.to_vec();
-    a.extend(["--async", "--async-mode", "all"]);
-    let line = assert_one_clean_error_line(&record(&a, &[]));
-    assert!(line.contains("does not take"), "--async-mode all: {line}");
-
     // Not root, no capabilities: refused before anything is loaded.
     std::fs::set_permissions(
         dir.path(),

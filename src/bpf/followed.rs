@@ -5,13 +5,12 @@
 use super::records::{RawNative, F_READ_ERROR, F_TRUNCATED, MAX_FRAMES, MAX_STEPS, STACK_MAX};
 use crate::error::Error;
 use crate::native_unwind::StackCopy;
-use crate::python::asyncio::{self, AsyncRead, AsyncioReader};
+use crate::python::asyncio;
 use crate::python::native::{MergeCounts, NativeStacks};
-use crate::python::pagecache::PageCache;
 use crate::python::process::PythonProcess;
 use crate::python::reader::bpf::{CodeMemo, ThreadEntry, WalkOffsets, NAME_SOURCE};
 use crate::python::reader::Reader;
-use crate::sampler::SamplerConfig;
+use crate::sampler::{AsyncMode, SamplerConfig, TaskReaders};
 use crate::stack::{FrameMark, ThreadStack, ThreadStatus};
 use crate::target::LiveProcess;
 use crate::wait::{SyscallLine, WaitReader};
@@ -72,8 +71,8 @@ pub(super) struct Followed {
     pub(super) stack_bytes_grew: bool,
     /// Every Python frame is the first of its eval-loop call (up to 3.10).
     every_frame_entry: bool,
-    /// With --async: the asyncio task reader.
-    tasks: Option<AsyncioReader>,
+    /// With --async: the readers of its tasks (and greenlets).
+    tasks: Option<TaskReaders>,
     /// With --async, for the current batch: by a sample's frame addresses
     /// (innermost first), how many of its frames stay and the awaiters'
     /// frames that follow them. A thread's samples in one task share the
@@ -120,10 +119,7 @@ impl Followed {
             None
         };
         let every_frame_entry = reader.walk_offsets().is_some_and(|w| w.every_frame_entry);
-        let tasks = (cfg.target.read.asyncio != crate::sampler::AsyncMode::Off).then(|| {
-            let v = &reader.process.version;
-            AsyncioReader::new(v.major, v.minor)
-        });
+        let tasks = (cfg.target.read.asyncio != AsyncMode::Off).then(TaskReaders::default);
         let f = Followed {
             pid,
             slot,
@@ -281,17 +277,23 @@ impl Followed {
             .collect();
         let mut out = Vec::new();
         for (tid, tstate, c) in asleep {
-            let (frames, marks): (Vec<_>, Vec<_>) = self
-                .walk_here(tstate)
-                .into_iter()
-                .map(|(code, pos, at)| ((code, pos), (at, false, 0)))
-                .unzip();
             let call = self.waits.as_mut().and_then(|w| w.syscall(tid));
-            if let Some(stack) = self.stack_of(tid as u32, 0, frames, &marks, &mut Vec::new()) {
+            if let Some(stack) = self.stack_here(tid, tstate) {
                 out.push((tid as u32, self.off_stack(stack, tid, c, call)));
             }
         }
         out
+    }
+
+    /// The stack of thread `tid` (its thread state `tstate`) read from
+    /// here as it is, its frames marked with their addresses.
+    fn stack_here(&mut self, tid: i32, tstate: u64) -> Option<ThreadStack> {
+        let (frames, marks): (Vec<_>, Vec<_>) = self
+            .walk_here(tstate)
+            .into_iter()
+            .map(|(code, pos, at)| ((code, pos), (at, false, 0)))
+            .unzip();
+        self.stack_of(tid as u32, 0, frames, &marks, &mut Vec::new())
     }
 
     /// The frame chain of a thread state, walked from here as the program
@@ -497,6 +499,41 @@ impl Followed {
         snap.stack
     }
 
+    /// With `--async-mode all`: the stacks of its waiting asyncio and Trio
+    /// tasks and suspended greenlets, read now from here, each thread's
+    /// frames walked as they are (not stopped: what waits holds still, and
+    /// what runs is the samples' part, left out here).
+    pub(super) fn waiting_stacks(&mut self) -> Vec<ThreadStack> {
+        let threads: Vec<(i32, u64, u64)> = self
+            .threads
+            .iter()
+            .map(|(tid, t)| (*tid, t.tstate, t.interp))
+            .collect();
+        let mut snaps = Vec::with_capacity(threads.len());
+        for (tid, tstate, interp) in threads {
+            if let Some(stack) = self.stack_here(tid, tstate) {
+                snaps.push(snapshot(stack, Vec::new(), tstate, interp));
+            }
+        }
+        let Some(r) = self.tasks.as_mut() else {
+            return Vec::new();
+        };
+        let all = AsyncMode::Stitch { all: true };
+        let mut by = r.read(&mut self.reader, &self.source, 0.0, all, &snaps);
+        let mut out = Vec::new();
+        for (i, s) in snaps.into_iter().enumerate() {
+            let mut t = s.stack;
+            t.asyncio = by.remove(&i);
+            out.extend(crate::python::greenlet::waiting_stacks(&mut t));
+            out.extend(asyncio::stitch(&mut t, true));
+        }
+        // Greenlets' and tasks' names come from the target.
+        for t in &mut out {
+            t.escape_names();
+        }
+        out
+    }
+
     /// Samples merged by each method since the last call.
     pub(super) fn take_merge_counts(&mut self) -> MergeCounts {
         self.native
@@ -533,16 +570,8 @@ impl Followed {
             return stack;
         };
         let snaps = [snapshot(stack, Vec::new(), t.tstate, t.interp)];
-        let want = AsyncRead {
-            limit: asyncio::MAX_TASKS,
-            max_tasks: asyncio::MAX_TASKS,
-            running_only: true,
-        };
-        let cache = PageCache::new(&self.source);
-        let source = &self.source;
-        let mut by = r.read(&mut self.reader, &cache, &snaps, want, &|| {
-            asyncio::debug_sections(source)
-        });
+        let running = AsyncMode::Stitch { all: false };
+        let mut by = r.read(&mut self.reader, &self.source, 0.0, running, &snaps);
         let [snap] = snaps;
         let mut stack = snap.stack;
         let before = stack.frames.clone();

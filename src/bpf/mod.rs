@@ -111,15 +111,6 @@ pub(crate) fn unavailable() -> Option<String> {
     Some("it needs root, or CAP_BPF and CAP_PERFMON".into())
 }
 
-/// What the engine cannot do yet, from the options asked.
-fn unsupported(cfg: &SamplerConfig) -> Option<&'static str> {
-    match cfg.target.read.asyncio {
-        crate::sampler::AsyncMode::Stitch { all: true } => Some("--async-mode all"),
-        crate::sampler::AsyncMode::Tree { .. } => Some("--async with a task tree"),
-        _ => None,
-    }
-}
-
 /// The sampler of either engine, as `record` drives it.
 pub(crate) enum AnySampler {
     Ptrace(Box<Sampler>),
@@ -157,11 +148,6 @@ impl AnySampler {
             Engine::Bpf => {
                 if let Some(why) = unavailable() {
                     return Err(Error::BpfUnavailable(why));
-                }
-                if let Some(opt) = unsupported(&cfg) {
-                    return Err(Error::BpfUnavailable(format!(
-                        "it does not take {opt} yet (the ptrace engine does)"
-                    )));
                 }
                 let all = cfg.schedule.all;
                 BpfSampler::new(root, cfg, all, watch).map(|s| AnySampler::Bpf(Box::new(s)))

@@ -35,6 +35,14 @@ static PROGRAM: &[u8] = aya::include_bytes_aligned!("../../bpf/pyinspect.bpf.o")
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
 const DRAIN_EVERY_SLOW: Duration = Duration::from_millis(250);
 const NATIVE_RING_BYTES: u32 = 32 << 20;
+/// With `--async-mode all`: the waiting tasks and greenlets are read once a
+/// period on average (each read counts for the time since the one before),
+/// but not more often than this, nor than would spend more than a tenth of
+/// the time reading them. The intervals are drawn between half and one and
+/// a half of that, so that the reads do not keep in step with periodic work
+/// in the target.
+const WAITING_EVERY_MIN: Duration = Duration::from_millis(2);
+const WAITING_SHARE: u32 = 10;
 /// How long a just-launched program gets to bring its interpreter up.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
 /// Most samples kept waiting to be handed on (the ring buffer holds the rest).
@@ -68,6 +76,15 @@ struct Away {
     version: String,
     since: u64,
     stack: ThreadStack,
+}
+
+/// With `--async-mode all`: when the waiting tasks and greenlets were last
+/// read (the program's clock), the part of a period carried, and how long
+/// the latest read took.
+struct Waiting {
+    last: u64,
+    carry: f64,
+    took: Duration,
 }
 
 /// The eBPF engine following one process, or every Python process.
@@ -114,6 +131,8 @@ pub(crate) struct BpfSampler {
     /// up to beyond whole samples: a wait of 0.3 periods counts as no
     /// sample, and the next one's share carries it.
     carry: HashMap<u32, f64>,
+    /// With `--async-mode all`: the reads of waiting tasks and greenlets.
+    waiting: Option<Waiting>,
     pending: VecDeque<Tick>,
     rate: f64,
     weight: Duration,
@@ -176,6 +195,7 @@ impl BpfSampler {
 
         let native = cfg.target.read.native;
         let tasks = cfg.target.read.asyncio != crate::sampler::AsyncMode::Off;
+        let all_tasks = cfg.target.read.asyncio == crate::sampler::AsyncMode::Stitch { all: true };
         // watch reads the turns of asyncio loops from their frames.
         let addrs = tasks || watch;
         let mut loader = aya::EbpfLoader::new();
@@ -233,6 +253,7 @@ impl BpfSampler {
             away: HashMap::new(),
             natives: HashMap::new(),
             carry: HashMap::new(),
+            waiting: None,
             pending: VecDeque::new(),
             started: Instant::now(),
             start_ns: monotonic_ns(),
@@ -268,6 +289,13 @@ impl BpfSampler {
             .map_err(|e| load_error("attaching to the CPU clock", e))?;
         }
         s.start_ns = monotonic_ns();
+        if all_tasks && !watch {
+            s.waiting = Some(Waiting {
+                last: s.start_ns,
+                carry: 0.0,
+                took: Duration::ZERO,
+            });
+        }
         if switches {
             s.attach_switches()?;
         }
@@ -509,11 +537,7 @@ impl BpfSampler {
     fn interval_tick(&mut self, a: Away, until: u64) -> Tick {
         let since = a.since.max(self.start_ns);
         let weight = Duration::from_nanos(until.saturating_sub(since));
-        let carry = self.carry.entry(a.tid).or_insert(0.0);
-        let periods = *carry + weight.as_secs_f64() * self.rate;
-        let samples = periods.floor().max(0.0);
-        *carry = periods - samples;
-        let samples = samples as u64;
+        let samples = whole_periods(self.carry.entry(a.tid).or_insert(0.0), weight, self.rate);
         self.tick(
             a.pid,
             a.label,
@@ -524,6 +548,50 @@ impl BpfSampler {
             a.stack,
             Vec::new(),
         )
+    }
+
+    /// With `--async-mode all`: the waiting tasks and suspended greenlets
+    /// of each process, read now, as one tick that counts for the time
+    /// since the previous read (as that many whole periods, the rest
+    /// carried to the next).
+    fn read_waiting(&mut self, now: u64) {
+        let Some(w) = self.waiting.as_mut() else {
+            return;
+        };
+        let began = Instant::now();
+        let since = std::mem::replace(&mut w.last, now);
+        let weight = Duration::from_nanos(now.saturating_sub(since));
+        let samples = whole_periods(&mut w.carry, weight, self.rate);
+        let at = Duration::from_nanos(now.saturating_sub(self.start_ns));
+        let mut processes = Vec::new();
+        for f in self.followed.values_mut() {
+            let threads = f.waiting_stacks();
+            if !threads.is_empty() {
+                processes.push(ProcessSample {
+                    pid: f.pid,
+                    cmdline: f.label.clone(),
+                    python_version: f.version.clone(),
+                    threads,
+                    loop_turns: Vec::new(),
+                    read_at: at,
+                });
+            }
+        }
+        if let Some(w) = self.waiting.as_mut() {
+            w.took = began.elapsed();
+        }
+        if !processes.is_empty() {
+            self.pending.push_back(Tick {
+                timestamp: at,
+                weight,
+                samples,
+                late: Duration::ZERO,
+                missed: 0,
+                processes,
+                errors: Vec::new(),
+                ended: Vec::new(),
+            });
+        }
     }
 
     /// The threads still off their CPU at the end: counted until `end`.
@@ -649,7 +717,9 @@ impl BpfSampler {
         if self.native && (r.kind == K_SAMPLE || r.kind == K_OFF) {
             stack = f.with_native(stack, native, &mut errors);
         }
-        if self.tasks && r.kind == K_SAMPLE {
+        // A thread that left its CPU in a task (preempted, or waiting in a
+        // call the task made) is in that task, as a sampled one.
+        if self.tasks && (r.kind == K_SAMPLE || r.kind == K_OFF) {
             stack = f.with_tasks(stack);
         }
         // With --mode gil the program samples the GIL's holder alone.
@@ -752,11 +822,16 @@ impl BpfSampler {
             if crate::pause::interrupted() || self.duration_over() {
                 // What the program wrote until now still counts.
                 self.drain();
+                self.read_waiting(monotonic_ns());
                 self.close_intervals(monotonic_ns());
                 self.done = true;
                 continue;
             }
-            let every = if self.rate <= 2000.0 && !self.native && !self.addrs {
+            let every = if let Some(w) = &self.waiting {
+                let period = Duration::from_secs_f64(1.0 / self.rate);
+                let every = period.max(WAITING_EVERY_MIN).max(w.took * WAITING_SHARE);
+                every.mul_f64(0.5 + rand::random::<f64>())
+            } else if self.rate <= 2000.0 && !self.native && !self.addrs {
                 DRAIN_EVERY_SLOW
             } else {
                 DRAIN_EVERY
@@ -770,6 +845,7 @@ impl BpfSampler {
             // would leave its last records without a process.
             self.drain();
             self.refresh();
+            self.read_waiting(monotonic_ns());
         }
     }
 
@@ -935,4 +1011,13 @@ impl BpfSampler {
         }
         (!parts.is_empty()).then(|| format!("pyinspect: {}", parts.join("; ")))
     }
+}
+
+/// `weight` counted in whole periods at `rate`, with the part of a period
+/// `carry` holds from before; what is left over goes back to `carry`.
+fn whole_periods(carry: &mut f64, weight: Duration, rate: f64) -> u64 {
+    let periods = *carry + weight.as_secs_f64() * rate;
+    let samples = periods.floor().max(0.0);
+    *carry = periods - samples;
+    samples as u64
 }

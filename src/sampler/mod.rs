@@ -22,4 +22,4 @@ pub use config::{
 };
 pub(crate) use follow::{ProcessSample, Sampler, Tick};
 pub(crate) use rate::{format_rate, RateHealth};
-pub(crate) use read::Target;
+pub(crate) use read::{Target, TaskReaders};

@@ -10,11 +10,13 @@ mod native;
 mod tasks;
 mod threads;
 
+pub(crate) use tasks::TaskReaders;
+
 use super::config::{AsyncMode, TargetConfig};
 use super::live::Liveness;
 use crate::error::Error;
 use crate::pause::{self, PauseGuard};
-use crate::python::asyncio::{self, AsyncioReader};
+use crate::python::asyncio;
 use crate::python::native::{MergeCounts, NativeStacks};
 use crate::python::process::PythonProcess;
 use crate::python::reader::{LocalObjects, ReadOptions, Reader, ThreadSnapshot};
@@ -63,15 +65,14 @@ pub(crate) struct Target {
     /// of the latest read, whose syscall files the wait reader keeps open.
     foreign_waits: HashMap<i32, wait::Wait>,
     foreign_seen: Vec<(i32, bool)>,
-    tasks: Option<AsyncioReader>,
+    /// Asyncio's and Trio's tasks, greenlets.
+    tasks: tasks::TaskReaders,
     turns: asyncio::LoopTurns,
     /// The latest sample's loop turns, taken by the sampler.
     pub(super) loop_turns: Vec<(u32, u64)>,
     /// When the latest sample's frames were read (its threads stopped, or
     /// read as they ran).
     pub(super) read_at: Instant,
-    /// Greenlets (gevent, eventlet) for dump.
-    greenlets: crate::python::greenlet::GreenletReader,
     /// Kernel names of threads `threading` does not name, and when read.
     os_names: HashMap<i32, (Option<String>, Instant)>,
     /// Threads that did not stop within the budget at the latest sample,
@@ -216,11 +217,10 @@ impl Target {
             stop_backoff: 0,
             threads,
             states: HashMap::new(),
-            tasks: None,
+            tasks: Default::default(),
             turns: Default::default(),
             loop_turns: Vec::new(),
             read_at: Instant::now(),
-            greenlets: Default::default(),
             waits,
             pending: HashMap::new(),
             foreign_waits: HashMap::new(),
@@ -282,10 +282,7 @@ impl Target {
     /// What went wrong without stopping the read (shown once by dump).
     pub(crate) fn warnings(&mut self) -> Vec<String> {
         let mut w = self.reader.process.warnings.clone();
-        if let Some(t) = &self.tasks {
-            w.extend(t.notes.iter().cloned());
-        }
-        w.extend(self.greenlets.notes.iter().cloned());
+        w.extend(self.tasks.notes().cloned());
         if let Some(n) = self.native.as_mut() {
             w.extend(n.warnings());
         }

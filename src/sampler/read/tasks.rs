@@ -1,10 +1,15 @@
 //! What a sample reads beside the frames while the threads stand still:
 //! asyncio tasks, greenlets and each asyncio loop's turn; and where 3.14's
-//! `_asyncio` keeps its `AsyncioDebug` section in the target.
+//! `_asyncio` keeps its `AsyncioDebug` section in the target. The readers of
+//! tasks and greenlets ([`TaskReaders`]) serve the eBPF engine too.
 
 use super::Target;
 use crate::python::asyncio::{self, AsyncRead, AsyncioReader, TasksByThread};
-use crate::python::greenlet::GreenletRead;
+use crate::python::greenlet::{GreenletRead, GreenletReader};
+use crate::python::pagecache::PageCache;
+use crate::python::reader::{Reader, ThreadSnapshot};
+use crate::sampler::config::{AsyncMode, TargetConfig};
+use crate::target::TargetSource;
 use std::time::Duration;
 
 /// `--async-mode all`: most greenlets of a thread whose stacks a sample adds.
@@ -13,9 +18,87 @@ const SAMPLED_GREENLETS: usize = 10_000;
 /// collector's lists are used before the next walk (new greenlets show up
 /// after at most this long; each sample reads those found).
 const GREENLETS_FOUND_FOR: Duration = Duration::from_secs(1);
-use crate::python::pagecache::PageCache;
-use crate::python::reader::ThreadSnapshot;
-use crate::sampler::config::{AsyncMode, TargetConfig};
+
+/// The readers of what runs beside a thread's frames: asyncio's and Trio's
+/// tasks (made on first use), greenlets; what they learn of the target
+/// (types, lists, names) kept from one read to the next.
+#[derive(Default)]
+pub(crate) struct TaskReaders {
+    tasks: Option<AsyncioReader>,
+    greenlets: GreenletReader,
+}
+
+impl TaskReaders {
+    /// What `mode` reads of the tasks and greenlets of the threads in
+    /// `snaps` (read as they are, stopped or not), by thread index; `age`:
+    /// how long ago the target's moment was (a core's). Trio's tasks and
+    /// greenlets for dump and for `--async-mode all`.
+    pub(crate) fn read(
+        &mut self,
+        reader: &mut Reader,
+        source: &dyn TargetSource,
+        age: f64,
+        mode: AsyncMode,
+        snaps: &[ThreadSnapshot],
+    ) -> TasksByThread {
+        let cache = PageCache::new(source);
+        let mut tasks = match async_read(mode) {
+            Some(want) => self
+                .asyncio(reader, age)
+                .read(reader, &cache, snaps, want, &|| {
+                    asyncio::debug_sections(source)
+                }),
+            None => TasksByThread::default(),
+        };
+        // Trio's tasks, through the runner trio.run's frame holds.
+        let trio_limit = match mode {
+            AsyncMode::Tree { limit, .. } => Some(limit),
+            AsyncMode::Stitch { all: true } => Some(asyncio::MAX_TASKS),
+            _ => None,
+        };
+        if let Some(limit) = trio_limit {
+            let waits = matches!(mode, AsyncMode::Tree { .. });
+            self.asyncio(reader, age)
+                .read_trio(reader, &cache, snaps, limit, waits, &mut tasks);
+        }
+        if let Some(how) = greenlet_read(mode) {
+            self.greenlets.read(reader, &cache, snaps, how, &mut tasks);
+        }
+        tasks
+    }
+
+    /// The asyncio task reader, made on first use; `age` as in `read`.
+    pub(crate) fn asyncio(&mut self, reader: &Reader, age: f64) -> &mut AsyncioReader {
+        let v = &reader.process.version;
+        let (major, minor) = (v.major, v.minor);
+        self.tasks
+            .get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age))
+    }
+
+    /// What went wrong without stopping the reads (shown once by dump).
+    pub(crate) fn notes(&self) -> impl Iterator<Item = &String> {
+        let tasks = self.tasks.iter().flat_map(|t| t.notes.iter());
+        tasks.chain(self.greenlets.notes.iter())
+    }
+}
+
+/// What `mode` reads of the greenlets: for dump, and for every sample with
+/// `--async-mode all`.
+fn greenlet_read(mode: AsyncMode) -> Option<GreenletRead> {
+    match mode {
+        AsyncMode::Tree { limit, .. } => Some(GreenletRead {
+            limit,
+            found_for: None,
+            waits: true,
+        }),
+        AsyncMode::Stitch { all: true } => Some(GreenletRead {
+            limit: SAMPLED_GREENLETS,
+            found_for: Some(GREENLETS_FOUND_FOR),
+            waits: false,
+        }),
+        _ => None,
+    }
+}
 
 impl Target {
     /// The asyncio tasks (and for dump the greenlets) of the threads in
@@ -28,52 +111,13 @@ impl Target {
         let Some(s) = snap else {
             return TasksByThread::default();
         };
-        let mut tasks = match async_read(cfg.read.asyncio) {
-            Some(want) => {
-                let r = tasks_reader(&mut self.tasks, &self.reader, self.waits.age());
-                let cache = PageCache::new(&*self.source);
-                let source = &*self.source;
-                r.read(&mut self.reader, &cache, s, want, &|| {
-                    asyncio::debug_sections(source)
-                })
-            }
-            None => TasksByThread::default(),
-        };
-        // Trio's tasks, through the runner trio.run's frame holds: for dump,
-        // and for every sample with `--async-mode all`.
-        let trio_limit = match cfg.read.asyncio {
-            AsyncMode::Tree { limit, .. } => Some(limit),
-            AsyncMode::Stitch { all: true } => Some(asyncio::MAX_TASKS),
-            _ => None,
-        };
-        if let Some(limit) = trio_limit {
-            let r = tasks_reader(&mut self.tasks, &self.reader, self.waits.age());
-            let cache = PageCache::new(&*self.source);
-            let waits = matches!(cfg.read.asyncio, AsyncMode::Tree { .. });
-            r.read_trio(&mut self.reader, &cache, s, limit, waits, &mut tasks);
-        }
-        // Greenlets, beside the tasks, while the threads stand still: for
-        // dump, and for every sample with `--async-mode all`.
-        let how = match cfg.read.asyncio {
-            AsyncMode::Tree { limit, .. } => Some(GreenletRead {
-                limit,
-                found_for: None,
-                waits: true,
-            }),
-            AsyncMode::Stitch { all: true } => Some(GreenletRead {
-                limit: SAMPLED_GREENLETS,
-                found_for: Some(GREENLETS_FOUND_FOR),
-                waits: false,
-            }),
-            _ => None,
-        };
-        if let Some(how) = how {
-            let cache = PageCache::new(&*self.source);
-            self.greenlets
-                .read(&mut self.reader, &cache, s, how, &mut tasks);
-            if how.waits {
-                self.describe_greenlet_waits(&mut tasks);
-            }
+        let mode = cfg.read.asyncio;
+        let age = self.waits.age();
+        let mut tasks = self
+            .tasks
+            .read(&mut self.reader, &*self.source, age, mode, s);
+        if matches!(mode, AsyncMode::Tree { .. }) {
+            self.describe_greenlet_waits(&mut tasks);
         }
         tasks
     }
@@ -123,18 +167,6 @@ impl Target {
             }
         }
     }
-}
-
-/// The target's task reader (asyncio's, Trio's), made on first use; `age`:
-/// how long ago the target's moment was (a core's).
-fn tasks_reader<'a>(
-    tasks: &'a mut Option<AsyncioReader>,
-    reader: &crate::python::reader::Reader,
-    age: f64,
-) -> &'a mut AsyncioReader {
-    let v = &reader.process.version;
-    let (major, minor) = (v.major, v.minor);
-    tasks.get_or_insert_with(|| AsyncioReader::new(major, minor).with_age(age))
 }
 
 /// What to read of the asyncio tasks in `mode`; None when off.
