@@ -1166,6 +1166,19 @@ fn odd_names_are_escaped_in_every_output() {
                     );
                 }
             }
+            // The eBPF engine's samples, with the threads' names.
+            let mut c = Command::new(pyinspect_bin());
+            c.args(["record", "-p", &pid, "-d", "1", "-f", "raw", "-o", "-"])
+                .args(["--engine", "bpf", "--threads"]);
+            let o = c.output().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            clean("record --engine bpf", &o.stdout);
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("thread ") && l.contains("odd\\x00nul")),
+                "--engine bpf: {text}"
+            );
         },
     );
 }
