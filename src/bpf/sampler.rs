@@ -79,12 +79,13 @@ struct Away {
 }
 
 /// With `--async-mode all`: when the waiting tasks and greenlets were last
-/// read (the program's clock), the part of a period carried, and how long
-/// the latest read took.
+/// read (the program's clock), the part of a period carried, how long the
+/// latest read took, and the mean interval between reads as it was drawn.
 struct Waiting {
     last: u64,
     carry: f64,
     took: Duration,
+    every: Duration,
 }
 
 /// The eBPF engine following one process, or every Python process.
@@ -294,6 +295,7 @@ impl BpfSampler {
                 last: s.start_ns,
                 carry: 0.0,
                 took: Duration::ZERO,
+                every: Duration::ZERO,
             });
         }
         if switches {
@@ -560,7 +562,16 @@ impl BpfSampler {
         };
         let began = Instant::now();
         let since = std::mem::replace(&mut w.last, now);
+        // A read that came late (pyinspect waited for a CPU) counts for
+        // twice the mean interval at most, as the default engine drops the
+        // ticks it fell behind on: such a wait is likelier while the
+        // target runs, and the whole of it would go to what the read finds
+        // once the target has stopped running.
         let weight = Duration::from_nanos(now.saturating_sub(since));
+        let weight = match w.every {
+            Duration::ZERO => weight,
+            every => weight.min(every * 2),
+        };
         let samples = whole_periods(&mut w.carry, weight, self.rate);
         let at = Duration::from_nanos(now.saturating_sub(self.start_ns));
         let mut processes = Vec::new();
@@ -827,10 +838,10 @@ impl BpfSampler {
                 self.done = true;
                 continue;
             }
-            let every = if let Some(w) = &self.waiting {
+            let every = if let Some(w) = self.waiting.as_mut() {
                 let period = Duration::from_secs_f64(1.0 / self.rate);
-                let every = period.max(WAITING_EVERY_MIN).max(w.took * WAITING_SHARE);
-                every.mul_f64(0.5 + rand::random::<f64>())
+                w.every = period.max(WAITING_EVERY_MIN).max(w.took * WAITING_SHARE);
+                w.every.mul_f64(0.5 + rand::random::<f64>())
             } else if self.rate <= 2000.0 && !self.native && !self.addrs {
                 DRAIN_EVERY_SLOW
             } else {
