@@ -648,6 +648,9 @@ fn find_greenlets(
 ) -> (Vec<(u64, u64)>, bool) {
     let mut types: HashMap<u64, bool> = HashMap::new();
     let mut found = Vec::new();
+    // An object met twice (lists caught while the collector moved it from
+    // one to another, in a thread stopped mid-collection) is kept once.
+    let mut seen = HashSet::new();
     let whole = gc_walk::tracked_objects(
         mem,
         py,
@@ -658,7 +661,7 @@ fn find_greenlets(
             let g = *types
                 .entry(ty)
                 .or_insert_with(|| derives_from(mem, py, ty, gtype));
-            if g && found.len() < MAX_GREENLETS {
+            if g && found.len() < MAX_GREENLETS && seen.insert(obj) {
                 found.push((obj, ty));
             }
         },
