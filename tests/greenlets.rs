@@ -490,7 +490,7 @@ fn shares_by_handler(fx: &Fixture, interp: &Interpreter, engine: &str) {
     let text = record_raw(
         fx.pid,
         &[
-            // Some 7,000 samples: a share's sampling error about half a
+            // Some 9,000 samples: a share's sampling error about half a
             // point, well within the two asked (3,500 were about one).
             "--duration",
             "8",
