@@ -6,7 +6,7 @@
 use super::Target;
 use crate::python::asyncio::{self, AsyncRead, AsyncioReader, TasksByThread};
 use crate::python::greenlet::{GreenletRead, GreenletReader};
-use crate::python::pagecache::PageCache;
+use crate::python::pagecache::{PageCache, PageStore};
 use crate::python::reader::{Reader, ThreadSnapshot};
 use crate::sampler::config::{AsyncMode, TargetConfig};
 use crate::target::TargetSource;
@@ -21,11 +21,17 @@ const GREENLETS_FOUND_FOR: Duration = Duration::from_secs(1);
 
 /// The readers of what runs beside a thread's frames: asyncio's and Trio's
 /// tasks (made on first use), greenlets; what they learn of the target
-/// (types, lists, names) kept from one read to the next.
+/// (types, lists, names) kept from one read to the next, and the pages the
+/// latest read used: the next one reads them again in one batch at its
+/// start. So a read of a process that is not stopped (the eBPF engine's)
+/// sees most of what it reads as of one moment, however long it then takes
+/// to make sense of it (it was torn by every switch of greenlets in the
+/// time it took), and a sampled one costs a few reads a tick.
 #[derive(Default)]
 pub(crate) struct TaskReaders {
     tasks: Option<AsyncioReader>,
     greenlets: GreenletReader,
+    pages: PageStore,
 }
 
 impl TaskReaders {
@@ -41,7 +47,7 @@ impl TaskReaders {
         mode: AsyncMode,
         snaps: &[ThreadSnapshot],
     ) -> TasksByThread {
-        let cache = PageCache::new(source);
+        let cache = PageCache::resume(source, std::mem::take(&mut self.pages));
         let mut tasks = match async_read(mode) {
             Some(want) => self
                 .asyncio(reader, age)
@@ -64,11 +70,12 @@ impl TaskReaders {
         if let Some(how) = greenlet_read(mode) {
             self.greenlets.read(reader, &cache, snaps, how, &mut tasks);
         }
+        self.pages = cache.into_store();
         tasks
     }
 
     /// The asyncio task reader, made on first use; `age` as in `read`.
-    pub(crate) fn asyncio(&mut self, reader: &Reader, age: f64) -> &mut AsyncioReader {
+    fn asyncio(&mut self, reader: &Reader, age: f64) -> &mut AsyncioReader {
         let v = &reader.process.version;
         let (major, minor) = (v.major, v.minor);
         self.tasks
