@@ -35,12 +35,11 @@ static PROGRAM: &[u8] = aya::include_bytes_aligned!("../../bpf/pyinspect.bpf.o")
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
 const DRAIN_EVERY_SLOW: Duration = Duration::from_millis(250);
 const NATIVE_RING_BYTES: u32 = 32 << 20;
-/// With `--async-mode all`: the waiting tasks and greenlets are read once a
-/// period on average (each read counts for the time since the one before),
-/// but not more often than this, nor than would spend more than a tenth of
-/// the time reading them. The intervals are drawn between half and one and
-/// a half of that, so that the reads do not keep in step with periodic work
-/// in the target.
+/// With `--async-mode all`: the waiting tasks and greenlets are read after
+/// a nap of a period on average (see `read_waiting`), but not shorter than
+/// this, nor so short that reading them would take more than a tenth of the
+/// time. The naps are drawn between half and one and a half of that, so
+/// that the reads do not keep in step with periodic work in the target.
 const WAITING_EVERY_MIN: Duration = Duration::from_millis(2);
 const WAITING_SHARE: u32 = 10;
 /// How long a just-launched program gets to bring its interpreter up.
@@ -80,12 +79,14 @@ struct Away {
 
 /// With `--async-mode all`: when the waiting tasks and greenlets were last
 /// read (the program's clock), the part of a period carried, how long the
-/// latest read took, and the mean interval between reads as it was drawn.
+/// latest read took, and the time between reads and the naps before them,
+/// summed since the start.
 struct Waiting {
     last: u64,
     carry: f64,
     took: Duration,
-    every: Duration,
+    between: Duration,
+    napped: Duration,
 }
 
 /// The eBPF engine following one process, or every Python process.
@@ -295,7 +296,8 @@ impl BpfSampler {
                 last: s.start_ns,
                 carry: 0.0,
                 took: Duration::ZERO,
-                every: Duration::ZERO,
+                between: Duration::ZERO,
+                napped: Duration::ZERO,
             });
         }
         if switches {
@@ -553,24 +555,25 @@ impl BpfSampler {
     }
 
     /// With `--async-mode all`: the waiting tasks and suspended greenlets
-    /// of each process, read now, as one tick that counts for the time
-    /// since the previous read (as that many whole periods, the rest
-    /// carried to the next).
-    fn read_waiting(&mut self, now: u64) {
+    /// of each process, read now, after a nap of `nap`, as one tick that
+    /// counts for that nap scaled by the time between reads over the naps
+    /// before them since the start (as that many whole periods, the rest
+    /// carried to the next). Not for the time since the previous read: when
+    /// pyinspect waits for a CPU, which is likelier while the target runs,
+    /// all of that wait would go to what the read finds once the target has
+    /// stopped running; the naps are drawn, whatever the target does.
+    fn read_waiting(&mut self, now: u64, nap: Duration) {
         let Some(w) = self.waiting.as_mut() else {
             return;
         };
         let began = Instant::now();
         let since = std::mem::replace(&mut w.last, now);
-        // A read that came late (pyinspect waited for a CPU) counts for
-        // twice the mean interval at most, as the default engine drops the
-        // ticks it fell behind on: such a wait is likelier while the
-        // target runs, and the whole of it would go to what the read finds
-        // once the target has stopped running.
-        let weight = Duration::from_nanos(now.saturating_sub(since));
-        let weight = match w.every {
-            Duration::ZERO => weight,
-            every => weight.min(every * 2),
+        w.between += Duration::from_nanos(now.saturating_sub(since));
+        w.napped += nap;
+        let weight = if w.napped.is_zero() {
+            nap
+        } else {
+            nap.mul_f64(w.between.as_secs_f64() / w.napped.as_secs_f64())
         };
         let samples = whole_periods(&mut w.carry, weight, self.rate);
         let at = Duration::from_nanos(now.saturating_sub(self.start_ns));
@@ -833,15 +836,20 @@ impl BpfSampler {
             if crate::pause::interrupted() || self.duration_over() {
                 // What the program wrote until now still counts.
                 self.drain();
-                self.read_waiting(monotonic_ns());
+                // The rest of the last interval, as if napped.
+                let rest = self
+                    .waiting
+                    .as_ref()
+                    .map_or(0, |w| monotonic_ns().saturating_sub(w.last));
+                self.read_waiting(monotonic_ns(), Duration::from_nanos(rest));
                 self.close_intervals(monotonic_ns());
                 self.done = true;
                 continue;
             }
-            let every = if let Some(w) = self.waiting.as_mut() {
+            let every = if let Some(w) = &self.waiting {
                 let period = Duration::from_secs_f64(1.0 / self.rate);
-                w.every = period.max(WAITING_EVERY_MIN).max(w.took * WAITING_SHARE);
-                w.every.mul_f64(0.5 + rand::random::<f64>())
+                let every = period.max(WAITING_EVERY_MIN).max(w.took * WAITING_SHARE);
+                every.mul_f64(0.5 + rand::random::<f64>())
             } else if self.rate <= 2000.0 && !self.native && !self.addrs {
                 DRAIN_EVERY_SLOW
             } else {
@@ -851,12 +859,13 @@ impl BpfSampler {
             let left = self
                 .duration
                 .map_or(every, |d| d.saturating_sub(self.started.elapsed()));
-            std::thread::sleep(every.min(left).max(Duration::from_millis(1)));
+            let nap = every.min(left).max(Duration::from_millis(1));
+            std::thread::sleep(nap);
             // Drained before a refresh, whose removal of an ended process
             // would leave its last records without a process.
             self.drain();
             self.refresh();
-            self.read_waiting(monotonic_ns());
+            self.read_waiting(monotonic_ns(), nap);
         }
     }
 
