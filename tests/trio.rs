@@ -283,23 +283,9 @@ fn record_trio(interp: &Interpreter, guest: bool, engine: &str) {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
-    let text = record_raw(
-        fx.pid,
-        &[
-            "--duration",
-            "1",
-            "--rate",
-            "50",
-            "--mode",
-            "wall",
-            "--async",
-            "--async-mode",
-            "all",
-            "--threads",
-            "--engine",
-            engine,
-        ],
-    );
+    let mut args = vec!["--duration", "1", "--rate", "50"];
+    args.extend(wall_async_all(engine));
+    let text = record_raw(fx.pid, &args);
     let ctx = format!("{} (guest: {guest}, {engine} engine)\n{text}", interp.label);
     let count = |root: &str, leaf: &str| -> u64 {
         text.lines()

@@ -806,6 +806,22 @@ pub fn assert_no_async_reads_no(pid: i32, key: &str) {
     );
 }
 
+/// `record`'s flags for every waiting task's and suspended greenlet's stack
+/// beside the threads', each under a root of its own, in wall time, on
+/// `engine`.
+pub fn wall_async_all(engine: &str) -> [&str; 8] {
+    [
+        "--mode",
+        "wall",
+        "--async",
+        "--async-mode",
+        "all",
+        "--threads",
+        "--engine",
+        engine,
+    ]
+}
+
 /// `record --pid PID ARGS --format raw` into a file of its own: the
 /// collapsed stacks it wrote (the record must succeed).
 pub fn record_raw(pid: i32, args: &[&str]) -> String {
