@@ -79,14 +79,15 @@ struct Away {
 
 /// With `--async-mode all`: when the waiting tasks and greenlets were last
 /// read (the program's clock), the part of a period carried, how long the
-/// latest read took, and the time between reads and the naps before them,
-/// summed since the start.
+/// latest read took, and since the start: the time between reads, the naps
+/// before them, and the time the reads have counted for.
 struct Waiting {
     last: u64,
     carry: f64,
     took: Duration,
     between: Duration,
     napped: Duration,
+    counted: Duration,
 }
 
 /// The eBPF engine following one process, or every Python process.
@@ -298,6 +299,7 @@ impl BpfSampler {
                 took: Duration::ZERO,
                 between: Duration::ZERO,
                 napped: Duration::ZERO,
+                counted: Duration::ZERO,
             });
         }
         if switches {
@@ -557,24 +559,31 @@ impl BpfSampler {
     /// With `--async-mode all`: the waiting tasks and suspended greenlets
     /// of each process, read now, after a nap of `nap`, as one tick that
     /// counts for that nap scaled by the time between reads over the naps
-    /// before them since the start (as that many whole periods, the rest
-    /// carried to the next). Not for the time since the previous read: when
-    /// pyinspect waits for a CPU, which is likelier while the target runs,
-    /// all of that wait would go to what the read finds once the target has
-    /// stopped running; the naps are drawn, whatever the target does.
-    fn read_waiting(&mut self, now: u64, nap: Duration) {
+    /// since the start (as that many whole periods, the rest carried to the
+    /// next); never for more than the time not counted yet, and the last
+    /// read (`nap` None) for all of it, so that the reads together count
+    /// for the whole recording, as the threads' own samples do. Not for the
+    /// time since the previous read: when pyinspect waits for a CPU, which
+    /// is likelier while the target runs, all of that wait would go to what
+    /// the read finds once the target has stopped running; the naps are
+    /// drawn, whatever the target does.
+    fn read_waiting(&mut self, now: u64, nap: Option<Duration>) {
         let Some(w) = self.waiting.as_mut() else {
             return;
         };
         let began = Instant::now();
         let since = std::mem::replace(&mut w.last, now);
         w.between += Duration::from_nanos(now.saturating_sub(since));
-        w.napped += nap;
-        let weight = if w.napped.is_zero() {
-            nap
-        } else {
-            nap.mul_f64(w.between.as_secs_f64() / w.napped.as_secs_f64())
+        let owed = w.between.saturating_sub(w.counted);
+        let weight = match nap {
+            Some(nap) => {
+                w.napped += nap;
+                let ratio = w.between.as_secs_f64() / w.napped.as_secs_f64().max(1e-9);
+                nap.mul_f64(ratio).min(owed)
+            }
+            None => owed,
         };
+        w.counted += weight;
         let samples = whole_periods(&mut w.carry, weight, self.rate);
         let at = Duration::from_nanos(now.saturating_sub(self.start_ns));
         let mut processes = Vec::new();
@@ -836,12 +845,7 @@ impl BpfSampler {
             if crate::pause::interrupted() || self.duration_over() {
                 // What the program wrote until now still counts.
                 self.drain();
-                // The rest of the last interval, as if napped.
-                let rest = self
-                    .waiting
-                    .as_ref()
-                    .map_or(0, |w| monotonic_ns().saturating_sub(w.last));
-                self.read_waiting(monotonic_ns(), Duration::from_nanos(rest));
+                self.read_waiting(monotonic_ns(), None);
                 self.close_intervals(monotonic_ns());
                 self.done = true;
                 continue;
@@ -865,7 +869,7 @@ impl BpfSampler {
             // would leave its last records without a process.
             self.drain();
             self.refresh();
-            self.read_waiting(monotonic_ns(), nap);
+            self.read_waiting(monotonic_ns(), Some(nap));
         }
     }
 
