@@ -704,6 +704,10 @@ fn record_async_stitches_tasks_under_their_awaiters() {
             let waiting = sum(&|s| functions(s).starts_with(&["sleeper"]));
             let running = sum(&|s| functions(s) == stitched);
             let ctx = format!("{} ({engine} engine): {all:?}", fx.label);
+            eprintln!(
+                "{} ({engine} engine): waiting task {waiting} samples, running task {running}",
+                fx.label
+            );
             assert!(running > 50, "{ctx}");
             assert!(
                 waiting.abs_diff(running) * 10 <= running,
