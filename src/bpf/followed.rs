@@ -278,18 +278,18 @@ impl Followed {
         let mut out = Vec::new();
         for (tid, tstate, c) in asleep {
             let call = self.waits.as_mut().and_then(|w| w.syscall(tid));
-            if let Some(stack) = self.stack_here(tid, tstate) {
+            let walk = self.walk_here(&self.source, tstate);
+            if let Some(stack) = self.stack_from_walk(tid, walk) {
                 out.push((tid as u32, self.off_stack(stack, tid, c, call)));
             }
         }
         out
     }
 
-    /// The stack of thread `tid` (its thread state `tstate`) read from
-    /// here as it is, its frames marked with their addresses.
-    fn stack_here(&mut self, tid: i32, tstate: u64) -> Option<ThreadStack> {
-        let (frames, marks): (Vec<_>, Vec<_>) = self
-            .walk_here(tstate)
+    /// The stack of thread `tid` from a walk of its frames from here
+    /// (`walk_here`), its frames marked with their addresses.
+    fn stack_from_walk(&mut self, tid: i32, walk: Vec<(u64, u64, u64)>) -> Option<ThreadStack> {
+        let (frames, marks): (Vec<_>, Vec<_>) = walk
             .into_iter()
             .map(|(code, pos, at)| ((code, pos), (at, false, 0)))
             .unzip();
@@ -299,14 +299,14 @@ impl Followed {
     /// The frame chain of a thread state, walked from here as the program
     /// walks it (for a thread asleep: its stack does not move): each
     /// frame's code object, instruction position and address.
-    fn walk_here(&self, tstate: u64) -> Vec<(u64, u64, u64)> {
-        use crate::memory::Memory;
+    /// Read through `mem`: the process, or a page cache over it.
+    fn walk_here(&self, mem: &dyn crate::memory::Memory, tstate: u64) -> Vec<(u64, u64, u64)> {
         let Some(w) = self.reader.walk_offsets() else {
             return Vec::new();
         };
         let word = |addr: u64| -> Option<u64> {
             let mut b = [0u8; 8];
-            self.source.read(addr, &mut b).ok()?;
+            mem.read(addr, &mut b).ok()?;
             Some(u64::from_le_bytes(b))
         };
         let mut out = Vec::new();
@@ -328,10 +328,7 @@ impl Followed {
             };
             let shim = w.owner.is_some_and(|(o, shim_from)| {
                 let mut b = [0u8; 1];
-                self.source
-                    .read(f.wrapping_add(u64::from(o)), &mut b)
-                    .is_ok()
-                    && b[0] >= shim_from
+                mem.read(f.wrapping_add(u64::from(o)), &mut b).is_ok() && b[0] >= shim_from
             });
             if !shim && code != 0 {
                 out.push((code, pos, f));
@@ -509,9 +506,19 @@ impl Followed {
             .iter()
             .map(|(tid, t)| (*tid, t.tstate, t.interp))
             .collect();
-        let mut snaps = Vec::with_capacity(threads.len());
-        for (tid, tstate, interp) in threads {
-            if let Some(stack) = self.stack_here(tid, tstate) {
+        // Every thread's frames walked through one page cache: a frame's
+        // words share pages with its neighbours' (a word a system call
+        // was 3 a frame).
+        let walks: Vec<_> = {
+            let cache = crate::python::pagecache::PageCache::new(&self.source);
+            threads
+                .into_iter()
+                .map(|(tid, tstate, interp)| (tid, tstate, interp, self.walk_here(&cache, tstate)))
+                .collect()
+        };
+        let mut snaps = Vec::with_capacity(walks.len());
+        for (tid, tstate, interp, walk) in walks {
+            if let Some(stack) = self.stack_from_walk(tid, walk) {
                 snaps.push(snapshot(stack, Vec::new(), tstate, interp));
             }
         }
