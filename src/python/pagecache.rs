@@ -22,7 +22,8 @@ use std::cell::RefCell;
 const PAGE: u64 = 1024;
 /// Reads larger than this bypass the cache (a big line table, a long string).
 const MAX_CACHED_READ: usize = 8192;
-/// Bound on cached pages per snapshot, so a corrupt target cannot make us hoard memory.
+/// Bound on cached pages per snapshot, so a corrupt target cannot make us
+/// hoard memory: past it, the cache starts afresh.
 const MAX_PAGES: usize = 16384;
 /// Bound on the pages carried over to the next snapshot's first batch.
 pub(crate) const MAX_WARM_PAGES: usize = 1024;
@@ -168,8 +169,19 @@ impl<'m> PageCache<'m> {
         // In address order, so that neighbouring blocks are read as one range.
         want.sort_unstable();
         want.dedup();
-        let room = MAX_PAGES.saturating_sub(self.pages.borrow().len());
-        want.truncate(room);
+        // Full: start afresh. Reading on past the bound a read at a time
+        // made a walk over more pages than it (the collector's lists of a
+        // big heap, then 10,000 greenlets' frames) a system call per word.
+        if self.pages.borrow().len() + want.len() > MAX_PAGES {
+            let mut pages = self.pages.borrow_mut();
+            let mut spare = self.spare.borrow_mut();
+            for (_, p) in pages.drain() {
+                if spare.len() < MAX_WARM_PAGES {
+                    spare.push(p.bytes);
+                }
+            }
+        }
+        want.truncate(MAX_PAGES);
         let mut bufs: Vec<Box<[u8]>> = {
             let mut spare = self.spare.borrow_mut();
             want.iter()
@@ -244,7 +256,7 @@ impl Memory for PageCache<'_> {
         self.prefetch([(addr, buf.len())]);
         match self.copy_cached(addr, buf) {
             Some(r) => r,
-            // Over the page bound: a direct read.
+            // Not cached after all (cannot happen: the cache makes room).
             None => self.inner.read(addr, buf),
         }
     }
@@ -278,6 +290,32 @@ mod tests {
         c.prefetch([(!(PAGE - 1), 8), (0x1234, 8)]);
         let c = PageCache::resume(&m, c.into_store());
         assert!(c.read_u64(u64::MAX - 7).is_err());
+    }
+
+    #[test]
+    fn a_full_cache_starts_afresh() {
+        let mut m = SliceMemory::new();
+        let n = MAX_PAGES + 10;
+        m.add(
+            0x100000,
+            (0..n * PAGE as usize).map(|i| (i / 8) as u8).collect(),
+        );
+        let c = PageCache::new(&m);
+        // Every page read once, then the first again: all served, never
+        // more pages held than the bound.
+        for i in 0..n as u64 {
+            let at = 0x100000 + i * PAGE;
+            assert_eq!(c.read_u8(at).unwrap(), ((i * PAGE / 8) & 0xff) as u8);
+            assert!(c.pages.borrow().len() <= MAX_PAGES);
+        }
+        assert!(c.pages.borrow().len() <= 10);
+        assert_eq!(c.read_u8(0x100000 + 8).unwrap(), 1);
+        // A batch past the bound (less the pages held) keeps its first
+        // pages, as many as the bound.
+        c.prefetch((0..n as u64).map(|i| (0x100000 + i * PAGE, 8)));
+        let held = c.pages.borrow().len();
+        assert!(held <= MAX_PAGES && held > MAX_PAGES - 20, "{held}");
+        assert_eq!(c.read_u8(0x100000 + 16).unwrap(), 2);
     }
 
     #[test]
