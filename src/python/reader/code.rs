@@ -127,6 +127,7 @@ impl Reader {
             nargs,
             varnames,
             kinds: c.localspluskinds.map_or(0, |o| le_u64(hdr, o)),
+            names: Default::default(),
         });
         if self.code_cache.len() >= MAX_CODE_CACHE {
             self.code_cache.clear();
@@ -144,9 +145,10 @@ impl Reader {
     ) -> Vec<Local> {
         let objr = ObjReader::new(mem, &self.process.layout);
         let n = ci.nslots.min(MAX_LOCALS);
-        let Ok((names, _)) = objr.tuple_items(ci.varnames, n) else {
+        let names = local_names(&objr, ci);
+        if names.is_empty() {
             return Vec::new();
-        };
+        }
         let kinds = if ci.kinds != 0 {
             objr.bytes(ci.kinds, n).map(|(k, _)| k).unwrap_or_default()
         } else {
@@ -157,7 +159,7 @@ impl Reader {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for (i, name_obj) in names.iter().enumerate() {
+        for (i, name) in names.iter().enumerate() {
             // CO_FAST_HIDDEN (0x10): inlined comprehension temporaries, not user locals.
             if kinds.get(i).is_some_and(|k| k & 0x10 != 0) {
                 continue;
@@ -175,7 +177,7 @@ impl Reader {
                     Ok(inner) => v = inner,
                 }
             }
-            let Ok(name) = objr.full_string(*name_obj) else {
+            let Some(name) = name.clone() else {
                 continue;
             };
             let r = objr.repr(v, chars);
@@ -201,10 +203,10 @@ impl Reader {
     ) -> Vec<LocalRef> {
         let l = &self.process.layout;
         let objr = ObjReader::new(mem, l);
-        let n = ci.nslots.min(MAX_LOCALS);
-        let Ok((names, _)) = objr.tuple_items(ci.varnames, n) else {
+        let names = local_names(&objr, ci);
+        if names.is_empty() {
             return Vec::new();
-        };
+        }
         let slots_at = f.addr.wrapping_add(l.frame.localsplus);
         let Ok(raw) = mem.read_vec(slots_at, names.len() * 8, 1 << 20) else {
             return Vec::new();
@@ -212,7 +214,7 @@ impl Reader {
         // The object header ends after ob_type.
         let head = l.object.ob_type + 8;
         let mut out = Vec::new();
-        for (i, name_obj) in names.iter().enumerate() {
+        for (i, name) in names.iter().enumerate() {
             let v = le_u64(&raw, i as u64 * 8) & !l.frame.pointer_tag_bits;
             if v == 0 {
                 continue;
@@ -223,7 +225,7 @@ impl Reader {
             if !all && !is_lock_type(&kind) {
                 continue;
             }
-            let Ok(name) = objr.full_string(*name_obj) else {
+            let Some(name) = name.clone() else {
                 continue;
             };
             let inner_addr = v.wrapping_add(head);
@@ -238,4 +240,22 @@ impl Reader {
         }
         out
     }
+}
+
+/// The names of code object `ci`'s local slots (None where one could not
+/// be read), read once per code object (every frame of a function has the
+/// same) once all of them could be; empty when its tuple cannot be read.
+fn local_names(objr: &ObjReader, ci: &CodeInfo) -> Arc<[Option<String>]> {
+    if let Some(names) = ci.names.get() {
+        return names.clone();
+    }
+    let n = ci.nslots.min(MAX_LOCALS);
+    let Ok((objs, _)) = objr.tuple_items(ci.varnames, n) else {
+        return Arc::from([]);
+    };
+    let names: Arc<[Option<String>]> = objs.iter().map(|o| objr.full_string(*o).ok()).collect();
+    if names.iter().all(Option::is_some) {
+        let _ = ci.names.set(names.clone());
+    }
+    names
 }

@@ -30,6 +30,9 @@ pub(super) struct CodeInfo {
     pub(super) nargs: u64,
     pub(super) varnames: u64,
     pub(super) kinds: u64,
+    /// The local slots' names (up to `MAX_LOCALS`), read the first time a
+    /// frame's locals are, and kept once all could be read.
+    pub(super) names: std::sync::OnceLock<Arc<[Option<String>]>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
