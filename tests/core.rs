@@ -859,12 +859,21 @@ fn a_core_names_the_waits_the_live_dump_names() {
                 &mut || conns.push(server.accept().unwrap()),
                 // A thread caught on its way into its call (waiting for the
                 // GIL after saying it is about to block: seen on a loaded
-                // machine) has not settled yet.
+                // machine) has not settled yet; nor has the main thread
+                // while it still writes READY (CI run AG: caught in that
+                // write live, it went on once gdb sent SIGCONT, and the
+                // core had it running).
                 &|r, live| {
-                    names.iter().all(|n| {
-                        let t = r["tids"][n].as_i64().unwrap_or(0);
-                        thread_by_tid(live, t)["wait"]["gil"].is_null()
-                    })
+                    let main = thread_by_tid(live, r["pid"].as_i64().unwrap_or(0));
+                    let innermost = main["frames"]
+                        .as_array()
+                        .and_then(|f| f.iter().find(|f| f["kind"] == "python"))
+                        .map(|f| f["function"].clone());
+                    innermost == Some(Value::from("blocked"))
+                        && names.iter().all(|n| {
+                            let t = r["tids"][n].as_i64().unwrap_or(0);
+                            thread_by_tid(live, t)["wait"]["gil"].is_null()
+                        })
                 },
             );
             let tids: Vec<(&str, i64)> = names
