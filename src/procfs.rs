@@ -554,15 +554,16 @@ pub(crate) fn same_net_namespace(pid: i32) -> bool {
     ours.is_some() && ours == std::fs::read_link(proc_path(pid, "ns/net")).ok()
 }
 
-/// The inode of the peer of unix socket `inode`, asked of the kernel's
-/// sock_diag netlink interface (what `ss -x` uses; /proc/net/unix does not
-/// say). None when the kernel has no unix_diag, or the socket is gone.
-pub(crate) fn unix_socket_peer(inode: u64) -> Option<u64> {
+/// sock_diag's message type (`SOCK_DIAG_BY_FAMILY`), in requests and answers.
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+
+/// A sock_diag netlink socket (what `ss` asks), its request `req` sent
+/// (`req` is the message after the 16-byte header; `dump`: all that match,
+/// in parts): None when the kernel has none. Answers never hang: the
+/// kernel answers at once, and a receive times out after 200 ms.
+fn sock_diag_ask(req: &[u8], dump: bool) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
     const NETLINK_SOCK_DIAG: libc::c_int = 4;
-    const SOCK_DIAG_BY_FAMILY: u16 = 20;
-    const UDIAG_SHOW_PEER: u32 = 4;
-    const UNIX_DIAG_PEER: u16 = 2;
-    let ino = u32::try_from(inode).ok()?;
     // SAFETY: plain socket(2); the fd is closed by OwnedFd.
     let raw = unsafe {
         libc::socket(
@@ -576,8 +577,6 @@ pub(crate) fn unix_socket_peer(inode: u64) -> Option<u64> {
     }
     // SAFETY: `raw` is a socket we just opened and own.
     let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
-    use std::os::fd::AsRawFd;
-    // A receive timeout: the kernel answers at once, but never hang on it.
     let tv = libc::timeval {
         tv_sec: 0,
         tv_usec: 200_000,
@@ -592,21 +591,14 @@ pub(crate) fn unix_socket_peer(inode: u64) -> Option<u64> {
             std::mem::size_of::<libc::timeval>() as u32,
         );
     }
-    // nlmsghdr (16 bytes) + unix_diag_req (24 bytes).
-    let mut req = Vec::with_capacity(40);
-    req.extend_from_slice(&40u32.to_ne_bytes());
-    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    req.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    req.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    req.extend_from_slice(&0u32.to_ne_bytes()); // pid
-    req.push(libc::AF_UNIX as u8); // sdiag_family
-    req.push(0); // sdiag_protocol
-    req.extend_from_slice(&0u16.to_ne_bytes());
-    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // udiag_states: all
-    req.extend_from_slice(&ino.to_ne_bytes());
-    req.extend_from_slice(&UDIAG_SHOW_PEER.to_ne_bytes());
-    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // no cookie
-    req.extend_from_slice(&u32::MAX.to_ne_bytes());
+    let flags = libc::NLM_F_REQUEST | if dump { libc::NLM_F_DUMP } else { 0 };
+    let mut msg = Vec::with_capacity(16 + req.len());
+    msg.extend_from_slice(&(16 + req.len() as u32).to_ne_bytes());
+    msg.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    msg.extend_from_slice(&(flags as u16).to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    msg.extend_from_slice(&0u32.to_ne_bytes()); // pid
+    msg.extend_from_slice(req);
     // SAFETY: a zeroed sockaddr_nl addresses the kernel.
     let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     kernel.nl_family = libc::AF_NETLINK as u16;
@@ -614,17 +606,20 @@ pub(crate) fn unix_socket_peer(inode: u64) -> Option<u64> {
     let sent = unsafe {
         libc::sendto(
             fd.as_raw_fd(),
-            req.as_ptr() as *const libc::c_void,
-            req.len(),
+            msg.as_ptr() as *const libc::c_void,
+            msg.len(),
             0,
             &kernel as *const _ as *const libc::sockaddr,
             std::mem::size_of::<libc::sockaddr_nl>() as u32,
         )
     };
-    if sent != req.len() as isize {
-        return None;
-    }
-    let mut buf = [0u8; 4096];
+    (sent == msg.len() as isize).then_some(fd)
+}
+
+/// One datagram of sock_diag's answer into `buf`: its length (None: no
+/// more, or an error).
+fn sock_diag_recv(fd: &std::os::fd::OwnedFd, buf: &mut [u8]) -> Option<usize> {
+    use std::os::fd::AsRawFd;
     // SAFETY: recv into a buffer we own.
     let n = unsafe {
         libc::recv(
@@ -634,7 +629,30 @@ pub(crate) fn unix_socket_peer(inode: u64) -> Option<u64> {
             0,
         )
     };
-    parse_unix_diag_peer(buf.get(..usize::try_from(n).ok()?)?, UNIX_DIAG_PEER)
+    usize::try_from(n).ok().filter(|n| *n > 0)
+}
+
+/// The inode of the peer of unix socket `inode`, asked of the kernel's
+/// sock_diag netlink interface (what `ss -x` uses; /proc/net/unix does not
+/// say). None when the kernel has no unix_diag, or the socket is gone.
+pub(crate) fn unix_socket_peer(inode: u64) -> Option<u64> {
+    const UDIAG_SHOW_PEER: u32 = 4;
+    const UNIX_DIAG_PEER: u16 = 2;
+    let ino = u32::try_from(inode).ok()?;
+    // unix_diag_req (24 bytes).
+    let mut req = Vec::with_capacity(24);
+    req.push(libc::AF_UNIX as u8); // sdiag_family
+    req.push(0); // sdiag_protocol
+    req.extend_from_slice(&0u16.to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // udiag_states: all
+    req.extend_from_slice(&ino.to_ne_bytes());
+    req.extend_from_slice(&UDIAG_SHOW_PEER.to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // no cookie
+    req.extend_from_slice(&u32::MAX.to_ne_bytes());
+    let fd = sock_diag_ask(&req, false)?;
+    let mut buf = [0u8; 4096];
+    let n = sock_diag_recv(&fd, &mut buf)?;
+    parse_unix_diag_peer(&buf[..n], UNIX_DIAG_PEER)
 }
 
 /// The peer inode attribute of a sock_diag answer (one message).
@@ -658,6 +676,109 @@ fn parse_unix_diag_peer(msg: &[u8], attr_type: u16) -> Option<u64> {
         at += (alen + 3) & !3;
     }
     None
+}
+
+/// The most TCP sockets [`tcp_quiet`] reads.
+const MAX_TCP_SOCKETS: usize = 1_000_000;
+
+/// Every TCP socket of this process's network namespace (IPv4 and IPv6,
+/// but listening and TIME_WAIT ones), by inode: how many milliseconds ago
+/// it last carried data either way (the least of the kernel's `tcp_info`
+/// `last_data_sent` and `last_data_recv`), as sock_diag tells (`ss -ti`).
+/// Empty when the kernel has no inet_diag.
+pub(crate) fn tcp_quiet() -> std::collections::HashMap<u64, u32> {
+    const INET_DIAG_INFO: u8 = 2;
+    const LISTEN: u32 = 10;
+    const TIME_WAIT: u32 = 6;
+    let mut out = std::collections::HashMap::new();
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        // inet_diag_req_v2 (56 bytes): family, protocol, extensions, pad,
+        // states, then a socket id (48 bytes) that a dump leaves unset.
+        let mut req = vec![0u8; 56];
+        req[0] = family as u8;
+        req[1] = libc::IPPROTO_TCP as u8;
+        req[2] = 1 << (INET_DIAG_INFO - 1);
+        let states = 0xfff & !(1u32 << LISTEN) & !(1u32 << TIME_WAIT);
+        req[4..8].copy_from_slice(&states.to_ne_bytes());
+        let Some(fd) = sock_diag_ask(&req, true) else {
+            continue;
+        };
+        let mut buf = vec![0u8; 64 * 1024];
+        'parts: while out.len() < MAX_TCP_SOCKETS {
+            let Some(n) = sock_diag_recv(&fd, &mut buf) else {
+                break;
+            };
+            for m in netlink_messages(&buf[..n]) {
+                match parse_tcp_quiet(m) {
+                    TcpDiag::Socket(inode, ms) => {
+                        out.insert(inode, ms);
+                    }
+                    TcpDiag::Other => {}
+                    TcpDiag::Done => break 'parts,
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The messages of one netlink datagram (each with its header).
+fn netlink_messages(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let len = u32::from_ne_bytes(buf.get(at..at + 4)?.try_into().ok()?) as usize;
+        if len < 16 {
+            return None;
+        }
+        let m = buf.get(at..at + len)?;
+        at += (len + 3) & !3;
+        Some(m)
+    })
+}
+
+/// One message of an inet_diag answer.
+#[derive(Debug, PartialEq)]
+enum TcpDiag {
+    /// A socket's inode and its milliseconds since its last data.
+    Socket(u64, u32),
+    /// A socket without `tcp_info`, or a message of no interest.
+    Other,
+    /// The end of the answer (or an error).
+    Done,
+}
+
+fn parse_tcp_quiet(m: &[u8]) -> TcpDiag {
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    let u16_at = |o: usize| Some(u16::from_ne_bytes(m.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_ne_bytes(m.get(o..o + 4)?.try_into().ok()?));
+    match u16_at(4) {
+        Some(SOCK_DIAG_BY_FAMILY) => {}
+        Some(NLMSG_ERROR | NLMSG_DONE) | None => return TcpDiag::Done,
+        Some(_) => return TcpDiag::Other,
+    }
+    // nlmsghdr (16) + inet_diag_msg (72: its inode at 68), then 4-byte
+    // aligned attributes; INET_DIAG_INFO's is a tcp_info, whose
+    // last_data_sent is at 44 and last_data_recv at 52.
+    let Some(inode) = u32_at(16 + 68) else {
+        return TcpDiag::Other;
+    };
+    let mut at = 16 + 72;
+    while let (Some(alen), Some(ty)) = (u16_at(at), u16_at(at + 2)) {
+        let alen = alen as usize;
+        if alen < 4 {
+            break;
+        }
+        if ty == 2 {
+            if let (Some(sent), Some(recv)) = (u32_at(at + 4 + 44), u32_at(at + 4 + 52)) {
+                if 4 + 56 <= alen {
+                    return TcpDiag::Socket(u64::from(inode), sent.min(recv));
+                }
+            }
+        }
+        at += (alen + 3) & !3;
+    }
+    TcpDiag::Other
 }
 
 /// Parent pid from /proc/PID/stat.
@@ -962,6 +1083,74 @@ garbage line
         let (id, threads) = parse_live_stat(line).unwrap();
         assert_eq!((id.start_time, threads), (538101, 2));
         assert!(!id.has_memory());
+    }
+
+    #[test]
+    fn tcp_diag_answer_parsed() {
+        // nlmsghdr (type 20), inet_diag_msg (inode 4242), an attribute of
+        // another type (6 bytes, padded to 8), then INET_DIAG_INFO.
+        let mut m = vec![0u8; 16 + 72];
+        m[4..6].copy_from_slice(&20u16.to_ne_bytes());
+        m[16 + 68..16 + 72].copy_from_slice(&4242u32.to_ne_bytes());
+        m.extend_from_slice(&6u16.to_ne_bytes());
+        m.extend_from_slice(&1u16.to_ne_bytes());
+        m.extend_from_slice(&[7, 7, 0, 0]);
+        let mut info = vec![0u8; 232];
+        info[44..48].copy_from_slice(&900u32.to_ne_bytes());
+        info[52..56].copy_from_slice(&300u32.to_ne_bytes());
+        m.extend_from_slice(&(4 + info.len() as u16).to_ne_bytes());
+        m.extend_from_slice(&2u16.to_ne_bytes());
+        m.extend_from_slice(&info);
+        let len = m.len() as u32;
+        m[0..4].copy_from_slice(&len.to_ne_bytes());
+        assert_eq!(parse_tcp_quiet(&m), TcpDiag::Socket(4242, 300));
+        // Cut inside its tcp_info, or without it: no time.
+        assert_eq!(parse_tcp_quiet(&m[..16 + 72 + 8 + 4 + 40]), TcpDiag::Other);
+        assert_eq!(parse_tcp_quiet(&m[..16 + 72]), TcpDiag::Other);
+        // The end, an error, nothing: the answer ends.
+        let mut done = vec![0u8; 20];
+        done[0..4].copy_from_slice(&20u32.to_ne_bytes());
+        done[4..6].copy_from_slice(&3u16.to_ne_bytes());
+        assert_eq!(parse_tcp_quiet(&done), TcpDiag::Done);
+        done[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        assert_eq!(parse_tcp_quiet(&done), TcpDiag::Done);
+        assert_eq!(parse_tcp_quiet(&[]), TcpDiag::Done);
+        // One datagram, two messages (the first padded to 4 bytes): both
+        // found; a length under a header's, or past the end, stops.
+        let mut two = m.clone();
+        two.extend_from_slice(&done);
+        assert_eq!(netlink_messages(&two).count(), 2);
+        let mut bad = m.clone();
+        bad[0..4].copy_from_slice(&8u32.to_ne_bytes());
+        assert_eq!(netlink_messages(&bad).count(), 0);
+        bad[0..4].copy_from_slice(&(len + 1).to_ne_bytes());
+        assert_eq!(netlink_messages(&bad).count(), 0);
+    }
+
+    #[test]
+    fn tcp_quiet_of_a_live_connection() {
+        use std::io::{Read, Write};
+        use std::os::unix::fs::MetadataExt;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // A socket fd's inode is the socket's.
+        let inode = |fd: i32| {
+            std::fs::metadata(format!("/proc/self/fd/{fd}"))
+                .unwrap()
+                .ino()
+        };
+        use std::os::fd::AsRawFd;
+        let q = tcp_quiet();
+        // `c` received a byte 300 ms ago and never sent one; `s` sent it.
+        for sock in [c.as_raw_fd(), s.as_raw_fd()] {
+            let ms = q.get(&inode(sock)).copied();
+            assert!(ms.is_some_and(|ms| (250..5000).contains(&ms)), "{ms:?} ms");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{dump_json, for_each_interpreter, json_str as s, pyinspect, Fixture};
+use common::{dump_json, for_each_interpreter, json_str as s, monotonic, pyinspect, Fixture};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -76,11 +76,15 @@ fn dump_names_each_wait() {
             let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let port = server.local_addr().unwrap().port();
             let dir = tempfile::tempdir().unwrap();
+            // The recv thread's connection carries no data: it is quiet
+            // since it was made, between these two moments.
+            let spawned = monotonic();
             let mut fx = Fixture::spawn(
                 interp,
                 "waits.py",
                 &["blocked", &port.to_string(), dir.path().to_str().unwrap()],
             );
+            let ready = monotonic();
             let (_conn, _) = server.accept().unwrap();
             let r = fx.ready.clone();
             let tid = |n: &str| r["tids"][n].as_i64().unwrap_or(-1);
@@ -118,6 +122,17 @@ fn dump_names_each_wait() {
                         && recv["fd"]["local"] == r["client_local"]
                         && s(&recv["fd"]["state"]) == "ESTABLISHED",
                     format!("recv: {recv}"),
+                );
+                // How long it has carried no data, as the kernel says.
+                let now = monotonic();
+                let quiet = recv["fd"]["quiet_s"].as_f64().unwrap_or(-1.0);
+                want(
+                    quiet >= now - ready - 1.0 && quiet <= now - spawned + 0.05,
+                    format!(
+                        "recv: quiet {quiet}s, connected {:.3}-{:.3}s ago",
+                        now - ready,
+                        now - spawned
+                    ),
                 );
                 let fds = &select["fds"];
                 want(
@@ -224,7 +239,7 @@ fn dump_names_each_wait() {
                 want(
                     "recv",
                     format!(
-                        "TCP {} → {} (ESTABLISHED)",
+                        "TCP {} → {} (ESTABLISHED, no data for ",
                         s(&r["client_local"]),
                         s(&r["server"])
                     ),

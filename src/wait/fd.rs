@@ -31,6 +31,11 @@ pub(crate) struct FdDesc {
     /// TCP state (ESTABLISHED, LISTEN…); for unix sockets, the socket type.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) state: Option<String>,
+    /// A TCP socket: seconds since it last carried data either way, as
+    /// the kernel's `tcp_info` says (dump; the target's network namespace
+    /// is ours).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) quiet_s: Option<f64>,
     /// Who holds the other end of a pipe or FIFO (`pid 12 "name" fd 4`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) peers: Vec<String>,
@@ -294,8 +299,11 @@ impl FdDesc {
                     self.local.as_deref().unwrap_or("?"),
                     self.remote.as_deref().unwrap_or("?")
                 );
-                if let Some(st) = &self.state {
-                    s += &format!(" ({st})");
+                match (&self.state, self.quiet_s) {
+                    (Some(st), Some(q)) => s += &format!(" ({st}, no data for {q:.1}s)"),
+                    (Some(st), None) => s += &format!(" ({st})"),
+                    (None, Some(q)) => s += &format!(" (no data for {q:.1}s)"),
+                    (None, None) => {}
                 }
             }
             "unix" => {

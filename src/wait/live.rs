@@ -20,6 +20,9 @@ pub(crate) struct WaitReader {
     pid: i32,
     detail: WaitDetail,
     tables: Option<std::rc::Rc<SocketTables>>,
+    /// Full detail: each TCP socket's milliseconds since its last data, by
+    /// inode, read once a pass when a TCP socket is first described.
+    tcp_quiet: Option<std::collections::HashMap<u64, u32>>,
     fd_cache: foldhash::HashMap<String, FdDesc>,
     /// Each thread's syscall file, kept open and read with `pread`, with
     /// what its latest read said.
@@ -81,6 +84,7 @@ impl WaitReader {
             pid,
             detail,
             tables: None,
+            tcp_quiet: None,
             fd_cache: Default::default(),
             calls: Default::default(),
             recorded: None,
@@ -117,6 +121,7 @@ impl WaitReader {
     pub(crate) fn begin_pass(&mut self, threads: &[(i32, bool)]) {
         self.keep_threads(threads);
         self.tables = None;
+        self.tcp_quiet = None;
         if self.detail == WaitDetail::Full || self.fd_cache.len() > MAX_FD_CACHE {
             self.fd_cache.clear();
         }
@@ -381,6 +386,22 @@ impl WaitReader {
             (d.watches, d.watches_unlisted) = crate::procfs::fdinfo(pid, fd)
                 .map(|t| parse_epoll_fdinfo(&t))
                 .unwrap_or_default();
+        }
+        // Full detail: how long a TCP socket has carried no data, asked of
+        // our own network namespace's kernel (only when it is the
+        // target's), once a pass.
+        if self.detail == WaitDetail::Full && d.kind.starts_with("tcp") {
+            let quiet =
+                self.tcp_quiet.get_or_insert_with(|| {
+                    match crate::procfs::same_net_namespace(pid) {
+                        true => crate::procfs::tcp_quiet(),
+                        false => Default::default(),
+                    }
+                });
+            let inode = target.as_deref().and_then(|t| link_inode(t, "socket"));
+            d.quiet_s = inode
+                .and_then(|i| quiet.get(&i))
+                .map(|ms| f64::from(*ms) / 1000.0);
         }
         (d, false)
     }
