@@ -29,7 +29,8 @@ Greenlets (gevent's, unless said):
   not-started    a Greenlet created but never started
   finished       a Greenlet that ran to its end (dead)
   raw            a plain greenlet.greenlet that switched back to its parent
-  many-N         with --many: N greenlets sleeping
+  many-N         with --many: N greenlets sleeping, the last spawned
+                 first (each begins its long sleep STAGGER after the next)
 The main greenlet parks in park() (gevent.sleep), and the hub runs its loop.
 
 READY carries the fixture's own view of every greenlet, read in-process
@@ -38,9 +39,11 @@ greenlet but main and the hub is parked: `greenlets`, a list of
 {id, type, name, state, parent, frames: [{function, line}] innermost first,
 wait}; `main` and `hub` (their ids) and `park` (where main parks: function,
 line). `wait`, where the fixture knows what a greenlet waits on:
-{kind: "socket", fd, local, remote} (addresses of a TCP socket), {kind:
-"timer", at} (the deadline on time.monotonic()'s clock), or {kind, object}
-(the id of the Event, Queue, RLock or Greenlet waited on).
+{kind: "socket", fd, local, remote, quiet_since} (addresses of a TCP
+socket, and when it was connected: it has carried no data since), {kind:
+"timer", at, began} (the deadline, and when its sleep began, on
+time.monotonic()'s clock), or {kind, object} (the id of the Event, Queue,
+RLock or Greenlet waited on).
 """
 import gc
 import socket as stdsocket
@@ -73,6 +76,7 @@ MARK = fu.markers(HERE)
 
 
 def deeper_sleep():
+    began()
     GREEN.sleep(1000)  # MARK:sleep
 
 
@@ -89,10 +93,12 @@ def reader(sock):
 
 
 def waiting_unnamed():
+    began()
     gevent.sleep(1000)  # MARK:unnamed
 
 
 def identified():
+    began()
     gevent.sleep(1000)
 
 
@@ -109,7 +115,11 @@ def locker(lock):
         pass
 
 
-def many(i):
+def many(i, n):
+    # The last spawned begins its long sleep first: waiting longest is
+    # not the order of spawning, nor of the collector's lists.
+    gevent.sleep(STAGGER * (n - 1 - i))
+    began()
     gevent.sleep(1000)
 
 
@@ -127,6 +137,17 @@ def raw_deep():
 
 def code_name(code):
     return getattr(code, "co_qualname", code.co_name)
+
+
+# With --many: the seconds between one greenlet's start of its long sleep
+# and the previous one's.
+STAGGER = 0.002
+# When each greenlet began its long sleep, on time.monotonic()'s clock, by id.
+BEGAN = {}
+
+
+def began():
+    BEGAN[id(greenlet.getcurrent())] = time.monotonic()
 
 
 # Greenlets whose name the fixture asked gevent for (Greenlet-N).
@@ -212,13 +233,13 @@ def wait_of(g):
         # A gevent.sleep: its timer, a local of the sleep frame.
         t = local.get("t")
         if t is not None and type(t).__name__ == "timer":
-            w = {"kind": "timer", "at": t.at}
+            w = {"kind": "timer", "at": t.at, "began": BEGAN.get(id(g))}
         # An eventlet.sleep: its timer, whose deadline is in the hub's heap.
         t, hub = local.get("timer"), local.get("hub")
         if t is not None and hub is not None:
             for at, timer in list(hub.timers) + list(hub.next_timers):
                 if timer is t:
-                    w = {"kind": "timer", "at": at}
+                    w = {"kind": "timer", "at": at, "began": BEGAN.get(id(g))}
         f = f.f_back
     return w
 
@@ -283,6 +304,7 @@ def main():
     listener.listen(1)
     plain = stdsocket.create_connection(listener.getsockname())
     served, _ = listener.accept()
+    quiet_since = time.monotonic()
     conn = gevent.socket.socket(fileno=plain.detach())
     g = gevent.spawn(reader, conn)
     g.name = "tcp-reader"
@@ -293,6 +315,7 @@ def main():
         "fd": conn.fileno(),
         "local": addr % conn.getsockname(),
         "remote": addr % conn.getpeername(),
+        "quiet_since": quiet_since,
     }
     g = gevent.spawn(joiner, keep[0])
     g.name = "joiner"
@@ -315,11 +338,11 @@ def main():
     keep.append(g)
     keep.extend([listener, served, b])
     for i in range(n):
-        g = gevent.spawn(many, i)
+        g = gevent.spawn(many, i, n)
         g.name = "many-%d" % i
         keep.append(g)
     # Let every spawned greenlet run up to where it parks.
-    gevent.sleep(0.2)
+    gevent.sleep(0.2 + STAGGER * n)
     keep[5].join()
     WAITS[id(keep[1])] = {"kind": "event", "object": id(event)}
     raw = greenlet.greenlet(raw_run)

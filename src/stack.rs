@@ -204,6 +204,24 @@ pub(crate) struct ObjectWait {
     /// A started timer's seconds left when read (a live process only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) seconds_left: Option<f64>,
+    /// A timer's whole length, where the code that set it keeps it (the
+    /// `seconds` of gevent's or Trio's `sleep`, an eventlet `Timer`'s):
+    /// its deadline less this is when the wait began.
+    #[serde(skip)]
+    pub(crate) duration: Option<f64>,
+    /// Seconds since the wait began, when read (a live process only; a
+    /// timer whose length is known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) waited_s: Option<f64>,
+}
+
+impl ObjectWait {
+    /// When the wait began, on the clock of its deadline (the monotonic
+    /// one): a timer's deadline less its length.
+    pub(crate) fn began(&self) -> Option<f64> {
+        let b = self.deadline? - self.duration?;
+        b.is_finite().then_some(b)
+    }
 }
 
 /// An event loop's own queues: `loop._ready` (callbacks due now) and

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use pyinspect::cpython_layouts::greenlet::{gevent_layout, greenlet_layout, greenlet_python};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::Duration;
 
@@ -236,6 +236,30 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
         assert_eq!(frames_of(&g["frames"]), frames_of(&o["frames"]), "{what}");
         check_wait(&o["wait"], &g["wait"], &what);
     }
+    // Waiting longest first: the suspended greenlets (main aside) whose
+    // wait's start is told, each after those that began earlier; the others
+    // after them.
+    let waits: Vec<Option<f64>> = shown
+        .iter()
+        .filter(|g| g["state"] == "suspended" && g["main"] != true)
+        .map(waited)
+        .collect();
+    let told: Vec<f64> = waits.iter().map_while(|w| *w).collect();
+    assert!(
+        waits[told.len()..].iter().all(Option::is_none),
+        "{ctx}: a wait whose start is told after one whose is not: {waits:?}"
+    );
+    assert!(
+        told.windows(2).all(|w| w[0] >= w[1] - 0.01),
+        "{ctx}: not waiting longest first: {told:?}"
+    );
+    let least = match (hub_id, args.contains(&"--eventlet")) {
+        // The sleeper, the two other sleeps, the TCP reader.
+        (Some(_), false) => 4,
+        (Some(_), true) => 1,
+        (None, _) => 0,
+    };
+    assert!(told.len() >= least, "{ctx}: {waits:?}");
     // The oracle covers what the test relies on.
     let names: Vec<&str> = oracle.iter().filter_map(|o| o["name"].as_str()).collect();
     let eventlet = args.contains(&"--eventlet");
@@ -331,13 +355,30 @@ fn check_against_the_fixture(interp: &Interpreter, args: &[&str]) {
             .lines()
             .find(|l| l.contains(said))
             .unwrap_or_else(|| panic!("{ctx}: no {said}\n{}", out.stdout));
-        let want = match said {
-            "\"sleeper\"" => "waiting on a timer, ",
-            "\"tcp-reader\"" => "waiting on fd ",
-            _ => "Queue 0x",
+        let want: &[&str] = match said {
+            "\"sleeper\"" => &["s on a timer, ", "s left"],
+            "\"tcp-reader\"" => &["waiting on fd ", "(ESTABLISHED, no data for "],
+            _ => &["waiting on ", "Queue 0x"],
         };
-        assert!(line.contains(want), "{ctx}: {line}");
+        for w in want {
+            assert!(line.contains(w), "{ctx}: {w:?} not in {line}");
+        }
+        // "waiting N.Ns on a timer": how long the sleep has run.
+        if said == "\"sleeper\"" {
+            let after = line.split(": waiting ").nth(1).unwrap_or_default();
+            let secs = after.split("s on a timer").next().unwrap_or_default();
+            assert!(secs.parse::<f64>().is_ok(), "{ctx}: {line}");
+        }
     }
+}
+
+/// How long a greenlet of dump's JSON has waited, where told: a timer's
+/// time since it was set, a TCP socket's since its last data.
+fn waited(g: &Value) -> Option<f64> {
+    let w = &g["wait"];
+    w["waited_s"]
+        .as_f64()
+        .or_else(|| w["fd"]["quiet_s"].as_f64())
 }
 
 /// A greenlet's wait in dump's JSON against the fixture's own (`o`).
@@ -357,17 +398,34 @@ fn check_wait(o: &Value, g: &Value, what: &str) {
                 assert_eq!(fd["remote"], remote, "{what}");
                 assert_eq!(fd["local"], o["local"], "{what}");
                 assert_eq!(fd["state"], "ESTABLISHED", "{what}");
+                // No data since it was connected, as the kernel says.
+                let quiet = fd["quiet_s"].as_f64().expect("quiet_s");
+                let want = monotonic() - o["quiet_since"].as_f64().unwrap();
+                assert!(
+                    quiet <= want + 0.05 && quiet > want - 1.0,
+                    "{what}: quiet {quiet}s, connected {want}s ago"
+                );
             } else {
                 assert_eq!(fd["kind"], "unix", "{what}");
             }
         }
         "timer" => {
+            let now = monotonic();
             let left = g["seconds_left"].as_f64().expect("seconds_left");
-            let want = o["at"].as_f64().unwrap() - monotonic();
+            let want = o["at"].as_f64().unwrap() - now;
             assert!(
                 (left - want).abs() < 1.0,
                 "{what}: {left}s left, the fixture's timer says {want}s"
             );
+            // How long it has slept, against when the fixture called sleep.
+            if let Some(began) = o["began"].as_f64() {
+                let waited = g["waited_s"].as_f64().expect("waited_s");
+                let want = now - began;
+                assert!(
+                    waited <= want + 0.05 && waited > want - 1.0,
+                    "{what}: waited {waited}s, the fixture slept {want}s ago"
+                );
+            }
         }
         _ => assert_eq!(g["object"], o["object"], "{what}"),
     }
@@ -456,6 +514,35 @@ fn greenlets_are_bounded_by_the_async_limit() {
         314
     );
     assert_eq!(shown[0]["state"], "running", "the running one first");
+    // The sleeping greenlets shown are those that began their sleep first
+    // (the last spawned), whatever order the collector keeps them in.
+    let began: HashMap<u64, (String, f64)> = fx.ready["greenlets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["name"].as_str().is_some_and(|n| n.starts_with("many-")))
+        .map(|o| {
+            let id = o["id"].as_u64().unwrap();
+            let name = o["name"].as_str().unwrap().to_string();
+            (id, (name, o["wait"]["began"].as_f64().expect("began")))
+        })
+        .collect();
+    assert_eq!(began.len(), 300);
+    let ids: HashSet<u64> = shown.iter().filter_map(|g| g["id"].as_u64()).collect();
+    let (mut shown_many, mut hidden): (Vec<_>, Vec<_>) =
+        began.iter().partition(|(id, _)| ids.contains(id));
+    shown_many.sort_by(|a, b| a.1 .1.total_cmp(&b.1 .1));
+    hidden.sort_by(|a, b| a.1 .1.total_cmp(&b.1 .1));
+    let names: Vec<&str> = shown_many.iter().map(|(_, (n, _))| n.as_str()).collect();
+    assert!(!shown_many.is_empty(), "no many-N shown");
+    let (last_shown, first_hidden) = (shown_many.last().unwrap().1 .1, hidden[0].1 .1);
+    // Within a few loop turns: gevent dates a timer by its loop's clock.
+    assert!(
+        last_shown <= first_hidden + 0.05,
+        "shown {names:?}, the last began {last_shown}; {} began {first_hidden}",
+        hidden[0].1 .0
+    );
+    eprintln!("greenlets_are_bounded_by_the_async_limit: shown {names:?}");
     eprintln!(
         "greenlets_are_bounded_by_the_async_limit: covered {}",
         interp.label

@@ -179,8 +179,10 @@ fn check_dump(interp: &Interpreter, guest: bool) {
         "{ctx}: workers under supervisor\n{text}"
     );
     assert!(
-        worker.contains(") waiting on a timer, ") && worker.ends_with("s left"),
-        "{ctx}: a sleep's time left\n{text}"
+        worker.contains(") waiting ")
+            && worker.contains("s on a timer, ")
+            && worker.ends_with("s left"),
+        "{ctx}: a sleep's time run and left\n{text}"
     );
 }
 
@@ -207,6 +209,13 @@ fn check_wait(o: &Value, t: &Value, who: &str, what: &str) {
             assert!(
                 (left - want).abs() < 1.0,
                 "{what}: {left}s left, Trio's clock says {want}s"
+            );
+            // The fixture's sleeps are trio.sleep(1000): the time slept and
+            // the time left make up its length.
+            let waited = t["waited_s"].as_f64().expect("waited_s");
+            assert!(
+                (waited + left - 1000.0).abs() < 0.01,
+                "{what}: slept {waited}s, {left}s left, of 1000s"
             );
         }
         Some("socket") => {

@@ -526,7 +526,7 @@ impl Followed {
             return Vec::new();
         };
         let all = AsyncMode::Stitch { all: true };
-        let mut by = r.read(&mut self.reader, &self.source, 0.0, all, &snaps);
+        let mut by = r.read(&mut self.reader, &self.source, 0.0, all, &snaps, None);
         let mut out = Vec::new();
         for (i, s) in snaps.into_iter().enumerate() {
             let mut t = s.stack;
@@ -578,7 +578,7 @@ impl Followed {
         };
         let snaps = [snapshot(stack, Vec::new(), t.tstate, t.interp)];
         let running = AsyncMode::Stitch { all: false };
-        let mut by = r.read(&mut self.reader, &self.source, 0.0, running, &snaps);
+        let mut by = r.read(&mut self.reader, &self.source, 0.0, running, &snaps, None);
         let [snap] = snaps;
         let mut stack = snap.stack;
         let before = stack.frames.clone();

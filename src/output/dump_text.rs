@@ -211,7 +211,7 @@ fn write_greenlets(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()>
         if g.state == "running" {
             write!(out, ": the thread's stack above")?;
         } else if let Some(w) = &g.wait {
-            write!(out, ": waiting on {}", object_wait(w))?;
+            write!(out, ": {}", object_wait(w))?;
         }
         writeln!(out)?;
         if g.state != "running" {
@@ -232,13 +232,18 @@ fn write_greenlets(out: &mut dyn Write, tt: &ThreadTasks) -> std::io::Result<()>
     Ok(())
 }
 
-/// What a suspended greenlet or waiting Trio task waits on, in words: a socket's fd as a
-/// thread's wait names it, a timer's seconds left, else the object and the
-/// local that refers to it.
+/// What a suspended greenlet or waiting Trio task waits on, in words
+/// (`waiting 2.0s on a timer, 8.0s left`): for how long where told, then a
+/// socket's fd as a thread's wait names it, a timer's seconds left, else
+/// the object and the local that refers to it.
 fn object_wait(w: &crate::stack::ObjectWait) -> String {
     /// Most characters of one path or peer in the line.
     const ITEM: usize = 60;
-    match (w.kind, &w.fd, w.seconds_left) {
+    let on = match w.waited_s {
+        Some(s) => format!("waiting {s:.1}s on"),
+        None => "waiting on".to_string(),
+    };
+    let what = match (w.kind, &w.fd, w.seconds_left) {
         ("socket", Some(fd), _) => fd.long(ITEM),
         ("timer", _, Some(left)) if left > 0.0 => format!("a timer, {left:.1}s left"),
         ("timer", _, Some(_)) => "a timer, due".to_string(),
@@ -247,7 +252,8 @@ fn object_wait(w: &crate::stack::ObjectWait) -> String {
             "{} 0x{:x} (local {} in {})",
             w.type_name, w.object, w.local, w.function
         ),
-    }
+    };
+    format!("{on} {what}")
 }
 
 /// Tasks as a forest by awaiter (an asyncio loop's, with its queues) or by
@@ -354,7 +360,7 @@ fn write_task(
         }
     }
     if let Some(w) = &t.wait {
-        write!(out, " waiting on {}", object_wait(w))?;
+        write!(out, " {}", object_wait(w))?;
     }
     writeln!(out)?;
     for f in &t.frames {

@@ -305,6 +305,36 @@ impl<'a> ObjReader<'a> {
         Ok(d.iter().rev().fold(0u64, |acc, &x| (acc << 30) | x as u64))
     }
 
+    /// The value of a Python `float`.
+    pub(crate) fn float(&self, obj: u64) -> Option<f64> {
+        if self.type_name(obj).ok()? != "float" {
+            return None;
+        }
+        let at = obj.wrapping_add(self.layout.object.float_value);
+        self.mem.read_u64(at).ok().map(f64::from_bits)
+    }
+
+    /// The value of a Python `float` or `int` (a duration, say), as a
+    /// float; None for anything else, or an int past 90 bits.
+    pub(crate) fn number(&self, obj: u64) -> Option<f64> {
+        match self.type_name(obj).ok()?.as_str() {
+            "float" => self.float(obj),
+            "int" => {
+                if let Some(ival) = self.layout.object.int_value {
+                    let v = self.mem.read_u64(obj.wrapping_add(ival)).ok()? as i64;
+                    return Some(v as f64);
+                }
+                let (neg, d) = self.long_digits(obj).ok()?;
+                if d.len() > 3 {
+                    return None;
+                }
+                let v = d.iter().rev().fold(0u64, |acc, &x| (acc << 30) | x as u64) as f64;
+                Some(if neg { -v } else { v })
+            }
+            _ => None,
+        }
+    }
+
     /// Decimal text of an int, exact.
     pub(crate) fn int_repr(&self, obj: u64) -> R<String> {
         if let Some(ival) = self.layout.object.int_value {

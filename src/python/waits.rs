@@ -31,6 +31,18 @@ const MAX_BASES: u64 = 64;
 /// Most entries of an eventlet hub's timer lists looked through.
 const MAX_TIMERS: u64 = 100_000;
 
+/// The length of a sleep, from the locals of the frame that called it
+/// (gevent's and Trio's `sleep` take it as `seconds`).
+pub(crate) fn seconds_local(objr: &ObjReader, locals: &[LocalRef]) -> Option<f64> {
+    let l = locals.iter().find(|l| l.name == "seconds")?;
+    duration(objr, l.obj)
+}
+
+/// A number of seconds a wait can last: finite, not negative.
+fn duration(objr: &ObjReader, obj: u64) -> Option<f64> {
+    objr.number(obj).filter(|v| v.is_finite() && *v >= 0.0)
+}
+
 /// The types a greenlet or Trio task waits on, as found in the target's
 /// modules (each absent where its module is not loaded).
 #[derive(Default, Clone)]
@@ -97,7 +109,16 @@ pub(crate) struct WaitReader<'a> {
     types: &'a WaitTypes,
     /// For each type met: what it is a kind of (None: nothing waited on).
     kinds: HashMap<u64, Option<Kind>>,
+    /// For each type met: where its `_sock` slot is, if it has one.
+    sock_slots: HashMap<u64, Option<u64>>,
+    /// For each object met (one read: the objects hold still): its
+    /// `_sock`, if it has one. Every greenlet's frames refer to the same
+    /// hub and loop.
+    socks: HashMap<u64, Option<u64>>,
 }
+
+/// The most objects whose `_sock` a [`WaitReader`] keeps.
+const MAX_SOCKS: usize = 100_000;
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -120,6 +141,8 @@ impl<'a> WaitReader<'a> {
             gevent,
             types,
             kinds: HashMap::new(),
+            sock_slots: HashMap::new(),
+            socks: HashMap::new(),
         }
     }
 
@@ -160,17 +183,28 @@ impl<'a> WaitReader<'a> {
 
     /// A gevent socket's (or a socket file's) `_sock`, from its slot or
     /// its `__dict__`.
-    fn inner_sock(&self, obj: u64) -> Option<u64> {
+    fn inner_sock(&mut self, obj: u64) -> Option<u64> {
+        if let Some(s) = self.socks.get(&obj) {
+            return *s;
+        }
         let ty = self.objr.type_of(obj).ok()?;
-        if let Some(off) = crate::python::objects::slot_offset(self.objr, self.al, ty, "_sock") {
-            return self
-                .objr
+        let (objr, al) = (self.objr, self.al);
+        let slot = *self
+            .sock_slots
+            .entry(ty)
+            .or_insert_with(|| crate::python::objects::slot_offset(objr, al, ty, "_sock"));
+        let inner = match slot {
+            Some(off) => objr
                 .mem
                 .read_u64(obj.wrapping_add(off))
                 .ok()
-                .filter(|p| *p != 0);
+                .filter(|p| *p != 0),
+            None => objr.instance_attr(obj, "_sock").ok().flatten(),
+        };
+        if self.socks.len() < MAX_SOCKS {
+            self.socks.insert(obj, inner);
         }
-        self.objr.instance_attr(obj, "_sock").ok().flatten()
+        inner
     }
 
     /// What greenlet `me`, whose innermost frame's locals are `locals`
@@ -205,7 +239,9 @@ impl<'a> WaitReader<'a> {
                 match self.kind(ty) {
                     Some(Kind::Socket) => return Some(self.socket(function, &local, obj)),
                     Some(Kind::Timer) => {
-                        if let Some(w) = self.timer(function, &local, obj, ty) {
+                        if let Some(mut w) = self.timer(function, &local, obj, ty) {
+                            // gevent's `sleep(seconds)` holds its timer.
+                            w.duration = seconds_local(self.objr, locals);
                             return Some(w);
                         }
                         break;
@@ -213,6 +249,12 @@ impl<'a> WaitReader<'a> {
                     Some(Kind::EventletTimer) => {
                         let mut w = self.wait("timer", function, &local, obj);
                         w.deadline = self.eventlet_deadline(obj, locals);
+                        w.duration = self
+                            .objr
+                            .instance_attr(obj, "seconds")
+                            .ok()
+                            .flatten()
+                            .and_then(|v| duration(self.objr, v));
                         return Some(w);
                     }
                     Some(Kind::Object(kind)) => {
@@ -249,6 +291,8 @@ impl<'a> WaitReader<'a> {
             fd: None,
             deadline: None,
             seconds_left: None,
+            duration: None,
+            waited_s: None,
         }
     }
 
@@ -275,7 +319,6 @@ impl<'a> WaitReader<'a> {
     /// one). The hub is the local among `locals` that has those lists.
     fn eventlet_deadline(&self, timer: u64, locals: &[LocalRef]) -> Option<f64> {
         let objr = self.objr;
-        let float_value = objr.layout.object.float_value;
         for l in locals {
             for name in ["next_timers", "timers"] {
                 let Ok(Some(list)) = objr.instance_attr(l.obj, name) else {
@@ -289,9 +332,8 @@ impl<'a> WaitReader<'a> {
                         continue;
                     };
                     if let [at, t] = pair[..] {
-                        if t == timer && objr.type_name(at).is_ok_and(|n| n == "float") {
-                            let v = objr.mem.read_u64(at.wrapping_add(float_value)).ok()?;
-                            return Some(f64::from_bits(v)).filter(|v| v.is_finite());
+                        if t == timer {
+                            return objr.float(at).filter(|v| v.is_finite());
                         }
                     }
                 }

@@ -28,7 +28,7 @@ use crate::memory::MemoryExt;
 use crate::python::objects::ObjReader;
 use crate::python::pagecache::PageCache;
 use crate::python::reader::{LocalRef, Reader, ThreadSnapshot};
-use crate::python::waits::{WaitReader, WaitTypes};
+use crate::python::waits::{seconds_local, WaitReader, WaitTypes};
 use crate::stack::{Frame, ObjectWait, Task, TaskState};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -323,10 +323,22 @@ impl AsyncioReader {
         // and the trap below it, tell nothing); a sleep's, its deadline.
         if let Some((w, sleep)) = waits.as_mut() {
             for (t, addrs) in &mut tasks {
-                for (f, addr) in t.frames.iter().zip(addrs.iter()).take(WAIT_FRAMES) {
+                for (k, (f, addr)) in t.frames.iter().zip(addrs.iter()).enumerate() {
+                    if k == WAIT_FRAMES {
+                        break;
+                    }
                     let locals = reader.frame_locals_at(objr.mem, *addr);
                     if sleep.is_sleep_until(f) {
                         t.wait = sleep.wait(objr, &f.function, &locals);
+                        // `trio.sleep(seconds)` above it: the sleep's length.
+                        if let (Some(w), Some(up), Some(up_addr)) =
+                            (t.wait.as_mut(), t.frames.get(k + 1), addrs.get(k + 1))
+                        {
+                            if sleep.is_sleep(up) {
+                                let locals = reader.frame_locals_at(objr.mem, *up_addr);
+                                w.duration = seconds_local(objr, &locals);
+                            }
+                        }
                         break;
                     }
                     t.wait = w.wait_of(t.id, &f.function, &locals);
@@ -355,7 +367,7 @@ impl AsyncioReader {
             return None;
         }
         let offset = self.slot(objr, l, clock, "offset")?;
-        float_of(objr, offset)
+        objr.float(offset)
     }
 }
 
@@ -436,7 +448,16 @@ struct Sleep<'a> {
 impl Sleep<'_> {
     /// Whether `f` is `trio.sleep_until`'s frame: its name, in its module's file.
     fn is_sleep_until(&self, f: &Frame) -> bool {
-        &*f.function == SLEEP_UNTIL && self.file.is_some_and(|m| f.file.as_deref() == Some(m))
+        &*f.function == SLEEP_UNTIL && self.in_module(f)
+    }
+
+    /// Whether `f` is `trio.sleep`'s frame (which calls `sleep_until`).
+    fn is_sleep(&self, f: &Frame) -> bool {
+        &*f.function == "sleep" && self.in_module(f)
+    }
+
+    fn in_module(&self, f: &Frame) -> bool {
+        self.file.is_some_and(|m| f.file.as_deref() == Some(m))
     }
 
     /// A sleep's wait, from `sleep_until`'s locals: a timer whose deadline
@@ -446,7 +467,7 @@ impl Sleep<'_> {
     /// `sleep_forever` does, on nothing.
     fn wait(&self, objr: &ObjReader, function: &str, locals: &[LocalRef]) -> Option<ObjectWait> {
         let local = locals.iter().find(|l| l.name == "deadline")?;
-        let at = float_of(objr, local.obj).filter(|v| v.is_finite())?;
+        let at = objr.float(local.obj).filter(|v| v.is_finite())?;
         Some(ObjectWait {
             kind: "timer",
             type_name: local.kind.clone(),
@@ -456,17 +477,10 @@ impl Sleep<'_> {
             fd: None,
             deadline: self.offset.map(|o| at - o).filter(|v| v.is_finite()),
             seconds_left: None,
+            duration: None,
+            waited_s: None,
         })
     }
-}
-
-/// The value of a Python `float`.
-fn float_of(objr: &ObjReader, obj: u64) -> Option<f64> {
-    if objr.type_name(obj).ok()? != "float" {
-        return None;
-    }
-    let at = obj.wrapping_add(objr.layout.object.float_value);
-    objr.mem.read_u64(at).ok().map(f64::from_bits)
 }
 
 /// `module.name` in interpreter `interp`'s `sys.modules`.

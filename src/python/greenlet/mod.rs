@@ -22,9 +22,12 @@ use crate::cpython_layouts::greenlet::{
 use crate::cpython_layouts::{EntryMarker, Layout};
 use crate::memory::{Memory, MemoryExt};
 use crate::python::objects::ObjReader;
+use crate::python::pagecache::PageCache;
 use crate::python::reader::{Reader, ThreadSnapshot};
 use crate::python::waits;
-use crate::stack::{Frame, FrameKind, Greenlet, ThreadStack, ThreadStatus, ThreadTasks};
+use crate::stack::{
+    Frame, FrameKind, Greenlet, ObjectWait, ThreadStack, ThreadStatus, ThreadTasks,
+};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -77,6 +80,10 @@ pub(crate) struct GreenletRead {
     pub(crate) waits: bool,
 }
 
+/// When socket `fd` of the target last carried data, as the kernel says,
+/// on the monotonic clock (the caller's: it sees the kernel's side).
+pub(crate) type SocketQuiet<'a> = &'a mut dyn FnMut(i32) -> Option<f64>;
+
 /// What one interpreter's modules say of its greenlets.
 #[derive(Clone)]
 struct Facts {
@@ -120,6 +127,10 @@ struct Raw {
     run: u64,
 }
 
+/// A greenlet placed under its thread: as read, its state, whether it is
+/// a hub.
+type Placed = (Raw, &'static str, bool);
+
 impl GreenletReader {
     fn note(&mut self, s: String) {
         if !self.notes.contains(&s) {
@@ -128,15 +139,18 @@ impl GreenletReader {
     }
 
     /// Add every live greenlet to the tasks of the thread it runs on
-    /// (`out`, by snapshot index), as `how` asks.
+    /// (`out`, by snapshot index), as `how` asks; `quiet` tells when a
+    /// socket waited on last carried data (None: not known).
     pub(crate) fn read(
         &mut self,
         reader: &mut Reader,
-        mem: &dyn Memory,
+        cache: &PageCache,
         snaps: &[ThreadSnapshot],
         how: GreenletRead,
+        mut quiet: Option<SocketQuiet>,
         out: &mut HashMap<usize, ThreadTasks>,
     ) {
+        let mem: &dyn Memory = cache;
         let pl = reader.process.layout.clone();
         let mut interps: Vec<u64> = snaps.iter().map(|s| s.interp).collect();
         interps.sort_unstable();
@@ -204,7 +218,7 @@ impl GreenletReader {
             inherit_mains(&mut raws);
             self.place(
                 reader,
-                mem,
+                cache,
                 &objr,
                 gl,
                 py,
@@ -213,6 +227,7 @@ impl GreenletReader {
                 &facts.gevent,
                 raws,
                 how,
+                &mut quiet,
                 out,
             );
         }
@@ -297,7 +312,7 @@ impl GreenletReader {
     fn place(
         &mut self,
         reader: &mut Reader,
-        mem: &dyn Memory,
+        cache: &PageCache,
         objr: &ObjReader,
         gl: &GreenletLayout,
         py: &GreenletPython,
@@ -306,8 +321,10 @@ impl GreenletReader {
         gevent: &Gevent,
         raws: Vec<Raw>,
         how: GreenletRead,
+        quiet: &mut Option<SocketQuiet>,
         out: &mut HashMap<usize, ThreadTasks>,
     ) {
+        let mem: &dyn Memory = cache;
         let limit = how.limit;
         let pl = objr.layout;
         let threads: Vec<usize> = (0..snaps.len())
@@ -395,7 +412,7 @@ impl GreenletReader {
             None => HashSet::new(),
         };
         let mut is_hub: HashMap<u64, bool> = HashMap::new();
-        let mut by_thread: HashMap<usize, Vec<(Raw, &'static str, bool)>> = HashMap::new();
+        let mut by_thread: HashMap<usize, Vec<Placed>> = HashMap::new();
         for r in raws {
             let Some(&i) = thread_of.get(&r.main_greenlet) else {
                 continue;
@@ -447,6 +464,49 @@ impl GreenletReader {
         let names = &mut self.names;
         for (i, mut gs) in by_thread {
             gs.sort_by_key(rank);
+            // Reading waits (dump): the suspended greenlets waiting longest
+            // first, before the cut, where when a wait began is told (a
+            // timer's deadline less its length, a socket's last data as
+            // the kernel says: `quiet`); the others after them, as found.
+            // Each one's wait is read from its innermost frames' locals
+            // alone (those shown are read whole below).
+            let suspended = gs.iter().position(|g| rank(g) == 2).map(|from| {
+                let to = gs
+                    .iter()
+                    .rposition(|g| rank(g) == 2)
+                    .map_or(from, |t| t + 1);
+                from..to
+            });
+            if let (Some(w), Some(range)) = (waits.as_mut(), suspended) {
+                let from = range.start;
+                let tops: Vec<u64> = gs[range.clone()].iter().map(|g| g.0.top_frame).collect();
+                prefetch_frames(cache, pl, py, &tops);
+                let mut keyed: Vec<(Option<f64>, Placed)> = gs
+                    .drain(range)
+                    .map(|g| {
+                        let r = &g.0;
+                        let wait = (r.top_frame != 0)
+                            .then(|| {
+                                let (addrs, _) =
+                                    saved_frame_addrs(mem, pl, py, r.top_frame, WAIT_FRAMES);
+                                wait_in(reader, mem, w, r.id, &addrs, None)
+                            })
+                            .flatten();
+                        let began = wait.as_ref().and_then(|w| {
+                            w.began()
+                                .or_else(|| quiet.as_mut().and_then(|q| q(w.fd.as_ref()?.fd)))
+                        });
+                        (began, g)
+                    })
+                    .collect();
+                keyed.sort_by(|a, b| match (a.0, b.0) {
+                    (Some(x), Some(y)) => x.total_cmp(&y),
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (None, None) => std::cmp::Ordering::Equal,
+                });
+                gs.splice(from..from, keyed.into_iter().map(|(_, g)| g));
+            }
             let left_out = gs.len().saturating_sub(limit) as u64;
             gs.truncate(limit);
             // eventlet's hub's `BaseHub.run` frames, noted as the hub is
@@ -475,18 +535,9 @@ impl GreenletReader {
                     } else if r.top_frame != 0 {
                         let (frames, truncated, addrs) =
                             saved_frames(reader, mem, pl, py, r.top_frame);
-                        // The innermost frames, innermost first: the first
-                        // whose locals tell a wait tells it (eventlet waits
-                        // in its hub's own `switch`, below the waiter).
-                        if let Some(w) = waits.as_mut() {
-                            for (f, addr) in frames.iter().zip(&addrs).take(WAIT_FRAMES) {
-                                let locals = reader.frame_locals_at(mem, *addr);
-                                wait = w.wait_of(r.id, &f.function, &locals);
-                                if wait.is_some() {
-                                    break;
-                                }
-                            }
-                        }
+                        wait = waits
+                            .as_mut()
+                            .and_then(|w| wait_in(reader, mem, w, r.id, &addrs, Some(&frames)));
                         (frames, truncated, addrs)
                     } else {
                         (Vec::new(), None, Vec::new())
@@ -729,6 +780,88 @@ fn read_raw(mem: &dyn Memory, gl: &GreenletLayout, id: u64, ty: u64) -> Option<R
     })
 }
 
+/// What suspended greenlet `id` waits on: the first of its innermost
+/// frames (at `addrs`, innermost first) whose locals tell (eventlet waits
+/// in its hub's own `switch`, below the waiter); `frames`, where decoded,
+/// name the function (else it is left empty).
+fn wait_in(
+    reader: &mut Reader,
+    mem: &dyn Memory,
+    w: &mut waits::WaitReader,
+    id: u64,
+    addrs: &[u64],
+    frames: Option<&[Frame]>,
+) -> Option<ObjectWait> {
+    addrs
+        .iter()
+        .take(WAIT_FRAMES)
+        .enumerate()
+        .find_map(|(i, addr)| {
+            let locals = reader.frame_locals_at(mem, *addr);
+            let function = frames.and_then(|f| f.get(i)).map_or("", |f| &*f.function);
+            w.wait_of(id, function, &locals)
+        })
+}
+
+/// Load, in two batched reads, the pages of the frames of greenlets whose
+/// saved top frames are `tops`: their frame objects (3.11+), then the
+/// frames they hold. Met one page at a time, 10,000 greenlets' frames
+/// cost about as many reads of the target's memory.
+fn prefetch_frames(cache: &PageCache, pl: &Layout, py: &GreenletPython, tops: &[u64]) {
+    let tops = tops.iter().copied().filter(|t| *t != 0);
+    let frames: Vec<u64> = match py.frameobject_f_frame {
+        Some(off) => {
+            cache.prefetch(tops.clone().map(|t| (t.wrapping_add(off), 8)));
+            tops.filter_map(|t| cache.read_u64(t.wrapping_add(off)).ok())
+                .filter(|f| *f != 0)
+                .collect()
+        }
+        None => tops.collect(),
+    };
+    let f = &pl.frame;
+    cache.prefetch(frames.iter().map(|a| (*a, f.size as usize)));
+}
+
+/// The addresses of a suspended greenlet's saved frames, innermost first,
+/// at most `max` (greenlet's shim frames left out); and why the chain was
+/// cut short, where it was.
+fn saved_frame_addrs(
+    mem: &dyn Memory,
+    pl: &Layout,
+    py: &GreenletPython,
+    top: u64,
+    max: usize,
+) -> (Vec<u64>, Option<String>) {
+    let mut addrs = Vec::new();
+    let mut f = match py.frameobject_f_frame {
+        Some(off) => mem.read_u64(top.wrapping_add(off)).unwrap_or(0),
+        None => top,
+    };
+    let mut seen = HashSet::new();
+    while f != 0 {
+        if addrs.len() >= max {
+            return (addrs, Some(format!("more than {max} frames")));
+        }
+        if !seen.insert(f) {
+            return (addrs, Some("the frame chain loops".to_string()));
+        }
+        let shim = match pl.frame.entry {
+            EntryMarker::OwnerShim { owner, shim_from } => mem
+                .read_u8(f.wrapping_add(owner))
+                .is_ok_and(|o| o >= shim_from),
+            _ => false,
+        };
+        if !shim {
+            addrs.push(f);
+        }
+        f = match mem.read_u64(f.wrapping_add(pl.frame.previous)) {
+            Ok(p) => p,
+            Err(_) => return (addrs, Some("a frame could not be read".to_string())),
+        };
+    }
+    (addrs, None)
+}
+
 /// A suspended greenlet's saved frames, innermost first; with their
 /// addresses.
 fn saved_frames(
@@ -738,45 +871,19 @@ fn saved_frames(
     py: &GreenletPython,
     top: u64,
 ) -> (Vec<Frame>, Option<String>, Vec<u64>) {
-    let mut frames = Vec::new();
-    let mut addrs = Vec::new();
-    let mut f = match py.frameobject_f_frame {
-        Some(off) => mem.read_u64(top.wrapping_add(off)).unwrap_or(0),
-        None => top,
-    };
-    let mut seen = HashSet::new();
-    while f != 0 {
-        if frames.len() >= MAX_FRAMES {
-            return (
-                frames,
-                Some(format!("more than {MAX_FRAMES} frames")),
-                addrs,
-            );
-        }
-        if !seen.insert(f) {
-            return (frames, Some("the frame chain loops".to_string()), addrs);
-        }
-        let shim = match pl.frame.entry {
-            EntryMarker::OwnerShim { owner, shim_from } => mem
-                .read_u8(f.wrapping_add(owner))
-                .is_ok_and(|o| o >= shim_from),
-            _ => false,
-        };
-        if !shim {
-            match reader.frame_at(mem, f) {
-                Some((frame, _)) => {
-                    addrs.push(f);
-                    frames.push(frame)
-                }
-                None => return (frames, Some("a frame could not be read".to_string()), addrs),
+    let (mut addrs, mut truncated) = saved_frame_addrs(mem, pl, py, top, MAX_FRAMES);
+    let mut frames = Vec::with_capacity(addrs.len());
+    for (i, addr) in addrs.iter().enumerate() {
+        match reader.frame_at(mem, *addr) {
+            Some((frame, _)) => frames.push(frame),
+            None => {
+                addrs.truncate(i);
+                truncated = Some("a frame could not be read".to_string());
+                break;
             }
         }
-        f = match mem.read_u64(f.wrapping_add(pl.frame.previous)) {
-            Ok(p) => p,
-            Err(_) => return (frames, Some("a frame could not be read".to_string()), addrs),
-        };
     }
-    (frames, None, addrs)
+    (frames, truncated, addrs)
 }
 
 /// gevent's name for a greenlet: `name` when one was given, else

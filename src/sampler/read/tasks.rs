@@ -5,7 +5,7 @@
 
 use super::Target;
 use crate::python::asyncio::{self, AsyncRead, AsyncioReader, TasksByThread};
-use crate::python::greenlet::{GreenletRead, GreenletReader};
+use crate::python::greenlet::{GreenletRead, GreenletReader, SocketQuiet};
 use crate::python::pagecache::{PageCache, PageStore};
 use crate::python::reader::{Reader, ThreadSnapshot};
 use crate::sampler::config::{AsyncMode, TargetConfig};
@@ -46,6 +46,7 @@ impl TaskReaders {
         age: f64,
         mode: AsyncMode,
         snaps: &[ThreadSnapshot],
+        quiet: Option<SocketQuiet>,
     ) -> TasksByThread {
         let cache = PageCache::resume(source, std::mem::take(&mut self.pages));
         let mut tasks = match async_read(mode) {
@@ -68,7 +69,8 @@ impl TaskReaders {
                 .read_trio(reader, &cache, snaps, limit, waits, &mut tasks);
         }
         if let Some(how) = greenlet_read(mode) {
-            self.greenlets.read(reader, &cache, snaps, how, &mut tasks);
+            self.greenlets
+                .read(reader, &cache, snaps, how, quiet, &mut tasks);
         }
         self.pages = cache.into_store();
         tasks
@@ -120,24 +122,33 @@ impl Target {
         };
         let mode = cfg.read.asyncio;
         let age = self.waits.age();
-        let mut tasks = self
-            .tasks
-            .read(&mut self.reader, &*self.source, age, mode, s);
-        if matches!(mode, AsyncMode::Tree { .. }) {
-            self.describe_greenlet_waits(&mut tasks);
-        }
-        tasks
-    }
-
-    /// The greenlets' waits completed from the kernel's side: a socket's
-    /// fd described (its peer), a timer's seconds left (a live process:
-    /// its deadline is on this host's monotonic clock).
-    fn describe_greenlet_waits(&mut self, tasks: &mut TasksByThread) {
         let now = self
             .waits
             .live()
             .then(|| crate::wait::clock_now(libc::CLOCK_MONOTONIC))
             .flatten();
+        let tree = matches!(mode, AsyncMode::Tree { .. });
+        // dump: when a socket a greenlet waits on last carried data.
+        let waits = &mut self.waits;
+        let mut quiet = |fd: i32| Some(now? - waits.describe(fd).quiet_s?);
+        let quiet: Option<SocketQuiet> = match tree {
+            true => Some(&mut quiet),
+            false => None,
+        };
+        let mut tasks = self
+            .tasks
+            .read(&mut self.reader, &*self.source, age, mode, s, quiet);
+        if tree {
+            self.describe_greenlet_waits(&mut tasks, now);
+        }
+        tasks
+    }
+
+    /// The greenlets' waits completed from the kernel's side: a socket's
+    /// fd described (its peer, its last data), a timer's seconds left and
+    /// how long it has run (a live process, `now` on this host's monotonic
+    /// clock, which its deadline is on).
+    fn describe_greenlet_waits(&mut self, tasks: &mut TasksByThread, now: Option<f64>) {
         for tt in tasks.values_mut() {
             let greenlets = tt.greenlets.iter_mut().filter_map(|g| g.wait.as_mut());
             let trio = tt.trio_tasks.iter_mut().filter_map(|t| t.wait.as_mut());
@@ -147,6 +158,9 @@ impl Target {
                 }
                 if let (Some(at), Some(now)) = (w.deadline, now) {
                     w.seconds_left = Some(((at - now) * 1000.0).round() / 1000.0);
+                }
+                if let (Some(began), Some(now)) = (w.began(), now) {
+                    w.waited_s = Some(((now - began) * 1000.0).round() / 1000.0);
                 }
             }
         }
