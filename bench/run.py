@@ -284,6 +284,23 @@ def read_raw(path):
     return stacks
 
 
+def perf_samples(data, out):
+    """`perf record`'s samples as collapsed stacks, one line per thread id
+    (only their count is used), written to `out`; `data` removed."""
+    counts = {}
+    try:
+        text = subprocess.run(["perf", "script", "-i", str(data), "-F", "tid"], capture_output=True,
+                              text=True, timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        text = ""
+    for line in text.splitlines():
+        tid = line.strip()
+        if tid:
+            counts[tid] = counts.get(tid, 0) + 1
+    Path(out).write_text("".join(f"thread {tid} {n}\n" for tid, n in counts.items()))
+    data.unlink(missing_ok=True)
+
+
 def function_of(frame):
     """`Class.name (file.py:12)` -> `name`."""
     return frame.split(" (", 1)[0].strip().rsplit(".", 1)[-1]
@@ -1076,6 +1093,14 @@ class Bench:
             t["pyinspect-bpf"] = lambda pid, rate, d, out, block: self.ours(
                 "record", "-p", pid, "-r", rate, "-d", d, "--idle", "-f", "raw", "-o", out,
                 "--engine", "bpf")
+            # The kernel's own sampler at the same rate, with no eBPF program
+            # and no stacks (perf record of the interrupted instruction
+            # alone): what the timer interrupts cost the target by
+            # themselves, the floor under the eBPF engine's slowdown.
+            if shutil.which("perf"):
+                t["perf"] = lambda pid, rate, d, out, block: [
+                    "perf", "record", "-q", "-e", "cpu-clock", "-F", str(rate), "-p", str(pid),
+                    "-o", f"{out}.data", "--", "sleep", str(d)]
             if python == py315:
                 t["cpython"] = lambda pid, rate, d, out, block: [
                     py315, "-m", "profiling.sampling", "attach", "-a", "-r", str(rate), "-d", str(d),
@@ -1103,11 +1128,16 @@ class Bench:
                 err.seek(0)
                 text = err.read().decode(errors="replace")
                 line = Path(report.name).read_text().strip()
+            if cmd[0] == "perf":
+                perf_samples(Path(f"{out}.data"), out)
             if not line:
                 return None, 0, rate, "did not finish"
             m = Measured(line, text)
             stacks = read_raw(out) if out.exists() else []
-            ticks = sum(c for _, c in stacks) / threads
+            # perf samples a thread only on its CPU: its ticks are its
+            # interrupts, all threads together (one CPU runs Python at a
+            # time: the GIL).
+            ticks = sum(c for _, c in stacks) / (1 if cmd[0] == "perf" else threads)
             if m.rc != 0 or not stacks:
                 return m, 0, rate, first_line(text) if m.rc != 0 else "empty profile"
             return m, ticks, rate, None
@@ -1119,7 +1149,7 @@ class Bench:
                 t.ask(1, 30)  # warm-up
                 for name, make in tools(python).items():
                     for block in modes:
-                        if block and name == "pyinspect-bpf":
+                        if block and name in ("pyinspect-bpf", "perf"):
                             continue
                         # Start-up alone: one sample a second for a second.
                         su = self.tmp / f"startup-{name}.txt"
@@ -1198,6 +1228,7 @@ class Bench:
                     continue
                 peer = find(py, "cpython", "nonblocking", rate) or find(py, "py-spy", "nonblocking", rate)
                 spy = find(py, "py-spy", "nonblocking", rate)
+                perf = find(py, "perf", "nonblocking", rate)
                 # CPU per sample is judged by record-bpf-engine (measured over a
                 # window, start-up apart); here the whole run less a start-up
                 # run, beside the peers', and what the target lost.
@@ -1207,11 +1238,12 @@ class Bench:
                                  peer.get("delivered_pct") if peer else None,
                                  ">= 99%, slowdown <= 1%", verdict(ok), "%",
                                  f"target slowdown {cell(b, 'slowdown_pct', '%')} "
-                                 f"(vs {peer['tool'] if peer else '-'} {cell(peer, 'slowdown_pct', '%')}); "
+                                 f"(vs {peer['tool'] if peer else '-'} {cell(peer, 'slowdown_pct', '%')}; "
+                                 f"the kernel's own perf record, no program: {cell(perf, 'slowdown_pct', '%')}); "
                                  f"{cell(b, 'us_per_sample', ' us')}/sample, program "
                                  f"{b.get('program_s', 0) * 1e3:.0f} ms; py-spy {cell(spy, 'us_per_sample', ' us')}, "
                                  f"ptrace engine {cell(find(py, 'pyinspect', 'nonblocking', rate), 'us_per_sample', ' us')}",
-                                 {"rows": [b, peer, spy]})
+                                 {"rows": [b, peer, spy, perf]})
             for mode in ("nonblocking", "pausing"):
                 for rate in (1000, 10000):
                     ours = find(py, "pyinspect", mode, rate)
