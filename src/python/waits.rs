@@ -115,10 +115,15 @@ pub(crate) struct WaitReader<'a> {
     /// `_sock`, if it has one. Every greenlet's frames refer to the same
     /// hub and loop.
     socks: HashMap<u64, Option<u64>>,
+    /// eventlet: each timer list of a hub met, as timer → deadline.
+    timer_lists: HashMap<u64, HashMap<u64, f64>>,
 }
 
 /// The most objects whose `_sock` a [`WaitReader`] keeps.
 const MAX_SOCKS: usize = 100_000;
+/// The most eventlet timer lists a [`WaitReader`] keeps (a process has a
+/// hub a thread, two lists each).
+const MAX_TIMER_LISTS: usize = 64;
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -143,6 +148,7 @@ impl<'a> WaitReader<'a> {
             kinds: HashMap::new(),
             sock_slots: HashMap::new(),
             socks: HashMap::new(),
+            timer_lists: HashMap::new(),
         }
     }
 
@@ -317,25 +323,38 @@ impl<'a> WaitReader<'a> {
     /// `(deadline, timer)` in its heap (`timers`) or in the timers added
     /// since the loop last ran (`next_timers`), on its clock (the monotonic
     /// one). The hub is the local among `locals` that has those lists.
-    fn eventlet_deadline(&self, timer: u64, locals: &[LocalRef]) -> Option<f64> {
+    /// Each list is read once a read (a dump reads every sleeping
+    /// GreenThread's wait: one hub's lists for all of them).
+    fn eventlet_deadline(&mut self, timer: u64, locals: &[LocalRef]) -> Option<f64> {
         let objr = self.objr;
         for l in locals {
             for name in ["next_timers", "timers"] {
                 let Ok(Some(list)) = objr.instance_attr(l.obj, name) else {
                     continue;
                 };
-                let Ok((items, _)) = objr.list_items(list, MAX_TIMERS) else {
-                    continue;
-                };
-                for item in items {
-                    let Ok((pair, _)) = objr.tuple_items(item, 2) else {
-                        continue;
-                    };
-                    if let [at, t] = pair[..] {
-                        if t == timer {
-                            return objr.float(at).filter(|v| v.is_finite());
+                if !self.timer_lists.contains_key(&list) {
+                    let items = objr
+                        .list_items(list, MAX_TIMERS)
+                        .map(|(items, _)| items)
+                        .unwrap_or_default();
+                    let deadlines: HashMap<u64, f64> = items
+                        .into_iter()
+                        .filter_map(|item| match objr.tuple_items(item, 2).ok()?.0[..] {
+                            [at, t] => Some((t, objr.float(at).filter(|v| v.is_finite())?)),
+                            _ => None,
+                        })
+                        .collect();
+                    // Past the bound, a list is read for this timer alone.
+                    if self.timer_lists.len() >= MAX_TIMER_LISTS {
+                        match deadlines.get(&timer) {
+                            Some(at) => return Some(*at),
+                            None => continue,
                         }
                     }
+                    self.timer_lists.insert(list, deadlines);
+                }
+                if let Some(at) = self.timer_lists.get(&list).and_then(|d| d.get(&timer)) {
+                    return Some(*at);
                 }
             }
         }
