@@ -315,7 +315,7 @@ impl<'a> ObjReader<'a> {
     }
 
     /// The value of a Python `float` or `int` (a duration, say), as a
-    /// float; None for anything else, or an int past 90 bits.
+    /// float; None for anything else, or an int past 60 bits.
     pub(crate) fn number(&self, obj: u64) -> Option<f64> {
         match self.type_name(obj).ok()?.as_str() {
             "float" => self.float(obj),
@@ -325,7 +325,7 @@ impl<'a> ObjReader<'a> {
                     return Some(v as f64);
                 }
                 let (neg, d) = self.long_digits(obj).ok()?;
-                if d.len() > 3 {
+                if d.len() > 2 {
                     return None;
                 }
                 let v = d.iter().rev().fold(0u64, |acc, &x| (acc << 30) | x as u64) as f64;
