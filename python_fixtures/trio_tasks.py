@@ -1,10 +1,16 @@
 """Trio fixture: tasks in nurseries, parked in known places, then READY.
 
-Usage: trio_tasks.py [--guest]
+Usage: trio_tasks.py [--guest [--stuck-host]]
 
 --guest: the same tasks in a guest run (trio.lowlevel.start_guest_run) on
 an asyncio loop that asyncio.run runs on the main thread, instead of
 trio.run. READY then also carries `host`, the loop's thread ident.
+
+--stuck-host: with --guest, one more task, ticker, sleeps 20 ms at a time;
+once READY is written, a callback of the host loop blocks it for good
+(time.sleep). The guest's next tick (ticker's wake-up, queued by Trio's
+I/O thread) then waits in the host loop's ready queue, and no thread's
+stack holds the run.
 
 Tasks (names are Trio's: the function's qualified name):
   sleeper        trio.sleep(1000) two calls deep
@@ -126,6 +132,21 @@ async def park():
     await trio.sleep(fu.LIFETIME_SECONDS)  # MARK:park
 
 
+STUCK_HOST = "--stuck-host" in sys.argv[1:]
+# The host loop, with --guest.
+HOST_LOOP = []
+
+
+async def ticker():
+    while True:
+        await trio.sleep(0.02)
+
+
+def stuck():
+    """A host loop callback that never returns."""
+    time.sleep(fu.LIFETIME_SECONDS)
+
+
 async def main():
     a, b = trio.socket.socketpair()
     event, lock = trio.Event(), trio.Lock()
@@ -142,6 +163,8 @@ async def main():
         n.start_soon(supervisor)
         n.start_soon(locker, lock)
         n.start_soon(receiver, receive)
+        if STUCK_HOST:
+            n.start_soon(ticker)
         await trio.testing.wait_all_tasks_blocked()
         me = trio.lowlevel.current_task()
         fu.ready(
@@ -152,6 +175,8 @@ async def main():
                 "host": threading.get_ident(),
             }
         )
+        if STUCK_HOST:
+            HOST_LOOP[0].call_soon_threadsafe(stuck)
         await park()
     fu.exit_now()
 
@@ -159,6 +184,7 @@ async def main():
 async def host():
     """The asyncio side of a guest run: it waits for the run to end."""
     loop = asyncio.get_running_loop()
+    HOST_LOOP.append(loop)
     done = loop.create_future()
     trio.lowlevel.start_guest_run(
         main,

@@ -44,6 +44,76 @@ fn dump_shows_trio_guest_run_tasks() {
     });
 }
 
+/// The threads of a dump that show Trio tasks.
+fn trio_threads(p: &Value) -> Vec<&Value> {
+    p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["trio_tasks"].is_array())
+        .collect()
+}
+
+/// A guest run between two ticks, its host loop stuck in a callback: the
+/// next tick waits in the loop's ready queue and no thread's stack holds
+/// the run. One look finds it there, with every task.
+#[test]
+fn dump_finds_a_guest_run_between_its_ticks() {
+    for_each_interpreter(
+        "dump_finds_a_guest_run_between_its_ticks",
+        with_trio,
+        |interp| {
+            let fx = Fixture::spawn(interp, "trio_tasks.py", &["--guest", "--stuck-host"]);
+            let ctx = &interp.label;
+            let mut want: Vec<u64> = fx.ready["tasks"]
+                .as_array()
+                .expect("tasks")
+                .iter()
+                .filter_map(|t| t["id"].as_u64())
+                .collect();
+            want.sort_unstable();
+            // The host blocks once READY is out; the ticker's wake-up is
+            // queued within 20 ms.
+            let host = fx.ready["host"].clone();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let p = dump_json(fx.pid, &[]).swap_remove(0);
+                let threads = p["threads"].as_array().unwrap();
+                let stuck = threads
+                    .iter()
+                    .find(|t| t["thread_id"] == host)
+                    .is_some_and(|t| {
+                        t["frames"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|f| f["function"] == "stuck")
+                    });
+                if !stuck && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                }
+                assert!(stuck, "{ctx}: the host loop never got stuck\n{p:#}");
+                // Give the ticker's wake-up time to be queued.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let p = dump_json(fx.pid, &[]).swap_remove(0);
+                let with = trio_threads(&p);
+                assert_eq!(with.len(), 1, "{ctx}: one thread shows the run\n{p:#}");
+                assert_eq!(with[0]["thread_id"], host, "{ctx}: under the host\n{p:#}");
+                let mut ids: Vec<u64> = with[0]["trio_tasks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|t| t["id"].as_u64())
+                    .collect();
+                ids.sort_unstable();
+                assert_eq!(ids, want, "{ctx}: the run's tasks\n{p:#}");
+                break;
+            }
+        },
+    );
+}
+
 /// dump's Trio tasks of `trio_tasks.py` (`--guest`: its guest run)
 /// against the fixture's view.
 fn check_dump(interp: &Interpreter, guest: bool) {
@@ -61,15 +131,10 @@ fn check_dump(interp: &Interpreter, guest: bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let shown = loop {
         let p = &dump_json(fx.pid, &[])[0];
-        let with: Vec<&Value> = p["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|t| t["trio_tasks"].is_array())
-            .collect();
+        let with = trio_threads(p);
         let late = std::time::Instant::now() > deadline;
-        // A guest whose next tick waits in the host's queue shows on
-        // no stack: it is found at a later look.
+        // A look that races the guest's hand-over from one thread to the
+        // other may find it nowhere: a later look finds it.
         if guest && with.is_empty() && !late {
             std::thread::sleep(std::time::Duration::from_millis(100));
             continue;

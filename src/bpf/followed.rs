@@ -648,7 +648,7 @@ impl Followed {
         let mut turns = Vec::new();
         for t in &threads {
             let Some(tid) = t.os_thread_id else { continue };
-            let Some((f, kind)) = crate::watch::loop_frame(&t.frames) else {
+            let Some((f, kind)) = crate::python::asyncio::loop_frame(&t.frames) else {
                 self.loops.remove(&(tid as i32));
                 continue;
             };

@@ -15,7 +15,7 @@ mod streak;
 mod triggers;
 mod window;
 
-pub(crate) use stacks::{at_rest, loop_frame};
+pub(crate) use stacks::at_rest;
 pub use streak::Thresholds;
 pub(crate) use streak::{Event, Streak, Trigger};
 

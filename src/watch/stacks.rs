@@ -3,7 +3,7 @@
 //! moved from one that did not, and how a frame is named. Pure functions of
 //! a stack; a leaf that imports none of its siblings.
 
-use crate::python::asyncio::LoopFrame;
+use crate::python::asyncio::is_run_once;
 use crate::stack::{Frame, ThreadStack};
 use std::hash::{Hash, Hasher};
 
@@ -39,32 +39,6 @@ fn asyncio_internal(f: &Frame) -> bool {
     ]
     .iter()
     .any(|s| file_ends(f, s))
-}
-
-fn is_run_once(f: &Frame) -> bool {
-    f.function.ends_with("_run_once") && file_ends(f, "asyncio/base_events.py")
-}
-
-fn is_runner_run(f: &Frame) -> bool {
-    &*f.function == "Runner.run" && file_ends(f, "asyncio/runners.py")
-}
-
-/// The frame a thread's event loop is found from (innermost first): the
-/// sampler reads the loop's turn through it (`ReadConfig::loop_turns`).
-/// asyncio's `BaseEventLoop._run_once`, whose `self` is the loop; else,
-/// for a loop with no Python frames of its own (uvloop's), the
-/// `asyncio.Runner.run` (3.11+) that runs it.
-pub(crate) fn loop_frame(frames: &[Frame]) -> Option<(&Frame, LoopFrame)> {
-    frames
-        .iter()
-        .find(|f| is_run_once(f))
-        .map(|f| (f, LoopFrame::RunOnce))
-        .or_else(|| {
-            frames
-                .iter()
-                .find(|f| is_runner_run(f))
-                .map(|f| (f, LoopFrame::Runner))
-        })
 }
 
 /// Where an event loop's thread is, from its Python frames (innermost

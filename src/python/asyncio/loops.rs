@@ -10,7 +10,7 @@ use crate::memory::{le_u64, MemoryExt};
 use crate::python::objects::slot_offset;
 use crate::python::objects::ObjReader;
 use crate::python::reader::ThreadSnapshot;
-use crate::stack::LoopQueues;
+use crate::stack::{Frame, LoopQueues};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -420,6 +420,61 @@ const TURN_RETRY: Duration = Duration::from_secs(1);
 /// struct runs to 250 KB with its buffers) is searched for its ready
 /// deque: its object fields come first.
 const C_LOOP_FIELDS_SEARCHED: u64 = 1024;
+
+/// The frame a thread's event loop is found from (innermost first): the
+/// sampler reads the loop's turn through it (`ReadConfig::loop_turns`).
+/// asyncio's `BaseEventLoop._run_once`, whose `self` is the loop; else,
+/// for a loop with no Python frames of its own (uvloop's), the
+/// `asyncio.Runner.run` (3.11+) that runs it.
+pub(crate) fn loop_frame(frames: &[Frame]) -> Option<(&Frame, LoopFrame)> {
+    frames
+        .iter()
+        .find(|f| is_run_once(f))
+        .map(|f| (f, LoopFrame::RunOnce))
+        .or_else(|| {
+            frames
+                .iter()
+                .find(|f| is_runner_run(f))
+                .map(|f| (f, LoopFrame::Runner))
+        })
+}
+
+/// asyncio's `BaseEventLoop._run_once`: told by its name and its file.
+pub(crate) fn is_run_once(f: &Frame) -> bool {
+    f.function.ends_with("_run_once") && in_file(f, "asyncio/base_events.py")
+}
+
+fn is_runner_run(f: &Frame) -> bool {
+    &*f.function == "Runner.run" && in_file(f, "asyncio/runners.py")
+}
+
+fn in_file(f: &Frame, suffix: &str) -> bool {
+    f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
+}
+
+/// The callbacks waiting in the ready queue of the asyncio loop that
+/// `_run_once`'s frame at `frame` runs (its `self`): each handle's
+/// `_callback`, at most [`MAX_READY`].
+pub(super) fn ready_callbacks(
+    reader: &mut AsyncioReader,
+    objr: &ObjReader,
+    l: &AsyncioLayout,
+    frame: u64,
+) -> Vec<u64> {
+    let fl = &objr.layout.frame;
+    let lp = objr
+        .mem
+        .read_u64(frame.wrapping_add(fl.localsplus))
+        .map(|p| p & !fl.pointer_tag_bits)
+        .unwrap_or(0);
+    let Some(dq) = (lp != 0).then(|| ready_deque(objr, lp)).flatten() else {
+        return Vec::new();
+    };
+    deque_items(objr, l, dq, MAX_READY)
+        .into_iter()
+        .filter_map(|h| reader.slot(objr, l, h, "_callback"))
+        .collect()
+}
 
 /// Where the loop whose turns are read comes from, in a thread's stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,7 +43,7 @@ mod tasks;
 mod tests;
 mod trio;
 
-pub(crate) use loops::{LoopFrame, LoopTurns};
+pub(crate) use loops::{is_run_once, loop_frame, LoopTurns};
 pub(crate) use state::{AsyncRead, AsyncioReader, TasksByThread, AUTO_MAX_TASKS, MAX_TASKS};
 pub(crate) use stitch::stitch;
 

@@ -20,6 +20,7 @@
 //! its `offset`: the deadline less the offset is on the monotonic clock,
 //! where a gevent timer's is. Another clock's time is not known here.
 
+use super::loops::{is_run_once, ready_callbacks};
 use super::state::{
     AsyncioReader, GuestFacts, TasksByThread, MAX_CHAIN, MAX_TASKS, NO_ASYNCIO_RECHECK,
 };
@@ -179,8 +180,9 @@ impl AsyncioReader {
     /// it is `guest_tick`'s `self` on the host's thread while the guest
     /// runs, and, while it waits for I/O, a closure cell of the job
     /// (`fn`, `deliver`) that `_handle_job`'s frame of a Trio worker
-    /// thread runs. Each run found is kept under its host's thread (see
-    /// [`Self::guest_host`]) in `trio_runners`.
+    /// thread runs; between two ticks, in a handle of an asyncio host
+    /// loop's ready queue. Each run found is kept under its host's thread
+    /// (see [`Self::guest_host`]) in `trio_runners`.
     fn find_trio_guests(
         &mut self,
         reader: &mut Reader,
@@ -200,6 +202,9 @@ impl AsyncioReader {
             let Some(facts) = facts else {
                 continue;
             };
+            // Each GuestState found on this thread, and whether it is
+            // `guest_tick`'s own (the guest runs on this thread).
+            let mut states: Vec<(u64, bool)> = Vec::new();
             for f in &snap.stack.frames {
                 let Some(m) = f.mark else {
                     continue;
@@ -216,8 +221,36 @@ impl AsyncioReader {
                     .iter()
                     .filter(|lr| names.contains(&lr.name.as_str()))
                     .find_map(|lr| facts.guest_state_in(objr, l, lr.obj, ticking));
-                let Some(runner) = state
-                    .and_then(|gs| self.slot(objr, l, gs, "runner"))
+                states.extend(state.map(|gs| (gs, ticking)));
+            }
+            // Between two ticks the next one waits in the host loop's ready
+            // queue (asyncio's): a handle whose callback is `guest_tick`,
+            // bound to the GuestState, or the closure that holds it (the
+            // one `deliver` queues once the guest's I/O wait ends). No
+            // stack holds the run then: a host stuck in a callback keeps
+            // it so.
+            if let Some(m) = snap
+                .stack
+                .frames
+                .iter()
+                .find(|f| is_run_once(f))
+                .and_then(|f| f.mark)
+            {
+                for cb in ready_callbacks(self, objr, l, m.addr) {
+                    let bound = (objr.type_name(cb).ok().as_deref() == Some("method"))
+                        .then(|| objr.mem.read_u64(cb.wrapping_add(l.method_self)).ok())
+                        .flatten();
+                    let state = match bound {
+                        Some(me) => facts.guest_state_in(objr, l, me, true),
+                        None => facts.guest_state_in(objr, l, cb, false),
+                    };
+                    // Queued on this thread's loop: the host is this thread.
+                    states.extend(state.map(|gs| (gs, true)));
+                }
+            }
+            for (gs, here) in states {
+                let Some(runner) = self
+                    .slot(objr, l, gs, "runner")
                     .filter(|r| is_a(objr, l, *r, runner_type))
                 else {
                     continue;
@@ -225,9 +258,9 @@ impl AsyncioReader {
                 if self.trio_runners.values().any(|r| *r == runner) {
                     continue;
                 }
-                let host = state
-                    .and_then(|gs| self.guest_host(objr, l, gs, snaps, snap.interp))
-                    .or(ticking.then_some(i));
+                let host = self
+                    .guest_host(objr, l, gs, snaps, snap.interp)
+                    .or(here.then_some(i));
                 if let Some(h) = host {
                     if self.trio_runners.len() > 4096 {
                         self.trio_runners.clear();

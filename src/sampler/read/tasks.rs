@@ -177,7 +177,7 @@ impl Target {
                 let Some(tid) = t.stack.os_thread_id else {
                     continue;
                 };
-                let Some((m, kind)) = crate::watch::loop_frame(&t.stack.frames)
+                let Some((m, kind)) = crate::python::asyncio::loop_frame(&t.stack.frames)
                     .and_then(|(f, kind)| Some((f.mark?, kind)))
                 else {
                     continue;
