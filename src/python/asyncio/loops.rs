@@ -452,6 +452,17 @@ fn in_file(f: &Frame, suffix: &str) -> bool {
     f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
 }
 
+/// The first local (a method's `self`) of the frame at `frame`; None when
+/// unset.
+fn frame_self(
+    objr: &ObjReader,
+    fl: &crate::cpython_layouts::FrameLayout,
+    frame: u64,
+) -> Option<u64> {
+    let this = objr.mem.read_u64(frame.wrapping_add(fl.localsplus)).ok()? & !fl.pointer_tag_bits;
+    (this != 0).then_some(this)
+}
+
 /// The callbacks waiting in the ready queue of the asyncio loop that
 /// `_run_once`'s frame at `frame` runs (its `self`): each handle's
 /// `_callback`, at most [`MAX_READY`].
@@ -461,13 +472,8 @@ pub(super) fn ready_callbacks(
     l: &AsyncioLayout,
     frame: u64,
 ) -> Vec<u64> {
-    let fl = &objr.layout.frame;
-    let lp = objr
-        .mem
-        .read_u64(frame.wrapping_add(fl.localsplus))
-        .map(|p| p & !fl.pointer_tag_bits)
-        .unwrap_or(0);
-    let Some(dq) = (lp != 0).then(|| ready_deque(objr, lp)).flatten() else {
+    let Some(dq) = frame_self(objr, &objr.layout.frame, frame).and_then(|lp| ready_deque(objr, lp))
+    else {
         return Vec::new();
     };
     deque_items(objr, l, dq, MAX_READY)
@@ -507,11 +513,7 @@ impl LoopTurns {
         frame: u64,
         kind: LoopFrame,
     ) -> Option<u64> {
-        let this =
-            objr.mem.read_u64(frame.wrapping_add(fl.localsplus)).ok()? & !fl.pointer_tag_bits;
-        if this == 0 {
-            return None;
-        }
+        let this = frame_self(objr, fl, frame)?;
         let lp = match kind {
             LoopFrame::RunOnce => this,
             LoopFrame::Runner => match self.runners.get(&this) {

@@ -228,14 +228,14 @@ impl AsyncioReader {
             // bound to the GuestState, or the closure that holds it (the
             // one `deliver` queues once the guest's I/O wait ends). No
             // stack holds the run then: a host stuck in a callback keeps
-            // it so.
-            if let Some(m) = snap
-                .stack
-                .frames
-                .iter()
-                .find(|f| is_run_once(f))
-                .and_then(|f| f.mark)
-            {
+            // it so. Not read for a thread whose run is kept (a sampler's
+            // every read would go through the whole queue).
+            let kept = self
+                .trio_runners
+                .get(&snap.tstate)
+                .is_some_and(|r| is_a(objr, l, *r, runner_type));
+            let run_once = snap.stack.frames.iter().find(|f| is_run_once(f));
+            if let Some(m) = run_once.and_then(|f| f.mark).filter(|_| !kept) {
                 for cb in ready_callbacks(self, objr, l, m.addr) {
                     let bound = (objr.type_name(cb).ok().as_deref() == Some("method"))
                         .then(|| objr.mem.read_u64(cb.wrapping_add(l.method_self)).ok())
@@ -356,10 +356,13 @@ impl AsyncioReader {
         // and the trap below it, tell nothing); a sleep's, its deadline.
         if let Some((w, sleep)) = waits.as_mut() {
             for (t, addrs) in &mut tasks {
-                for (k, (f, addr)) in t.frames.iter().zip(addrs.iter()).enumerate() {
-                    if k == WAIT_FRAMES {
-                        break;
-                    }
+                for (k, (f, addr)) in t
+                    .frames
+                    .iter()
+                    .zip(addrs.iter())
+                    .enumerate()
+                    .take(WAIT_FRAMES)
+                {
                     let locals = reader.frame_locals_at(objr.mem, *addr);
                     if sleep.is_sleep_until(f) {
                         t.wait = sleep.wait(objr, &f.function, &locals);
