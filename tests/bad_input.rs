@@ -108,7 +108,7 @@ fn not_a_python_process() {
 fn binary_for_nobody(dir: &Path) -> std::path::PathBuf {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let copy = dir.join("pyinspect");
-    std::fs::copy(common::pyinspect_bin(), &copy).expect("copy the binary");
+    common::copy_program(Path::new(common::pyinspect_bin()), &copy);
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
     copy
 }
@@ -247,7 +247,7 @@ fn unrecognised_python_version_is_named() {
     // for: the error must name that version, not just "unsupported".
     let dir = tempfile::tempdir().expect("temp dir");
     let fake = dir.path().join("python3.99");
-    std::fs::copy("/bin/sleep", &fake).expect("copy sleep");
+    common::copy_program(Path::new("/bin/sleep"), &fake);
     let child = Command::new(&fake)
         .arg("100")
         .stdin(Stdio::null())

@@ -547,7 +547,7 @@ fn bad_cores_are_one_clean_line_each() {
 
     // A copy of a program that is gone by the time the core is read.
     let prog = d.join("sleeper-prog");
-    std::fs::copy("/bin/sleep", &prog).unwrap();
+    copy_program(Path::new("/bin/sleep"), &prog);
     let mut child = Command::new(&prog).arg("60").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let core = gcore(child.id() as i32, d);

@@ -1233,7 +1233,7 @@ fn churn_kernel_threads_and_zombies_are_named_rightly() {
 fn capable_binary(dir: &Path) -> PathBuf {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.join("pyinspect-cap");
-    std::fs::copy(pyinspect_bin(), &bin).unwrap();
+    copy_program(Path::new(pyinspect_bin()), &bin);
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let st = Command::new("setcap")
         .args(["cap_sys_ptrace+ep"])

@@ -962,6 +962,30 @@ pub fn offline_name(lib: &Path, offset: u64) -> String {
     best.map(|b| b.1).unwrap_or_default()
 }
 
+/// A copy of the program `from` at `to`, ready to run. The copy is written
+/// by a `cp` child, never by this process: a test thread that forks while
+/// this process held the copy open for writing would pass that descriptor
+/// to its child until the child's exec, and running the copy in that window
+/// fails with ETXTBSY ("Text file busy"), as it did in CI.
+#[allow(dead_code)]
+pub fn copy_program(from: &Path, to: &Path) {
+    let out = run_command(
+        {
+            let mut c = Command::new("cp");
+            c.arg("--").arg(from).arg(to);
+            c
+        },
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "cp {} {}\n{}",
+        from.display(),
+        to.display(),
+        out.describe()
+    );
+}
+
 /// `gcore -o DIR/core PID` (gdb's, installed by `.ci/core-deps`): the path
 /// of the core it wrote.
 #[allow(dead_code)]
