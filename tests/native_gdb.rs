@@ -1261,11 +1261,13 @@ fn jit_kernels_are_named_from_the_jit_interface() {
     let fixture = Fixture::spawn_with_timeout(
         &i,
         "native/gdb_workloads.py",
-        &["jax", &dir],
+        &["jax-kernel", &dir],
         Duration::from_secs(90),
     );
     let mut named = Vec::new();
+    let mut dumps = 0;
     for _ in 0..60 {
+        dumps += 1;
         let dump = dump_json(fixture.pid, &["--native-all"]).remove(0);
         for t in dump["threads"].as_array().into_iter().flatten() {
             for f in t["frames"].as_array().into_iter().flatten() {
@@ -1282,7 +1284,10 @@ fn jit_kernels_are_named_from_the_jit_interface() {
             break;
         }
     }
-    eprintln!("JIT frames seen on {}: {named:?}", i.label);
+    eprintln!(
+        "JIT frames seen on {} after {dumps} dumps: {named:?}",
+        i.label
+    );
     assert!(
         !named.is_empty(),
         "60 dumps never caught the JAX worker in its XLA kernel"

@@ -17,6 +17,8 @@ MODE:
               (C++ thread pool)
   jax         a jitted matmul (XLA on the CPU) in a loop, each result
               waited for (jaxlib's C++, XLA's TSL/Eigen pool)
+  jax-kernel  a jitted elementwise kernel alone (XLA's own code, from
+              an anonymous mapping)
   torch       python_fixtures/torch_worker.py's PyTorch worker (run with
               .ci/torch-workload's venv): libtorch_cpu's C++, OpenMP and
               pthreadpool threads
@@ -144,6 +146,19 @@ def run_jax():
     loop_in_thread(lambda: f(a, b).block_until_ready())
 
 
+def run_jax_kernel():
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_platforms", "cpu")
+    # Elementwise work alone: XLA fuses it into one kernel of its own code,
+    # where the worker spends nearly all its time (the matmul above runs
+    # mostly in Eigen's library code).
+    f = jax.jit(lambda a: jnp.tanh(jnp.tanh(a * 1.5 + 0.25) * 0.5))
+    a = jnp.ones((2048, 2048), dtype=jnp.float32)
+    loop_in_thread(lambda: f(a).block_until_ready())
+
+
 def run_torch():
     import torch_worker
 
@@ -163,6 +178,7 @@ def main():
         "tokenizers": run_tokenizers,
         "onnx": run_onnx,
         "jax": run_jax,
+        "jax-kernel": run_jax_kernel,
         "torch": run_torch,
     }[MODE]()
     fu.ready({"mode": MODE})
