@@ -143,6 +143,9 @@ impl<'m> PageCache<'m> {
 
     /// Load the pages holding `addrs[i]..addrs[i]+len` in one batched read.
     pub(crate) fn prefetch(&self, addrs: impl IntoIterator<Item = (u64, usize)>) {
+        // Gathered before the pages are borrowed: the caller's iterator
+        // may itself read through this cache.
+        let addrs: Vec<(u64, usize)> = addrs.into_iter().collect();
         let mut want: Vec<u64> = Vec::new();
         {
             let pages = self.pages.borrow();
@@ -260,6 +263,13 @@ impl Memory for PageCache<'_> {
             None => self.inner.read(addr, buf),
         }
     }
+
+    /// The pages missed, in one batch (a cache over this one fetches its
+    /// misses through here), then each read.
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<Result<(), MemError>> {
+        self.prefetch(reqs.iter().map(|(a, b)| (*a, b.len())));
+        reqs.iter_mut().map(|(a, b)| self.read(*a, b)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -316,6 +326,52 @@ mod tests {
         let held = c.pages.borrow().len();
         assert!(held <= MAX_PAGES && held > MAX_PAGES - 20, "{held}");
         assert_eq!(c.read_u8(0x100000 + 16).unwrap(), 2);
+    }
+
+    /// Counts the reads that reach the target.
+    struct Counted<'m>(&'m SliceMemory, std::cell::Cell<usize>);
+    impl Memory for Counted<'_> {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+            self.1.set(self.1.get() + 1);
+            self.0.read(addr, buf)
+        }
+        fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<Result<(), MemError>> {
+            self.1.set(self.1.get() + 1);
+            reqs.iter_mut().map(|(a, b)| self.0.read(*a, b)).collect()
+        }
+    }
+
+    #[test]
+    fn a_prefetch_may_read_through_the_cache_it_fills() {
+        let mut m = SliceMemory::new();
+        m.add(
+            0x10000,
+            (0..4 * PAGE as usize).map(|i| (i / 8) as u8).collect(),
+        );
+        let c = PageCache::new(&m);
+        // Each address is read from the cache as the batch is gathered.
+        c.prefetch((0..2u64).map(|i| {
+            (
+                0x10000 + PAGE * (1 + (c.read_u8(0x10000 + i * 8).unwrap() as u64)),
+                8,
+            )
+        }));
+        assert_eq!(c.read_u8(0x10000 + 2 * PAGE).unwrap(), (2 * PAGE / 8) as u8);
+    }
+
+    #[test]
+    fn a_cache_over_a_cache_fetches_its_misses_in_one_batch() {
+        let mut m = SliceMemory::new();
+        m.add(0x10000, (0..4 * PAGE as usize).map(|i| i as u8).collect());
+        let counted = Counted(&m, std::cell::Cell::new(0));
+        let outer = PageCache::new(&counted);
+        let inner = PageCache::new(&outer);
+        inner.prefetch([(0x10000, 4 * PAGE as usize), (0x50000, 8)]);
+        assert_eq!(counted.1.get(), 1);
+        assert_eq!(inner.read_u8(0x10000 + 3 * PAGE + 5).unwrap(), 5);
+        assert!(inner.read_u64(0x50000).is_err());
+        assert_eq!(outer.read_u8(0x10000 + PAGE + 7).unwrap(), 7);
+        assert_eq!(counted.1.get(), 1);
     }
 
     #[test]
