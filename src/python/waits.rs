@@ -117,6 +117,10 @@ pub(crate) struct WaitReader<'a> {
     socks: HashMap<u64, Option<u64>>,
     /// eventlet: each timer list of a hub met, as timer → deadline.
     timer_lists: HashMap<u64, HashMap<u64, f64>>,
+    /// eventlet: the hubs met (objects with timer lists), with those lists
+    /// (`next_timers`, `timers`), so that the next greenlet's wait finds
+    /// its timer without reading the hub's `__dict__` again.
+    hubs: Vec<(u64, [Option<u64>; 2])>,
 }
 
 /// The most objects whose `_sock` a [`WaitReader`] keeps.
@@ -149,6 +153,7 @@ impl<'a> WaitReader<'a> {
             sock_slots: HashMap::new(),
             socks: HashMap::new(),
             timer_lists: HashMap::new(),
+            hubs: Vec::new(),
         }
     }
 
@@ -327,11 +332,30 @@ impl<'a> WaitReader<'a> {
     /// GreenThread's wait: one hub's lists for all of them).
     fn eventlet_deadline(&mut self, timer: u64, locals: &[LocalRef]) -> Option<f64> {
         let objr = self.objr;
+        // A hub met before: its lists are known.
+        let known = |hubs: &[(u64, [Option<u64>; 2])], obj: u64| {
+            hubs.iter().find(|(h, _)| *h == obj).map(|(_, ls)| *ls)
+        };
         for l in locals {
-            for name in ["next_timers", "timers"] {
-                let Ok(Some(list)) = objr.instance_attr(l.obj, name) else {
-                    continue;
-                };
+            for list in known(&self.hubs, l.obj).into_iter().flatten().flatten() {
+                if let Some(at) = self.timer_lists.get(&list).and_then(|d| d.get(&timer)) {
+                    return Some(*at);
+                }
+            }
+        }
+        for l in locals {
+            if known(&self.hubs, l.obj).is_some() {
+                continue;
+            }
+            let lists = ["next_timers", "timers"]
+                .map(|name| objr.instance_attr(l.obj, name).ok().flatten());
+            if lists.iter().all(Option::is_none) {
+                continue;
+            }
+            if self.hubs.len() < MAX_TIMER_LISTS {
+                self.hubs.push((l.obj, lists));
+            }
+            for list in lists.into_iter().flatten() {
                 if !self.timer_lists.contains_key(&list) {
                     let items = objr
                         .list_items(list, MAX_TIMERS)
