@@ -203,19 +203,11 @@ impl Reader {
     ) -> Vec<LocalRef> {
         let l = &self.process.layout;
         let objr = ObjReader::new(mem, l);
-        let names = local_names(&objr, ci);
-        if names.is_empty() {
-            return Vec::new();
-        }
-        let slots_at = f.addr.wrapping_add(l.frame.localsplus);
-        let Ok(raw) = mem.read_vec(slots_at, names.len() * 8, 1 << 20) else {
-            return Vec::new();
-        };
+        let (names, slots) = self.local_slots(&objr, ci, f);
         // The object header ends after ob_type.
         let head = l.object.ob_type + 8;
         let mut out = Vec::new();
-        for (i, name) in names.iter().enumerate() {
-            let v = le_u64(&raw, i as u64 * 8) & !l.frame.pointer_tag_bits;
+        for (name, v) in names.iter().zip(slots) {
             if v == 0 {
                 continue;
             }
@@ -239,6 +231,40 @@ impl Reader {
             });
         }
         out
+    }
+}
+
+impl Reader {
+    /// The names of a frame's local slots and what each holds (0: nothing),
+    /// one read of the slots; both empty when either cannot be read.
+    fn local_slots(
+        &self,
+        objr: &ObjReader,
+        ci: &CodeInfo,
+        f: &RawFrame,
+    ) -> (Arc<[Option<String>]>, Vec<u64>) {
+        let l = &self.process.layout;
+        let names = local_names(objr, ci);
+        if names.is_empty() {
+            return (names, Vec::new());
+        }
+        let slots_at = f.addr.wrapping_add(l.frame.localsplus);
+        let Ok(raw) = objr.mem.read_vec(slots_at, names.len() * 8, 1 << 20) else {
+            return (Arc::from([]), Vec::new());
+        };
+        let slots = (0..names.len() as u64)
+            .map(|i| le_u64(&raw, i * 8) & !l.frame.pointer_tag_bits)
+            .collect();
+        (names, slots)
+    }
+
+    /// The objects a frame's local slots hold, unchecked: what
+    /// [`Reader::local_refs`] would read, for fetching their pages first.
+    pub(super) fn local_objects(&self, mem: &dyn Memory, ci: &CodeInfo, f: &RawFrame) -> Vec<u64> {
+        let objr = ObjReader::new(mem, &self.process.layout);
+        let (_, mut slots) = self.local_slots(&objr, ci, f);
+        slots.retain(|v| *v != 0);
+        slots
     }
 }
 

@@ -4,7 +4,7 @@
 //! every stack (a suspended coroutine's), and the second read that tells
 //! whether the walked chains stood still.
 
-use super::types::{stack_buf, LocalRef, RawFrame, RawThread, Reader};
+use super::types::{stack_buf, CodeInfo, LocalRef, RawFrame, RawThread, Reader};
 use crate::cpython_layouts::{CurrentFrame, EntryMarker, InstrPosition};
 use crate::memory::{le_i32, le_u64, le_u8, Memory, MemoryExt};
 use crate::python::bounds::MAX_FRAMES;
@@ -14,6 +14,7 @@ use crate::stack::Frame;
 use crate::target::TargetSource;
 use foldhash::HashSet as FastSet;
 use foldhash::HashSetExt;
+use std::sync::Arc;
 
 impl Reader {
     /// Whether every frame chain the latest snapshot walked is in memory
@@ -240,25 +241,37 @@ impl Reader {
     /// The locals of the frame at `addr` (one on no thread's stack, as
     /// [`Reader::frame_at`]'s) that refer to objects, each with its object.
     pub(crate) fn frame_locals_at(&mut self, mem: &dyn Memory, addr: u64) -> Vec<LocalRef> {
+        match self.frame_code_at(mem, addr) {
+            Some((ci, f)) => self.local_refs(mem, &ci, &f, 0, true),
+            None => Vec::new(),
+        }
+    }
+
+    /// The objects the local slots of the frame at `addr` hold, unchecked:
+    /// for fetching, in one batch with other frames', the pages that
+    /// [`Reader::frame_locals_at`] will read.
+    pub(crate) fn frame_local_objects(&mut self, mem: &dyn Memory, addr: u64) -> Vec<u64> {
+        match self.frame_code_at(mem, addr) {
+            Some((ci, f)) => self.local_objects(mem, &ci, &f),
+            None => Vec::new(),
+        }
+    }
+
+    /// The code object of the frame at `addr`, and the frame.
+    fn frame_code_at(&mut self, mem: &dyn Memory, addr: u64) -> Option<(Arc<CodeInfo>, RawFrame)> {
         let size = self.process.layout.frame.size as usize;
         let mut buf = [0u8; 512];
-        let Some(buf) = buf.get_mut(..size) else {
-            return Vec::new();
-        };
-        if mem.read(addr, buf).is_err() {
-            return Vec::new();
-        }
+        let buf = buf.get_mut(..size)?;
+        mem.read(addr, buf).ok()?;
         let (code, instr, _, _) = self.frame_fields(buf);
-        let Ok(Some(ci)) = self.code_info(mem, code, false) else {
-            return Vec::new();
-        };
+        let ci = self.code_info(mem, code, false).ok()??;
         let f = RawFrame {
             addr,
             code,
             instr,
             is_entry: false,
         };
-        self.local_refs(mem, &ci, &f, 0, true)
+        Some((ci, f))
     }
 }
 
