@@ -232,9 +232,7 @@ impl Reader {
         }
         out
     }
-}
 
-impl Reader {
     /// The names of a frame's local slots and what each holds (0: nothing),
     /// one read of the slots; both empty when either cannot be read.
     fn local_slots(
