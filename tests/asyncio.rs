@@ -709,8 +709,15 @@ fn record_async_stitches_tasks_under_their_awaiters() {
                 fx.label
             );
             assert!(running > 50, "{ctx}");
+            // The ptrace engine reads both at each tick: within a tenth.
+            // The eBPF engine samples the running thread on the CPU's clock
+            // and measures the spans it was preempted; on a loaded machine
+            // its count varies more from run to run (93 to 107 against the
+            // waiting task's 101 here with two CPU hogs, 90 in a CI run):
+            // within a seventh.
+            let parts = if engine == "bpf" { 7 } else { 10 };
             assert!(
-                waiting.abs_diff(running) * 10 <= running,
+                waiting.abs_diff(running) * parts <= running,
                 "{ctx}: {waiting} samples of the waiting task, {running} of the running one"
             );
         }
