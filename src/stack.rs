@@ -418,6 +418,11 @@ pub struct Local {
 }
 
 impl Frame {
+    /// Its file's path ends with `suffix` (`asyncio/base_events.py`).
+    pub(crate) fn file_ends_with(&self, suffix: &str) -> bool {
+        self.file.as_deref().is_some_and(|x| x.ends_with(suffix))
+    }
+
     /// The frame a sample taken during a garbage collection gets on top of
     /// the thread running it (record, top).
     pub(crate) fn gc_marker() -> Frame {

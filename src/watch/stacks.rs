@@ -17,10 +17,6 @@ pub(super) enum LoopState {
     Running(usize),
 }
 
-fn file_ends(f: &Frame, suffix: &str) -> bool {
-    f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
-}
-
 /// asyncio's (and uvloop's) own frames between the loop and a callback's code (with
 /// `format_helpers.py`, where debug mode records where each handle and task
 /// was made: a callback made only of asyncio's own code, such as the timer
@@ -38,7 +34,7 @@ fn asyncio_internal(f: &Frame) -> bool {
         "uvloop/__init__.py",
     ]
     .iter()
-    .any(|s| file_ends(f, s))
+    .any(|s| f.file_ends_with(s))
 }
 
 /// Where an event loop's thread is, from its Python frames (innermost
@@ -54,7 +50,7 @@ pub(super) fn loop_state(frames: &[Frame]) -> Option<LoopState> {
             let r = frames.iter().position(|f| {
                 f.function.ends_with("run_until_complete")
                     || f.function.ends_with("run_forever")
-                    || (f.function.ends_with("run") && file_ends(f, "asyncio/runners.py"))
+                    || (f.function.ends_with("run") && f.file_ends_with("asyncio/runners.py"))
             })?;
             (r, true)
         }
@@ -69,7 +65,7 @@ pub(super) fn loop_state(frames: &[Frame]) -> Option<LoopState> {
     let inner = &frames[..r];
     if inner
         .last()
-        .is_some_and(|f| f.function.ends_with("select") && file_ends(f, "selectors.py"))
+        .is_some_and(|f| f.function.ends_with("select") && f.file_ends_with("selectors.py"))
     {
         return Some(LoopState::Selecting);
     }
@@ -100,7 +96,7 @@ pub(super) fn idle(t: &ThreadStack) -> bool {
     let at_site = t.frames.iter().any(|f| {
         SITES
             .iter()
-            .any(|(file, func)| file_ends(f, file) && f.function.ends_with(func))
+            .any(|(file, func)| f.file_ends_with(file) && f.function.ends_with(func))
     });
     if at_site {
         return true;

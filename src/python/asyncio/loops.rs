@@ -441,15 +441,11 @@ pub(crate) fn loop_frame(frames: &[Frame]) -> Option<(&Frame, LoopFrame)> {
 
 /// asyncio's `BaseEventLoop._run_once`: told by its name and its file.
 pub(crate) fn is_run_once(f: &Frame) -> bool {
-    f.function.ends_with("_run_once") && in_file(f, "asyncio/base_events.py")
+    f.function.ends_with("_run_once") && f.file_ends_with("asyncio/base_events.py")
 }
 
 fn is_runner_run(f: &Frame) -> bool {
-    &*f.function == "Runner.run" && in_file(f, "asyncio/runners.py")
-}
-
-fn in_file(f: &Frame, suffix: &str) -> bool {
-    f.file.as_deref().is_some_and(|x| x.ends_with(suffix))
+    &*f.function == "Runner.run" && f.file_ends_with("asyncio/runners.py")
 }
 
 /// The first local (a method's `self`) of the frame at `frame`; None when
