@@ -145,8 +145,8 @@ impl Reader {
     ) -> Vec<Local> {
         let objr = ObjReader::new(mem, &self.process.layout);
         let n = ci.nslots.min(MAX_LOCALS);
-        let names = local_names(&objr, ci);
-        if names.is_empty() {
+        let (names, slots) = self.local_slots(&objr, ci, f);
+        if slots.is_empty() {
             return Vec::new();
         }
         let kinds = if ci.kinds != 0 {
@@ -154,17 +154,12 @@ impl Reader {
         } else {
             Vec::new()
         };
-        let slots_at = f.addr.wrapping_add(self.process.layout.frame.localsplus);
-        let Ok(raw) = mem.read_vec(slots_at, names.len() * 8, 1 << 20) else {
-            return Vec::new();
-        };
         let mut out = Vec::new();
-        for (i, name) in names.iter().enumerate() {
+        for (i, (name, mut v)) in names.iter().zip(slots).enumerate() {
             // CO_FAST_HIDDEN (0x10): inlined comprehension temporaries, not user locals.
             if kinds.get(i).is_some_and(|k| k & 0x10 != 0) {
                 continue;
             }
-            let mut v = le_u64(&raw, i as u64 * 8) & !self.process.layout.frame.pointer_tag_bits;
             if v == 0 {
                 continue;
             }
