@@ -616,14 +616,15 @@ fn record_async(pid: i32, extra: &[&str]) -> Vec<(String, u64)> {
         pid.to_string(),
         "--duration".into(),
         "2".into(),
-        "--rate".into(),
-        "50".into(),
         "--format".into(),
         "raw".into(),
         "--output".into(),
         path.display().to_string(),
         "--async".into(),
     ];
+    if !extra.contains(&"--rate") {
+        args.extend(["--rate".into(), "50".into()]);
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     let argv: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     pyinspect(&argv).assert_success();
@@ -695,8 +696,24 @@ fn record_async_stitches_tasks_under_their_awaiters() {
         // --async-mode all adds the waiting sleeper, on either engine: about
         // as many samples as the running task's in wall time (it waits all
         // the time the busy task runs, and the loop's thread never waits).
-        for engine in ["ptrace", "bpf"] {
-            let args = ["--async-mode", "all", "--mode", "wall", "--engine", engine];
+        // The ptrace engine reads both at each tick. The eBPF engine
+        // samples the running thread on each CPU's clock (whether it is on
+        // its CPU then is chance: at 50 Hz, with two CPU hogs beside it, it
+        // counted 43 to 51 such samples of 50 expected, and 88 in all
+        // against the waiting task's 102 in a CI run) and adds the spans it
+        // was preempted, which it measures: at 1 kHz that chance is within
+        // 3% (1,969 to 2,028 against 2,017 to 2,034 with the same hogs).
+        for (engine, rate) in [("ptrace", "50"), ("bpf", "1000")] {
+            let args = [
+                "--async-mode",
+                "all",
+                "--mode",
+                "wall",
+                "--engine",
+                engine,
+                "--rate",
+                rate,
+            ];
             let all = record_async(fx.pid, &args);
             let sum = |pick: &dyn Fn(&str) -> bool| -> u64 {
                 all.iter().filter(|(s, _)| pick(s)).map(|(_, n)| n).sum()
@@ -709,15 +726,8 @@ fn record_async_stitches_tasks_under_their_awaiters() {
                 fx.label
             );
             assert!(running > 50, "{ctx}");
-            // The ptrace engine reads both at each tick: within a tenth.
-            // The eBPF engine samples the running thread on the CPU's clock
-            // and measures the spans it was preempted; on a loaded machine
-            // its count varies more from run to run (93 to 107 against the
-            // waiting task's 101 here with two CPU hogs, 90 in a CI run):
-            // within a seventh.
-            let parts = if engine == "bpf" { 7 } else { 10 };
             assert!(
-                waiting.abs_diff(running) * parts <= running,
+                waiting.abs_diff(running) * 10 <= running,
                 "{ctx}: {waiting} samples of the waiting task, {running} of the running one"
             );
         }
