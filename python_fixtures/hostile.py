@@ -77,32 +77,43 @@ def mode_signals():
     fu.exit_now()
 
 
-def native_id_offset(tstate, tid):
-    # The field holding the thread's kernel id: the only word equal to it in
-    # the first few hundred bytes of its own thread state.
+def tid_words(tstate, tid):
+    # The indices of the words equal to `tid` in the first few hundred bytes
+    # of a thread state.
     words = (ctypes.c_ulong * 64).from_address(tstate)
-    hits = [i for i in range(64) if words[i] == tid]
-    if len(hits) != 1:
-        raise RuntimeError("native_thread_id not found uniquely: %r" % hits)
-    return words, hits[0]
+    return words, set(i for i in range(64) if words[i] == tid)
+
+
+def this_tstate():
+    get = ctypes.pythonapi.PyThreadState_Get
+    get.restype = ctypes.c_void_p
+    return get()
 
 
 def mode_spoof(victim):
     done = threading.Event()
     where = {}
+    # The field holding a thread's kernel id: at the one index where both
+    # the main thread's state and the spoofer's hold their own ids (another
+    # word of one of them can equal its id by chance: a CI run met one).
+    _, main_hits = tid_words(this_tstate(), threading.get_native_id())
 
     def spoofer():
-        get = ctypes.pythonapi.PyThreadState_Get
-        get.restype = ctypes.c_void_p
-        tstate = get()
-        words, i = native_id_offset(tstate, threading.get_native_id())
-        words[i] = victim
-        where["tid"] = threading.get_native_id()
+        tid = threading.get_native_id()
+        words, hits = tid_words(this_tstate(), tid)
+        hits &= main_hits
+        if len(hits) != 1:
+            where["error"] = "native_thread_id not found uniquely: %r" % sorted(hits)
+        else:
+            words[hits.pop()] = victim
+            where["tid"] = tid
         done.set()
         spin_forever()
 
     start(spoofer)
     done.wait(10)
+    if "error" in where:
+        raise RuntimeError(where["error"])
     fu.ready({"spoofer": where["tid"], "victim": victim})
     spin_forever()
 
