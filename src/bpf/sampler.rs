@@ -447,18 +447,11 @@ impl BpfSampler {
         }
     }
 
-    /// Load and attach the sched_switch program, after counting the
-    /// threads already asleep from now.
+    /// Load and attach the sched_switch program, then count the threads
+    /// asleep from the start (attached first: a thread that wakes after it
+    /// is counted, is seen coming back).
     fn attach_switches(&mut self) -> Result<(), Error> {
         self.switches = true;
-        let now = self.start_ns;
-        let pids: Vec<i32> = self.followed.keys().copied().collect();
-        for pid in pids {
-            if let Some(mut f) = self.followed.remove(&pid) {
-                self.count_sleepers(&mut f, now);
-                self.followed.insert(pid, f);
-            }
-        }
         let prog: &mut aya::programs::RawTracePoint = self
             .ebpf
             .program_mut("on_switch")
@@ -469,6 +462,14 @@ impl BpfSampler {
             .map_err(|e| load_error("the kernel refused the sched_switch program", e))?;
         prog.attach("sched_switch")
             .map_err(|e| load_error("attaching to sched_switch", e))?;
+        let now = self.start_ns;
+        let pids: Vec<i32> = self.followed.keys().copied().collect();
+        for pid in pids {
+            if let Some(mut f) = self.followed.remove(&pid) {
+                self.count_sleepers(&mut f, now);
+                self.followed.insert(pid, f);
+            }
+        }
         Ok(())
     }
 
@@ -481,26 +482,36 @@ impl BpfSampler {
 
     /// [`BpfSampler::count_sleepers`] for the threads `among` picks; for
     /// watch, their stacks are their latest.
+    ///
+    /// Each thread goes into the program's map before its state is read:
+    /// one that woke between the read and its entry would never be seen
+    /// coming back, and would stay asleep as read (a CI run's watch held a
+    /// thread in the wait it had left until the thread was gone). With the
+    /// entry in first, a thread that comes back after it writes its return
+    /// as any other does; one found running keeps the entry until it next
+    /// leaves its CPU, which writes its own.
     fn sleepers_among(&mut self, f: &mut Followed, now: u64, among: impl Fn(u32) -> bool) {
-        for (tid, stack) in f.asleep_now(&among) {
+        let entered: HashSet<u32> = f
+            .thread_ids()
+            .filter(|t| among(*t))
+            .filter(|t| self.off_map.insert(*t, now, 0).is_ok())
+            .collect();
+        for (tid, stack) in f.asleep_now(|t| entered.contains(&t)) {
             if let Some(l) = self.latest.as_mut() {
                 l.set(f.pid, tid, now, stack);
-                let _ = self.off_map.insert(tid, now, 0);
                 continue;
             }
-            if self.off_map.insert(tid, now, 0).is_ok() {
-                self.away.insert(
+            self.away.insert(
+                tid,
+                Away {
                     tid,
-                    Away {
-                        tid,
-                        pid: f.pid,
-                        label: f.label.clone(),
-                        version: f.version.clone(),
-                        since: now,
-                        stack,
-                    },
-                );
-            }
+                    pid: f.pid,
+                    label: f.label.clone(),
+                    version: f.version.clone(),
+                    since: now,
+                    stack,
+                },
+            );
         }
     }
 
