@@ -681,11 +681,22 @@ fn thread_states(pid: i32) -> Vec<char> {
 }
 
 fn wait_stopped(pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    assert!(
+        stopped_within(pid, Duration::from_secs(10)),
+        "process {pid} did not stop"
+    );
+}
+
+/// Whether every thread of `pid` is stopped (T) within `limit`.
+fn stopped_within(pid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
     while !thread_states(pid).iter().all(|&s| s == 'T') {
-        assert!(Instant::now() < deadline, "process {pid} did not stop");
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
+    true
 }
 
 #[derive(Default, Debug, Clone)]
@@ -767,14 +778,10 @@ fn compare_stopped(label: &str, pid: i32, row: &mut Row) {
     // woken to stop again, and shows as running until it has: on a loaded
     // machine that can take a while. One that pyinspect resumed never
     // stops again.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !thread_states(pid).iter().all(|&s| s == 'T') {
-        assert!(
-            Instant::now() < deadline,
-            "{label}: pyinspect did not leave the process stopped"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        stopped_within(pid, Duration::from_secs(5)),
+        "{label}: pyinspect did not leave the process stopped"
+    );
     // (gdb does not always leave a stopped process stopped on detach; that
     // is gdb's business, and it runs after pyinspect.)
     let (gdb, junk) = gdb_stacks(pid);
